@@ -1,0 +1,113 @@
+//! Typed server functions: the pages' door to the service layer.
+//!
+//! Each one is thin: find the backend and the viewer, call one service function.
+//! The REST API in the server crate is the other door to the same functions.
+
+use crate::domain::launch::LaunchRequest;
+use crate::error::AppError;
+use crate::model::{Dashboard, SessionView, Viewer};
+use leptos::prelude::*;
+
+#[cfg(feature = "ssr")]
+pub use backend::Backend;
+
+#[cfg(feature = "ssr")]
+mod backend {
+    use super::*;
+    use std::sync::Arc;
+
+    /// What the pages need from the server. Implemented by the server crate's service layer,
+    /// provided to server functions as `Arc<dyn Backend>` context.
+    #[async_trait::async_trait]
+    pub trait Backend: Send + Sync + 'static {
+        /// The viewer behind a request's session cookie or bearer token.
+        async fn viewer(&self, request: &http::request::Parts) -> Result<Option<Viewer>, AppError>;
+        async fn login(
+            &self,
+            request: &http::request::Parts,
+            name: &str,
+            password: &str,
+        ) -> Result<Viewer, AppError>;
+        async fn logout(&self, request: &http::request::Parts) -> Result<(), AppError>;
+        async fn dashboard(&self, viewer: &Viewer) -> Result<Dashboard, AppError>;
+        async fn launch(
+            &self,
+            viewer: &Viewer,
+            request: LaunchRequest,
+        ) -> Result<SessionView, AppError>;
+        async fn session(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError>;
+        async fn stop(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError>;
+    }
+
+    pub(super) fn backend() -> Result<Arc<dyn Backend>, AppError> {
+        use_context::<Arc<dyn Backend>>().ok_or(AppError::Internal)
+    }
+
+    fn parts() -> Result<http::request::Parts, AppError> {
+        use_context::<http::request::Parts>().ok_or(AppError::Internal)
+    }
+
+    pub(super) async fn current_viewer() -> Result<Option<Viewer>, AppError> {
+        backend()?.viewer(&parts()?).await
+    }
+
+    pub(super) async fn require_viewer() -> Result<Viewer, AppError> {
+        current_viewer().await?.ok_or(AppError::Unauthenticated)
+    }
+
+    pub(super) async fn login(name: &str, password: &str) -> Result<Viewer, AppError> {
+        backend()?.login(&parts()?, name, password).await
+    }
+
+    pub(super) async fn logout() -> Result<(), AppError> {
+        backend()?.logout(&parts()?).await
+    }
+}
+
+#[server]
+pub async fn whoami() -> Result<Option<Viewer>, AppError> {
+    backend::current_viewer().await
+}
+
+#[server]
+pub async fn login(name: String, password: String) -> Result<Viewer, AppError> {
+    backend::login(&name, &password).await
+}
+
+#[server]
+pub async fn logout() -> Result<(), AppError> {
+    backend::logout().await
+}
+
+#[server]
+pub async fn load_dashboard() -> Result<Dashboard, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.dashboard(&viewer).await
+}
+
+#[server]
+pub async fn launch(
+    editor: String,
+    slice_mib: u64,
+    duration_minutes: u32,
+) -> Result<SessionView, AppError> {
+    let viewer = backend::require_viewer().await?;
+    let request = LaunchRequest {
+        editor,
+        slice_mib,
+        duration_minutes,
+    };
+    backend::backend()?.launch(&viewer, request).await
+}
+
+#[server]
+pub async fn get_session(id: String) -> Result<SessionView, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.session(&viewer, &id).await
+}
+
+#[server]
+pub async fn stop_session(id: String) -> Result<SessionView, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.stop(&viewer, &id).await
+}

@@ -1,0 +1,180 @@
+//! What may be launched: editors, slice sizes and durations.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EditorKind {
+    #[serde(rename = "jupyterlab")]
+    JupyterLab,
+    #[serde(rename = "marimo")]
+    Marimo,
+    #[serde(rename = "code-server")]
+    CodeServer,
+}
+
+impl EditorKind {
+    pub const ALL: [EditorKind; 3] = [Self::JupyterLab, Self::Marimo, Self::CodeServer];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::JupyterLab => "jupyterlab",
+            Self::Marimo => "marimo",
+            Self::CodeServer => "code-server",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::JupyterLab => "JupyterLab",
+            Self::Marimo => "marimo",
+            Self::CodeServer => "VS Code (code-server)",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.as_str() == s)
+    }
+
+    /// Where the editor's UI starts, below the session's proxy prefix.
+    pub fn landing_path(self) -> &'static str {
+        match self {
+            Self::JupyterLab => "lab",
+            Self::Marimo | Self::CodeServer => "",
+        }
+    }
+}
+
+impl fmt::Display for EditorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A launch as asked for, before any check.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchRequest {
+    pub editor: String,
+    pub slice_mib: u64,
+    pub duration_minutes: u32,
+}
+
+/// What the pool and configuration offer right now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Catalog {
+    /// Editors that are installed; others are refused with their reason.
+    pub editors: Vec<(EditorKind, Result<(), String>)>,
+    pub slice_sizes: Vec<u64>,
+    pub min_minutes: u32,
+    pub max_minutes: u32,
+}
+
+/// A launch that passed every check of the catalog.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ValidLaunch {
+    pub editor: EditorKind,
+    pub slice_mib: u64,
+    pub duration_minutes: u32,
+}
+
+/// Checks a launch against the catalog; the error is a sentence for the user.
+pub fn validate(req: &LaunchRequest, catalog: &Catalog) -> Result<ValidLaunch, String> {
+    let known: Vec<&str> = catalog.editors.iter().map(|(e, _)| e.as_str()).collect();
+    let editor = EditorKind::parse(req.editor.trim()).ok_or_else(|| {
+        format!(
+            "unknown editor '{}'; choose one of: {}",
+            req.editor,
+            known.join(", ")
+        )
+    })?;
+    match catalog.editors.iter().find(|(e, _)| *e == editor) {
+        None => return Err(format!("{} is not offered here", editor.label())),
+        Some((_, Err(reason))) => {
+            return Err(format!("{} is unavailable: {reason}", editor.label()));
+        }
+        Some((_, Ok(()))) => {}
+    }
+    if !catalog.slice_sizes.contains(&req.slice_mib) {
+        let sizes: Vec<String> = catalog
+            .slice_sizes
+            .iter()
+            .map(|mib| format!("{mib} ({})", super::pool::format_mib(*mib)))
+            .collect();
+        return Err(format!(
+            "there is no {} MiB slice; slice_mib must be one of: {}",
+            req.slice_mib,
+            sizes.join(", ")
+        ));
+    }
+    if req.duration_minutes < catalog.min_minutes || req.duration_minutes > catalog.max_minutes {
+        return Err(format!(
+            "duration must be between {} and {} minutes, not {}",
+            catalog.min_minutes, catalog.max_minutes, req.duration_minutes
+        ));
+    }
+    Ok(ValidLaunch {
+        editor,
+        slice_mib: req.slice_mib,
+        duration_minutes: req.duration_minutes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn catalog() -> Catalog {
+        Catalog {
+            editors: vec![
+                (EditorKind::JupyterLab, Ok(())),
+                (EditorKind::Marimo, Err("marimo is not installed".into())),
+            ],
+            slice_sizes: vec![8192],
+            min_minutes: 15,
+            max_minutes: 480,
+        }
+    }
+
+    fn req(editor: &str, slice_mib: u64, duration_minutes: u32) -> LaunchRequest {
+        LaunchRequest {
+            editor: editor.into(),
+            slice_mib,
+            duration_minutes,
+        }
+    }
+
+    #[test]
+    fn accepts_a_good_launch() {
+        let ok = validate(&req("jupyterlab", 8192, 60), &catalog()).unwrap();
+        assert_eq!(ok.editor, EditorKind::JupyterLab);
+        assert_eq!(ok.duration_minutes, 60);
+    }
+
+    #[test]
+    fn names_the_choices_for_an_unknown_editor() {
+        let err = validate(&req("emacs", 8192, 60), &catalog()).unwrap_err();
+        assert!(err.contains("unknown editor 'emacs'"), "{err}");
+        assert!(err.contains("jupyterlab, marimo"), "{err}");
+    }
+
+    #[test]
+    fn explains_an_unavailable_editor() {
+        let err = validate(&req("marimo", 8192, 60), &catalog()).unwrap_err();
+        assert!(err.contains("not installed"), "{err}");
+        let err = validate(&req("code-server", 8192, 60), &catalog()).unwrap_err();
+        assert!(err.contains("not offered"), "{err}");
+    }
+
+    #[test]
+    fn refuses_a_slice_that_does_not_exist() {
+        let err = validate(&req("jupyterlab", 1000, 60), &catalog()).unwrap_err();
+        assert!(err.contains("8192 (8 GB)"), "{err}");
+    }
+
+    #[test]
+    fn refuses_durations_out_of_range() {
+        assert!(validate(&req("jupyterlab", 8192, 14), &catalog()).is_err());
+        assert!(validate(&req("jupyterlab", 8192, 481), &catalog()).is_err());
+        assert!(validate(&req("jupyterlab", 8192, 480), &catalog()).is_ok());
+    }
+}

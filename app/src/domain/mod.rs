@@ -1,0 +1,9 @@
+//! Pure rules of the product: no leptos, axum, sqlx or kube in here.
+//!
+//! The domain is compiled into the server and into the wasm bundle alike, so the
+//! browser shows exactly the prices and limits the server will enforce.
+
+pub mod credits;
+pub mod launch;
+pub mod pool;
+pub mod session;

@@ -1,0 +1,209 @@
+//! The session life: requested → (queued) → starting → ready → stopping → ended(reason).
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    Requested,
+    Queued,
+    Starting,
+    Ready,
+    Stopping,
+    Ended,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    User,
+    Timer,
+    Idle,
+    Crash,
+    Admin,
+    Failed,
+}
+
+/// What happens to a session; the state machine decides whether it may.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    Enqueue,
+    AssignSlot,
+    EditorReady,
+    Stop(EndReason),
+    Finish,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("a {from} session cannot take {event:?}")]
+pub struct InvalidTransition {
+    pub from: SessionState,
+    pub event: Event,
+}
+
+impl SessionState {
+    pub const ALL: [SessionState; 6] = [
+        Self::Requested,
+        Self::Queued,
+        Self::Starting,
+        Self::Ready,
+        Self::Stopping,
+        Self::Ended,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Requested => "requested",
+            Self::Queued => "queued",
+            Self::Starting => "starting",
+            Self::Ready => "ready",
+            Self::Stopping => "stopping",
+            Self::Ended => "ended",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|state| state.as_str() == s)
+    }
+
+    /// Holds (or may soon hold) a slot and an editor.
+    pub fn is_live(self) -> bool {
+        self != Self::Ended
+    }
+
+    /// The next state after `event`, or why it cannot happen.
+    pub fn next(self, event: Event) -> Result<SessionState, InvalidTransition> {
+        use SessionState::*;
+        let next = match (self, event) {
+            (Requested, Event::Enqueue) => Queued,
+            (Requested | Queued, Event::AssignSlot) => Starting,
+            (Starting, Event::EditorReady) => Ready,
+            // Nothing runs yet, so there is nothing to stop.
+            (Requested | Queued, Event::Stop(_)) => Ended,
+            (Starting | Ready, Event::Stop(_)) => Stopping,
+            (Stopping, Event::Finish) => Ended,
+            (from, event) => return Err(InvalidTransition { from, event }),
+        };
+        Ok(next)
+    }
+}
+
+impl fmt::Display for SessionState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl EndReason {
+    pub const ALL: [EndReason; 6] = [
+        Self::User,
+        Self::Timer,
+        Self::Idle,
+        Self::Crash,
+        Self::Admin,
+        Self::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Timer => "timer",
+            Self::Idle => "idle",
+            Self::Crash => "crash",
+            Self::Admin => "admin",
+            Self::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|reason| reason.as_str() == s)
+    }
+
+    /// A sentence for the person whose session ended.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::User => "stopped by you",
+            Self::Timer => "its time ran out",
+            Self::Idle => "it was idle too long",
+            Self::Crash => "the editor stopped unexpectedly",
+            Self::Admin => "stopped by an administrator",
+            Self::Failed => "the editor failed to start",
+        }
+    }
+}
+
+impl fmt::Display for EndReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use EndReason::*;
+    use SessionState::*;
+
+    #[test]
+    fn happy_path_reaches_ended() {
+        let s = Requested.next(Event::AssignSlot).unwrap();
+        assert_eq!(s, Starting);
+        let s = s.next(Event::EditorReady).unwrap();
+        assert_eq!(s, Ready);
+        let s = s.next(Event::Stop(User)).unwrap();
+        assert_eq!(s, Stopping);
+        assert_eq!(s.next(Event::Finish).unwrap(), Ended);
+    }
+
+    #[test]
+    fn queued_session_starts_when_a_slot_frees() {
+        let s = Requested.next(Event::Enqueue).unwrap();
+        assert_eq!(s, Queued);
+        assert_eq!(s.next(Event::AssignSlot).unwrap(), Starting);
+    }
+
+    #[test]
+    fn leaving_the_queue_ends_without_stopping() {
+        assert_eq!(Queued.next(Event::Stop(User)).unwrap(), Ended);
+        assert_eq!(Requested.next(Event::Stop(Failed)).unwrap(), Ended);
+    }
+
+    #[test]
+    fn a_starting_editor_can_be_stopped() {
+        assert_eq!(Starting.next(Event::Stop(Failed)).unwrap(), Stopping);
+    }
+
+    #[test]
+    fn ended_is_final() {
+        for event in [
+            Event::Enqueue,
+            Event::AssignSlot,
+            Event::EditorReady,
+            Event::Stop(Admin),
+            Event::Finish,
+        ] {
+            assert!(Ended.next(event).is_err(), "{event:?}");
+        }
+    }
+
+    #[test]
+    fn impossible_jumps_are_refused() {
+        assert!(Requested.next(Event::EditorReady).is_err());
+        assert!(Ready.next(Event::AssignSlot).is_err());
+        assert!(Ready.next(Event::Finish).is_err());
+        assert!(Stopping.next(Event::EditorReady).is_err());
+        assert!(Queued.next(Event::Enqueue).is_err());
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for s in SessionState::ALL {
+            assert_eq!(SessionState::parse(s.as_str()), Some(s));
+        }
+        for r in EndReason::ALL {
+            assert_eq!(EndReason::parse(r.as_str()), Some(r));
+        }
+        assert_eq!(SessionState::parse("running"), None);
+    }
+}

@@ -1,0 +1,73 @@
+//! The error every door (server functions, REST API, proxy) shows to people.
+
+use serde::{Deserialize, Serialize};
+
+/// A safe, user-facing error. Internal details are logged by the server, never carried here.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "error", content = "message", rename_all = "snake_case")]
+pub enum AppError {
+    #[error("please sign in")]
+    Unauthenticated,
+    #[error("{0}")]
+    SignInFailed(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("not found")]
+    NotFound,
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    TooLarge(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    InsufficientCredits(String),
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("something went wrong on our side; it has been logged")]
+    Internal,
+    /// The request never reached the server or its answer was unreadable.
+    #[error("could not reach the server: {0}")]
+    Transport(String),
+}
+
+impl AppError {
+    /// A short machine-readable code, as in the REST API's `{error, message}`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Unauthenticated => "unauthenticated",
+            Self::SignInFailed(_) => "sign_in_failed",
+            Self::Forbidden(_) => "forbidden",
+            Self::NotFound => "not_found",
+            Self::Invalid(_) => "invalid",
+            Self::TooLarge(_) => "too_large",
+            Self::Conflict(_) => "conflict",
+            Self::InsufficientCredits(_) => "insufficient_credits",
+            Self::Unavailable(_) => "unavailable",
+            Self::Internal => "internal",
+            Self::Transport(_) => "transport",
+        }
+    }
+
+    pub fn status(&self) -> u16 {
+        match self {
+            Self::Unauthenticated | Self::SignInFailed(_) => 401,
+            Self::Forbidden(_) => 403,
+            Self::NotFound => 404,
+            Self::Invalid(_) => 400,
+            Self::TooLarge(_) => 413,
+            Self::Conflict(_) => 409,
+            Self::InsufficientCredits(_) => 402,
+            Self::Unavailable(_) => 503,
+            Self::Internal | Self::Transport(_) => 500,
+        }
+    }
+}
+
+impl leptos::server_fn::error::FromServerFnError for AppError {
+    type Encoder = leptos::server_fn::codec::JsonEncoding;
+
+    fn from_server_fn_error(value: leptos::server_fn::error::ServerFnErrorErr) -> Self {
+        AppError::Transport(value.to_string())
+    }
+}

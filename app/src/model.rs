@@ -1,0 +1,129 @@
+//! Wire types shared by the REST API, the server functions and the pages.
+
+use crate::domain::launch::EditorKind;
+use crate::domain::session::{EndReason, SessionState};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    User,
+    Admin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Admin => "admin",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "user" => Some(Self::User),
+            "admin" => Some(Self::Admin),
+            _ => None,
+        }
+    }
+}
+
+/// The signed-in person.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Viewer {
+    pub id: String,
+    pub name: String,
+    pub role: Role,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreditsView {
+    /// Milli-credits available to spend now.
+    pub balance: i64,
+    /// Milli-credits held by running sessions.
+    pub held: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EditorOption {
+    pub kind: EditorKind,
+    pub label: String,
+    /// None when it can be launched; otherwise why not.
+    pub unavailable: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SliceOption {
+    pub slice_mib: u64,
+    /// Milli-credits per hour.
+    pub price_per_hour: i64,
+    pub free: u32,
+    pub total: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotView {
+    pub id: String,
+    pub slice_mib: u64,
+    pub in_use: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuView {
+    pub id: String,
+    pub model: String,
+    pub memory_mib: u64,
+    pub enforced: bool,
+    pub slots: Vec<SlotView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DurationLimits {
+    pub min_minutes: u32,
+    pub max_minutes: u32,
+    pub default_minutes: u32,
+}
+
+/// One step of a session's life, as streamed to the launch progress bar.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    pub seq: i64,
+    pub at_ms: i64,
+    pub state: SessionState,
+    pub message: String,
+    /// 0..=100, for the progress bar.
+    pub progress: u8,
+    /// Set on a step that ends the session.
+    pub failed: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionView {
+    pub id: String,
+    pub editor: EditorKind,
+    pub slice_mib: u64,
+    pub gpu_model: Option<String>,
+    pub slot_id: Option<String>,
+    pub state: SessionState,
+    pub end_reason: Option<EndReason>,
+    /// Why it failed or ended, in words.
+    pub detail: Option<String>,
+    pub duration_minutes: u32,
+    pub created_at_ms: i64,
+    pub ends_at_ms: Option<i64>,
+    /// Where the editor opens, through our proxy; set once ready.
+    pub url: Option<String>,
+    /// Milli-credits held for this session.
+    pub held: i64,
+    pub steps: Vec<Step>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dashboard {
+    pub viewer: Viewer,
+    pub credits: CreditsView,
+    pub editors: Vec<EditorOption>,
+    pub slices: Vec<SliceOption>,
+    pub durations: DurationLimits,
+    pub gpus: Vec<GpuView>,
+    pub sessions: Vec<SessionView>,
+}

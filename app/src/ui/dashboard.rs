@@ -1,0 +1,386 @@
+use super::{ErrorNotice, format_countdown, use_clock};
+use crate::api::{Launch, Logout, StopSession, load_dashboard};
+use crate::domain::credits;
+use crate::domain::launch::EditorKind;
+use crate::domain::pool::format_mib;
+use crate::domain::session::SessionState;
+use crate::model::{CreditsView, Dashboard, GpuView, SessionView, Viewer};
+use leptos::prelude::*;
+use leptos_router::hooks::use_navigate;
+
+#[component]
+pub fn DashboardPage() -> impl IntoView {
+    let stop = ServerAction::<StopSession>::new();
+    let data = Resource::new(move || stop.version().get(), |_| load_dashboard());
+    view! {
+        <Suspense fallback=|| view! { <p class="muted pad">"Loading your dashboard…"</p> }>
+            {move || Suspend::new(async move {
+                match data.await {
+                    Ok(d) => view! { <DashboardView data=d stop /> }.into_any(),
+                    Err(error) => view! { <ErrorNotice error /> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoView {
+    let Dashboard {
+        viewer,
+        credits,
+        editors,
+        slices,
+        durations,
+        gpus,
+        sessions,
+    } = data;
+    let live: Vec<SessionView> = sessions
+        .iter()
+        .filter(|s| s.state.is_live())
+        .cloned()
+        .collect();
+    let past: Vec<SessionView> = sessions
+        .into_iter()
+        .filter(|s| !s.state.is_live())
+        .take(10)
+        .collect();
+    view! {
+        <Header viewer credits />
+        <main class="dashboard">
+            <section class="card launch-card" aria-labelledby="launch-title">
+                <h2 id="launch-title">"Launch a workspace"</h2>
+                <LaunchForm editors slices durations />
+            </section>
+            <section class="sessions" aria-labelledby="sessions-title">
+                <h2 id="sessions-title">"Your sessions"</h2>
+                {if live.is_empty() {
+                    view! {
+                        <p class="muted empty">
+                            "No session is running. Pick an editor and a slice, then press Launch."
+                        </p>
+                    }
+                        .into_any()
+                } else {
+                    view! {
+                        <ul class="session-list">
+                            {live
+                                .into_iter()
+                                .map(|s| view! { <SessionCard session=s stop /> })
+                                .collect_view()}
+                        </ul>
+                    }
+                        .into_any()
+                }}
+                {(!past.is_empty())
+                    .then(|| {
+                        view! {
+                            <details class="history">
+                                <summary>"Recent sessions"</summary>
+                                <ul class="session-list">
+                                    {past
+                                        .into_iter()
+                                        .map(|s| view! { <SessionCard session=s stop /> })
+                                        .collect_view()}
+                                </ul>
+                            </details>
+                        }
+                    })}
+            </section>
+            <PoolStrip gpus />
+        </main>
+    }
+}
+
+#[component]
+fn Header(viewer: Viewer, credits: CreditsView) -> impl IntoView {
+    let logout = ServerAction::<Logout>::new();
+    let navigate = use_navigate();
+    Effect::new(move |_| {
+        if let Some(Ok(())) = logout.value().get() {
+            navigate("/login", Default::default());
+        }
+    });
+    view! {
+        <header class="topbar">
+            <a class="brand" href="/">
+                "GPU Sandbox"
+            </a>
+            <div class="credits" data-testid="credits">
+                <span class="label">"Credits"</span>
+                <strong data-testid="credit-balance">{credits::format(credits.balance)}</strong>
+                {(credits.held > 0)
+                    .then(|| {
+                        view! {
+                            <span class="muted">{format!("{} held", credits::format(credits.held))}</span>
+                        }
+                    })}
+            </div>
+            <div class="user">
+                <span data-testid="user-name">{viewer.name}</span>
+                {(viewer.role == crate::model::Role::Admin).then(|| view! { <span class="chip">"admin"</span> })}
+                <button class="link" on:click=move |_| { logout.dispatch(crate::api::Logout {}); }>
+                    "Sign out"
+                </button>
+            </div>
+        </header>
+    }
+}
+
+#[component]
+fn LaunchForm(
+    editors: Vec<crate::model::EditorOption>,
+    slices: Vec<crate::model::SliceOption>,
+    durations: crate::model::DurationLimits,
+) -> impl IntoView {
+    let launch = ServerAction::<Launch>::new();
+    let first_editor = editors
+        .iter()
+        .find(|e| e.unavailable.is_none())
+        .map(|e| e.kind)
+        .unwrap_or(EditorKind::JupyterLab);
+    let first_slice = slices
+        .iter()
+        .find(|s| s.free > 0)
+        .or(slices.first())
+        .map(|s| s.slice_mib)
+        .unwrap_or_default();
+    let editor = RwSignal::new(first_editor);
+    let slice = RwSignal::new(first_slice);
+    let minutes = RwSignal::new(durations.default_minutes);
+    let prices: Vec<(u64, i64)> = slices
+        .iter()
+        .map(|s| (s.slice_mib, s.price_per_hour))
+        .collect();
+    let total = move || {
+        let per_hour = prices
+            .iter()
+            .find(|(mib, _)| *mib == slice.get())
+            .map(|(_, p)| *p)
+            .unwrap_or(0);
+        credits::price_for_minutes(per_hour, minutes.get() as i64)
+    };
+
+    let navigate = use_navigate();
+    Effect::new(move |_| {
+        if let Some(Ok(session)) = launch.value().get() {
+            navigate(&format!("/sessions/{}", session.id), Default::default());
+        }
+    });
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        launch.dispatch(Launch {
+            editor: editor.get_untracked().as_str().to_string(),
+            slice_mib: slice.get_untracked(),
+            duration_minutes: minutes.get_untracked(),
+        });
+    };
+    view! {
+        <form class="launch" on:submit=submit data-testid="launch-form">
+            <fieldset>
+                <legend>"Editor"</legend>
+                <div class="choices">
+                    {editors
+                        .into_iter()
+                        .map(|e| {
+                            let kind = e.kind;
+                            let disabled = e.unavailable.is_some();
+                            let why = e.unavailable.clone();
+                            view! {
+                                <label class="choice" class:disabled=disabled title=why>
+                                    <input
+                                        type="radio"
+                                        name="editor"
+                                        value=kind.as_str()
+                                        disabled=disabled
+                                        prop:checked=move || editor.get() == kind
+                                        on:change=move |_| editor.set(kind)
+                                    />
+                                    <span class=format!("icon icon-{}", kind.as_str()) aria-hidden="true"></span>
+                                    <span>{e.label}</span>
+                                    {e.unavailable.map(|why| view! { <small class="muted">{why}</small> })}
+                                </label>
+                            }
+                        })
+                        .collect_view()}
+                </div>
+            </fieldset>
+            <fieldset>
+                <legend>"GPU slice"</legend>
+                <div class="choices">
+                    {slices
+                        .into_iter()
+                        .map(|s| {
+                            let mib = s.slice_mib;
+                            view! {
+                                <label class="choice">
+                                    <input
+                                        type="radio"
+                                        name="slice"
+                                        value=mib.to_string()
+                                        prop:checked=move || slice.get() == mib
+                                        on:change=move |_| slice.set(mib)
+                                    />
+                                    <span>{format_mib(mib)}</span>
+                                    <small class="muted">
+                                        {format!(
+                                            "{} credits/h · {} of {} free",
+                                            credits::format(s.price_per_hour),
+                                            s.free,
+                                            s.total,
+                                        )}
+                                    </small>
+                                </label>
+                            }
+                        })
+                        .collect_view()}
+                </div>
+            </fieldset>
+            <label class="duration">
+                "Duration (minutes)"
+                <input
+                    type="number"
+                    name="duration_minutes"
+                    min=durations.min_minutes
+                    max=durations.max_minutes
+                    step="15"
+                    prop:value=move || minutes.get().to_string()
+                    on:input=move |ev| {
+                        if let Ok(v) = event_target_value(&ev).parse() {
+                            minutes.set(v);
+                        }
+                    }
+                />
+            </label>
+            <div class="launch-footer">
+                <span data-testid="launch-total">
+                    "Total: " <strong>{move || credits::format(total())}</strong> " credits"
+                </span>
+                <button type="submit" class="primary" disabled=move || launch.pending().get()>
+                    {move || if launch.pending().get() { "Launching…" } else { "Launch" }}
+                </button>
+            </div>
+            {move || {
+                launch
+                    .value()
+                    .get()
+                    .and_then(Result::err)
+                    .map(|e| view! { <p class="notice error" role="alert">{e.to_string()}</p> })
+            }}
+        </form>
+    }
+}
+
+#[component]
+fn SessionCard(session: SessionView, stop: ServerAction<StopSession>) -> impl IntoView {
+    let now = use_clock();
+    let id = session.id.clone();
+    let live = session.state.is_live();
+    let ends_at = session.ends_at_ms;
+    let href = format!("/sessions/{}", session.id);
+    let reason = session.end_reason.map(|r| r.describe());
+    view! {
+        <li class="card session-card" data-testid="session-card" data-session-id=session.id.clone()>
+            <div class="session-head">
+                <span class=format!("icon icon-{}", session.editor.as_str()) aria-hidden="true"></span>
+                <strong>{session.editor.label()}</strong>
+                <span class="muted">{format_mib(session.slice_mib)}</span>
+                <StateChip state=session.state />
+            </div>
+            {(session.state == SessionState::Ready)
+                .then(|| {
+                    ends_at
+                        .map(|end| {
+                            view! {
+                                <p class="muted">
+                                    "Time left: " {move || format_countdown(end - now.get())}
+                                </p>
+                            }
+                        })
+                })}
+            {reason.map(|r| view! { <p class="muted">{format!("Ended: {r}")}</p> })}
+            {live
+                .then(|| {
+                    view! {
+                        <div class="actions">
+                            <a class="button" href=href>
+                                "Open"
+                            </a>
+                            <button
+                                class="danger"
+                                on:click=move |_| {
+                                    stop.dispatch(StopSession { id: id.clone() });
+                                }
+                            >
+                                "Stop"
+                            </button>
+                        </div>
+                    }
+                })}
+        </li>
+    }
+}
+
+#[component]
+pub(super) fn StateChip(state: SessionState) -> impl IntoView {
+    view! {
+        <span class=format!("chip state-{}", state.as_str()) data-testid="state-chip">
+            {state.as_str()}
+        </span>
+    }
+}
+
+#[component]
+fn PoolStrip(gpus: Vec<GpuView>) -> impl IntoView {
+    view! {
+        <section class="pool" aria-labelledby="pool-title">
+            <h2 id="pool-title">"GPU pool"</h2>
+            <div class="gpus">
+                {gpus
+                    .into_iter()
+                    .map(|g| {
+                        let used = g.slots.iter().filter(|s| s.in_use).count();
+                        let total = g.slots.len();
+                        view! {
+                            <div class="card gpu" data-testid="gpu">
+                                <div class="gpu-head">
+                                    <strong>{g.model}</strong>
+                                    <span class="muted">{format_mib(g.memory_mib)}</span>
+                                    {if g.enforced {
+                                        view! { <span class="chip ok">"enforced"</span> }.into_any()
+                                    } else {
+                                        view! {
+                                            <span
+                                                class="chip warn"
+                                                title="Slices are shares by agreement: nothing on the card stops a process using more."
+                                            >
+                                                "not enforced"
+                                            </span>
+                                        }
+                                            .into_any()
+                                    }}
+                                </div>
+                                <div class="slots" role="img" aria-label=format!("{used} of {total} slices in use")>
+                                    {g
+                                        .slots
+                                        .into_iter()
+                                        .map(|s| {
+                                            view! {
+                                                <span
+                                                    class="slot"
+                                                    class:used=s.in_use
+                                                    title=format!("{} · {}", s.id, format_mib(s.slice_mib))
+                                                ></span>
+                                            }
+                                        })
+                                        .collect_view()}
+                                </div>
+                                <p class="muted">{format!("{} free of {}", total - used, total)}</p>
+                            </div>
+                        }
+                    })
+                    .collect_view()}
+            </div>
+        </section>
+    }
+}

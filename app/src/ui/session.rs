@@ -1,0 +1,244 @@
+use super::dashboard::StateChip;
+use super::{ErrorNotice, format_countdown, use_clock};
+use crate::api::{StopSession, get_session};
+use crate::domain::pool::format_mib;
+use crate::domain::session::SessionState;
+use crate::model::{SessionView, Step};
+use leptos::prelude::*;
+use leptos_router::hooks::use_params_map;
+
+#[component]
+pub fn SessionPage() -> impl IntoView {
+    let params = use_params_map();
+    let id = move || params.read().get("id").unwrap_or_default();
+    let data = Resource::new(id, get_session);
+    view! {
+        <Suspense fallback=|| view! { <p class="muted pad">"Loading the session…"</p> }>
+            {move || Suspend::new(async move {
+                match data.await {
+                    Ok(session) => view! { <SessionLive initial=session /> }.into_any(),
+                    Err(error) => {
+                        view! {
+                            <main class="narrow">
+                                <ErrorNotice error />
+                                <p>
+                                    <a href="/">"Back to your dashboard"</a>
+                                </p>
+                            </main>
+                        }
+                            .into_any()
+                    }
+                }
+            })}
+        </Suspense>
+    }
+}
+
+/// Folds a streamed step into the session as the page shows it.
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+pub(super) fn apply_step(session: &mut SessionView, step: Step) {
+    if session.steps.iter().any(|s| s.seq == step.seq) {
+        return;
+    }
+    session.state = step.state;
+    if step.failed {
+        session.detail = Some(step.message.clone());
+    }
+    session.steps.push(step);
+}
+
+#[component]
+fn SessionLive(initial: SessionView) -> impl IntoView {
+    let id = initial.id.clone();
+    let session = RwSignal::new(initial);
+    let stop = ServerAction::<StopSession>::new();
+    let now = use_clock();
+
+    Effect::new(move |_| {
+        if let Some(Ok(view)) = stop.value().get() {
+            session.set(view);
+        }
+    });
+
+    #[cfg(feature = "hydrate")]
+    {
+        let id = id.clone();
+        Effect::new(move |_| {
+            if !session.with_untracked(|s| s.state.is_live()) {
+                return;
+            }
+            let refresh_id = id.clone();
+            let stream = super::live::follow(&id, move |step| {
+                let settled = matches!(step.state, SessionState::Ready | SessionState::Ended);
+                session.update(|s| apply_step(s, step));
+                if settled {
+                    // The ready and ended steps change the url, the end time and the reason.
+                    let id = refresh_id.clone();
+                    leptos::task::spawn_local(async move {
+                        if let Ok(fresh) = get_session(id).await {
+                            session.set(fresh);
+                        }
+                    });
+                }
+            });
+            on_cleanup(move || stream.close());
+        });
+    }
+
+    let state = move || session.with(|s| s.state);
+    let progress = move || session.with(|s| s.steps.last().map(|st| st.progress).unwrap_or(0));
+    let stop_id = id.clone();
+    view! {
+        <div class="session-page">
+            <header class="toolbar">
+                <a href="/" class="back" aria-label="Back to dashboard">
+                    "← Dashboard"
+                </a>
+                <strong>
+                    {move || {
+                        session
+                            .with(|s| format!("{} · {}", s.editor.label(), format_mib(s.slice_mib)))
+                    }}
+                </strong>
+                {move || view! { <StateChip state=state() /> }}
+                {move || {
+                    session
+                        .with(|s| s.ends_at_ms.filter(|_| s.state == SessionState::Ready))
+                        .map(|end| {
+                            view! {
+                                <span class="time-left" data-testid="time-left">
+                                    "Time left " {move || format_countdown(end - now.get())}
+                                </span>
+                            }
+                        })
+                }}
+                <span class="spacer"></span>
+                {move || {
+                    state()
+                        .is_live()
+                        .then(|| {
+                            let id = stop_id.clone();
+                            view! {
+                                <button
+                                    class="danger"
+                                    disabled=move || stop.pending().get()
+                                    on:click=move |_| {
+                                        stop.dispatch(StopSession { id: id.clone() });
+                                    }
+                                >
+                                    {move || if stop.pending().get() { "Stopping…" } else { "Stop" }}
+                                </button>
+                            }
+                        })
+                }}
+            </header>
+            {move || {
+                stop.value()
+                    .get()
+                    .and_then(Result::err)
+                    .map(|e| view! { <p class="notice error" role="alert">{e.to_string()}</p> })
+            }}
+            {move || {
+                let s = session.get();
+                match (s.state, s.url.clone()) {
+                    (SessionState::Ready, Some(url)) => {
+                        view! {
+                            <iframe
+                                class="editor"
+                                src=url
+                                title=format!("{} editor", s.editor.label())
+                                data-testid="editor-frame"
+                                allow="clipboard-read; clipboard-write"
+                            ></iframe>
+                        }
+                            .into_any()
+                    }
+                    (SessionState::Ended, _) => {
+                        let reason = s.end_reason.map(|r| r.describe()).unwrap_or("it ended");
+                        view! {
+                            <main class="narrow">
+                                <div class="card" data-testid="session-ended">
+                                    <h2>"This session has ended"</h2>
+                                    <p>{format!("It ended because {reason}.")}</p>
+                                    {s.detail.map(|d| view! { <pre class="detail">{d}</pre> })}
+                                    <p class="muted">"Unused credits were returned to your balance."</p>
+                                    <a class="button primary" href="/">"Back to your dashboard"</a>
+                                </div>
+                            </main>
+                        }
+                            .into_any()
+                    }
+                    _ => {
+                        view! {
+                            <main class="narrow">
+                                <div class="card" data-testid="launch-progress">
+                                    <h2>{format!("Starting {}", s.editor.label())}</h2>
+                                    <div
+                                        class="progress"
+                                        role="progressbar"
+                                        aria-valuemin="0"
+                                        aria-valuemax="100"
+                                        aria-valuenow=progress
+                                    >
+                                        <div class="bar" style=move || format!("width: {}%", progress())></div>
+                                    </div>
+                                    <ol class="steps">
+                                        {s
+                                            .steps
+                                            .into_iter()
+                                            .map(|st| view! { <li class:failed=st.failed>{st.message}</li> })
+                                            .collect_view()}
+                                    </ol>
+                                </div>
+                            </main>
+                        }
+                            .into_any()
+                    }
+                }
+            }}
+        </div>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::launch::EditorKind;
+
+    fn step(seq: i64, state: SessionState, failed: bool) -> Step {
+        Step {
+            seq,
+            at_ms: seq,
+            state,
+            message: format!("step {seq}"),
+            progress: 50,
+            failed,
+        }
+    }
+
+    #[test]
+    fn steps_apply_once_and_carry_the_failure() {
+        let mut s = SessionView {
+            id: "a".into(),
+            editor: EditorKind::JupyterLab,
+            slice_mib: 8192,
+            gpu_model: None,
+            slot_id: None,
+            state: SessionState::Requested,
+            end_reason: None,
+            detail: None,
+            duration_minutes: 60,
+            created_at_ms: 0,
+            ends_at_ms: None,
+            url: None,
+            held: 0,
+            steps: vec![],
+        };
+        apply_step(&mut s, step(1, SessionState::Starting, false));
+        apply_step(&mut s, step(1, SessionState::Starting, false));
+        assert_eq!(s.steps.len(), 1);
+        apply_step(&mut s, step(2, SessionState::Ended, true));
+        assert_eq!(s.state, SessionState::Ended);
+        assert_eq!(s.detail.as_deref(), Some("step 2"));
+    }
+}

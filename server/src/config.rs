@@ -1,0 +1,359 @@
+//! Configuration: defaults, then an optional TOML file, then `SANDBOX_*` environment variables.
+//!
+//! Nested keys use `__` in the environment: `SANDBOX_CREDITS__INITIAL_GRANT=50`.
+
+use app::domain::credits;
+use app::domain::pool::GpuSpec;
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Address the server listens on.
+    pub listen: String,
+    /// Where the SQLite database, editor logs and workspaces live.
+    pub data_dir: PathBuf,
+    /// `sqlite://…` or `postgres://…`; empty means SQLite in the data directory.
+    pub database_url: String,
+    /// Built pages, scripts and styles (cargo-leptos's site root).
+    pub site_root: PathBuf,
+    /// Cookies only over HTTPS; turn on behind TLS.
+    pub secure_cookies: bool,
+    pub credits: CreditsConfig,
+    pub sessions: SessionsConfig,
+    pub editors: EditorsConfig,
+    pub pool: PoolConfig,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreditsConfig {
+    /// Credits every new account starts with, e.g. "100" or "12.5".
+    pub initial_grant: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsConfig {
+    pub min_minutes: u32,
+    pub max_minutes: u32,
+    pub default_minutes: u32,
+    /// How long an editor may take to answer before the launch fails.
+    pub ready_timeout_seconds: u64,
+    /// Stop editors when the server shuts down (otherwise they are re-adopted on the next start).
+    pub stop_on_shutdown: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EditorsConfig {
+    /// Where `scripts/setup.sh` installed the editors (venv/ and npm/).
+    pub tools_dir: PathBuf,
+    /// Explicit commands; empty means the one in `tools_dir`.
+    pub jupyterlab: String,
+    pub marimo: String,
+    pub code_server: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolConfig {
+    /// Look for NVIDIA GPUs through NVML; the declared GPUs are used when none is found.
+    pub detect_nvidia: bool,
+    /// Slice size for detected GPUs, in MiB.
+    pub detected_slice_mib: u64,
+    /// HAMi-core's libvgpu.so; when set, slices on real GPUs are enforced through it.
+    pub hami_core_library: String,
+    /// Credits per slice-hour when no price below matches, per GiB of slice.
+    pub default_price_per_gib_hour: String,
+    pub gpus: Vec<DeclaredGpu>,
+    pub prices: Vec<Price>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeclaredGpu {
+    pub name: String,
+    pub model: String,
+    pub memory_mib: u64,
+    pub slice_mib: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    /// GPU model this price applies to; "*" for any.
+    pub model: String,
+    pub slice_mib: u64,
+    /// Credits per hour, e.g. "1" or "0.5".
+    pub per_hour: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "127.0.0.1:3000".into(),
+            data_dir: PathBuf::from("data"),
+            database_url: String::new(),
+            site_root: PathBuf::from("target/site"),
+            secure_cookies: false,
+            credits: CreditsConfig {
+                initial_grant: "100".into(),
+            },
+            sessions: SessionsConfig {
+                min_minutes: 15,
+                max_minutes: 480,
+                default_minutes: 60,
+                ready_timeout_seconds: 60,
+                stop_on_shutdown: true,
+            },
+            editors: EditorsConfig {
+                tools_dir: PathBuf::from(".tools"),
+                jupyterlab: String::new(),
+                marimo: String::new(),
+                code_server: String::new(),
+            },
+            pool: PoolConfig {
+                detect_nvidia: true,
+                detected_slice_mib: 8192,
+                hami_core_library: String::new(),
+                default_price_per_gib_hour: "0.125".into(),
+                gpus: vec![DeclaredGpu {
+                    name: "virtual-0".into(),
+                    model: "Virtual 48 GB".into(),
+                    memory_mib: 49152,
+                    slice_mib: 8192,
+                }],
+                prices: Vec::new(),
+            },
+        }
+    }
+}
+
+/// A configuration that cannot be used, naming the key.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(pub String);
+
+impl Config {
+    /// Defaults, then `file` (if any), then the environment.
+    pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(file) = file {
+            if !file.exists() {
+                return Err(ConfigError(format!(
+                    "config file {} does not exist",
+                    file.display()
+                )));
+            }
+            figment = figment.merge(Toml::file(file));
+        }
+        figment = figment.merge(
+            Env::prefixed("SANDBOX_")
+                .split("__")
+                .map(|key| key.as_str().to_ascii_lowercase().into()),
+        );
+        let config: Config = figment.extract().map_err(|e| {
+            let key = e.path.join(".");
+            let key = if key.is_empty() {
+                String::new()
+            } else {
+                format!("key `{key}`: ")
+            };
+            ConfigError(format!("{key}{}", e.kind))
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks what serde cannot: ranges, addresses, amounts.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, why: String| Err(ConfigError(format!("key `{key}`: {why}")));
+        if self.listen.parse::<SocketAddr>().is_err() {
+            return bad(
+                "listen",
+                format!("'{}' is not an address like 127.0.0.1:3000", self.listen),
+            );
+        }
+        if let Err(e) = credits::parse(&self.credits.initial_grant) {
+            return bad("credits.initial_grant", e);
+        }
+        if let Err(e) = credits::parse(&self.pool.default_price_per_gib_hour) {
+            return bad("pool.default_price_per_gib_hour", e);
+        }
+        for (i, price) in self.pool.prices.iter().enumerate() {
+            if let Err(e) = credits::parse(&price.per_hour) {
+                return bad(&format!("pool.prices[{i}].per_hour"), e);
+            }
+        }
+        let s = &self.sessions;
+        if s.min_minutes == 0 || s.min_minutes > s.max_minutes {
+            return bad(
+                "sessions.min_minutes",
+                format!(
+                    "must be at least 1 and at most sessions.max_minutes ({})",
+                    s.max_minutes
+                ),
+            );
+        }
+        if s.default_minutes < s.min_minutes || s.default_minutes > s.max_minutes {
+            return bad(
+                "sessions.default_minutes",
+                format!("must lie between {} and {}", s.min_minutes, s.max_minutes),
+            );
+        }
+        if s.ready_timeout_seconds == 0 {
+            return bad(
+                "sessions.ready_timeout_seconds",
+                "must be at least 1".into(),
+            );
+        }
+        if self.pool.detected_slice_mib == 0 {
+            return bad("pool.detected_slice_mib", "must be more than 0".into());
+        }
+        for (i, gpu) in self.pool.gpus.iter().enumerate() {
+            if gpu.name.trim().is_empty() {
+                return bad(&format!("pool.gpus[{i}].name"), "must not be empty".into());
+            }
+            if gpu.slice_mib == 0 || gpu.slice_mib > gpu.memory_mib {
+                return bad(
+                    &format!("pool.gpus[{i}].slice_mib"),
+                    format!("must be between 1 and memory_mib ({})", gpu.memory_mib),
+                );
+            }
+        }
+        if !self.database_url.is_empty()
+            && !self.database_url.starts_with("sqlite:")
+            && !self.database_url.starts_with("postgres://")
+            && !self.database_url.starts_with("postgresql://")
+        {
+            return bad(
+                "database_url",
+                "must start with sqlite:, postgres:// or postgresql://".into(),
+            );
+        }
+        Ok(())
+    }
+
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.listen.parse().expect("validated at load")
+    }
+
+    pub fn database_url(&self) -> String {
+        if self.database_url.is_empty() {
+            format!(
+                "sqlite://{}?mode=rwc",
+                self.data_dir.join("sandbox.db").display()
+            )
+        } else {
+            self.database_url.clone()
+        }
+    }
+
+    pub fn initial_grant(&self) -> i64 {
+        credits::parse(&self.credits.initial_grant).expect("validated at load")
+    }
+
+    /// Milli-credits per hour for a slice of this size on this model.
+    pub fn price_per_hour(&self, model: &str, slice_mib: u64) -> i64 {
+        let exact = self
+            .pool
+            .prices
+            .iter()
+            .find(|p| p.model == model && p.slice_mib == slice_mib)
+            .or_else(|| {
+                self.pool
+                    .prices
+                    .iter()
+                    .find(|p| p.model == "*" && p.slice_mib == slice_mib)
+            });
+        match exact {
+            Some(price) => credits::parse(&price.per_hour).expect("validated at load"),
+            None => {
+                let per_gib = credits::parse(&self.pool.default_price_per_gib_hour)
+                    .expect("validated at load");
+                (per_gib * slice_mib as i64 + 1023) / 1024
+            }
+        }
+    }
+
+    /// The declared GPUs as pool specs (used when no NVIDIA GPU is detected).
+    pub fn declared_gpus(&self) -> Vec<GpuSpec> {
+        self.pool
+            .gpus
+            .iter()
+            .map(|g| GpuSpec {
+                id: g.name.clone(),
+                model: g.model.clone(),
+                memory_mib: g.memory_mib,
+                slice_mib: g.slice_mib,
+                enforced: false,
+                cuda_index: None,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_price_eight_gb_at_one_credit() {
+        let config = Config::default();
+        config.validate().unwrap();
+        assert_eq!(config.price_per_hour("Virtual 48 GB", 8192), 1000);
+        assert_eq!(config.initial_grant(), 100_000);
+    }
+
+    #[test]
+    fn explicit_prices_win() {
+        let mut config = Config::default();
+        config.pool.prices.push(Price {
+            model: "*".into(),
+            slice_mib: 8192,
+            per_hour: "2.5".into(),
+        });
+        assert_eq!(config.price_per_hour("L40S", 8192), 2500);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let mut config = Config::default();
+        config.sessions.default_minutes = 1000;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("sessions.default_minutes"), "{err}");
+
+        let mut config = Config::default();
+        config.credits.initial_grant = "lots".into();
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("credits.initial_grant"), "{err}");
+
+        let mut config = Config::default();
+        config.listen = "nowhere".into();
+        assert!(
+            config
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("`listen`")
+        );
+    }
+
+    #[test]
+    fn a_file_with_a_wrong_type_names_the_key() {
+        let dir = std::env::temp_dir().join(format!("sandbox-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("bad.toml");
+        std::fs::write(&file, "[sessions]\nmax_minutes = \"many\"\n").unwrap();
+        let err = Config::load(Some(&file)).unwrap_err().to_string();
+        assert!(err.contains("sessions.max_minutes"), "{err}");
+        std::fs::write(&file, "colour = \"blue\"\n").unwrap();
+        let err = Config::load(Some(&file)).unwrap_err().to_string();
+        assert!(err.contains("colour"), "{err}");
+    }
+}

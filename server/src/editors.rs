@@ -1,0 +1,143 @@
+//! What each editor needs: its command line, how the proxy proves itself to it, where it answers.
+
+use app::domain::launch::EditorKind;
+
+/// How the proxy presents the session's secret to the editor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UpstreamAuth {
+    /// A request header (name, value).
+    Header(&'static str, String),
+    /// A cookie (name, value) added to the request's cookies.
+    Cookie(&'static str, String),
+}
+
+/// How the proxy presents `secret` to this editor.
+pub fn upstream_auth(editor: EditorKind, secret: &str) -> UpstreamAuth {
+    match editor {
+        EditorKind::JupyterLab => UpstreamAuth::Header("authorization", format!("token {secret}")),
+        EditorKind::Marimo => UpstreamAuth::Header("authorization", format!("Bearer {secret}")),
+        // code-server compares its session cookie to the hashed password it was given.
+        EditorKind::CodeServer => UpstreamAuth::Cookie("code-server-session", secret.to_string()),
+    }
+}
+
+/// code-server serves from "/" and uses relative links, so it is reached with the prefix removed;
+/// the others are told their base URL.
+pub fn strips_prefix(editor: EditorKind) -> bool {
+    editor == EditorKind::CodeServer
+}
+
+/// The path that answers 200 once the editor is ready, as seen by the editor.
+pub fn readiness_path(editor: EditorKind, base_path: &str) -> String {
+    match editor {
+        EditorKind::JupyterLab => format!("{base_path}api/status"),
+        EditorKind::Marimo => format!("{base_path}health"),
+        EditorKind::CodeServer => "/healthz".to_string(),
+    }
+}
+
+/// Arguments after the program, for an editor on 127.0.0.1:`port` under `base_path` ("/s/<id>/").
+pub fn arguments(
+    editor: EditorKind,
+    port: u16,
+    base_path: &str,
+    workspace: &str,
+    secret: &str,
+) -> Vec<String> {
+    let s = |v: &str| v.to_string();
+    match editor {
+        EditorKind::JupyterLab => vec![
+            s("--no-browser"),
+            s("--ip=127.0.0.1"),
+            format!("--port={port}"),
+            s("--port-retries=0"),
+            format!("--ServerApp.base_url={base_path}"),
+            format!("--IdentityProvider.token={secret}"),
+            format!("--ServerApp.root_dir={workspace}"),
+            s("--ServerApp.allow_root=True"),
+            s("--ServerApp.allow_remote_access=True"),
+            s("--LabApp.news_url=None"),
+            s("--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"),
+        ],
+        EditorKind::Marimo => vec![
+            s("edit"),
+            s("--headless"),
+            s("--host=127.0.0.1"),
+            format!("--port={port}"),
+            format!("--base-url={}", base_path.trim_end_matches('/')),
+            format!("--token-password={secret}"),
+            s("--skip-update-check"),
+            s("--allow-origins=*"),
+            workspace.to_string(),
+        ],
+        EditorKind::CodeServer => vec![
+            format!("--bind-addr=127.0.0.1:{port}"),
+            s("--auth=password"),
+            s("--disable-telemetry"),
+            s("--disable-update-check"),
+            s("--disable-workspace-trust"),
+            s("--disable-getting-started-override"),
+            workspace.to_string(),
+        ],
+    }
+}
+
+/// The environment that carries the secret, where an editor takes it from there.
+pub fn secret_env(editor: EditorKind, secret: &str) -> Vec<(String, String)> {
+    match editor {
+        EditorKind::CodeServer => vec![("HASHED_PASSWORD".into(), secret.to_string())],
+        _ => Vec::new(),
+    }
+}
+
+/// A fresh secret for one editor. code-server wants an argon2 hash, which its cookie then must equal.
+pub fn new_secret(editor: EditorKind) -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 24];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    let token = hex::encode(bytes);
+    match editor {
+        EditorKind::CodeServer => crate::auth::hash_password(&token).unwrap_or(token),
+        _ => token,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jupyter_gets_its_base_url_and_token() {
+        let args = arguments(EditorKind::JupyterLab, 4000, "/s/abc/", "/ws", "tok");
+        assert!(args.contains(&"--ServerApp.base_url=/s/abc/".to_string()));
+        assert!(args.contains(&"--IdentityProvider.token=tok".to_string()));
+        assert!(args.contains(&"--ip=127.0.0.1".to_string()));
+        assert_eq!(
+            readiness_path(EditorKind::JupyterLab, "/s/abc/"),
+            "/s/abc/api/status"
+        );
+        assert_eq!(
+            upstream_auth(EditorKind::JupyterLab, "tok"),
+            UpstreamAuth::Header("authorization", "token tok".into())
+        );
+    }
+
+    #[test]
+    fn marimo_base_url_has_no_trailing_slash() {
+        let args = arguments(EditorKind::Marimo, 4000, "/s/abc/", "/ws", "tok");
+        assert!(args.contains(&"--base-url=/s/abc".to_string()));
+        assert!(args.contains(&"--host=127.0.0.1".to_string()));
+    }
+
+    #[test]
+    fn code_server_secret_is_an_argon2_hash_sent_as_its_cookie() {
+        let secret = new_secret(EditorKind::CodeServer);
+        assert!(secret.starts_with("$argon2"), "{secret}");
+        assert_eq!(
+            secret_env(EditorKind::CodeServer, &secret)[0].0,
+            "HASHED_PASSWORD"
+        );
+        assert!(strips_prefix(EditorKind::CodeServer));
+        assert!(!strips_prefix(EditorKind::JupyterLab));
+    }
+}

@@ -1,0 +1,178 @@
+#![recursion_limit = "512"]
+//! The server: everything that touches the world.
+//!
+//! - [`config`]: one TOML file plus `SANDBOX_*` environment overrides.
+//! - [`store`]: SQLite or PostgreSQL (sqlx `Any`), migrations, the ledger, the session history.
+//! - [`auth`]: local accounts (argon2), session cookies (tower-sessions), bearer tokens.
+//! - [`runtime`]: where editors run (`local` processes), behind the [`runtime::Runtime`] trait.
+//! - [`service`]: the rules of who may do what; the pages and the REST API both call it.
+//! - [`proxy`]: `/s/<id>/…` to the session's editor, HTTP and WebSocket, owner only.
+//! - [`rest`]: `/api/v1/…`.
+//!
+//! [`run`] serves on a listener until a shutdown signal, so tests bind `127.0.0.1:0`.
+
+pub mod auth;
+pub mod config;
+pub mod editors;
+pub mod events;
+pub mod gpu;
+pub mod proxy;
+pub mod rest;
+pub mod runtime;
+pub mod service;
+pub mod store;
+
+use axum::Router;
+use axum::extract::FromRef;
+use axum::routing::any;
+use leptos::prelude::*;
+use leptos_axum::{LeptosRoutes, generate_route_list};
+use service::{PagesBackend, Service};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tower_sessions::{Expiry, SessionManagerLayer};
+
+#[derive(Clone)]
+pub struct AppState {
+    pub service: Arc<Service>,
+    pub leptos: LeptosOptions,
+    pub client: proxy::ProxyClient,
+}
+
+impl FromRef<AppState> for LeptosOptions {
+    fn from_ref(state: &AppState) -> Self {
+        state.leptos.clone()
+    }
+}
+
+pub fn leptos_options(config: &config::Config) -> LeptosOptions {
+    LeptosOptions::builder()
+        .output_name("sandbox")
+        .site_root(config.site_root.to_string_lossy().to_string())
+        .site_pkg_dir("pkg")
+        .site_addr(config.listen_addr())
+        .env(leptos::config::Env::PROD)
+        .build()
+}
+
+/// The whole HTTP surface: pages and server functions, the REST API, the proxy, static files.
+pub fn router(service: Arc<Service>) -> Router {
+    let state = AppState {
+        leptos: leptos_options(&service.config),
+        client: proxy::client(),
+        service: service.clone(),
+    };
+    let sessions = SessionManagerLayer::new(store::HttpSessionStore::new(service.store.clone()))
+        .with_name(auth::SESSION_COOKIE)
+        .with_http_only(true)
+        .with_same_site(tower_sessions::cookie::SameSite::Lax)
+        .with_secure(service.config.secure_cookies)
+        .with_expiry(Expiry::OnInactivity(time::Duration::days(7)));
+    let backend: Arc<dyn app::api::Backend> = Arc::new(PagesBackend(service));
+    let routes = generate_route_list(app::App);
+    let pages = Router::new()
+        .leptos_routes_with_context(&state, routes, move || provide_context(backend.clone()), {
+            let options = state.leptos.clone();
+            move || app::shell(options.clone())
+        })
+        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
+            app::shell,
+        ))
+        .merge(rest::router());
+    Router::new()
+        .route("/s/{*rest}", any(proxy::handle))
+        .merge(pages.layer(sessions))
+        .with_state(state)
+}
+
+/// Serves until `shutdown` resolves; background work (activity flushing, session cleanup) runs alongside.
+pub async fn run(
+    listener: tokio::net::TcpListener,
+    service: Arc<Service>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let background = tokio::spawn(background(service.clone()));
+    let app = router(service.clone());
+    let result = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await;
+    background.abort();
+    service.flush_activity().await;
+    if service.config.sessions.stop_on_shutdown {
+        service
+            .stop_all(
+                app::domain::session::EndReason::Admin,
+                "the server shut down; unused credits were refunded",
+            )
+            .await;
+    }
+    result
+}
+
+async fn background(service: Arc<Service>) {
+    let sessions = store::HttpSessionStore::new(service.store.clone());
+    let mut tick = tokio::time::interval(Duration::from_secs(10));
+    let mut ticks = 0u64;
+    loop {
+        tick.tick().await;
+        service.flush_activity().await;
+        ticks += 1;
+        if ticks % 360 == 0 {
+            if let Err(e) = sessions.delete_expired().await {
+                tracing::warn!(error = %e, "removing expired sign-ins");
+            }
+        }
+    }
+}
+
+/// Opens the store, applies migrations, writes the pool, recovers sessions: a ready service.
+pub async fn build_service(config: config::Config) -> anyhow_lite::Result<Arc<Service>> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+        anyhow_lite::Error(format!(
+            "cannot create data_dir {}: {e}",
+            config.data_dir.display()
+        ))
+    })?;
+    let store = store::Store::connect(&config.database_url())
+        .await
+        .map_err(anyhow_lite::wrap("database"))?;
+    store
+        .migrate()
+        .await
+        .map_err(anyhow_lite::wrap("migration"))?;
+    let (gpus, enforcement) = gpu::discover(&config);
+    let runtime: Arc<dyn runtime::Runtime> = Arc::new(runtime::LocalRuntime::new(
+        runtime::ToolPaths::from_config(&config.editors),
+        &config.data_dir,
+    ));
+    let service = Arc::new(Service::new(config, store, runtime, gpus, enforcement));
+    service
+        .sync_pool()
+        .await
+        .map_err(anyhow_lite::wrap("pool"))?;
+    service
+        .recover()
+        .await
+        .map_err(anyhow_lite::wrap("recovery"))?;
+    Ok(service)
+}
+
+/// A plain error for start-up, where the only thing to do is to say what failed.
+pub mod anyhow_lite {
+    #[derive(Debug)]
+    pub struct Error(pub String);
+    impl std::fmt::Display for Error {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+    impl std::error::Error for Error {}
+    pub type Result<T> = std::result::Result<T, Error>;
+    pub fn wrap<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> Error {
+        move |e| Error(format!("{what}: {e}"))
+    }
+}

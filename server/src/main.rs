@@ -1,0 +1,243 @@
+//! `server`: serve the product, or manage it from the command line.
+
+use app::domain::credits;
+use app::model::Role;
+use clap::{Parser, Subcommand};
+use server::config::Config;
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "server", about = "GPU development sandbox")]
+struct Cli {
+    /// TOML configuration file; SANDBOX_* environment variables override it.
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the dashboard, the API and the proxy (the default).
+    Serve,
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Manage accounts.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+    /// Manage API tokens.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+    /// Manage credits.
+    Credits {
+        #[command(subcommand)]
+        command: CreditsCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum UserCommand {
+    /// Create an account; prints a generated password unless --password-stdin is given.
+    Add {
+        name: String,
+        #[arg(long)]
+        admin: bool,
+        #[arg(long)]
+        password_stdin: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Create a bearer token for a user and print it.
+    Create {
+        #[arg(long)]
+        user: String,
+        /// Days until it expires; never when left out.
+        #[arg(long)]
+        days: Option<u32>,
+    },
+}
+
+#[derive(Subcommand)]
+enum CreditsCommand {
+    /// Grant credits (e.g. 10 or 2.5; negative to take back).
+    Grant {
+        name: String,
+        #[arg(allow_hyphen_values = true)]
+        amount: String,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SANDBOX_LOG").unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("info,sqlx=warn,tower_sessions=warn")
+            }),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let config = match Config::load(cli.config.as_deref()) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(dispatch(cli.command.unwrap_or(Command::Serve), config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(command: Command, config: Config) -> Result<(), String> {
+    match command {
+        Command::Serve => serve(config).await,
+        Command::Migrate => {
+            let store = server::store::Store::connect(&config.database_url())
+                .await
+                .map_err(|e| e.to_string())?;
+            store.migrate().await.map_err(|e| e.to_string())?;
+            println!("migrations applied");
+            Ok(())
+        }
+        Command::User {
+            command:
+                UserCommand::Add {
+                    name,
+                    admin,
+                    password_stdin,
+                },
+        } => {
+            let service = server::build_service(config)
+                .await
+                .map_err(|e| e.to_string())?;
+            let (password, generated) = if password_stdin {
+                let mut text = String::new();
+                std::io::stdin()
+                    .read_to_string(&mut text)
+                    .map_err(|e| e.to_string())?;
+                (text.trim_end_matches(['\r', '\n']).to_string(), false)
+            } else {
+                (server::auth::random_secret(9), true)
+            };
+            let role = if admin { Role::Admin } else { Role::User };
+            let user = service
+                .create_user(&name, Some(&password), role, None)
+                .await
+                .map_err(|e| e.to_string())?;
+            if generated {
+                println!(
+                    "created {} ({}) with password: {password}",
+                    user.name,
+                    role.as_str()
+                );
+            } else {
+                println!("created {} ({})", user.name, role.as_str());
+            }
+            Ok(())
+        }
+        Command::Token {
+            command: TokenCommand::Create { user, days },
+        } => {
+            let service = server::build_service(config)
+                .await
+                .map_err(|e| e.to_string())?;
+            let record = service
+                .store
+                .user_by_name(&user)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("no user named '{user}'"))?;
+            let (token, hash) = server::auth::new_api_token();
+            let expires = days.map(|d| server::store::now_ms() + d as i64 * 86_400_000);
+            service
+                .store
+                .create_token(&record.id, &hash, "cli", expires)
+                .await
+                .map_err(|e| e.to_string())?;
+            println!("{token}");
+            Ok(())
+        }
+        Command::Credits {
+            command: CreditsCommand::Grant { name, amount },
+        } => {
+            let milli = credits::parse(&amount)?;
+            let service = server::build_service(config)
+                .await
+                .map_err(|e| e.to_string())?;
+            let record = service
+                .store
+                .user_by_name(&name)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("no user named '{name}'"))?;
+            let balance = service
+                .store
+                .grant(&record.id, milli, None, "granted from the command line")
+                .await
+                .map_err(|e| e.to_string())?;
+            println!("{name} now has {} credits", credits::format(balance));
+            Ok(())
+        }
+    }
+}
+
+async fn serve(config: Config) -> Result<(), String> {
+    let listen = config.listen_addr();
+    let data_dir = config.data_dir.clone();
+    let service = server::build_service(config)
+        .await
+        .map_err(|e| e.to_string())?;
+    if let Some(password) = service.ensure_admin().await.map_err(|e| e.to_string())? {
+        let file = data_dir.join("initial-admin-password");
+        let _ = std::fs::write(&file, format!("{password}\n"));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600));
+        }
+        println!("\n  First run: created the account 'admin' with password: {password}");
+        println!("  (also saved in {})\n", file.display());
+    }
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    println!("  GPU Sandbox is serving on http://{listen}");
+    server::run(listener, service, shutdown_signal())
+        .await
+        .map_err(|e| e.to_string())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        if let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            term.recv().await;
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,481 @@
+//! Our reverse proxy: `/s/<id>/…` reaches the editor of session `<id>`, for its owner only.
+//!
+//! HTTP bodies stream both ways; WebSocket (any upgrade) is spliced byte for byte after the
+//! editor's 101. Every request and every chunk of upgraded traffic counts as activity.
+
+use crate::AppState;
+use crate::editors::UpstreamAuth;
+use crate::store::now_ms;
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+pub type ProxyClient = Client<HttpConnector, Body>;
+
+pub fn client() -> ProxyClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(Duration::from_secs(5)));
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(60))
+        .pool_max_idle_per_host(128)
+        .build(connector)
+}
+
+/// Where a ready session's editor is, and when it was last used.
+pub struct Route {
+    pub session_id: String,
+    pub owner_id: String,
+    pub upstream: String,
+    pub auth: UpstreamAuth,
+    pub strip_prefix: bool,
+    last_activity: AtomicI64,
+    flushed_activity: AtomicI64,
+}
+
+impl Route {
+    pub fn new(
+        session_id: String,
+        owner_id: String,
+        upstream: String,
+        auth: UpstreamAuth,
+        strip_prefix: bool,
+        last_activity: i64,
+    ) -> Route {
+        Route {
+            session_id,
+            owner_id,
+            upstream,
+            auth,
+            strip_prefix,
+            last_activity: AtomicI64::new(last_activity),
+            flushed_activity: AtomicI64::new(last_activity),
+        }
+    }
+
+    pub fn touch(&self) {
+        self.last_activity.store(now_ms(), Ordering::Relaxed);
+    }
+
+    pub fn last_activity(&self) -> i64 {
+        self.last_activity.load(Ordering::Relaxed)
+    }
+}
+
+#[derive(Default)]
+pub struct RouteTable {
+    routes: RwLock<HashMap<String, Arc<Route>>>,
+}
+
+impl RouteTable {
+    pub fn get(&self, session_id: &str) -> Option<Arc<Route>> {
+        self.routes.read().expect("routes").get(session_id).cloned()
+    }
+
+    pub fn insert(&self, route: Arc<Route>) {
+        self.routes
+            .write()
+            .expect("routes")
+            .insert(route.session_id.clone(), route);
+    }
+
+    pub fn remove(&self, session_id: &str) {
+        self.routes.write().expect("routes").remove(session_id);
+    }
+
+    /// Activity not yet written to the database: (session, last activity).
+    pub fn take_activity(&self) -> Vec<(String, i64)> {
+        let routes = self.routes.read().expect("routes");
+        routes
+            .values()
+            .filter_map(|route| {
+                let last = route.last_activity();
+                let flushed = route.flushed_activity.swap(last, Ordering::Relaxed);
+                (last > flushed).then(|| (route.session_id.clone(), last))
+            })
+            .collect()
+    }
+}
+
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in HOP_BY_HOP.iter().chain(listed.iter()) {
+        headers.remove(name);
+    }
+}
+
+fn is_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+            })
+}
+
+/// Our own credentials never reach the editor: our cookie and our bearer token are removed.
+fn strip_our_credentials(headers: &mut HeaderMap) {
+    let cookies: Vec<String> = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .map(str::trim)
+        .filter(|pair| {
+            !pair.is_empty() && !pair.starts_with(&format!("{}=", crate::auth::SESSION_COOKIE))
+        })
+        .map(str::to_string)
+        .collect();
+    headers.remove(header::COOKIE);
+    if !cookies.is_empty() {
+        if let Ok(value) = HeaderValue::from_str(&cookies.join("; ")) {
+            headers.insert(header::COOKIE, value);
+        }
+    }
+    if crate::auth::bearer_token(headers).is_some() {
+        headers.remove(header::AUTHORIZATION);
+    }
+}
+
+fn add_editor_auth(headers: &mut HeaderMap, auth: &UpstreamAuth) {
+    match auth {
+        UpstreamAuth::Header(name, value) => {
+            if let Ok(value) = HeaderValue::from_str(value) {
+                headers.insert(*name, value);
+            }
+        }
+        UpstreamAuth::Cookie(name, value) => {
+            let existing = headers
+                .get(header::COOKIE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let cookie = if existing.is_empty() {
+                format!("{name}={value}")
+            } else {
+                format!("{existing}; {name}={value}")
+            };
+            if let Ok(value) = HeaderValue::from_str(&cookie) {
+                headers.insert(header::COOKIE, value);
+            }
+        }
+    }
+}
+
+fn json_error(status: StatusCode, code: &str, message: &str) -> Response {
+    (
+        status,
+        axum::Json(serde_json::json!({ "error": code, "message": message })),
+    )
+        .into_response()
+}
+
+fn wants_html(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/html"))
+}
+
+pub async fn handle(State(state): State<AppState>, mut req: Request<Body>) -> Response {
+    let path = req.uri().path().to_string();
+    let rest = path.strip_prefix("/s/").unwrap_or_default();
+    let (session_id, tail) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    let user = match state.service.auth.user(req.headers()).await {
+        Ok(user) => user,
+        Err(e) => {
+            tracing::error!(error = %e, "proxy auth");
+            return json_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "something went wrong on our side",
+            );
+        }
+    };
+    let Some(user) = user else {
+        if req.method() == http::Method::GET && wants_html(req.headers()) {
+            let next = req
+                .uri()
+                .path_and_query()
+                .map(|p| p.as_str())
+                .unwrap_or("/");
+            let location = format!("/login?next={}", percent_encode(next));
+            return (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response();
+        }
+        return json_error(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "please sign in",
+        );
+    };
+    let route = match state.service.route(session_id).await {
+        Ok(route) => route,
+        Err(e) => {
+            tracing::error!(error = %e, "proxy route");
+            return json_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "something went wrong on our side",
+            );
+        }
+    };
+    // Someone else's session answers exactly like one that does not exist.
+    let Some(route) = route.filter(|r| r.owner_id == user.id) else {
+        return json_error(StatusCode::NOT_FOUND, "not_found", "no such session");
+    };
+    if tail.is_empty() {
+        let query = req
+            .uri()
+            .query()
+            .map(|q| format!("?{q}"))
+            .unwrap_or_default();
+        return (
+            StatusCode::PERMANENT_REDIRECT,
+            [(header::LOCATION, format!("{path}/{query}"))],
+        )
+            .into_response();
+    }
+    route.touch();
+
+    let upstream_path = if route.strip_prefix {
+        tail
+    } else {
+        path.as_str()
+    };
+    let query = req
+        .uri()
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    let Ok(uri) = format!("http://{}{upstream_path}{query}", route.upstream).parse::<http::Uri>()
+    else {
+        return json_error(StatusCode::BAD_REQUEST, "invalid", "malformed path");
+    };
+    let upgrade = is_upgrade(req.headers());
+    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let (mut parts, body) = req.into_parts();
+    let upgrade_to = parts.headers.get(header::UPGRADE).cloned();
+    let client_ip = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip().to_string());
+    strip_hop_by_hop(&mut parts.headers);
+    strip_our_credentials(&mut parts.headers);
+    add_editor_auth(&mut parts.headers, &route.auth);
+    if let Some(ip) = client_ip.and_then(|ip| HeaderValue::from_str(&ip).ok()) {
+        parts.headers.insert("x-forwarded-for", ip);
+    }
+    parts
+        .headers
+        .insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    if let Some(protocol) = upgrade_to {
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        parts.headers.insert(header::UPGRADE, protocol);
+    }
+    parts.uri = uri;
+    parts.version = http::Version::HTTP_11;
+    let outgoing = Request::from_parts(parts, body);
+
+    let mut response = match state.client.request(outgoing).await {
+        Ok(response) => response,
+        Err(e) => {
+            tracing::warn!(session = %route.session_id, error = %e, "editor unreachable");
+            return json_error(
+                StatusCode::BAD_GATEWAY,
+                "editor_unreachable",
+                "the editor is not answering; it may have stopped",
+            );
+        }
+    };
+
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        if let Some(client_upgrade) = client_upgrade {
+            let upstream_upgrade = hyper::upgrade::on(&mut response);
+            let route = route.clone();
+            tokio::spawn(async move {
+                let (Ok(client), Ok(upstream)) = tokio::join!(client_upgrade, upstream_upgrade)
+                else {
+                    return;
+                };
+                let mut client = Tracked {
+                    inner: TokioIo::new(client),
+                    route: route.clone(),
+                };
+                let mut upstream = Tracked {
+                    inner: TokioIo::new(upstream),
+                    route,
+                };
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            });
+        }
+        let (parts, _) = response.into_parts();
+        return Response::from_parts(parts, Body::empty());
+    }
+
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    // Only our own pages may frame the editor.
+    parts.headers.insert(
+        header::X_FRAME_OPTIONS,
+        HeaderValue::from_static("SAMEORIGIN"),
+    );
+    parts.headers.append(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("frame-ancestors 'self'"),
+    );
+    Response::from_parts(parts, Body::new(body))
+}
+
+fn percent_encode(text: &str) -> String {
+    let mut out = String::new();
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Upgraded traffic, counted as activity as it flows.
+struct Tracked<T> {
+    inner: T,
+    route: Arc<Route>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Tracked<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.route.touch();
+        }
+        poll
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_and_listed_headers_go() {
+        let mut h = HeaderMap::new();
+        h.insert("connection", "keep-alive, x-secret".parse().unwrap());
+        h.insert("x-secret", "1".parse().unwrap());
+        h.insert("transfer-encoding", "chunked".parse().unwrap());
+        h.insert("content-type", "text/plain".parse().unwrap());
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("content-type"));
+    }
+
+    #[test]
+    fn our_cookie_and_token_never_reach_the_editor() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "cookie",
+            "_xsrf=1; sandbox_session=SECRET; b=2".parse().unwrap(),
+        );
+        h.insert("authorization", "Bearer gsb_abc".parse().unwrap());
+        strip_our_credentials(&mut h);
+        assert_eq!(h.get("cookie").unwrap(), "_xsrf=1; b=2");
+        assert!(!h.contains_key("authorization"));
+        add_editor_auth(
+            &mut h,
+            &UpstreamAuth::Cookie("code-server-session", "H".into()),
+        );
+        assert_eq!(
+            h.get("cookie").unwrap(),
+            "_xsrf=1; b=2; code-server-session=H"
+        );
+        add_editor_auth(
+            &mut h,
+            &UpstreamAuth::Header("authorization", "token T".into()),
+        );
+        assert_eq!(h.get("authorization").unwrap(), "token T");
+    }
+
+    #[test]
+    fn recognizes_upgrades() {
+        let mut h = HeaderMap::new();
+        h.insert("upgrade", "websocket".parse().unwrap());
+        assert!(!is_upgrade(&h));
+        h.insert("connection", "keep-alive, Upgrade".parse().unwrap());
+        assert!(is_upgrade(&h));
+    }
+
+    #[test]
+    fn activity_is_taken_once() {
+        let table = RouteTable::default();
+        let route = Arc::new(Route::new(
+            "s".into(),
+            "u".into(),
+            "x:1".into(),
+            UpstreamAuth::Header("a", "b".into()),
+            false,
+            0,
+        ));
+        table.insert(route.clone());
+        route.touch();
+        assert_eq!(table.take_activity().len(), 1);
+        assert!(table.take_activity().is_empty());
+    }
+}

@@ -1,0 +1,209 @@
+//! The REST API, `/api/v1/…`: the scripts' door to the same service functions as the pages.
+
+use crate::AppState;
+use crate::service::Service;
+use app::domain::launch::LaunchRequest;
+use app::domain::session::SessionState;
+use app::error::AppError;
+use app::model::{SessionView, Viewer};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use futures_util::stream::{self, Stream, StreamExt};
+use serde::Serialize;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+/// `{error, message}` with the status that fits.
+pub struct ApiError(pub AppError);
+
+impl From<AppError> for ApiError {
+    fn from(e: AppError) -> Self {
+        ApiError(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.0.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (
+            status,
+            Json(serde_json::json!({ "error": self.0.code(), "message": self.0.to_string() })),
+        )
+            .into_response()
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// The caller, by bearer token or session cookie.
+pub struct ApiUser(pub Viewer);
+
+impl FromRequestParts<AppState> for ApiUser {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        match state.service.auth.user(&parts.headers).await {
+            Ok(Some(user)) => Ok(ApiUser(user.viewer())),
+            Ok(None) => Err(ApiError(AppError::Unauthenticated)),
+            Err(e) => Err(ApiError(e.into())),
+        }
+    }
+}
+
+/// JSON bodies whose every rejection is a clear `{error, message}`.
+pub struct ApiJson<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(value)) => Ok(ApiJson(value)),
+            Err(JsonRejection::BytesRejection(_)) => Err(ApiError(AppError::TooLarge(
+                "the request body is too large (at most 16 KiB)".into(),
+            ))),
+            Err(JsonRejection::MissingJsonContentType(_)) => Err(ApiError(AppError::Invalid(
+                "send JSON with Content-Type: application/json".into(),
+            ))),
+            Err(rejection) => Err(ApiError(AppError::Invalid(format!(
+                "malformed JSON: {}",
+                rejection.body_text()
+            )))),
+        }
+    }
+}
+
+pub fn router() -> Router<AppState> {
+    let v1 = Router::new()
+        .route("/me", get(me))
+        .route("/sessions", get(list_sessions).post(create_session))
+        .route("/sessions/{id}", get(get_session).delete(delete_session))
+        .route("/sessions/{id}/events", get(session_events))
+        .fallback(|| async { ApiError(AppError::NotFound) })
+        .layer(axum::extract::DefaultBodyLimit::max(16 * 1024));
+    Router::new().nest("/api/v1", v1)
+}
+
+#[derive(Serialize)]
+struct Me {
+    #[serde(flatten)]
+    viewer: Viewer,
+    credits: app::model::CreditsView,
+}
+
+async fn me(State(state): State<AppState>, ApiUser(viewer): ApiUser) -> ApiResult<Json<Me>> {
+    let (balance, held) = state
+        .service
+        .store
+        .credits(&viewer.id)
+        .await
+        .map_err(AppError::from)?;
+    Ok(Json(Me {
+        viewer,
+        credits: app::model::CreditsView { balance, held },
+    }))
+}
+
+/// A session as the API shows it: the view plus the seconds left.
+#[derive(Serialize)]
+struct ApiSession {
+    #[serde(flatten)]
+    view: SessionView,
+    time_left_seconds: Option<i64>,
+}
+
+impl From<SessionView> for ApiSession {
+    fn from(view: SessionView) -> Self {
+        let time_left_seconds = view
+            .ends_at_ms
+            .filter(|_| view.state == SessionState::Ready)
+            .map(|end| ((end - crate::store::now_ms()) / 1000).max(0));
+        ApiSession {
+            view,
+            time_left_seconds,
+        }
+    }
+}
+
+async fn list_sessions(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+) -> ApiResult<Json<Vec<ApiSession>>> {
+    let sessions = state.service.sessions(&viewer).await?;
+    Ok(Json(sessions.into_iter().map(ApiSession::from).collect()))
+}
+
+async fn create_session(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    ApiJson(request): ApiJson<LaunchRequest>,
+) -> ApiResult<(StatusCode, Json<ApiSession>)> {
+    let view = state.service.launch(&viewer, request).await?;
+    Ok((StatusCode::CREATED, Json(view.into())))
+}
+
+async fn get_session(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    Path(id): Path<String>,
+) -> ApiResult<Json<ApiSession>> {
+    Ok(Json(state.service.session(&viewer, &id).await?.into()))
+}
+
+async fn delete_session(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    Path(id): Path<String>,
+) -> ApiResult<Json<ApiSession>> {
+    Ok(Json(state.service.stop(&viewer, &id).await?.into()))
+}
+
+/// The session's steps so far, then each new one as it happens, until it ends.
+async fn session_events(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    Path(id): Path<String>,
+) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    // Subscribe before reading the history, so nothing falls between the two.
+    let live = state.service.events.subscribe(&id);
+    let history = state.service.steps(&viewer, &id).await?;
+    let last_seq = history.last().map(|s| s.seq).unwrap_or(0);
+    let ended = history.iter().any(|s| s.state == SessionState::Ended);
+    let to_event = |step: &app::model::Step| {
+        Event::default()
+            .id(step.seq.to_string())
+            .data(serde_json::to_string(step).unwrap_or_default())
+    };
+    let past = stream::iter(history.iter().map(to_event).map(Ok).collect::<Vec<_>>());
+    let service: Arc<Service> = state.service.clone();
+    let future = stream::unfold(
+        (live, ended, service, id),
+        move |(mut rx, done, service, id)| async move {
+            if done {
+                return None;
+            }
+            loop {
+                match rx.recv().await {
+                    Ok(step) if step.seq <= last_seq => continue,
+                    Ok(step) => {
+                        let end = step.state == SessionState::Ended;
+                        return Some((Ok(to_event(&step)), (rx, end, service, id)));
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        },
+    );
+    Ok(Sse::new(past.chain(future)).keep_alive(KeepAlive::default()))
+}

@@ -1,0 +1,324 @@
+//! Editors as local processes: one process group each, bound to 127.0.0.1 on a free port,
+//! logs in the data directory, a workspace directory per user kept across sessions.
+
+use super::{EditorLaunch, Running, Runtime, RuntimeError};
+use crate::editors;
+use app::domain::launch::EditorKind;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// Where each editor's program is.
+#[derive(Clone, Debug)]
+pub struct ToolPaths {
+    pub jupyterlab: PathBuf,
+    pub marimo: PathBuf,
+    pub code_server: PathBuf,
+}
+
+impl ToolPaths {
+    pub fn from_config(config: &crate::config::EditorsConfig) -> ToolPaths {
+        let pick = |explicit: &str, default: PathBuf| {
+            if explicit.is_empty() {
+                default
+            } else {
+                PathBuf::from(explicit)
+            }
+        };
+        let tools = absolute(&config.tools_dir);
+        ToolPaths {
+            jupyterlab: pick(&config.jupyterlab, tools.join("venv/bin/jupyter-lab")),
+            marimo: pick(&config.marimo, tools.join("venv/bin/marimo")),
+            code_server: pick(
+                &config.code_server,
+                tools.join("npm/node_modules/.bin/code-server"),
+            ),
+        }
+    }
+
+    fn program(&self, editor: EditorKind) -> &Path {
+        match editor {
+            EditorKind::JupyterLab => &self.jupyterlab,
+            EditorKind::Marimo => &self.marimo,
+            EditorKind::CodeServer => &self.code_server,
+        }
+    }
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map(|d| d.join(path))
+            .unwrap_or_else(|_| path.to_path_buf())
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Handle {
+    pid: i32,
+    port: u16,
+    log: PathBuf,
+}
+
+pub struct LocalRuntime {
+    tools: ToolPaths,
+    data_dir: PathBuf,
+    http: hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        http_body_util::Empty<bytes::Bytes>,
+    >,
+}
+
+impl LocalRuntime {
+    pub fn new(tools: ToolPaths, data_dir: &Path) -> LocalRuntime {
+        let http =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http();
+        LocalRuntime {
+            tools,
+            data_dir: absolute(data_dir),
+            http,
+        }
+    }
+
+    fn workspace_of(&self, user_name: &str) -> PathBuf {
+        self.data_dir.join("workspaces").join(safe_name(user_name))
+    }
+
+    async fn probe(&self, url: &str, auth: &editors::UpstreamAuth) -> Option<u16> {
+        let mut request = http::Request::get(url);
+        request = match auth {
+            editors::UpstreamAuth::Header(name, value) => request.header(*name, value),
+            editors::UpstreamAuth::Cookie(name, value) => {
+                request.header("cookie", format!("{name}={value}"))
+            }
+        };
+        let request = request.body(http_body_util::Empty::new()).ok()?;
+        let response = tokio::time::timeout(Duration::from_secs(2), self.http.request(request))
+            .await
+            .ok()?
+            .ok()?;
+        Some(response.status().as_u16())
+    }
+}
+
+/// A directory name for any user name: lowercase ASCII letters, digits, '-' and '_' kept, the rest hex-escaped.
+pub fn safe_name(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+            out.push(c.to_ascii_lowercase());
+            if c.is_ascii_uppercase() {
+                out.push('^');
+            }
+        } else {
+            out.push_str(&format!("~{:x}", c as u32));
+        }
+    }
+    if out.is_empty() { "~".into() } else { out }
+}
+
+fn free_port() -> std::io::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+fn process_alive(pid: i32) -> bool {
+    // Signal 0 checks existence; a zombie would still count, but we reap our children.
+    pid > 0 && unsafe { libc::kill(pid, 0) } == 0
+}
+
+fn signal_group(pid: i32, signal: i32) {
+    if pid > 0 {
+        unsafe {
+            libc::killpg(pid, signal);
+        }
+    }
+}
+
+/// The last `lines` lines of a log file.
+pub fn log_tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+#[async_trait::async_trait]
+impl Runtime for LocalRuntime {
+    fn availability(&self) -> Vec<(EditorKind, Result<(), String>)> {
+        EditorKind::ALL
+            .into_iter()
+            .map(|editor| {
+                let program = self.tools.program(editor);
+                let status = if program.exists() {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "not installed ({} is missing; run scripts/setup.sh)",
+                        program.display()
+                    ))
+                };
+                (editor, status)
+            })
+            .collect()
+    }
+
+    async fn start(&self, launch: &EditorLaunch) -> Result<Running, RuntimeError> {
+        let program = self.tools.program(launch.editor);
+        if !program.exists() {
+            return Err(RuntimeError::Unavailable(format!(
+                "{} is not installed",
+                launch.editor.label()
+            )));
+        }
+        let workspace = self.workspace_of(&launch.user_name);
+        let run_dir = self.data_dir.join("run").join(&launch.session_id);
+        let log_dir = self.data_dir.join("logs");
+        for dir in [&workspace, &run_dir, &log_dir] {
+            tokio::fs::create_dir_all(dir).await?;
+        }
+        let log_path = log_dir.join(format!("{}.log", launch.session_id));
+        let log = std::fs::File::create(&log_path)?;
+        let port = free_port()?;
+        let secret = editors::new_secret(launch.editor);
+        let args = editors::arguments(
+            launch.editor,
+            port,
+            &launch.base_path,
+            &workspace.to_string_lossy(),
+            &secret,
+        );
+        let mut command = tokio::process::Command::new(program);
+        command
+            .args(&args)
+            .current_dir(&workspace)
+            .env("HOME", &workspace)
+            .env("JUPYTER_RUNTIME_DIR", run_dir.join("jupyter"))
+            .env("XDG_CACHE_HOME", run_dir.join("cache"))
+            .env("XDG_DATA_HOME", workspace.join(".local/share"))
+            .env("XDG_CONFIG_HOME", workspace.join(".config"))
+            .env("PYTHONUNBUFFERED", "1")
+            .envs(launch.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .envs(editors::secret_env(launch.editor, &secret))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .kill_on_drop(false);
+        let mut child = command.spawn()?;
+        let pid = child.id().map(|p| p as i32).unwrap_or(0);
+        // Reap it when it exits, so a dead editor is not left as a zombie that still "exists".
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+        });
+        tracing::info!(session = %launch.session_id, editor = %launch.editor, pid, port, "editor started");
+        let handle = serde_json::to_string(&Handle {
+            pid,
+            port,
+            log: log_path,
+        })
+        .map_err(|e| RuntimeError::Handle(e.to_string()))?;
+        Ok(Running {
+            upstream: format!("127.0.0.1:{port}"),
+            secret,
+            handle,
+        })
+    }
+
+    async fn wait_ready(
+        &self,
+        launch: &EditorLaunch,
+        running: &Running,
+        timeout: Duration,
+    ) -> Result<(), RuntimeError> {
+        let handle: Handle = serde_json::from_str(&running.handle)
+            .map_err(|e| RuntimeError::Handle(e.to_string()))?;
+        let url = format!(
+            "http://{}{}",
+            running.upstream,
+            editors::readiness_path(launch.editor, &launch.base_path)
+        );
+        let auth = editors::upstream_auth(launch.editor, &running.secret);
+        let started = Instant::now();
+        let mut last_status = None;
+        loop {
+            match self.probe(&url, &auth).await {
+                Some(status) if (200..300).contains(&status) => return Ok(()),
+                other => last_status = other.or(last_status),
+            }
+            if !process_alive(handle.pid) {
+                return Err(RuntimeError::Failed {
+                    message: format!("{} exited before it was ready", launch.editor.label()),
+                    log_tail: log_tail(&handle.log, 20),
+                });
+            }
+            if started.elapsed() > timeout {
+                let answer = last_status
+                    .map(|s| format!(" (last answer: HTTP {s})"))
+                    .unwrap_or_default();
+                return Err(RuntimeError::Failed {
+                    message: format!(
+                        "{} did not answer within {} s{answer}",
+                        launch.editor.label(),
+                        timeout.as_secs()
+                    ),
+                    log_tail: log_tail(&handle.log, 20),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    async fn stop(&self, handle: &str) -> Result<(), RuntimeError> {
+        let handle: Handle =
+            serde_json::from_str(handle).map_err(|e| RuntimeError::Handle(e.to_string()))?;
+        if !process_alive(handle.pid) {
+            return Ok(());
+        }
+        signal_group(handle.pid, libc::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while process_alive(handle.pid) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Whatever is left of the group (kernels, language servers) goes too.
+        signal_group(handle.pid, libc::SIGKILL);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while process_alive(handle.pid) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tracing::info!(pid = handle.pid, "editor stopped");
+        Ok(())
+    }
+
+    async fn is_alive(&self, handle: &str) -> bool {
+        serde_json::from_str::<Handle>(handle)
+            .map(|h| process_alive(h.pid))
+            .unwrap_or(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn safe_names_are_distinct_and_plain() {
+        assert_eq!(safe_name("alice"), "alice");
+        assert_ne!(safe_name("Alice"), safe_name("alice"));
+        assert_eq!(safe_name("../etc"), "~2e~2e~2fetc");
+        assert!(!safe_name("ünï/cødé").contains('/'));
+        assert_eq!(safe_name(""), "~");
+    }
+
+    #[test]
+    fn log_tail_keeps_the_last_lines() {
+        let path = std::env::temp_dir().join(format!("tail-{}.log", std::process::id()));
+        std::fs::write(&path, "a\nb\nc\nd\n").unwrap();
+        assert_eq!(log_tail(&path, 2), "c\nd");
+        assert_eq!(log_tail(&path, 10), "a\nb\nc\nd");
+        assert_eq!(log_tail(&path.with_extension("none"), 3), "");
+    }
+}

@@ -1,0 +1,79 @@
+//! Runtimes run editors: `local` processes here, `kube` pods in a cluster (later).
+
+mod local;
+
+pub use local::{LocalRuntime, ToolPaths};
+
+use app::domain::launch::EditorKind;
+use std::time::Duration;
+
+/// One editor to start for one session.
+#[derive(Clone, Debug)]
+pub struct EditorLaunch {
+    pub session_id: String,
+    pub user_name: String,
+    pub editor: EditorKind,
+    /// "/s/<id>/": the proxy prefix the editor serves under.
+    pub base_path: String,
+    /// GPU binding for the slice.
+    pub env: Vec<(String, String)>,
+}
+
+/// A started editor.
+#[derive(Clone, Debug)]
+pub struct Running {
+    /// host:port the proxy forwards to.
+    pub upstream: String,
+    /// The secret the proxy presents to the editor.
+    pub secret: String,
+    /// The runtime's own record of what it started, kept in the database.
+    pub handle: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("{message}")]
+    Failed { message: String, log_tail: String },
+    #[error("runtime I/O: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("unreadable runtime handle: {0}")]
+    Handle(String),
+}
+
+impl RuntimeError {
+    /// What the user is told: the reason and the editor's last words.
+    pub fn user_message(&self) -> String {
+        match self {
+            RuntimeError::Failed { message, log_tail } if !log_tail.is_empty() => {
+                format!("{message}\n\nLast lines of the editor's log:\n{log_tail}")
+            }
+            RuntimeError::Failed { message, .. } | RuntimeError::Unavailable(message) => {
+                message.clone()
+            }
+            RuntimeError::Io(_) | RuntimeError::Handle(_) => {
+                "the editor could not be started on this server".into()
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+pub trait Runtime: Send + Sync + 'static {
+    /// Which editors this runtime can run, and why not.
+    fn availability(&self) -> Vec<(EditorKind, Result<(), String>)>;
+    /// Starts the editor; returns once it is spawned, not yet ready.
+    async fn start(&self, launch: &EditorLaunch) -> Result<Running, RuntimeError>;
+    /// Waits until the editor answers over HTTP, or fails with the reason.
+    async fn wait_ready(
+        &self,
+        launch: &EditorLaunch,
+        running: &Running,
+        timeout: Duration,
+    ) -> Result<(), RuntimeError>;
+    /// Stops it and everything it started. Stopping what is gone already is fine.
+    async fn stop(&self, handle: &str) -> Result<(), RuntimeError>;
+    /// Whether it still runs.
+    async fn is_alive(&self, handle: &str) -> bool;
+}

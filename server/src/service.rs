@@ -1,0 +1,689 @@
+//! The service layer: every rule about who may do what to which session lives here.
+//! The pages (server functions) and the REST API are two thin doors to these functions.
+
+use crate::auth::{self, Authenticator, USER_KEY};
+use crate::config::Config;
+use crate::editors;
+use crate::events::EventHub;
+use crate::gpu::{self, Enforcement};
+use crate::proxy::{Route, RouteTable};
+use crate::runtime::{EditorLaunch, Runtime};
+use crate::store::{NewSession, SessionRecord, Store, StoreError, UserRecord};
+use app::domain::credits;
+use app::domain::launch::{self, Catalog, LaunchRequest};
+use app::domain::pool::{GpuSpec, SlotUse, format_mib, rank_free_slots};
+use app::domain::session::{EndReason, SessionState};
+use app::error::AppError;
+use app::model::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+impl From<StoreError> for AppError {
+    fn from(error: StoreError) -> AppError {
+        match error {
+            StoreError::NotFound(_) => AppError::NotFound,
+            StoreError::Duplicate(what) => AppError::Conflict(format!("{what} already exists")),
+            StoreError::InsufficientCredits { balance, needed } => {
+                AppError::InsufficientCredits(format!(
+                    "Not enough credits: this launch holds {} credits and your balance is {}.",
+                    credits::format(needed),
+                    credits::format(balance)
+                ))
+            }
+            StoreError::Transition(_) | StoreError::Conflict => AppError::Conflict(
+                "the session changed meanwhile; reload to see where it is".into(),
+            ),
+            other => {
+                tracing::error!(error = %other, "store");
+                AppError::Internal
+            }
+        }
+    }
+}
+
+pub struct Service {
+    pub config: Config,
+    pub store: Store,
+    pub runtime: Arc<dyn Runtime>,
+    pub auth: Authenticator,
+    pub events: EventHub,
+    pub routes: RouteTable,
+    pub gpus: Vec<GpuSpec>,
+    pub enforcement: Enforcement,
+}
+
+impl Service {
+    pub fn new(
+        config: Config,
+        store: Store,
+        runtime: Arc<dyn Runtime>,
+        gpus: Vec<GpuSpec>,
+        enforcement: Enforcement,
+    ) -> Service {
+        let sessions = crate::store::HttpSessionStore::new(store.clone());
+        Service {
+            auth: Authenticator::new(store.clone(), sessions),
+            config,
+            store,
+            runtime,
+            events: EventHub::default(),
+            routes: RouteTable::default(),
+            gpus,
+            enforcement,
+        }
+    }
+
+    /// Writes the pool to the database.
+    pub async fn sync_pool(&self) -> Result<(), StoreError> {
+        let slots: Vec<_> = self
+            .gpus
+            .iter()
+            .enumerate()
+            .flat_map(|(ordinal, gpu)| app::domain::pool::plan_slots(ordinal, gpu))
+            .collect();
+        self.store.sync_pool(&self.gpus, &slots).await
+    }
+
+    /// The first admin, on an empty database: returns the generated password to show once.
+    pub async fn ensure_admin(&self) -> Result<Option<String>, StoreError> {
+        if self.store.count_users().await? > 0 {
+            return Ok(None);
+        }
+        let password = auth::random_secret(9);
+        let hash =
+            auth::hash_password(&password).map_err(|_| StoreError::NotFound("password hasher"))?;
+        match self
+            .store
+            .create_user(
+                "admin",
+                Some(&hash),
+                Role::Admin,
+                self.config.initial_grant(),
+                None,
+            )
+            .await
+        {
+            Ok(_) => Ok(Some(password)),
+            // Another replica created it first.
+            Err(StoreError::Duplicate(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn create_user(
+        &self,
+        name: &str,
+        password: Option<&str>,
+        role: Role,
+        actor: Option<&str>,
+    ) -> Result<UserRecord, AppError> {
+        let name = name.trim();
+        if name.is_empty() || name.len() > 64 || name.chars().any(|c| c.is_control() || c == '/') {
+            return Err(AppError::Invalid(
+                "a user name must be 1 to 64 characters, without '/' or control characters".into(),
+            ));
+        }
+        let hash = match password {
+            Some(p) if p.chars().count() < 8 => {
+                return Err(AppError::Invalid(
+                    "a password must have at least 8 characters".into(),
+                ));
+            }
+            Some(p) => Some(auth::hash_password(p).map_err(|_| AppError::Internal)?),
+            None => None,
+        };
+        Ok(self
+            .store
+            .create_user(
+                name,
+                hash.as_deref(),
+                role,
+                self.config.initial_grant(),
+                actor,
+            )
+            .await?)
+    }
+
+    fn catalog(&self, slots: &[crate::store::SlotRecord]) -> Catalog {
+        let mut sizes: Vec<u64> = slots.iter().map(|s| s.slice_mib).collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        Catalog {
+            editors: self.runtime.availability(),
+            slice_sizes: sizes,
+            min_minutes: self.config.sessions.min_minutes,
+            max_minutes: self.config.sessions.max_minutes,
+        }
+    }
+
+    /// The most any card charges for a slice of this size: what a launch holds.
+    fn price_for_slice(&self, slice_mib: u64) -> i64 {
+        self.gpus
+            .iter()
+            .filter(|g| g.slice_mib == slice_mib)
+            .map(|g| self.config.price_per_hour(&g.model, slice_mib))
+            .max()
+            .unwrap_or_else(|| self.config.price_per_hour("*", slice_mib))
+    }
+
+    pub async fn dashboard(&self, viewer: &Viewer) -> Result<Dashboard, AppError> {
+        let (balance, held) = self.store.credits(&viewer.id).await?;
+        let pool = self.store.pool().await?;
+        let all_slots: Vec<_> = pool.iter().flat_map(|(_, slots)| slots.clone()).collect();
+        let catalog = self.catalog(&all_slots);
+        let mut by_size: BTreeMap<u64, (u32, u32)> = BTreeMap::new();
+        for slot in &all_slots {
+            let entry = by_size.entry(slot.slice_mib).or_default();
+            entry.1 += 1;
+            if slot.session_id.is_none() {
+                entry.0 += 1;
+            }
+        }
+        let sessions = self.store.sessions_of(&viewer.id, 20).await?;
+        Ok(Dashboard {
+            viewer: viewer.clone(),
+            credits: CreditsView { balance, held },
+            editors: catalog
+                .editors
+                .into_iter()
+                .map(|(kind, status)| EditorOption {
+                    kind,
+                    label: kind.label().to_string(),
+                    unavailable: status.err(),
+                })
+                .collect(),
+            slices: by_size
+                .into_iter()
+                .map(|(slice_mib, (free, total))| SliceOption {
+                    slice_mib,
+                    price_per_hour: self.price_for_slice(slice_mib),
+                    free,
+                    total,
+                })
+                .collect(),
+            durations: DurationLimits {
+                min_minutes: self.config.sessions.min_minutes,
+                max_minutes: self.config.sessions.max_minutes,
+                default_minutes: self.config.sessions.default_minutes,
+            },
+            gpus: pool
+                .into_iter()
+                .map(|(gpu, slots)| GpuView {
+                    id: gpu.id,
+                    model: gpu.model,
+                    memory_mib: gpu.memory_mib,
+                    enforced: gpu.enforced,
+                    slots: slots
+                        .into_iter()
+                        .map(|s| SlotView {
+                            id: s.id,
+                            slice_mib: s.slice_mib,
+                            in_use: s.session_id.is_some(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            sessions: sessions
+                .iter()
+                .map(|s| session_view(s, Vec::new()))
+                .collect(),
+        })
+    }
+
+    /// Validates, holds credits, takes a slot, then starts the editor in the background.
+    pub async fn launch(
+        self: &Arc<Self>,
+        viewer: &Viewer,
+        request: LaunchRequest,
+    ) -> Result<SessionView, AppError> {
+        let pool = self.store.pool().await?;
+        let slots: Vec<_> = pool.iter().flat_map(|(_, slots)| slots.clone()).collect();
+        let valid = launch::validate(&request, &self.catalog(&slots)).map_err(AppError::Invalid)?;
+        let uses: Vec<SlotUse> = slots
+            .iter()
+            .map(|s| SlotUse {
+                slot_id: s.id.clone(),
+                gpu_id: s.gpu_id.clone(),
+                slice_mib: s.slice_mib,
+                free: s.session_id.is_none(),
+            })
+            .collect();
+        let no_slot = || {
+            AppError::Unavailable(format!(
+                "All {} slices are in use right now; try again in a few minutes or pick another size.",
+                format_mib(valid.slice_mib)
+            ))
+        };
+        let candidates: Vec<String> = rank_free_slots(&uses, valid.slice_mib)
+            .into_iter()
+            .map(|s| s.slot_id.clone())
+            .collect();
+        if candidates.is_empty() {
+            return Err(no_slot());
+        }
+        let price_per_hour = self.price_for_slice(valid.slice_mib);
+        let hold = credits::price_for_minutes(price_per_hour, valid.duration_minutes as i64);
+        let (record, steps) = self
+            .store
+            .create_session(NewSession {
+                user_id: &viewer.id,
+                editor: valid.editor,
+                slice_mib: valid.slice_mib,
+                duration_minutes: valid.duration_minutes,
+                price_per_hour,
+                hold,
+            })
+            .await?;
+        for step in steps {
+            self.events.publish(&record.id, step);
+        }
+        match self.store.assign_slot(&record.id, &candidates).await? {
+            Some((_, step)) => self.events.publish(&record.id, step),
+            None => {
+                // Someone took the last slot between our look and our claim.
+                self.end_without_editor(&record.id, EndReason::Failed, "No free slice was left")
+                    .await;
+                return Err(no_slot());
+            }
+        }
+        let service = Arc::clone(self);
+        let session_id = record.id.clone();
+        let user_name = viewer.name.clone();
+        tokio::spawn(async move { service.run_launch(&session_id, &user_name).await });
+        self.view(&record.id).await
+    }
+
+    async fn run_launch(&self, session_id: &str, user_name: &str) {
+        let Ok(Some(record)) = self.store.session(session_id).await else {
+            return;
+        };
+        let gpu = record
+            .gpu_id
+            .as_ref()
+            .and_then(|id| self.gpus.iter().find(|g| &g.id == id));
+        let env = gpu
+            .map(|g| {
+                gpu::slice_env(
+                    g,
+                    record.slice_mib,
+                    record.cores_pct.unwrap_or(100),
+                    &self.enforcement,
+                )
+            })
+            .unwrap_or_default();
+        let launch = EditorLaunch {
+            session_id: record.id.clone(),
+            user_name: user_name.to_string(),
+            editor: record.editor,
+            base_path: format!("/s/{}/", record.id),
+            env,
+        };
+        self.step(
+            session_id,
+            &format!("Starting {}", record.editor.label()),
+            45,
+        )
+        .await;
+        let running = match self.runtime.start(&launch).await {
+            Ok(running) => running,
+            Err(e) => {
+                tracing::warn!(session = session_id, error = %e, "editor failed to start");
+                self.end_without_editor(session_id, EndReason::Failed, &e.user_message())
+                    .await;
+                return;
+            }
+        };
+        if let Err(e) = self
+            .store
+            .set_runtime(
+                session_id,
+                &running.upstream,
+                &running.secret,
+                &running.handle,
+            )
+            .await
+        {
+            tracing::error!(session = session_id, error = %e, "recording the editor");
+            let _ = self.runtime.stop(&running.handle).await;
+            self.end_without_editor(
+                session_id,
+                EndReason::Failed,
+                "the editor could not be recorded",
+            )
+            .await;
+            return;
+        }
+        self.step(
+            session_id,
+            &format!("Waiting for {} to answer", record.editor.label()),
+            60,
+        )
+        .await;
+        let timeout = Duration::from_secs(self.config.sessions.ready_timeout_seconds);
+        if let Err(e) = self.runtime.wait_ready(&launch, &running, timeout).await {
+            tracing::warn!(session = session_id, error = %e, "editor not ready");
+            self.stop_session(session_id, EndReason::Failed, Some(&e.user_message()))
+                .await;
+            return;
+        }
+        match self
+            .store
+            .mark_ready(session_id, &format!("{} is ready", record.editor.label()))
+            .await
+        {
+            Ok(step) => {
+                self.events.publish(session_id, step);
+            }
+            // Stopped while it started: make sure nothing is left running.
+            Err(e) => {
+                tracing::info!(session = session_id, error = %e, "launch overtaken by a stop");
+                let _ = self.runtime.stop(&running.handle).await;
+            }
+        }
+    }
+
+    async fn step(&self, session_id: &str, message: &str, progress: u8) {
+        match self.store.add_step(session_id, message, progress).await {
+            Ok(step) => self.events.publish(session_id, step),
+            Err(e) => tracing::warn!(session = session_id, error = %e, "recording a step"),
+        }
+    }
+
+    /// Ends a session that has no editor running (or never had one).
+    async fn end_without_editor(&self, session_id: &str, reason: EndReason, detail: &str) {
+        self.stop_session(session_id, reason, Some(detail)).await;
+    }
+
+    /// Takes a session to its end, whatever state it is in: stops the editor, frees the slot,
+    /// settles the credits. Safe to call twice.
+    pub async fn stop_session(&self, session_id: &str, reason: EndReason, detail: Option<&str>) {
+        let begun = match self.store.begin_stop(session_id, reason, detail).await {
+            Ok(begun) => begun,
+            Err(e) => {
+                tracing::warn!(session = session_id, error = %e, "beginning a stop");
+                None
+            }
+        };
+        if let Some((state, step)) = begun {
+            self.events.publish(session_id, step);
+            if state == SessionState::Ended {
+                self.routes.remove(session_id);
+                return;
+            }
+        }
+        self.routes.remove(session_id);
+        if let Ok(Some(record)) = self.store.session(session_id).await {
+            if record.state != SessionState::Stopping {
+                return;
+            }
+            if let Some(handle) = &record.runtime_handle {
+                if let Err(e) = self.runtime.stop(handle).await {
+                    tracing::warn!(session = session_id, error = %e, "stopping the editor");
+                }
+            }
+            match self.store.finish(session_id).await {
+                Ok(Some(step)) => self.events.publish(session_id, step),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(session = session_id, error = %e, "finishing"),
+            }
+        }
+    }
+
+    /// A session the viewer may see: their own. Others' look the same as missing ones.
+    async fn owned(&self, viewer: &Viewer, id: &str) -> Result<SessionRecord, AppError> {
+        match self.store.session(id).await? {
+            Some(record) if record.user_id == viewer.id => Ok(record),
+            _ => Err(AppError::NotFound),
+        }
+    }
+
+    pub async fn session(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError> {
+        self.owned(viewer, id).await?;
+        self.view(id).await
+    }
+
+    pub async fn sessions(&self, viewer: &Viewer) -> Result<Vec<SessionView>, AppError> {
+        let records = self.store.sessions_of(&viewer.id, 100).await?;
+        Ok(records
+            .iter()
+            .map(|r| session_view(r, Vec::new()))
+            .collect())
+    }
+
+    pub async fn stop(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError> {
+        let record = self.owned(viewer, id).await?;
+        if record.state.is_live() {
+            self.stop_session(id, EndReason::User, None).await;
+        }
+        self.view(id).await
+    }
+
+    /// Checks the viewer owns the session; the steps so far, for the progress stream.
+    pub async fn steps(&self, viewer: &Viewer, id: &str) -> Result<Vec<Step>, AppError> {
+        self.owned(viewer, id).await?;
+        Ok(self.store.steps(id).await?)
+    }
+
+    async fn view(&self, id: &str) -> Result<SessionView, AppError> {
+        let record = self.store.session(id).await?.ok_or(AppError::NotFound)?;
+        let steps = self.store.steps(id).await?;
+        Ok(session_view(&record, steps))
+    }
+
+    /// The proxy's route to a ready session's editor.
+    pub async fn route(&self, session_id: &str) -> Result<Option<Arc<Route>>, StoreError> {
+        if let Some(route) = self.routes.get(session_id) {
+            return Ok(Some(route));
+        }
+        let Some(record) = self.store.session(session_id).await? else {
+            return Ok(None);
+        };
+        if record.state != SessionState::Ready {
+            return Ok(None);
+        }
+        let (Some(upstream), Some(secret)) = (&record.upstream, &record.editor_token) else {
+            return Ok(None);
+        };
+        let route = Arc::new(Route::new(
+            record.id.clone(),
+            record.user_id.clone(),
+            upstream.clone(),
+            editors::upstream_auth(record.editor, secret),
+            editors::strips_prefix(record.editor),
+            record.last_activity_at,
+        ));
+        self.routes.insert(route.clone());
+        Ok(Some(route))
+    }
+
+    /// After a restart: re-adopt editors that still answer, end the rest with a refund.
+    pub async fn recover(&self) -> Result<(), StoreError> {
+        for record in self.store.live_sessions().await? {
+            let alive = match &record.runtime_handle {
+                Some(handle) => self.runtime.is_alive(handle).await,
+                None => false,
+            };
+            match record.state {
+                SessionState::Ready if alive => {
+                    tracing::info!(session = %record.id, "re-adopted a running editor");
+                }
+                SessionState::Ready => {
+                    self.stop_session(
+                        &record.id,
+                        EndReason::Crash,
+                        Some("the editor was gone after a server restart"),
+                    )
+                    .await;
+                }
+                _ => {
+                    self.stop_session(
+                        &record.id,
+                        EndReason::Failed,
+                        Some("the server restarted before the editor was ready; your credits were refunded"),
+                    )
+                    .await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// On shutdown (when configured): stop every editor, so nothing is orphaned.
+    pub async fn stop_all(&self, reason: EndReason, detail: &str) {
+        if let Ok(live) = self.store.live_sessions().await {
+            for record in live {
+                self.stop_session(&record.id, reason, Some(detail)).await;
+            }
+        }
+    }
+
+    /// Writes proxy activity to the database, now and then rather than per request.
+    pub async fn flush_activity(&self) {
+        for (session_id, at) in self.routes.take_activity() {
+            if let Err(e) = self.store.touch(&session_id, at).await {
+                tracing::warn!(session = %session_id, error = %e, "recording activity");
+            }
+        }
+    }
+
+    /// Sign-in through a tower-sessions session: cycles its id, as after any privilege change.
+    pub async fn login(
+        &self,
+        session: &tower_sessions::Session,
+        name: &str,
+        password: &str,
+    ) -> Result<Viewer, AppError> {
+        let failed = || {
+            AppError::SignInFailed("Wrong user name or password, or the account is locked.".into())
+        };
+        let user = self.store.user_by_name(name.trim()).await?;
+        let hash = user.as_ref().and_then(|u| u.password_hash.clone());
+        let ok = auth::check_password(password.to_string(), hash).await;
+        let user = match user {
+            Some(user) if ok && !user.locked => user,
+            _ => {
+                let _ = self
+                    .store
+                    .audit(None, "login.failed", &format!("user:{}", name.trim()), "")
+                    .await;
+                return Err(failed());
+            }
+        };
+        session.cycle_id().await.map_err(|e| {
+            tracing::error!(error = %e, "cycling the session id");
+            AppError::Internal
+        })?;
+        session.insert(USER_KEY, &user.id).await.map_err(|e| {
+            tracing::error!(error = %e, "writing the session");
+            AppError::Internal
+        })?;
+        self.store
+            .audit(
+                Some(&user.id),
+                "login",
+                &format!("user:{}", user.name),
+                "password",
+            )
+            .await?;
+        Ok(user.viewer())
+    }
+
+    pub async fn logout(
+        &self,
+        session: &tower_sessions::Session,
+        cookie: Option<&str>,
+    ) -> Result<(), AppError> {
+        if let Some(cookie) = cookie {
+            self.auth.forget_cookie(cookie);
+        }
+        session.flush().await.map_err(|e| {
+            tracing::error!(error = %e, "ending the session");
+            AppError::Internal
+        })
+    }
+}
+
+pub fn session_view(record: &SessionRecord, steps: Vec<Step>) -> SessionView {
+    let url = (record.state == SessionState::Ready)
+        .then(|| format!("/s/{}/{}", record.id, record.editor.landing_path()));
+    SessionView {
+        id: record.id.clone(),
+        editor: record.editor,
+        slice_mib: record.slice_mib,
+        gpu_model: record.gpu_model.clone(),
+        slot_id: record.slot_id.clone(),
+        state: record.state,
+        end_reason: record.end_reason,
+        detail: record.detail.clone(),
+        duration_minutes: record.duration_minutes,
+        created_at_ms: record.created_at,
+        ends_at_ms: record.ends_at,
+        url,
+        held: if record.state.is_live() {
+            credits::price_for_minutes(record.price_per_hour, record.duration_minutes as i64)
+        } else {
+            0
+        },
+        steps,
+    }
+}
+
+/// The pages' door: server functions call these through `Arc<dyn Backend>`.
+#[derive(Clone)]
+pub struct PagesBackend(pub Arc<Service>);
+
+#[async_trait::async_trait]
+impl app::api::Backend for PagesBackend {
+    async fn viewer(&self, request: &http::request::Parts) -> Result<Option<Viewer>, AppError> {
+        Ok(self
+            .0
+            .auth
+            .user(&request.headers)
+            .await?
+            .map(|u| u.viewer()))
+    }
+
+    async fn login(
+        &self,
+        request: &http::request::Parts,
+        name: &str,
+        password: &str,
+    ) -> Result<Viewer, AppError> {
+        let session = request
+            .extensions
+            .get::<tower_sessions::Session>()
+            .ok_or(AppError::Internal)?;
+        self.0.login(session, name, password).await
+    }
+
+    async fn logout(&self, request: &http::request::Parts) -> Result<(), AppError> {
+        let session = request
+            .extensions
+            .get::<tower_sessions::Session>()
+            .ok_or(AppError::Internal)?;
+        self.0
+            .logout(session, auth::session_cookie(&request.headers).as_deref())
+            .await
+    }
+
+    async fn dashboard(&self, viewer: &Viewer) -> Result<Dashboard, AppError> {
+        self.0.dashboard(viewer).await
+    }
+
+    async fn launch(
+        &self,
+        viewer: &Viewer,
+        request: LaunchRequest,
+    ) -> Result<SessionView, AppError> {
+        self.0.launch(viewer, request).await
+    }
+
+    async fn session(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError> {
+        self.0.session(viewer, id).await
+    }
+
+    async fn stop(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError> {
+        self.0.stop(viewer, id).await
+    }
+}

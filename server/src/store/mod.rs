@@ -1,0 +1,1012 @@
+//! The database: SQLite (default) or PostgreSQL through sqlx's `Any` driver.
+//!
+//! Row structs stay here; the rest of the server sees records and wire types.
+//! Every write that must not race (credits, slots, state) runs in one transaction;
+//! on SQLite writers are serialized in-process, on PostgreSQL the user's row is locked.
+
+mod http_sessions;
+mod records;
+
+pub use http_sessions::HttpSessionStore;
+pub use records::*;
+
+use app::domain::launch::EditorKind;
+use app::domain::pool::{GpuSpec, SlotSpec};
+use app::domain::session::{EndReason, Event, SessionState};
+use app::model::{Role, Step};
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{Any, AnyPool, Row, Transaction};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("{0} already exists")]
+    Duplicate(&'static str),
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    #[error("not enough credits: balance {balance}, needed {needed}")]
+    InsufficientCredits { balance: i64, needed: i64 },
+    #[error(transparent)]
+    Transition(#[from] app::domain::session::InvalidTransition),
+    #[error("the session changed meanwhile")]
+    Conflict,
+}
+
+/// Maps a unique violation to `Duplicate(what)` by constraint name, never by message text.
+fn on_unique(err: sqlx::Error, constraint: &str, what: &'static str) -> StoreError {
+    if let sqlx::Error::Database(db) = &err {
+        let by_name = db.constraint() == Some(constraint);
+        // SQLite reports no constraint name; its unique violations name the column instead.
+        let sqlite_unique =
+            db.kind() == sqlx::error::ErrorKind::UniqueViolation && db.constraint().is_none();
+        if by_name || sqlite_unique {
+            return StoreError::Duplicate(what);
+        }
+    }
+    StoreError::Db(err)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DbKind {
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Clone)]
+pub struct Store {
+    pool: AnyPool,
+    kind: DbKind,
+    sqlite_writer: Arc<Mutex<()>>,
+}
+
+/// A write transaction; on SQLite it also holds the writer lock.
+struct WriteTx {
+    tx: Transaction<'static, Any>,
+    _writer: Option<OwnedMutexGuard<()>>,
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+pub fn new_id() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 10];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    hex::encode(bytes)
+}
+
+impl Store {
+    pub async fn connect(url: &str) -> Result<Store> {
+        sqlx::any::install_default_drivers();
+        let kind = if url.starts_with("sqlite:") {
+            DbKind::Sqlite
+        } else {
+            DbKind::Postgres
+        };
+        let options = AnyPoolOptions::new()
+            .max_connections(if kind == DbKind::Sqlite { 8 } else { 16 })
+            .acquire_timeout(Duration::from_secs(10));
+        let options = if kind == DbKind::Sqlite {
+            options.after_connect(|conn, _| {
+                Box::pin(async move {
+                    use sqlx::Executor;
+                    conn.execute("PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 10000; PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;")
+                        .await?;
+                    Ok(())
+                })
+            })
+        } else {
+            options
+        };
+        let pool = options.connect(url).await?;
+        Ok(Store {
+            pool,
+            kind,
+            sqlite_writer: Arc::new(Mutex::new(())),
+        })
+    }
+
+    pub fn kind(&self) -> DbKind {
+        self.kind
+    }
+
+    pub async fn migrate(&self) -> Result<()> {
+        match self.kind {
+            DbKind::Sqlite => {
+                sqlx::migrate!("../migrations/sqlite")
+                    .run(&self.pool)
+                    .await?
+            }
+            DbKind::Postgres => {
+                sqlx::migrate!("../migrations/postgres")
+                    .run(&self.pool)
+                    .await?
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    async fn begin_write(&self) -> Result<WriteTx> {
+        let writer = match self.kind {
+            DbKind::Sqlite => Some(self.sqlite_writer.clone().lock_owned().await),
+            DbKind::Postgres => None,
+        };
+        let tx = self.pool.begin().await?;
+        Ok(WriteTx {
+            tx,
+            _writer: writer,
+        })
+    }
+
+    /// Serializes credit operations of one user on PostgreSQL (SQLite writers are serialized already).
+    async fn lock_user(&self, w: &mut WriteTx, user_id: &str) -> Result<()> {
+        if self.kind == DbKind::Postgres {
+            sqlx::query("SELECT id FROM users WHERE id = $1 FOR UPDATE")
+                .bind(user_id)
+                .fetch_optional(&mut *w.tx)
+                .await?;
+        }
+        Ok(())
+    }
+
+    // ---- users and tokens ----
+
+    /// Creates a user with their starting grant, audited, in one transaction.
+    pub async fn create_user(
+        &self,
+        name: &str,
+        password_hash: Option<&str>,
+        role: Role,
+        initial_grant: i64,
+        actor_id: Option<&str>,
+    ) -> Result<UserRecord> {
+        let now = now_ms();
+        let id = new_id();
+        let mut w = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO users (id, name, password_hash, role, locked, created_at) VALUES ($1, $2, $3, $4, 0, $5)",
+        )
+        .bind(&id)
+        .bind(name)
+        .bind(password_hash)
+        .bind(role.as_str())
+        .bind(now)
+        .execute(&mut *w.tx)
+        .await
+        .map_err(|e| on_unique(e, "users_name_key", "a user with this name"))?;
+        if initial_grant != 0 {
+            insert_ledger(
+                &mut w,
+                &id,
+                LedgerKind::Grant,
+                initial_grant,
+                None,
+                "starting grant",
+                now,
+            )
+            .await?;
+        }
+        insert_audit(
+            &mut w,
+            actor_id,
+            "user.create",
+            &format!("user:{name}"),
+            role.as_str(),
+            now,
+        )
+        .await?;
+        w.tx.commit().await?;
+        Ok(UserRecord {
+            id,
+            name: name.to_string(),
+            password_hash: password_hash.map(str::to_string),
+            role,
+            locked: false,
+        })
+    }
+
+    pub async fn user_by_name(&self, name: &str) -> Result<Option<UserRecord>> {
+        let row = sqlx::query(&format!("SELECT {USER_COLUMNS} FROM users WHERE name = $1"))
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| UserRecord::from_row(&r)).transpose()
+    }
+
+    pub async fn user_by_id(&self, id: &str) -> Result<Option<UserRecord>> {
+        let row = sqlx::query(&format!("SELECT {USER_COLUMNS} FROM users WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| UserRecord::from_row(&r)).transpose()
+    }
+
+    pub async fn count_users(&self) -> Result<i64> {
+        Ok(sqlx::query("SELECT COUNT(*) AS n FROM users")
+            .fetch_one(&self.pool)
+            .await?
+            .try_get("n")?)
+    }
+
+    pub async fn set_locked(&self, user_id: &str, locked: bool) -> Result<()> {
+        let mut w = self.begin_write().await?;
+        let done = sqlx::query("UPDATE users SET locked = $1 WHERE id = $2")
+            .bind(locked as i64)
+            .bind(user_id)
+            .execute(&mut *w.tx)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound("user"));
+        }
+        let action = if locked { "user.lock" } else { "user.unlock" };
+        insert_audit(
+            &mut w,
+            None,
+            action,
+            &format!("user:{user_id}"),
+            "",
+            now_ms(),
+        )
+        .await?;
+        w.tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn create_token(
+        &self,
+        user_id: &str,
+        token_hash: &str,
+        label: &str,
+        expires_at: Option<i64>,
+    ) -> Result<()> {
+        let now = now_ms();
+        let mut w = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO api_tokens (id, user_id, token_hash, label, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(new_id())
+        .bind(user_id)
+        .bind(token_hash)
+        .bind(label)
+        .bind(now)
+        .bind(expires_at)
+        .execute(&mut *w.tx)
+        .await?;
+        insert_audit(
+            &mut w,
+            Some(user_id),
+            "token.create",
+            &format!("user:{user_id}"),
+            label,
+            now,
+        )
+        .await?;
+        w.tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn user_by_token_hash(&self, token_hash: &str) -> Result<Option<UserRecord>> {
+        let columns = USER_COLUMNS.replace("id,", "u.id,");
+        let row = sqlx::query(&format!(
+            "SELECT {columns} FROM api_tokens t JOIN users u ON u.id = t.user_id
+             WHERE t.token_hash = $1 AND (t.expires_at IS NULL OR t.expires_at > $2)"
+        ))
+        .bind(token_hash)
+        .bind(now_ms())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| UserRecord::from_row(&r)).transpose()
+    }
+
+    // ---- credits ----
+
+    pub async fn grant(
+        &self,
+        user_id: &str,
+        amount: i64,
+        actor_id: Option<&str>,
+        note: &str,
+    ) -> Result<i64> {
+        let now = now_ms();
+        let mut w = self.begin_write().await?;
+        self.lock_user(&mut w, user_id).await?;
+        let kind = if amount >= 0 {
+            LedgerKind::Grant
+        } else {
+            LedgerKind::Adjust
+        };
+        insert_ledger(&mut w, user_id, kind, amount, None, note, now).await?;
+        insert_audit(
+            &mut w,
+            actor_id,
+            "credits.grant",
+            &format!("user:{user_id}"),
+            &amount.to_string(),
+            now,
+        )
+        .await?;
+        let balance = balance_in(&mut w, user_id).await?;
+        w.tx.commit().await?;
+        Ok(balance)
+    }
+
+    /// (balance, held): the ledger sum, and what live sessions hold of it.
+    pub async fn credits(&self, user_id: &str) -> Result<(i64, i64)> {
+        let row = sqlx::query(
+            "SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) AS balance FROM credit_ledger WHERE user_id = $1",
+        )
+        .bind(user_id)
+        .fetch_one(&self.pool)
+        .await?;
+        let balance: i64 = row.try_get("balance")?;
+        let row = sqlx::query(
+            "SELECT CAST(COALESCE(SUM(-l.amount), 0) AS BIGINT) AS held FROM credit_ledger l
+             JOIN sessions s ON s.id = l.session_id
+             WHERE l.user_id = $1 AND l.kind = 'hold' AND s.state <> 'ended'",
+        )
+        .bind(user_id)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((balance, row.try_get("held")?))
+    }
+
+    pub async fn ledger(&self, user_id: &str) -> Result<Vec<LedgerEntry>> {
+        let rows = sqlx::query(
+            "SELECT kind, amount, session_id, note, at FROM credit_ledger WHERE user_id = $1 ORDER BY id",
+        )
+        .bind(user_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(LedgerEntry::from_row).collect()
+    }
+
+    // ---- pool ----
+
+    /// Makes the slots table match the configured pool; slots no longer configured are
+    /// deactivated (kept while a session still holds them).
+    pub async fn sync_pool(&self, gpus: &[GpuSpec], slots: &[SlotSpec]) -> Result<()> {
+        let now = now_ms();
+        let mut w = self.begin_write().await?;
+        sqlx::query("UPDATE gpus SET active = 0")
+            .execute(&mut *w.tx)
+            .await?;
+        sqlx::query("UPDATE slots SET active = 0")
+            .execute(&mut *w.tx)
+            .await?;
+        for (ordinal, gpu) in gpus.iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO gpus (id, model, memory_mib, enforced, ordinal, active) VALUES ($1, $2, $3, $4, $5, 1)
+                 ON CONFLICT (id) DO UPDATE SET model = $2, memory_mib = $3, enforced = $4, ordinal = $5, active = 1",
+            )
+            .bind(&gpu.id)
+            .bind(&gpu.model)
+            .bind(gpu.memory_mib as i64)
+            .bind(gpu.enforced as i64)
+            .bind(ordinal as i64)
+            .execute(&mut *w.tx)
+            .await?;
+        }
+        for slot in slots {
+            sqlx::query(
+                "INSERT INTO slots (id, gpu_id, slice_mib, cores_pct, session_id, active, updated_at)
+                 VALUES ($1, $2, $3, $4, NULL, 1, $5)
+                 ON CONFLICT (id) DO UPDATE SET gpu_id = $2, slice_mib = $3, cores_pct = $4, active = 1",
+            )
+            .bind(&slot.id)
+            .bind(&slot.gpu_id)
+            .bind(slot.slice_mib as i64)
+            .bind(slot.cores_pct as i64)
+            .bind(now)
+            .execute(&mut *w.tx)
+            .await?;
+        }
+        w.tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn pool(&self) -> Result<Vec<(GpuRecord, Vec<SlotRecord>)>> {
+        let gpus = sqlx::query(
+            "SELECT id, model, memory_mib, enforced FROM gpus WHERE active = 1 ORDER BY ordinal",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let slots = sqlx::query(&format!(
+            "SELECT {SLOT_COLUMNS} FROM slots WHERE active = 1 ORDER BY id"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        let slots: Vec<SlotRecord> = slots
+            .iter()
+            .map(SlotRecord::from_row)
+            .collect::<Result<_>>()?;
+        gpus.iter()
+            .map(|g| {
+                let gpu = GpuRecord::from_row(g)?;
+                let mine = slots
+                    .iter()
+                    .filter(|s| s.gpu_id == gpu.id)
+                    .cloned()
+                    .collect();
+                Ok((gpu, mine))
+            })
+            .collect()
+    }
+
+    pub async fn slot(&self, id: &str) -> Result<Option<SlotRecord>> {
+        let row = sqlx::query(&format!("SELECT {SLOT_COLUMNS} FROM slots WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| SlotRecord::from_row(&r)).transpose()
+    }
+
+    // ---- sessions ----
+
+    /// Checks the balance, holds the price and records the request, in one transaction.
+    pub async fn create_session(&self, new: NewSession<'_>) -> Result<(SessionRecord, Vec<Step>)> {
+        let now = now_ms();
+        let id = new_id();
+        let mut w = self.begin_write().await?;
+        self.lock_user(&mut w, new.user_id).await?;
+        let balance = balance_in(&mut w, new.user_id).await?;
+        if balance < new.hold {
+            return Err(StoreError::InsufficientCredits {
+                balance,
+                needed: new.hold,
+            });
+        }
+        sqlx::query(
+            "INSERT INTO sessions (id, user_id, editor, slice_mib, duration_minutes, price_per_hour, state, created_at, last_activity_at)
+             VALUES ($1, $2, $3, $4, $5, $6, 'requested', $7, $7)",
+        )
+        .bind(&id)
+        .bind(new.user_id)
+        .bind(new.editor.as_str())
+        .bind(new.slice_mib as i64)
+        .bind(new.duration_minutes as i64)
+        .bind(new.price_per_hour)
+        .bind(now)
+        .execute(&mut *w.tx)
+        .await?;
+        let mut steps = vec![
+            insert_event(
+                &mut w,
+                &id,
+                SessionState::Requested,
+                "Launch requested",
+                5,
+                false,
+                now,
+            )
+            .await?,
+        ];
+        if new.hold > 0 {
+            insert_ledger(
+                &mut w,
+                new.user_id,
+                LedgerKind::Hold,
+                -new.hold,
+                Some(&id),
+                "held for launch",
+                now,
+            )
+            .await?;
+        }
+        steps.push(
+            insert_event(
+                &mut w,
+                &id,
+                SessionState::Requested,
+                &format!("Credits held: {}", app::domain::credits::format(new.hold)),
+                15,
+                false,
+                now,
+            )
+            .await?,
+        );
+        insert_audit(
+            &mut w,
+            Some(new.user_id),
+            "session.launch",
+            &format!("session:{id}"),
+            new.editor.as_str(),
+            now,
+        )
+        .await?;
+        w.tx.commit().await?;
+        let record = self
+            .session(&id)
+            .await?
+            .ok_or(StoreError::NotFound("session"))?;
+        Ok((record, steps))
+    }
+
+    /// Takes the first of `candidates` that is still free, atomically; the session moves to starting.
+    pub async fn assign_slot(
+        &self,
+        session_id: &str,
+        candidates: &[String],
+    ) -> Result<Option<(String, Step)>> {
+        let now = now_ms();
+        let mut w = self.begin_write().await?;
+        let state = state_in(&mut w, session_id).await?;
+        let next = state.next(Event::AssignSlot)?;
+        for slot_id in candidates {
+            let taken = sqlx::query(
+                "UPDATE slots SET session_id = $1, updated_at = $2 WHERE id = $3 AND session_id IS NULL AND active = 1",
+            )
+            .bind(session_id)
+            .bind(now)
+            .bind(slot_id)
+            .execute(&mut *w.tx)
+            .await?;
+            if taken.rows_affected() == 1 {
+                set_state(&mut w, session_id, state, next).await?;
+                sqlx::query("UPDATE sessions SET slot_id = $1 WHERE id = $2")
+                    .bind(slot_id)
+                    .bind(session_id)
+                    .execute(&mut *w.tx)
+                    .await?;
+                let step = insert_event(
+                    &mut w,
+                    session_id,
+                    next,
+                    &format!("Slot {slot_id} assigned"),
+                    30,
+                    false,
+                    now,
+                )
+                .await?;
+                w.tx.commit().await?;
+                return Ok(Some((slot_id.clone(), step)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Records where the editor runs, so the proxy can reach it and a restart can find it.
+    pub async fn set_runtime(
+        &self,
+        session_id: &str,
+        upstream: &str,
+        token: &str,
+        handle: &str,
+    ) -> Result<()> {
+        let mut w = self.begin_write().await?;
+        sqlx::query("UPDATE sessions SET upstream = $1, editor_token = $2, runtime_handle = $3 WHERE id = $4")
+            .bind(upstream)
+            .bind(token)
+            .bind(handle)
+            .bind(session_id)
+            .execute(&mut *w.tx)
+            .await?;
+        w.tx.commit().await?;
+        Ok(())
+    }
+
+    /// A progress step that does not change the state.
+    pub async fn add_step(&self, session_id: &str, message: &str, progress: u8) -> Result<Step> {
+        let mut w = self.begin_write().await?;
+        let state = state_in(&mut w, session_id).await?;
+        let step = insert_event(
+            &mut w,
+            session_id,
+            state,
+            message,
+            progress,
+            false,
+            now_ms(),
+        )
+        .await?;
+        w.tx.commit().await?;
+        Ok(step)
+    }
+
+    /// starting → ready; the session's clock starts now.
+    pub async fn mark_ready(&self, session_id: &str, message: &str) -> Result<Step> {
+        let now = now_ms();
+        let mut w = self.begin_write().await?;
+        let state = state_in(&mut w, session_id).await?;
+        let next = state.next(Event::EditorReady)?;
+        set_state(&mut w, session_id, state, next).await?;
+        sqlx::query(
+            "UPDATE sessions SET ready_at = $1, ends_at = $1 + duration_minutes * 60000, last_activity_at = $1 WHERE id = $2",
+        )
+        .bind(now)
+        .bind(session_id)
+        .execute(&mut *w.tx)
+        .await?;
+        let step = insert_event(&mut w, session_id, next, message, 100, false, now).await?;
+        w.tx.commit().await?;
+        Ok(step)
+    }
+
+    /// Moves a live session towards its end: to stopping (an editor runs) or straight to ended.
+    /// Returns None when it was already stopping or ended (stopping twice is harmless).
+    pub async fn begin_stop(
+        &self,
+        session_id: &str,
+        reason: EndReason,
+        detail: Option<&str>,
+    ) -> Result<Option<(SessionState, Step)>> {
+        let now = now_ms();
+        let mut w = self.begin_write().await?;
+        let state = state_in(&mut w, session_id).await?;
+        if matches!(state, SessionState::Stopping | SessionState::Ended) {
+            return Ok(None);
+        }
+        let next = state.next(Event::Stop(reason))?;
+        set_state(&mut w, session_id, state, next).await?;
+        sqlx::query("UPDATE sessions SET end_reason = $1, detail = $2 WHERE id = $3")
+            .bind(reason.as_str())
+            .bind(detail)
+            .bind(session_id)
+            .execute(&mut *w.tx)
+            .await?;
+        let message = match next {
+            SessionState::Stopping => format!("Stopping: {}", reason.describe()),
+            _ => format!("Ended: {}", reason.describe()),
+        };
+        let failed = reason == EndReason::Failed || reason == EndReason::Crash;
+        let step = insert_event(
+            &mut w,
+            session_id,
+            next,
+            detail.unwrap_or(&message),
+            100,
+            failed,
+            now,
+        )
+        .await?;
+        if next == SessionState::Ended {
+            settle_in(&mut w, session_id, now).await?;
+        }
+        w.tx.commit().await?;
+        Ok(Some((next, step)))
+    }
+
+    /// stopping → ended: frees the slot and settles the credits (charge used minutes, refund the rest).
+    pub async fn finish(&self, session_id: &str) -> Result<Option<Step>> {
+        let now = now_ms();
+        let mut w = self.begin_write().await?;
+        let state = state_in(&mut w, session_id).await?;
+        if state == SessionState::Ended {
+            return Ok(None);
+        }
+        let next = state.next(Event::Finish)?;
+        set_state(&mut w, session_id, state, next).await?;
+        let step = insert_event(
+            &mut w,
+            session_id,
+            next,
+            "Stopped; the slot is free again",
+            100,
+            false,
+            now,
+        )
+        .await?;
+        settle_in(&mut w, session_id, now).await?;
+        w.tx.commit().await?;
+        Ok(Some(step))
+    }
+
+    pub async fn session(&self, id: &str) -> Result<Option<SessionRecord>> {
+        let row = sqlx::query(&format!("SELECT {SESSION_COLUMNS} FROM sessions s LEFT JOIN slots sl ON sl.id = s.slot_id LEFT JOIN gpus g ON g.id = sl.gpu_id WHERE s.id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| SessionRecord::from_row(&r)).transpose()
+    }
+
+    pub async fn sessions_of(&self, user_id: &str, limit: i64) -> Result<Vec<SessionRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions s LEFT JOIN slots sl ON sl.id = s.slot_id LEFT JOIN gpus g ON g.id = sl.gpu_id
+             WHERE s.user_id = $1 ORDER BY s.created_at DESC LIMIT $2"
+        ))
+        .bind(user_id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(SessionRecord::from_row).collect()
+    }
+
+    /// Sessions not yet ended, oldest first.
+    pub async fn live_sessions(&self) -> Result<Vec<SessionRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions s LEFT JOIN slots sl ON sl.id = s.slot_id LEFT JOIN gpus g ON g.id = sl.gpu_id
+             WHERE s.state <> 'ended' ORDER BY s.created_at"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(SessionRecord::from_row).collect()
+    }
+
+    pub async fn steps(&self, session_id: &str) -> Result<Vec<Step>> {
+        let rows = sqlx::query(
+            "SELECT seq, state, message, progress, failed, at FROM session_events WHERE session_id = $1 ORDER BY seq",
+        )
+        .bind(session_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(step_from_row).collect()
+    }
+
+    pub async fn touch(&self, session_id: &str, at: i64) -> Result<()> {
+        sqlx::query(
+            "UPDATE sessions SET last_activity_at = $1 WHERE id = $2 AND last_activity_at < $1",
+        )
+        .bind(at)
+        .bind(session_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    // ---- audit ----
+
+    pub async fn audit(
+        &self,
+        actor_id: Option<&str>,
+        action: &str,
+        target: &str,
+        detail: &str,
+    ) -> Result<()> {
+        let mut w = self.begin_write().await?;
+        insert_audit(&mut w, actor_id, action, target, detail, now_ms()).await?;
+        w.tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn audit_log(&self, limit: i64) -> Result<Vec<AuditEntry>> {
+        let rows = sqlx::query("SELECT at, actor_id, action, target, detail FROM audit_events ORDER BY id DESC LIMIT $1")
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(AuditEntry::from_row).collect()
+    }
+
+    pub(crate) fn pool_handle(&self) -> &AnyPool {
+        &self.pool
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LedgerKind {
+    Grant,
+    Hold,
+    Charge,
+    Refund,
+    Adjust,
+}
+
+impl LedgerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Grant => "grant",
+            Self::Hold => "hold",
+            Self::Charge => "charge",
+            Self::Refund => "refund",
+            Self::Adjust => "adjust",
+        }
+    }
+}
+
+pub struct NewSession<'a> {
+    pub user_id: &'a str,
+    pub editor: EditorKind,
+    pub slice_mib: u64,
+    pub duration_minutes: u32,
+    pub price_per_hour: i64,
+    pub hold: i64,
+}
+
+async fn balance_in(w: &mut WriteTx, user_id: &str) -> Result<i64> {
+    Ok(
+        sqlx::query("SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) AS balance FROM credit_ledger WHERE user_id = $1")
+            .bind(user_id)
+            .fetch_one(&mut *w.tx)
+            .await?
+            .try_get("balance")?,
+    )
+}
+
+async fn state_in(w: &mut WriteTx, session_id: &str) -> Result<SessionState> {
+    let row = sqlx::query("SELECT state FROM sessions WHERE id = $1")
+        .bind(session_id)
+        .fetch_optional(&mut *w.tx)
+        .await?
+        .ok_or(StoreError::NotFound("session"))?;
+    let state: String = row.try_get("state")?;
+    SessionState::parse(&state).ok_or(StoreError::NotFound("session state"))
+}
+
+/// Compare-and-set, so two writers cannot both move the same session.
+async fn set_state(
+    w: &mut WriteTx,
+    session_id: &str,
+    from: SessionState,
+    to: SessionState,
+) -> Result<()> {
+    let done = sqlx::query("UPDATE sessions SET state = $1 WHERE id = $2 AND state = $3")
+        .bind(to.as_str())
+        .bind(session_id)
+        .bind(from.as_str())
+        .execute(&mut *w.tx)
+        .await?;
+    if done.rows_affected() != 1 {
+        return Err(StoreError::Conflict);
+    }
+    let detail = format!("{from} -> {to}");
+    insert_audit(
+        w,
+        None,
+        &format!("session.{to}"),
+        &format!("session:{session_id}"),
+        &detail,
+        now_ms(),
+    )
+    .await
+}
+
+/// Frees the slot; releases the hold and charges the minutes used since ready.
+async fn settle_in(w: &mut WriteTx, session_id: &str, now: i64) -> Result<()> {
+    sqlx::query("UPDATE sessions SET ended_at = $1 WHERE id = $2")
+        .bind(now)
+        .bind(session_id)
+        .execute(&mut *w.tx)
+        .await?;
+    sqlx::query("UPDATE slots SET session_id = NULL, updated_at = $1 WHERE session_id = $2")
+        .bind(now)
+        .bind(session_id)
+        .execute(&mut *w.tx)
+        .await?;
+    let row = sqlx::query("SELECT user_id, price_per_hour, ready_at FROM sessions WHERE id = $1")
+        .bind(session_id)
+        .fetch_one(&mut *w.tx)
+        .await?;
+    let user_id: String = row.try_get("user_id")?;
+    let per_hour: i64 = row.try_get("price_per_hour")?;
+    let ready_at: Option<i64> = row.try_get("ready_at")?;
+    let hold_row = sqlx::query(
+        "SELECT CAST(COALESCE(SUM(-amount), 0) AS BIGINT) AS held FROM credit_ledger WHERE session_id = $1 AND kind = 'hold'",
+    )
+    .bind(session_id)
+    .fetch_one(&mut *w.tx)
+    .await?;
+    let hold: i64 = hold_row.try_get("held")?;
+    let elapsed = ready_at.map(|r| now - r).unwrap_or(0);
+    let (charge, _) = app::domain::credits::settle(hold, per_hour, elapsed);
+    if hold > 0 {
+        insert_ledger(
+            w,
+            &user_id,
+            LedgerKind::Refund,
+            hold,
+            Some(session_id),
+            "hold released",
+            now,
+        )
+        .await?;
+    }
+    if charge > 0 {
+        let minutes = app::domain::credits::minutes_used(elapsed);
+        insert_ledger(
+            w,
+            &user_id,
+            LedgerKind::Charge,
+            -charge,
+            Some(session_id),
+            &format!("{minutes} min used"),
+            now,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+async fn insert_ledger(
+    w: &mut WriteTx,
+    user_id: &str,
+    kind: LedgerKind,
+    amount: i64,
+    session_id: Option<&str>,
+    note: &str,
+    at: i64,
+) -> Result<()> {
+    sqlx::query("INSERT INTO credit_ledger (user_id, kind, amount, session_id, note, at) VALUES ($1, $2, $3, $4, $5, $6)")
+        .bind(user_id)
+        .bind(kind.as_str())
+        .bind(amount)
+        .bind(session_id)
+        .bind(note)
+        .bind(at)
+        .execute(&mut *w.tx)
+        .await?;
+    Ok(())
+}
+
+async fn insert_audit(
+    w: &mut WriteTx,
+    actor_id: Option<&str>,
+    action: &str,
+    target: &str,
+    detail: &str,
+    at: i64,
+) -> Result<()> {
+    sqlx::query("INSERT INTO audit_events (at, actor_id, action, target, detail) VALUES ($1, $2, $3, $4, $5)")
+        .bind(at)
+        .bind(actor_id)
+        .bind(action)
+        .bind(target)
+        .bind(detail)
+        .execute(&mut *w.tx)
+        .await?;
+    Ok(())
+}
+
+async fn insert_event(
+    w: &mut WriteTx,
+    session_id: &str,
+    state: SessionState,
+    message: &str,
+    progress: u8,
+    failed: bool,
+    at: i64,
+) -> Result<Step> {
+    let row = sqlx::query("SELECT CAST(COALESCE(MAX(seq), 0) AS BIGINT) AS seq FROM session_events WHERE session_id = $1")
+        .bind(session_id)
+        .fetch_one(&mut *w.tx)
+        .await?;
+    let seq: i64 = row.try_get::<i64, _>("seq")? + 1;
+    sqlx::query(
+        "INSERT INTO session_events (session_id, seq, state, message, progress, failed, at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(session_id)
+    .bind(seq)
+    .bind(state.as_str())
+    .bind(message)
+    .bind(progress as i64)
+    .bind(failed as i64)
+    .bind(at)
+    .execute(&mut *w.tx)
+    .await?;
+    Ok(Step {
+        seq,
+        at_ms: at,
+        state,
+        message: message.to_string(),
+        progress,
+        failed,
+    })
+}
+
+fn step_from_row(row: &AnyRow) -> Result<Step> {
+    let state: String = row.try_get("state")?;
+    Ok(Step {
+        seq: row.try_get("seq")?,
+        at_ms: row.try_get("at")?,
+        state: SessionState::parse(&state).ok_or(StoreError::NotFound("session state"))?,
+        message: row.try_get("message")?,
+        progress: row.try_get::<i64, _>("progress")?.clamp(0, 100) as u8,
+        failed: row.try_get::<i64, _>("failed")? != 0,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,223 @@
+//! What the store hands out. Built from rows here; the rest of the server never sees a row.
+
+use super::{Result, StoreError};
+use app::domain::launch::EditorKind;
+use app::domain::session::{EndReason, SessionState};
+use app::model::Role;
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+pub(super) const USER_COLUMNS: &str = "id, name, password_hash, role, locked";
+pub(super) const SLOT_COLUMNS: &str = "id, gpu_id, slice_mib, cores_pct, session_id";
+pub(super) const SESSION_COLUMNS: &str = "s.id, s.user_id, s.editor, s.slice_mib, s.duration_minutes, s.price_per_hour, \
+    s.slot_id, s.state, s.end_reason, s.detail, s.upstream, s.editor_token, s.runtime_handle, s.created_at, s.ready_at, \
+    s.ends_at, s.ended_at, s.last_activity_at, g.model AS gpu_model, g.id AS gpu_id, sl.cores_pct AS cores_pct";
+
+fn bad(what: &'static str) -> StoreError {
+    StoreError::NotFound(what)
+}
+
+#[derive(Clone, PartialEq, Eq)]
+pub struct UserRecord {
+    pub id: String,
+    pub name: String,
+    pub password_hash: Option<String>,
+    pub role: Role,
+    pub locked: bool,
+}
+
+impl std::fmt::Debug for UserRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserRecord")
+            .field("id", &self.id)
+            .field("name", &self.name)
+            .field(
+                "password_hash",
+                &self.password_hash.as_ref().map(|_| "<redacted>"),
+            )
+            .field("role", &self.role)
+            .field("locked", &self.locked)
+            .finish()
+    }
+}
+
+impl UserRecord {
+    pub(super) fn from_row(row: &AnyRow) -> Result<Self> {
+        let role: String = row.try_get("role")?;
+        Ok(UserRecord {
+            id: row.try_get("id")?,
+            name: row.try_get("name")?,
+            password_hash: row.try_get("password_hash")?,
+            role: Role::parse(&role).ok_or(bad("role"))?,
+            locked: row.try_get::<i64, _>("locked")? != 0,
+        })
+    }
+
+    pub fn viewer(&self) -> app::model::Viewer {
+        app::model::Viewer {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            role: self.role,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuRecord {
+    pub id: String,
+    pub model: String,
+    pub memory_mib: u64,
+    pub enforced: bool,
+}
+
+impl GpuRecord {
+    pub(super) fn from_row(row: &AnyRow) -> Result<Self> {
+        Ok(GpuRecord {
+            id: row.try_get("id")?,
+            model: row.try_get("model")?,
+            memory_mib: row.try_get::<i64, _>("memory_mib")? as u64,
+            enforced: row.try_get::<i64, _>("enforced")? != 0,
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotRecord {
+    pub id: String,
+    pub gpu_id: String,
+    pub slice_mib: u64,
+    pub cores_pct: u32,
+    pub session_id: Option<String>,
+}
+
+impl SlotRecord {
+    pub(super) fn from_row(row: &AnyRow) -> Result<Self> {
+        Ok(SlotRecord {
+            id: row.try_get("id")?,
+            gpu_id: row.try_get("gpu_id")?,
+            slice_mib: row.try_get::<i64, _>("slice_mib")? as u64,
+            cores_pct: row.try_get::<i64, _>("cores_pct")? as u32,
+            session_id: row.try_get("session_id")?,
+        })
+    }
+}
+
+#[derive(Clone)]
+pub struct SessionRecord {
+    pub id: String,
+    pub user_id: String,
+    pub editor: EditorKind,
+    pub slice_mib: u64,
+    pub duration_minutes: u32,
+    pub price_per_hour: i64,
+    pub slot_id: Option<String>,
+    pub gpu_id: Option<String>,
+    pub gpu_model: Option<String>,
+    pub cores_pct: Option<u32>,
+    pub state: SessionState,
+    pub end_reason: Option<EndReason>,
+    pub detail: Option<String>,
+    /// host:port of the editor, for the proxy.
+    pub upstream: Option<String>,
+    /// The secret the proxy presents to the editor.
+    pub editor_token: Option<String>,
+    /// The runtime's own note of what it started (pid, pod name).
+    pub runtime_handle: Option<String>,
+    pub created_at: i64,
+    pub ready_at: Option<i64>,
+    pub ends_at: Option<i64>,
+    pub ended_at: Option<i64>,
+    pub last_activity_at: i64,
+}
+
+impl std::fmt::Debug for SessionRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionRecord")
+            .field("id", &self.id)
+            .field("user_id", &self.user_id)
+            .field("editor", &self.editor)
+            .field("state", &self.state)
+            .field("slot_id", &self.slot_id)
+            .field("upstream", &self.upstream)
+            .field(
+                "editor_token",
+                &self.editor_token.as_ref().map(|_| "<redacted>"),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionRecord {
+    pub(super) fn from_row(row: &AnyRow) -> Result<Self> {
+        let editor: String = row.try_get("editor")?;
+        let state: String = row.try_get("state")?;
+        let reason: Option<String> = row.try_get("end_reason")?;
+        Ok(SessionRecord {
+            id: row.try_get("id")?,
+            user_id: row.try_get("user_id")?,
+            editor: EditorKind::parse(&editor).ok_or(bad("editor"))?,
+            slice_mib: row.try_get::<i64, _>("slice_mib")? as u64,
+            duration_minutes: row.try_get::<i64, _>("duration_minutes")? as u32,
+            price_per_hour: row.try_get("price_per_hour")?,
+            slot_id: row.try_get("slot_id")?,
+            gpu_id: row.try_get("gpu_id")?,
+            gpu_model: row.try_get("gpu_model")?,
+            cores_pct: row
+                .try_get::<Option<i64>, _>("cores_pct")?
+                .map(|c| c as u32),
+            state: SessionState::parse(&state).ok_or(bad("session state"))?,
+            end_reason: reason.as_deref().and_then(EndReason::parse),
+            detail: row.try_get("detail")?,
+            upstream: row.try_get("upstream")?,
+            editor_token: row.try_get("editor_token")?,
+            runtime_handle: row.try_get("runtime_handle")?,
+            created_at: row.try_get("created_at")?,
+            ready_at: row.try_get("ready_at")?,
+            ends_at: row.try_get("ends_at")?,
+            ended_at: row.try_get("ended_at")?,
+            last_activity_at: row.try_get("last_activity_at")?,
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LedgerEntry {
+    pub kind: String,
+    pub amount: i64,
+    pub session_id: Option<String>,
+    pub note: String,
+    pub at: i64,
+}
+
+impl LedgerEntry {
+    pub(super) fn from_row(row: &AnyRow) -> Result<Self> {
+        Ok(LedgerEntry {
+            kind: row.try_get("kind")?,
+            amount: row.try_get("amount")?,
+            session_id: row.try_get("session_id")?,
+            note: row.try_get("note")?,
+            at: row.try_get("at")?,
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditEntry {
+    pub at: i64,
+    pub actor_id: Option<String>,
+    pub action: String,
+    pub target: String,
+    pub detail: String,
+}
+
+impl AuditEntry {
+    pub(super) fn from_row(row: &AnyRow) -> Result<Self> {
+        Ok(AuditEntry {
+            at: row.try_get("at")?,
+            actor_id: row.try_get("actor_id")?,
+            action: row.try_get("action")?,
+            target: row.try_get("target")?,
+            detail: row.try_get("detail")?,
+        })
+    }
+}
