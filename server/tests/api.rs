@@ -1,0 +1,439 @@
+//! The REST API and the proxy, through a real listener, with a stand-in editor.
+
+mod common;
+
+use common::{FakeRuntime, TestApp};
+use http::{Method, Request, StatusCode};
+use http_body_util::Full;
+use serde_json::json;
+
+fn launch_body(editor: &str, slice_mib: u64, minutes: u32) -> serde_json::Value {
+    json!({ "editor": editor, "slice_mib": slice_mib, "duration_minutes": minutes })
+}
+
+async fn session_count(app: &TestApp, user_id: &str) -> usize {
+    app.service
+        .store
+        .sessions_of(user_id, 1000)
+        .await
+        .unwrap()
+        .len()
+}
+
+#[tokio::test]
+async fn me_needs_a_token_and_shows_credits() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (_, token) = app.user("alice").await;
+    let anonymous = app.call(Method::GET, "/api/v1/me", None, None).await;
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(anonymous.json()["error"], "unauthenticated");
+    let wrong = app
+        .call(Method::GET, "/api/v1/me", Some("gsb_nope"), None)
+        .await;
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    let me = app
+        .call(Method::GET, "/api/v1/me", Some(&token), None)
+        .await;
+    assert_eq!(me.status, StatusCode::OK);
+    assert_eq!(me.json()["name"], "alice");
+    assert_eq!(me.json()["credits"]["balance"], 100_000);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn bad_launches_get_clear_errors_and_write_nothing() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (user_id, token) = app.user("bob").await;
+    let cases = [
+        (
+            launch_body("emacs", 8192, 60),
+            StatusCode::BAD_REQUEST,
+            "unknown editor 'emacs'",
+        ),
+        (
+            launch_body("jupyterlab", 1234, 60),
+            StatusCode::BAD_REQUEST,
+            "no 1234 MiB slice",
+        ),
+        (
+            launch_body("jupyterlab", 8192, 5),
+            StatusCode::BAD_REQUEST,
+            "duration must be between",
+        ),
+        (
+            launch_body("jupyterlab", 8192, 100_000),
+            StatusCode::BAD_REQUEST,
+            "duration must be between",
+        ),
+        (
+            json!({ "editor": "jupyterlab" }),
+            StatusCode::BAD_REQUEST,
+            "malformed JSON",
+        ),
+        (
+            json!({ "editor": "jupyterlab", "slice_mib": "big", "duration_minutes": 60 }),
+            StatusCode::BAD_REQUEST,
+            "malformed JSON",
+        ),
+    ];
+    for (body, status, message) in cases {
+        let response = app
+            .call(
+                Method::POST,
+                "/api/v1/sessions",
+                Some(&token),
+                Some(body.clone()),
+            )
+            .await;
+        assert_eq!(response.status, status, "{body}");
+        let error = response.json();
+        assert!(
+            error["message"].as_str().unwrap().contains(message),
+            "{body} -> {error}"
+        );
+    }
+    // Not JSON at all.
+    let request = Request::post(app.url("/api/v1/sessions"))
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(Full::new("{not json".into()))
+        .unwrap();
+    let response = app.send(request).await;
+    assert_eq!(response.status, StatusCode::BAD_REQUEST);
+    assert_eq!(response.json()["error"], "invalid");
+    // Too large.
+    let huge = format!("{{\"editor\": \"{}\"}}", "x".repeat(100_000));
+    let request = Request::post(app.url("/api/v1/sessions"))
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(Full::new(huge.into()))
+        .unwrap();
+    let response = app.send(request).await;
+    assert_eq!(response.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(response.json()["error"], "too_large");
+
+    assert_eq!(
+        session_count(&app, &user_id).await,
+        0,
+        "a refused launch wrote a session"
+    );
+    let (balance, held) = app.service.store.credits(&user_id).await.unwrap();
+    assert_eq!((balance, held), (100_000, 0));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_launch_without_enough_credits_is_refused_with_the_numbers() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (user_id, token) = app.user("carol").await;
+    app.service
+        .store
+        .grant(&user_id, -99_900, None, "test")
+        .await
+        .unwrap();
+    let response = app
+        .call(
+            Method::POST,
+            "/api/v1/sessions",
+            Some(&token),
+            Some(launch_body("jupyterlab", 8192, 60)),
+        )
+        .await;
+    assert_eq!(response.status, StatusCode::PAYMENT_REQUIRED);
+    let message = response.json()["message"].as_str().unwrap().to_string();
+    assert!(
+        message.contains("holds 1 credits") && message.contains("balance is 0.1"),
+        "{message}"
+    );
+    assert_eq!(session_count(&app, &user_id).await, 0);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn launch_proxy_and_stop_with_owner_checks() {
+    let runtime = FakeRuntime::new();
+    let app = TestApp::start(Some(runtime.clone())).await;
+    let (owner_id, owner) = app.user("dora").await;
+    let (_, other) = app.user("eve").await;
+    let id = app.launch_ready(&owner, "jupyterlab").await;
+
+    let view = app
+        .call(
+            Method::GET,
+            &format!("/api/v1/sessions/{id}"),
+            Some(&owner),
+            None,
+        )
+        .await
+        .json();
+    assert_eq!(view["url"], format!("/s/{id}/lab"));
+    assert!(view["time_left_seconds"].as_i64().unwrap() > 29 * 60);
+    let (_, held) = app.service.store.credits(&owner_id).await.unwrap();
+    assert_eq!(held, 500, "30 minutes of an 8 GB slice at 1 credit/h");
+
+    // The owner reaches the editor; the proxy presents the editor's token, not ours.
+    let status = app
+        .call(
+            Method::GET,
+            &format!("/s/{id}/api/status"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(
+        status.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&status.body)
+    );
+    assert_eq!(status.json()["saw_our_cookie"], false);
+    assert_eq!(status.headers["x-frame-options"], "SAMEORIGIN");
+
+    // Someone else, or nobody, does not.
+    let theirs = app
+        .call(
+            Method::GET,
+            &format!("/s/{id}/api/status"),
+            Some(&other),
+            None,
+        )
+        .await;
+    assert_eq!(theirs.status, StatusCode::NOT_FOUND);
+    let missing = app
+        .call(
+            Method::GET,
+            "/s/doesnotexist/api/status",
+            Some(&other),
+            None,
+        )
+        .await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        theirs.body, missing.body,
+        "another's session must look like a missing one"
+    );
+    let api_theirs = app
+        .call(
+            Method::GET,
+            &format!("/api/v1/sessions/{id}"),
+            Some(&other),
+            None,
+        )
+        .await;
+    assert_eq!(api_theirs.status, StatusCode::NOT_FOUND);
+    let stop_theirs = app
+        .call(
+            Method::DELETE,
+            &format!("/api/v1/sessions/{id}"),
+            Some(&other),
+            None,
+        )
+        .await;
+    assert_eq!(stop_theirs.status, StatusCode::NOT_FOUND);
+    let anonymous = app
+        .send(
+            Request::get(app.url(&format!("/s/{id}/lab")))
+                .header("accept", "text/html")
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(anonymous.status, StatusCode::SEE_OTHER);
+    assert!(
+        anonymous.headers["location"]
+            .to_str()
+            .unwrap()
+            .starts_with("/login?next=/s/")
+    );
+
+    // Large uploads stream through.
+    let upload = vec![7u8; 8 * 1024 * 1024];
+    let request = Request::post(app.url(&format!("/s/{id}/upload")))
+        .header("authorization", format!("Bearer {owner}"))
+        .body(Full::new(upload.into()))
+        .unwrap();
+    let response = app.send(request).await;
+    assert_eq!(response.status, StatusCode::OK);
+    assert_eq!(&response.body[..], b"8388608");
+
+    // Stop: the editor goes, the slot frees, the unused credits come back.
+    let stopped = app
+        .call(
+            Method::DELETE,
+            &format!("/api/v1/sessions/{id}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(stopped.status, StatusCode::OK);
+    assert_eq!(stopped.json()["state"], "ended");
+    assert_eq!(stopped.json()["end_reason"], "user");
+    assert_eq!(runtime.stopped.lock().unwrap().len(), 1);
+    let after = app
+        .call(
+            Method::GET,
+            &format!("/s/{id}/api/status"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(after.status, StatusCode::NOT_FOUND);
+    let (balance, held) = app.service.store.credits(&owner_id).await.unwrap();
+    assert_eq!(held, 0);
+    assert_eq!(balance, 100_000 - 17, "one minute used");
+    let pool = app.service.store.pool().await.unwrap();
+    assert!(
+        pool.iter()
+            .flat_map(|(_, s)| s)
+            .all(|s| s.session_id.is_none())
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn websocket_frames_pass_through_the_proxy() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (_, owner) = app.user("fay").await;
+    let (_, other) = app.user("gus").await;
+    let id = app.launch_ready(&owner, "marimo").await;
+    let url = format!("ws://{}/s/{id}/ws", app.addr);
+
+    let mut request = url.clone().into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("authorization", format!("Bearer {owner}").parse().unwrap());
+    let (mut socket, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("websocket through the proxy");
+    for i in 0..20 {
+        socket
+            .send(Message::text(format!("ping {i}")))
+            .await
+            .unwrap();
+        let echo = socket.next().await.unwrap().unwrap();
+        assert_eq!(echo.into_text().unwrap().as_str(), format!("ping {i}"));
+    }
+    socket.close(None).await.ok();
+
+    let mut request = url.into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("authorization", format!("Bearer {other}").parse().unwrap());
+    let refused = tokio_tungstenite::connect_async(request).await;
+    match refused {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), StatusCode::NOT_FOUND)
+        }
+        other => panic!("another user's websocket should get 404, got {other:?}"),
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_failed_start_refunds_and_says_why() {
+    let runtime = std::sync::Arc::new(FakeRuntime {
+        started: Default::default(),
+        stopped: Default::default(),
+        fail_start: true,
+    });
+    let app = TestApp::start(Some(runtime)).await;
+    let (user_id, token) = app.user("hal").await;
+    let created = app
+        .call(
+            Method::POST,
+            "/api/v1/sessions",
+            Some(&token),
+            Some(launch_body("jupyterlab", 8192, 60)),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    let id = created.json()["id"].as_str().unwrap().to_string();
+    let mut view = serde_json::Value::Null;
+    for _ in 0..100 {
+        view = app
+            .call(
+                Method::GET,
+                &format!("/api/v1/sessions/{id}"),
+                Some(&token),
+                None,
+            )
+            .await
+            .json();
+        if view["state"] == "ended" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(view["state"], "ended");
+    assert_eq!(view["end_reason"], "failed");
+    assert!(
+        view["detail"]
+            .as_str()
+            .unwrap()
+            .contains("Traceback: something broke"),
+        "{view}"
+    );
+    assert_eq!(
+        app.service.store.credits(&user_id).await.unwrap(),
+        (100_000, 0)
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn progress_streams_as_server_sent_events() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (_, token) = app.user("ida").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    // Stop in the background so the stream has an end to reach.
+    let stopper = {
+        let url = app.url(&format!("/api/v1/sessions/{id}"));
+        let token = token.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            let client =
+                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .build_http();
+            let request = Request::delete(url)
+                .header("authorization", format!("Bearer {token}"))
+                .body(Full::<bytes::Bytes>::default())
+                .unwrap();
+            client.request(request).await.unwrap();
+        })
+    };
+    let response = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        app.call(
+            Method::GET,
+            &format!("/api/v1/sessions/{id}/events"),
+            Some(&token),
+            None,
+        ),
+    )
+    .await
+    .expect("the stream ends when the session ends");
+    stopper.await.unwrap();
+    assert_eq!(response.headers["content-type"], "text/event-stream");
+    let text = String::from_utf8_lossy(&response.body);
+    let states: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| {
+            serde_json::from_str::<serde_json::Value>(d).unwrap()["state"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    for state in ["requested", "starting", "ready", "stopping", "ended"] {
+        assert!(
+            states.iter().any(|s| s == state),
+            "missing {state} in {states:?}"
+        );
+    }
+    assert_eq!(states.last().unwrap(), "ended");
+    app.stop().await;
+}

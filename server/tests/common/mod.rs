@@ -1,0 +1,347 @@
+//! One way to build a running server for tests (crates.io's TestApp idea): a temp data dir,
+//! SQLite, a real listener on 127.0.0.1:0, and a chosen runtime.
+#![allow(dead_code)]
+
+use app::domain::launch::EditorKind;
+use app::model::Role;
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use server::config::Config;
+use server::runtime::{EditorLaunch, LocalRuntime, Running, Runtime, RuntimeError, ToolPaths};
+use server::service::Service;
+use server::store::Store;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub service: Arc<Service>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<()>>,
+    pub dir: tempfile::TempDir,
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+pub fn tools_dir() -> PathBuf {
+    std::env::var("SANDBOX_EDITORS__TOOLS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools"))
+}
+
+pub struct Response {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Response {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+}
+
+impl TestApp {
+    /// A server whose editors run through `runtime`; None means the real local runtime.
+    pub async fn start(runtime: Option<Arc<dyn Runtime>>) -> TestApp {
+        Self::start_with(runtime, |_| {}).await
+    }
+
+    pub async fn start_with(
+        runtime: Option<Arc<dyn Runtime>>,
+        adjust: impl FnOnce(&mut Config),
+    ) -> TestApp {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut config = Config::default();
+        config.data_dir = dir.path().to_path_buf();
+        config.editors.tools_dir = tools_dir();
+        config.pool.detect_nvidia = false;
+        adjust(&mut config);
+        config.validate().expect("test config");
+        let store = Store::connect(&config.database_url()).await.expect("store");
+        store.migrate().await.expect("migrate");
+        let runtime = runtime.unwrap_or_else(|| {
+            Arc::new(LocalRuntime::new(
+                ToolPaths::from_config(&config.editors),
+                &config.data_dir,
+            ))
+        });
+        let gpus = config.declared_gpus();
+        let service = Arc::new(Service::new(
+            config,
+            store,
+            runtime,
+            gpus,
+            server::gpu::Enforcement::None,
+        ));
+        service.sync_pool().await.expect("pool");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let running = service.clone();
+        let server = tokio::spawn(async move {
+            server::run(listener, running, async move {
+                let _ = rx.await;
+            })
+            .await
+            .expect("server");
+        });
+        let client = Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
+        TestApp {
+            addr,
+            service,
+            shutdown: Some(tx),
+            server: Some(server),
+            dir,
+            client,
+        }
+    }
+
+    /// A user with a password ("password123") and an API token.
+    pub async fn user(&self, name: &str) -> (String, String) {
+        let user = self
+            .service
+            .create_user(name, Some("password123"), Role::User, None)
+            .await
+            .expect("user");
+        let (token, hash) = server::auth::new_api_token();
+        self.service
+            .store
+            .create_token(&user.id, &hash, "test", None)
+            .await
+            .expect("token");
+        (user.id, token)
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub async fn send(&self, request: Request<Full<Bytes>>) -> Response {
+        let response = self.client.request(request).await.expect("request");
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.expect("body").to_bytes();
+        Response {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
+    }
+
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        json: Option<serde_json::Value>,
+    ) -> Response {
+        let mut request = Request::builder().method(method).uri(self.url(path));
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let body = match json {
+            Some(json) => {
+                request = request.header("content-type", "application/json");
+                Full::new(Bytes::from(json.to_string()))
+            }
+            None => Full::new(Bytes::new()),
+        };
+        self.send(request.body(body).unwrap()).await
+    }
+
+    /// Launches and waits until the session is ready (or fails the test with the session's detail).
+    pub async fn launch_ready(&self, token: &str, editor: &str) -> String {
+        let body =
+            serde_json::json!({ "editor": editor, "slice_mib": 8192, "duration_minutes": 30 });
+        let created = self
+            .call(Method::POST, "/api/v1/sessions", Some(token), Some(body))
+            .await;
+        assert_eq!(
+            created.status,
+            StatusCode::CREATED,
+            "{}",
+            String::from_utf8_lossy(&created.body)
+        );
+        let id = created.json()["id"].as_str().unwrap().to_string();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+        loop {
+            let view = self
+                .call(
+                    Method::GET,
+                    &format!("/api/v1/sessions/{id}"),
+                    Some(token),
+                    None,
+                )
+                .await
+                .json();
+            match view["state"].as_str().unwrap() {
+                "ready" => return id,
+                "ended" => panic!("launch failed: {}", view["detail"]),
+                _ => {}
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "not ready in time: {view}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Shuts the server down; returns its data directory, deleted when dropped.
+    pub async fn stop(mut self) -> tempfile::TempDir {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(server) = self.server.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(20), server).await;
+        }
+        self.dir
+    }
+}
+
+/// An editor stand-in: an in-process HTTP server that checks the proxy's credentials and
+/// answers status, echo, upload and WebSocket echo routes under its base path.
+pub struct FakeRuntime {
+    pub started: std::sync::Mutex<Vec<String>>,
+    pub stopped: std::sync::Mutex<Vec<String>>,
+    pub fail_start: bool,
+}
+
+impl FakeRuntime {
+    pub fn new() -> Arc<FakeRuntime> {
+        Arc::new(FakeRuntime {
+            started: Default::default(),
+            stopped: Default::default(),
+            fail_start: false,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Runtime for FakeRuntime {
+    fn availability(&self) -> Vec<(EditorKind, Result<(), String>)> {
+        EditorKind::ALL.into_iter().map(|e| (e, Ok(()))).collect()
+    }
+
+    async fn start(&self, launch: &EditorLaunch) -> Result<Running, RuntimeError> {
+        if self.fail_start {
+            return Err(RuntimeError::Failed {
+                message: "fake editor refused to start".into(),
+                log_tail: "Traceback: something broke".into(),
+            });
+        }
+        let secret = format!("secret-{}", launch.session_id);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let expected = match server::editors::upstream_auth(launch.editor, &secret) {
+            server::editors::UpstreamAuth::Header(_, value) => value,
+            server::editors::UpstreamAuth::Cookie(name, value) => format!("{name}={value}"),
+        };
+        let app = fake_editor(launch.base_path.clone(), expected);
+        let handle = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        // The handle string names the task so stop() can end it.
+        let key = format!("{}", addr.port());
+        FAKE_TASKS.lock().unwrap().insert(key.clone(), handle);
+        self.started.lock().unwrap().push(launch.session_id.clone());
+        Ok(Running {
+            upstream: addr.to_string(),
+            secret,
+            handle: key,
+        })
+    }
+
+    async fn wait_ready(
+        &self,
+        _: &EditorLaunch,
+        _: &Running,
+        _: Duration,
+    ) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+
+    async fn stop(&self, handle: &str) -> Result<(), RuntimeError> {
+        if let Some(task) = FAKE_TASKS.lock().unwrap().remove(handle) {
+            task.abort();
+        }
+        self.stopped.lock().unwrap().push(handle.to_string());
+        Ok(())
+    }
+
+    async fn is_alive(&self, handle: &str) -> bool {
+        FAKE_TASKS.lock().unwrap().contains_key(handle)
+    }
+}
+
+static FAKE_TASKS: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<String, tokio::task::JoinHandle<()>>>,
+> = std::sync::LazyLock::new(Default::default);
+
+fn fake_editor(base: String, expected_auth: String) -> axum::Router {
+    use axum::extract::ws::{Message, WebSocketUpgrade};
+    use axum::http::HeaderMap as Headers;
+    use axum::routing::{any, get, post};
+    let check = move |headers: &Headers| {
+        headers.get("authorization").and_then(|v| v.to_str().ok()) == Some(expected_auth.as_str())
+    };
+    let status_check = check.clone();
+    let ws_check = check.clone();
+    axum::Router::new()
+        .route(
+            &format!("{base}api/status"),
+            get(move |headers: Headers| async move {
+                if !status_check(&headers) {
+                    return (StatusCode::FORBIDDEN, "wrong token".to_string());
+                }
+                let leaked = headers
+                    .get("cookie")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .contains("sandbox_session");
+                (
+                    StatusCode::OK,
+                    serde_json::json!({ "ok": true, "saw_our_cookie": leaked }).to_string(),
+                )
+            }),
+        )
+        .route(
+            &format!("{base}upload"),
+            post(|body: axum::body::Body| async move {
+                use futures_util::StreamExt;
+                let mut stream = body.into_data_stream();
+                let mut total = 0usize;
+                while let Some(chunk) = stream.next().await {
+                    total += chunk.map(|c| c.len()).unwrap_or(0);
+                }
+                total.to_string()
+            }),
+        )
+        .route(
+            &format!("{base}ws"),
+            any(move |headers: Headers, ws: WebSocketUpgrade| async move {
+                if !ws_check(&headers) {
+                    return axum::response::IntoResponse::into_response((
+                        StatusCode::FORBIDDEN,
+                        "wrong token",
+                    ));
+                }
+                ws.on_upgrade(|mut socket| async move {
+                    while let Some(Ok(message)) = socket.recv().await {
+                        if let Message::Text(text) = message {
+                            if socket.send(Message::Text(text)).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                })
+            }),
+        )
+}

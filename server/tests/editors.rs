@@ -1,0 +1,279 @@
+//! Real editors through the real local runtime and our proxy.
+//! Needs the editors from scripts/setup.sh (the test command installs them).
+
+mod common;
+
+use common::TestApp;
+use futures_util::{SinkExt, StreamExt};
+use http::{Method, StatusCode};
+use serde_json::json;
+use std::time::Duration;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+fn require(editor: &str, program: &str) {
+    let path = common::tools_dir().join(program);
+    assert!(
+        path.exists(),
+        "{editor} is not installed at {}; run scripts/setup.sh (or scripts/test.sh, which does)",
+        path.display()
+    );
+}
+
+fn execute_request(code: &str) -> String {
+    let msg_id = format!("exec-{}", std::process::id());
+    json!({
+        "header": { "msg_id": msg_id, "username": "test", "session": "test-session", "msg_type": "execute_request", "version": "5.3", "date": "2026-01-01T00:00:00Z" },
+        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+        "content": { "code": code, "silent": false, "store_history": false, "user_expressions": {}, "allow_stdin": false, "stop_on_error": true }
+    })
+    .to_string()
+}
+
+#[tokio::test]
+async fn jupyterlab_runs_a_kernel_through_the_proxy() {
+    require("JupyterLab", "venv/bin/jupyter-lab");
+    let app = TestApp::start(None).await;
+    let (_, owner) = app.user("jane").await;
+    let (_, other) = app.user("mallory").await;
+    let id = app.launch_ready(&owner, "jupyterlab").await;
+
+    let status = app
+        .call(
+            Method::GET,
+            &format!("/s/{id}/api/status"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(
+        status.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&status.body)
+    );
+    assert!(status.json()["started"].is_string());
+    let lab = app
+        .call(Method::GET, &format!("/s/{id}/lab"), Some(&owner), None)
+        .await;
+    assert_eq!(lab.status, StatusCode::OK);
+    assert!(String::from_utf8_lossy(&lab.body).contains("JupyterLab"));
+
+    // The same requests from another user find nothing.
+    let theirs = app
+        .call(
+            Method::GET,
+            &format!("/s/{id}/api/status"),
+            Some(&other),
+            None,
+        )
+        .await;
+    assert_eq!(theirs.status, StatusCode::NOT_FOUND);
+
+    let kernel = app
+        .call(
+            Method::POST,
+            &format!("/s/{id}/api/kernels"),
+            Some(&owner),
+            Some(json!({ "name": "python3" })),
+        )
+        .await;
+    assert_eq!(
+        kernel.status,
+        StatusCode::CREATED,
+        "{}",
+        String::from_utf8_lossy(&kernel.body)
+    );
+    let kernel_id = kernel.json()["id"].as_str().unwrap().to_string();
+
+    let url = format!("ws://{}/s/{id}/api/kernels/{kernel_id}/channels", app.addr);
+    let mut theirs = url.clone().into_client_request().unwrap();
+    theirs
+        .headers_mut()
+        .insert("authorization", format!("Bearer {other}").parse().unwrap());
+    match tokio_tungstenite::connect_async(theirs).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
+            assert_eq!(r.status(), StatusCode::NOT_FOUND)
+        }
+        other => panic!("another user's kernel websocket must be refused: {other:?}"),
+    }
+
+    let mut request = url.into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("authorization", format!("Bearer {owner}").parse().unwrap());
+    let (mut socket, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("kernel websocket");
+    socket
+        .send(Message::text(execute_request("1+1")))
+        .await
+        .unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(message) = socket.next().await {
+            let Ok(Message::Text(text)) = message else {
+                continue;
+            };
+            let msg: serde_json::Value = serde_json::from_str(&text).unwrap();
+            if msg["msg_type"] == "execute_result" || msg["header"]["msg_type"] == "execute_result"
+            {
+                return msg["content"]["data"]["text/plain"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+            }
+        }
+        String::new()
+    })
+    .await
+    .expect("the kernel answers within a minute");
+    assert_eq!(result, "2");
+    socket.close(None).await.ok();
+
+    let session = app.service.store.session(&id).await.unwrap().unwrap();
+    let handle = session.runtime_handle.clone().unwrap();
+    assert!(app.service.runtime.is_alive(&handle).await);
+    let stopped = app
+        .call(
+            Method::DELETE,
+            &format!("/api/v1/sessions/{id}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(stopped.json()["state"], "ended");
+    assert!(
+        !app.service.runtime.is_alive(&handle).await,
+        "the editor's process group is gone"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_server_restart_re_adopts_live_editors_and_shutdown_stops_them() {
+    require("JupyterLab", "venv/bin/jupyter-lab");
+    let app = TestApp::start_with(None, |c| c.sessions.stop_on_shutdown = false).await;
+    let (_, owner) = app.user("kim").await;
+    let id = app.launch_ready(&owner, "jupyterlab").await;
+    let handle = app
+        .service
+        .store
+        .session(&id)
+        .await
+        .unwrap()
+        .unwrap()
+        .runtime_handle
+        .unwrap();
+    let database = app.service.config.database_url();
+    let data_dir = app.service.config.data_dir.clone();
+    let service = app.service.clone();
+    let _data = app.stop().await;
+    assert!(
+        service.runtime.is_alive(&handle).await,
+        "kept running across the restart"
+    );
+
+    // A new server on the same database adopts it; the proxy reaches it again.
+    let again = TestApp::start_with(None, |c| {
+        c.database_url = database.clone();
+        c.data_dir = data_dir.clone();
+    })
+    .await;
+    again.service.recover().await.unwrap();
+    let token = {
+        let user = again
+            .service
+            .store
+            .user_by_name("kim")
+            .await
+            .unwrap()
+            .unwrap();
+        let (token, hash) = server::auth::new_api_token();
+        again
+            .service
+            .store
+            .create_token(&user.id, &hash, "t", None)
+            .await
+            .unwrap();
+        token
+    };
+    let status = again
+        .call(
+            Method::GET,
+            &format!("/s/{id}/api/status"),
+            Some(&token),
+            None,
+        )
+        .await;
+    assert_eq!(status.status, StatusCode::OK);
+    // This one stops editors on shutdown: nothing is left behind.
+    again.stop().await;
+    assert!(
+        !service.runtime.is_alive(&handle).await,
+        "stopped at shutdown"
+    );
+    let ended = service.store.session(&id).await.unwrap().unwrap();
+    assert_eq!(ended.state, app::domain::session::SessionState::Ended);
+}
+
+#[tokio::test]
+async fn marimo_answers_through_the_proxy() {
+    require("marimo", "venv/bin/marimo");
+    let app = TestApp::start(None).await;
+    let (_, owner) = app.user("mo").await;
+    let id = app.launch_ready(&owner, "marimo").await;
+    let page = app
+        .call(Method::GET, &format!("/s/{id}/"), Some(&owner), None)
+        .await;
+    assert_eq!(
+        page.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&page.body)
+    );
+    assert!(
+        String::from_utf8_lossy(&page.body)
+            .to_lowercase()
+            .contains("marimo")
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn code_server_answers_through_the_proxy() {
+    require("code-server", "npm/node_modules/.bin/code-server");
+    let app = TestApp::start(None).await;
+    let (_, owner) = app.user("cody").await;
+    let id = app.launch_ready(&owner, "code-server").await;
+    // code-server first sends the browser to its workspace folder, relative to our prefix.
+    let first = app
+        .call(Method::GET, &format!("/s/{id}/"), Some(&owner), None)
+        .await;
+    assert_eq!(
+        first.status,
+        StatusCode::FOUND,
+        "{}",
+        String::from_utf8_lossy(&first.body)
+    );
+    let location = first.headers["location"].to_str().unwrap().to_string();
+    assert!(location.starts_with("./?folder="), "{location}");
+    let page = app
+        .call(
+            Method::GET,
+            &format!("/s/{id}/{}", &location[2..]),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(
+        page.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&page.body)
+    );
+    assert!(
+        String::from_utf8_lossy(&page.body).contains("vscode"),
+        "the workbench page"
+    );
+    app.stop().await;
+}
