@@ -333,8 +333,10 @@ mod tests {
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("credits.initial_grant"), "{err}");
 
-        let mut config = Config::default();
-        config.listen = "nowhere".into();
+        let config = Config {
+            listen: "nowhere".into(),
+            ..Config::default()
+        };
         assert!(
             config
                 .validate()

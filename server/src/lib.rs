@@ -7,7 +7,7 @@
 //! - [`runtime`]: where editors run (`local` processes), behind the [`runtime::Runtime`] trait.
 //! - [`service`]: the rules of who may do what; the pages and the REST API both call it.
 //! - [`proxy`]: `/s/<id>/…` to the session's editor, HTTP and WebSocket, owner only.
-//! - [`rest`]: `/api/v1/…`.
+//! - [`rest`]: the REST API under `/api/v1`.
 //!
 //! [`run`] serves on a listener until a shutdown signal, so tests bind `127.0.0.1:0`.
 
@@ -121,10 +121,10 @@ async fn background(service: Arc<Service>) {
         tick.tick().await;
         service.flush_activity().await;
         ticks += 1;
-        if ticks % 360 == 0 {
-            if let Err(e) = sessions.delete_expired().await {
-                tracing::warn!(error = %e, "removing expired sign-ins");
-            }
+        if ticks.is_multiple_of(360)
+            && let Err(e) = sessions.delete_expired().await
+        {
+            tracing::warn!(error = %e, "removing expired sign-ins");
         }
     }
 }

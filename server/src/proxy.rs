@@ -159,10 +159,10 @@ fn strip_our_credentials(headers: &mut HeaderMap) {
         .map(str::to_string)
         .collect();
     headers.remove(header::COOKIE);
-    if !cookies.is_empty() {
-        if let Ok(value) = HeaderValue::from_str(&cookies.join("; ")) {
-            headers.insert(header::COOKIE, value);
-        }
+    if !cookies.is_empty()
+        && let Ok(value) = HeaderValue::from_str(&cookies.join("; "))
+    {
+        headers.insert(header::COOKIE, value);
     }
     if crate::auth::bearer_token(headers).is_some() {
         headers.remove(header::AUTHORIZATION);

@@ -417,10 +417,10 @@ impl Service {
             if record.state != SessionState::Stopping {
                 return;
             }
-            if let Some(handle) = &record.runtime_handle {
-                if let Err(e) = self.runtime.stop(handle).await {
-                    tracing::warn!(session = session_id, error = %e, "stopping the editor");
-                }
+            if let Some(handle) = &record.runtime_handle
+                && let Err(e) = self.runtime.stop(handle).await
+            {
+                tracing::warn!(session = session_id, error = %e, "stopping the editor");
             }
             match self.store.finish(session_id).await {
                 Ok(Some(step)) => self.events.publish(session_id, step),

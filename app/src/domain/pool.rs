@@ -72,7 +72,7 @@ pub fn rank_free_slots(slots: &[SlotUse], slice_mib: u64) -> Vec<&SlotUse> {
 
 /// "8 GB" for 8192 MiB; "512 MB" below a GiB.
 pub fn format_mib(mib: u64) -> String {
-    if mib >= 1024 && mib % 1024 == 0 {
+    if mib >= 1024 && mib.is_multiple_of(1024) {
         format!("{} GB", mib / 1024)
     } else if mib >= 1024 {
         format!("{:.1} GB", mib as f64 / 1024.0)

@@ -57,8 +57,10 @@ impl TestApp {
         adjust: impl FnOnce(&mut Config),
     ) -> TestApp {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut config = Config::default();
-        config.data_dir = dir.path().to_path_buf();
+        let mut config = Config {
+            data_dir: dir.path().to_path_buf(),
+            ..Config::default()
+        };
         config.editors.tools_dir = tools_dir();
         config.pool.detect_nvidia = false;
         adjust(&mut config);
@@ -335,10 +337,10 @@ fn fake_editor(base: String, expected_auth: String) -> axum::Router {
                 }
                 ws.on_upgrade(|mut socket| async move {
                     while let Some(Ok(message)) = socket.recv().await {
-                        if let Message::Text(text) = message {
-                            if socket.send(Message::Text(text)).await.is_err() {
-                                break;
-                            }
+                        if let Message::Text(text) = message
+                            && socket.send(Message::Text(text)).await.is_err()
+                        {
+                            break;
                         }
                     }
                 })

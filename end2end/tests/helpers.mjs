@@ -1,0 +1,28 @@
+import { chromium } from 'playwright-core';
+
+export const BASE = process.env.E2E_BASE_URL ?? 'http://127.0.0.1:3100';
+export const USER = process.env.E2E_USER ?? 'e2e';
+export const PASSWORD = process.env.E2E_PASSWORD ?? 'e2e-password';
+export const ARTIFACTS = process.env.E2E_ARTIFACTS ?? 'test-results';
+
+export async function launchBrowser() {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--no-first-run',
+    ],
+  });
+}
+
+export async function signIn(page, user = USER, password = PASSWORD) {
+  await page.goto(`${BASE}/login`);
+  await page.getByLabel('User name').fill(user);
+  await page.getByLabel('Password').fill(password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+}

@@ -1,0 +1,76 @@
+// Sign in, launch JupyterLab, use it inside the page's iframe, reload, stop it.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { ARTIFACTS, BASE, PASSWORD, USER, launchBrowser, signIn } from './helpers.mjs';
+
+mkdirSync(ARTIFACTS, { recursive: true });
+
+test('an anonymous visitor is sent to sign in, and a wrong password gets one clear message', async () => {
+  const browser = await launchBrowser();
+  const page = await browser.newPage();
+  try {
+    await page.goto(`${BASE}/`);
+    await page.waitForURL('**/login');
+    await signIn(page, USER, 'not-the-password');
+    const error = page.getByRole('alert');
+    await error.waitFor();
+    assert.match(await error.innerText(), /Wrong user name or password/);
+    await signIn(page, 'nobody-by-this-name', 'whatever-it-is');
+    await page.getByRole('alert').waitFor();
+    assert.match(await page.getByRole('alert').innerText(), /Wrong user name or password/);
+  } finally {
+    await browser.close();
+  }
+});
+
+test('launch JupyterLab, see it embedded, reload, stop it', async () => {
+  const browser = await launchBrowser();
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  try {
+    await signIn(page);
+    await page.waitForURL(`${BASE}/`);
+    const balance = page.getByTestId('credit-balance');
+    await balance.waitFor();
+    assert.equal(await balance.innerText(), '100');
+    await page.getByText('not enforced').first().waitFor();
+    await page.screenshot({ path: `${ARTIFACTS}/dashboard.png` });
+
+    // The launch button works through the hydrated page (a submit handler, not a form post).
+    await page.getByRole('radio', { name: /JupyterLab/ }).check();
+    await page.getByRole('radio', { name: /8 GB/ }).first().check();
+    await page.getByRole('button', { name: 'Launch' }).click();
+    await page.waitForURL(/\/sessions\/[0-9a-f]+$/);
+    const sessionUrl = page.url();
+
+    const frame = page.frameLocator('[data-testid=editor-frame]');
+    await frame.locator('.jp-LabShell, #jp-main-dock-panel').first().waitFor({ timeout: 120_000 });
+    await page.getByTestId('time-left').waitFor();
+    assert.match(await page.getByTestId('time-left').innerText(), /Time left \d+:\d\d/);
+    await page.screenshot({ path: `${ARTIFACTS}/session.png` });
+
+    // A reload (or a new visit) finds the running session again.
+    await page.reload();
+    await frame.locator('.jp-LabShell, #jp-main-dock-panel').first().waitFor({ timeout: 60_000 });
+    await page.goto(`${BASE}/`);
+    const card = page.getByTestId('session-card').first();
+    await card.waitFor();
+    assert.match(await card.innerText(), /ready/);
+    await page.goto(sessionUrl);
+
+    await page.getByRole('button', { name: 'Stop' }).click();
+    const ended = page.getByTestId('session-ended');
+    await ended.waitFor({ timeout: 30_000 });
+    assert.match(await ended.innerText(), /stopped by you/);
+
+    await page.goto(`${BASE}/`);
+    await page.getByText('No session is running').waitFor();
+    const after = await page.getByTestId('credit-balance').innerText();
+    assert.ok(Number(after) < 100 && Number(after) > 99, `charged for the minutes used, refunded the rest: ${after}`);
+  } catch (error) {
+    await page.screenshot({ path: `${ARTIFACTS}/failure.png` }).catch(() => {});
+    throw error;
+  } finally {
+    await browser.close();
+  }
+});

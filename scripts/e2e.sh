@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Browser tests: serves the built site on a scratch data dir, creates a user, runs end2end/.
+# Expects `cargo leptos build` to have run (scripts/test.sh does).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TARGET=${CARGO_TARGET_DIR:-$PWD/target}
+BIN="$TARGET/debug/server"
+[ -x "$BIN" ] || BIN="$TARGET/release/server"
+DATA=$(mktemp -d)
+PORT=${E2E_PORT:-3100}
+export SANDBOX_DATA_DIR="$DATA" SANDBOX_LISTEN="127.0.0.1:$PORT" SANDBOX_SITE_ROOT="${SANDBOX_SITE_ROOT:-$PWD/target/site}"
+export SANDBOX_LOG=${SANDBOX_LOG:-warn}
+echo "e2e-password" | "$BIN" user add e2e --password-stdin >/dev/null
+"$BIN" serve >"$DATA/server.log" 2>&1 &
+SERVER=$!
+cleanup() {
+  kill -TERM "$SERVER" 2>/dev/null || true
+  wait "$SERVER" 2>/dev/null || true
+  rm -rf "$DATA"
+}
+trap cleanup EXIT
+for _ in $(seq 1 100); do
+  curl -sf "http://127.0.0.1:$PORT/login" >/dev/null && break
+  sleep 0.2
+done
+export E2E_BASE_URL="http://127.0.0.1:$PORT" E2E_USER=e2e E2E_PASSWORD=e2e-password
+export E2E_ARTIFACTS="$PWD/end2end/test-results"
+status=0
+(cd end2end && node --test --test-concurrency=1 tests/) || status=$?
+if [ $status != 0 ]; then echo "--- server log"; tail -50 "$DATA/server.log"; fi
+exit $status

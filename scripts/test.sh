@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs every test: unit, store (SQLite and PostgreSQL), API/proxy, real editors, and the browser tests.
+# Installs and starts what they need first (scripts/setup.sh --test, a local PostgreSQL).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+export SANDBOX_EDITORS__TOOLS_DIR=${SANDBOX_EDITORS__TOOLS_DIR:-$ROOT/.tools}
+scripts/setup.sh --test
+
+# PostgreSQL for the store tests: Debian's cluster on 127.0.0.1:5432, a superuser role for tests.
+if [ -z "${DATABASE_URL:-}" ]; then
+  PG_VERSION=$(ls /usr/lib/postgresql | sort -n | tail -1)
+  pg_lsclusters -h 2>/dev/null | grep -q "^$PG_VERSION main" || pg_createcluster "$PG_VERSION" main >/dev/null
+  pg_ctlcluster --skip-systemctl-redirect "$PG_VERSION" main start 2>/dev/null || true
+  for _ in $(seq 1 50); do pg_isready -q -h 127.0.0.1 && break; sleep 0.2; done
+  su postgres -c "psql -qtAc \"SELECT 1 FROM pg_roles WHERE rolname='sandbox'\"" | grep -q 1 \
+    || su postgres -c "psql -qc \"CREATE ROLE sandbox LOGIN SUPERUSER PASSWORD 'sandbox'\""
+  export DATABASE_URL=postgres://sandbox:sandbox@127.0.0.1:5432/postgres
+fi
+
+echo "==> cargo test (unit, store on SQLite + PostgreSQL, API, proxy, real editors)"
+cargo test --workspace --locked
+
+echo "==> cargo leptos build (pages + wasm)"
+cargo leptos build
+
+echo "==> browser tests (Playwright + Chromium)"
+scripts/e2e.sh
