@@ -70,6 +70,7 @@ pub struct Store {
 /// A write transaction; on SQLite it also holds the writer lock.
 struct WriteTx {
     tx: Transaction<'static, Any>,
+    kind: DbKind,
     _writer: Option<OwnedMutexGuard<()>>,
 }
 
@@ -147,9 +148,17 @@ impl Store {
             DbKind::Sqlite => Some(self.sqlite_writer.clone().lock_owned().await),
             DbKind::Postgres => None,
         };
-        let tx = self.pool.begin().await?;
+        let tx = match self.kind {
+            // IMMEDIATE takes SQLite's write lock at BEGIN, where busy_timeout applies. A deferred
+            // transaction that has read first fails at once with SQLITE_BUSY when it tries to write
+            // while another connection writes (activity, http sessions, or the rollback of a
+            // dropped transaction that has not run yet), instead of waiting for it.
+            DbKind::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            DbKind::Postgres => self.pool.begin().await?,
+        };
         Ok(WriteTx {
             tx,
+            kind: self.kind,
             _writer: writer,
         })
     }
@@ -826,8 +835,14 @@ async fn balance_in(w: &mut WriteTx, user_id: &str) -> Result<i64> {
     )
 }
 
+/// Reads the state; on PostgreSQL it also locks the session's row until the transaction ends,
+/// so writers of one session (steps numbered by MAX(seq) + 1, transitions) take turns.
 async fn state_in(w: &mut WriteTx, session_id: &str) -> Result<SessionState> {
-    let row = sqlx::query("SELECT state FROM sessions WHERE id = $1")
+    let sql = match w.kind {
+        DbKind::Sqlite => "SELECT state FROM sessions WHERE id = $1",
+        DbKind::Postgres => "SELECT state FROM sessions WHERE id = $1 FOR UPDATE",
+    };
+    let row = sqlx::query(sql)
         .bind(session_id)
         .fetch_optional(&mut *w.tx)
         .await?
