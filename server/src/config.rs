@@ -154,6 +154,7 @@ impl Config {
         }
         figment = figment.merge(
             Env::prefixed("SANDBOX_")
+                .ignore(&["log"])
                 .split("__")
                 .map(|key| key.as_str().to_ascii_lowercase().into()),
         );
