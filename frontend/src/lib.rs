@@ -1,4 +1,5 @@
 //! The browser bundle: hydrates the server-rendered pages.
+#![recursion_limit = "512"]
 
 #[wasm_bindgen::prelude::wasm_bindgen]
 pub fn hydrate() {

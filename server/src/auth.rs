@@ -156,6 +156,14 @@ impl Authenticator {
         }
     }
 
+    /// Forgets everything cached for a user (locked, role changed), on this replica at once.
+    pub fn forget_user(&self, user_id: &str) {
+        self.cache
+            .lock()
+            .expect("auth cache")
+            .retain(|_, (user, _)| user.as_ref().is_none_or(|u| u.id != user_id));
+    }
+
     /// Forgets a cookie at once (logout), rather than when the cache entry expires.
     pub fn forget_cookie(&self, cookie: &str) {
         self.cache

@@ -145,6 +145,13 @@ impl Service {
             .await?)
     }
 
+    /// Locks or unlocks an account; a locked one loses access at once (cookies and tokens).
+    pub async fn set_locked(&self, user_id: &str, locked: bool) -> Result<(), AppError> {
+        self.store.set_locked(user_id, locked).await?;
+        self.auth.forget_user(user_id);
+        Ok(())
+    }
+
     fn catalog(&self, slots: &[crate::store::SlotRecord]) -> Catalog {
         let mut sizes: Vec<u64> = slots.iter().map(|s| s.slice_mib).collect();
         sizes.sort_unstable();

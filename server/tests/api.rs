@@ -437,3 +437,53 @@ async fn progress_streams_as_server_sent_events() {
     assert_eq!(states.last().unwrap(), "ended");
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_locked_account_loses_access_at_once_and_cannot_sign_in() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (user_id, token) = app.user("lou").await;
+    assert_eq!(
+        app.call(Method::GET, "/api/v1/me", Some(&token), None)
+            .await
+            .status,
+        StatusCode::OK
+    );
+
+    let store = std::sync::Arc::new(server::store::HttpSessionStore::new(
+        app.service.store.clone(),
+    ));
+    let session = tower_sessions::Session::new(None, store.clone(), None);
+    app.service
+        .login(&session, "lou", "password123")
+        .await
+        .expect("the right password signs in");
+    let wrong = app
+        .service
+        .login(&session, "lou", "wrong-password")
+        .await
+        .unwrap_err();
+    let unknown = app
+        .service
+        .login(&session, "nobody", "password123")
+        .await
+        .unwrap_err();
+    assert_eq!(wrong, unknown, "no hint whether the user exists");
+
+    app.service.set_locked(&user_id, true).await.unwrap();
+    let me = app
+        .call(Method::GET, "/api/v1/me", Some(&token), None)
+        .await;
+    assert_eq!(
+        me.status,
+        StatusCode::UNAUTHORIZED,
+        "the token stops working at once"
+    );
+    let locked = app
+        .service
+        .login(&session, "lou", "password123")
+        .await
+        .unwrap_err();
+    assert_eq!(locked, wrong, "a locked account gets the same message");
+    assert!(locked.to_string().contains("Wrong user name or password"));
+    app.stop().await;
+}

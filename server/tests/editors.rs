@@ -277,3 +277,97 @@ async fn code_server_answers_through_the_proxy() {
     );
     app.stop().await;
 }
+
+/// An "editor" that is a shell script, to see failures as a user would.
+fn script(dir: &std::path::Path, name: &str, body: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.to_string_lossy().to_string()
+}
+
+async fn launch_until_ended(app: &TestApp, token: &str) -> serde_json::Value {
+    let body = json!({ "editor": "jupyterlab", "slice_mib": 8192, "duration_minutes": 30 });
+    let created = app
+        .call(Method::POST, "/api/v1/sessions", Some(token), Some(body))
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    let id = created.json()["id"].as_str().unwrap().to_string();
+    for _ in 0..200 {
+        let view = app
+            .call(
+                Method::GET,
+                &format!("/api/v1/sessions/{id}"),
+                Some(token),
+                None,
+            )
+            .await
+            .json();
+        if view["state"] == "ended" {
+            return view;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the launch did not end");
+}
+
+#[tokio::test]
+async fn an_editor_that_dies_fails_fast_with_its_log_tail_and_a_refund() {
+    let scripts = tempfile::tempdir().unwrap();
+    let program = script(
+        scripts.path(),
+        "broken-lab",
+        "echo 'Traceback (most recent call last):'\necho 'ImportError: no module named jupyterlab' >&2\nexit 1",
+    );
+    let app = TestApp::start_with(None, |c| c.editors.jupyterlab = program.clone()).await;
+    let (user_id, token) = app.user("pat").await;
+    let view = launch_until_ended(&app, &token).await;
+    assert_eq!(view["end_reason"], "failed");
+    let detail = view["detail"].as_str().unwrap();
+    assert!(detail.contains("exited before it was ready"), "{detail}");
+    assert!(
+        detail.contains("ImportError: no module named jupyterlab"),
+        "{detail}"
+    );
+    assert_eq!(
+        app.service.store.credits(&user_id).await.unwrap(),
+        (100_000, 0),
+        "fully refunded"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_editor_that_never_answers_times_out_and_is_killed() {
+    let scripts = tempfile::tempdir().unwrap();
+    let pid_file = scripts.path().join("pid");
+    let program = script(
+        scripts.path(),
+        "silent-lab",
+        &format!(
+            "echo $$ > {}\necho 'starting, slowly'\nexec sleep 300",
+            pid_file.display()
+        ),
+    );
+    let app = TestApp::start_with(None, |c| {
+        c.editors.jupyterlab = program.clone();
+        c.sessions.ready_timeout_seconds = 1;
+    })
+    .await;
+    let (_, token) = app.user("quinn").await;
+    let view = launch_until_ended(&app, &token).await;
+    let detail = view["detail"].as_str().unwrap();
+    assert!(detail.contains("did not answer within 1 s"), "{detail}");
+    assert!(detail.contains("starting, slowly"), "{detail}");
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        unsafe { libc::kill(pid, 0) } != 0,
+        "the editor's process was killed"
+    );
+    app.stop().await;
+}

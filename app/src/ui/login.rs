@@ -1,14 +1,23 @@
 use crate::api::Login;
 use leptos::prelude::*;
-use leptos_router::hooks::use_navigate;
+use leptos_router::hooks::{use_navigate, use_query_map};
 
 #[component]
 pub fn LoginPage() -> impl IntoView {
     let login = ServerAction::<Login>::new();
     let navigate = use_navigate();
+    let query = use_query_map();
     Effect::new(move |_| {
         if let Some(Ok(_)) = login.value().get() {
-            navigate("/", Default::default());
+            // Back to where the visitor was sent from (an editor link, say), if it is one of ours.
+            match query
+                .read_untracked()
+                .get("next")
+                .filter(|n| super::is_local_path(n))
+            {
+                Some(next) => super::hard_navigate(&next),
+                None => navigate("/", Default::default()),
+            }
         }
     });
     let error = move || {

@@ -101,6 +101,21 @@ pub(crate) fn format_countdown(ms: i64) -> String {
     }
 }
 
+/// Whether `path` stays on this site: "/x" but not "//evil.example" or "/\\evil".
+pub(crate) fn is_local_path(path: &str) -> bool {
+    path.starts_with('/') && !path.starts_with("//") && !path.starts_with("/\\")
+}
+
+/// A full page load, for paths the router does not own (the editors under /s/).
+pub(crate) fn hard_navigate(path: &str) {
+    #[cfg(feature = "hydrate")]
+    if let Some(window) = web_sys::window() {
+        let _ = window.location().set_href(path);
+    }
+    #[cfg(not(feature = "hydrate"))]
+    let _ = path;
+}
+
 /// A ticking clock for countdowns; only ticks in the browser.
 pub(crate) fn use_clock() -> ReadSignal<i64> {
     let (now, set_now) = signal(now_ms());
@@ -117,7 +132,17 @@ pub(crate) fn use_clock() -> ReadSignal<i64> {
 
 #[cfg(test)]
 mod tests {
-    use super::format_countdown;
+    use super::{format_countdown, is_local_path};
+
+    #[test]
+    fn only_local_paths_are_followed_after_sign_in() {
+        assert!(is_local_path("/s/abc/lab"));
+        assert!(is_local_path("/"));
+        assert!(!is_local_path("//evil.example/"));
+        assert!(!is_local_path("/\\evil.example"));
+        assert!(!is_local_path("https://evil.example/"));
+        assert!(!is_local_path(""));
+    }
 
     #[test]
     fn countdown_formats() {
