@@ -16,6 +16,7 @@ const TOKEN_PREFIX: &str = "gsb_";
 /// How long a resolved cookie or token is trusted without asking the database again.
 /// Keeps the proxy's hot path free of queries; logout on this replica clears it at once.
 const CACHE_TTL: Duration = Duration::from_secs(5);
+const CACHE_CAPACITY: usize = 10_000;
 
 pub fn hash_password(password: &str) -> Result<String, argon2::password_hash::Error> {
     let salt = SaltString::generate(&mut rand::rngs::OsRng);
@@ -86,8 +87,9 @@ pub fn session_cookie(headers: &HeaderMap) -> Option<String> {
 pub fn bearer_token(headers: &HeaderMap) -> Option<String> {
     let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && token.starts_with(TOKEN_PREFIX))
-        .then(|| token.trim().to_string())
+        .then(|| token.to_string())
 }
 
 /// Resolves requests to users, with a short cache for the proxy's sake.
@@ -122,11 +124,18 @@ impl Authenticator {
             (None, None) => None,
         };
         let user = user.filter(|u| !u.locked);
-        let mut cache = self.cache.lock().expect("auth cache");
-        if cache.len() > 10_000 {
-            cache.retain(|_, (_, at)| at.elapsed() < CACHE_TTL);
+        // Only known users are cached: unknown cookies and tokens cost a lookup each, but
+        // cannot grow the cache.
+        if let Some(found) = &user {
+            let mut cache = self.cache.lock().expect("auth cache");
+            if cache.len() >= CACHE_CAPACITY {
+                cache.retain(|_, (_, at)| at.elapsed() < CACHE_TTL);
+                if cache.len() >= CACHE_CAPACITY {
+                    cache.clear();
+                }
+            }
+            cache.insert(key, (Some(found.clone()), Instant::now()));
         }
-        cache.insert(key, (user.clone(), Instant::now()));
         Ok(user)
     }
 
@@ -209,5 +218,7 @@ mod tests {
         assert_eq!(bearer_token(&headers), None);
         headers.insert("authorization", "Bearer someone-elses".parse().unwrap());
         assert_eq!(bearer_token(&headers), None);
+        headers.insert("authorization", "Bearer  gsb_spaced".parse().unwrap());
+        assert_eq!(bearer_token(&headers).as_deref(), Some("gsb_spaced"));
     }
 }

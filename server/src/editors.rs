@@ -37,13 +37,8 @@ pub fn readiness_path(editor: EditorKind, base_path: &str) -> String {
 }
 
 /// Arguments after the program, for an editor on 127.0.0.1:`port` under `base_path` ("/s/<id>/").
-pub fn arguments(
-    editor: EditorKind,
-    port: u16,
-    base_path: &str,
-    workspace: &str,
-    secret: &str,
-) -> Vec<String> {
+/// The secret is never among them (`ps` shows arguments to everyone): see [`secret_env`] and [`secret_stdin`].
+pub fn arguments(editor: EditorKind, port: u16, base_path: &str, workspace: &str) -> Vec<String> {
     let s = |v: &str| v.to_string();
     match editor {
         EditorKind::JupyterLab => vec![
@@ -52,7 +47,6 @@ pub fn arguments(
             format!("--port={port}"),
             s("--port-retries=0"),
             format!("--ServerApp.base_url={base_path}"),
-            format!("--IdentityProvider.token={secret}"),
             format!("--ServerApp.root_dir={workspace}"),
             s("--ServerApp.allow_root=True"),
             s("--ServerApp.allow_remote_access=True"),
@@ -65,7 +59,7 @@ pub fn arguments(
             s("--host=127.0.0.1"),
             format!("--port={port}"),
             format!("--base-url={}", base_path.trim_end_matches('/')),
-            format!("--token-password={secret}"),
+            s("--token-password-file=-"),
             s("--skip-update-check"),
             s("--allow-origins=*"),
             workspace.to_string(),
@@ -85,10 +79,20 @@ pub fn arguments(
 /// The environment that carries the secret, where an editor takes it from there.
 pub fn secret_env(editor: EditorKind, secret: &str) -> Vec<(String, String)> {
     match editor {
+        EditorKind::JupyterLab => vec![("JUPYTER_TOKEN".into(), secret.to_string())],
         EditorKind::CodeServer => vec![("HASHED_PASSWORD".into(), secret.to_string())],
-        _ => Vec::new(),
+        EditorKind::Marimo => Vec::new(),
     }
 }
+
+/// What to write to the editor's standard input at start (marimo reads its token there).
+pub fn secret_stdin(editor: EditorKind, secret: &str) -> Option<String> {
+    (editor == EditorKind::Marimo).then(|| format!("{secret}\n"))
+}
+
+/// The parts of the server's environment an editor may see; everything else (database URLs,
+/// credentials) stays with the server.
+pub const INHERITED_ENV: [&str; 7] = ["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "SHELL"];
 
 /// A fresh secret for one editor. code-server wants an argon2 hash, which its cookie then must equal.
 pub fn new_secret(editor: EditorKind) -> String {
@@ -108,9 +112,12 @@ mod tests {
 
     #[test]
     fn jupyter_gets_its_base_url_and_token() {
-        let args = arguments(EditorKind::JupyterLab, 4000, "/s/abc/", "/ws", "tok");
+        let args = arguments(EditorKind::JupyterLab, 4000, "/s/abc/", "/ws");
         assert!(args.contains(&"--ServerApp.base_url=/s/abc/".to_string()));
-        assert!(args.contains(&"--IdentityProvider.token=tok".to_string()));
+        assert_eq!(
+            secret_env(EditorKind::JupyterLab, "tok"),
+            [("JUPYTER_TOKEN".to_string(), "tok".to_string())]
+        );
         assert!(args.contains(&"--ip=127.0.0.1".to_string()));
         assert_eq!(
             readiness_path(EditorKind::JupyterLab, "/s/abc/"),
@@ -124,9 +131,22 @@ mod tests {
 
     #[test]
     fn marimo_base_url_has_no_trailing_slash() {
-        let args = arguments(EditorKind::Marimo, 4000, "/s/abc/", "/ws", "tok");
+        let args = arguments(EditorKind::Marimo, 4000, "/s/abc/", "/ws");
         assert!(args.contains(&"--base-url=/s/abc".to_string()));
+        assert_eq!(
+            secret_stdin(EditorKind::Marimo, "tok").as_deref(),
+            Some("tok\n")
+        );
         assert!(args.contains(&"--host=127.0.0.1".to_string()));
+    }
+
+    #[test]
+    fn no_secret_is_ever_an_argument() {
+        for editor in EditorKind::ALL {
+            let secret = new_secret(editor);
+            let args = arguments(editor, 4000, "/s/abc/", "/ws");
+            assert!(args.iter().all(|a| !a.contains(&secret)), "{editor}");
+        }
     }
 
     #[test]

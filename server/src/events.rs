@@ -23,12 +23,25 @@ impl EventHub {
     pub fn publish(&self, session_id: &str, step: Step) {
         let ended = step.state == app::domain::session::SessionState::Ended;
         let mut channels = self.channels.lock().expect("event hub");
-        if let Some(sender) = channels.get(session_id) {
-            let _ = sender.send(step);
-        }
-        if ended {
+        let nobody_listens = match channels.get(session_id) {
+            Some(sender) => sender.send(step).is_err(),
+            None => false,
+        };
+        if ended || nobody_listens {
             channels.remove(session_id);
         }
+    }
+
+    /// Drops channels nobody listens to any more (streams closed by their browsers).
+    pub fn sweep(&self) {
+        self.channels
+            .lock()
+            .expect("event hub")
+            .retain(|_, sender| sender.receiver_count() > 0);
+    }
+
+    pub fn channel_count(&self) -> usize {
+        self.channels.lock().expect("event hub").len()
     }
 }
 
@@ -59,5 +72,22 @@ mod tests {
         assert_eq!(rx.recv().await.unwrap().state, SessionState::Ended);
         // The channel is dropped after the end.
         assert!(rx.recv().await.is_err());
+        assert_eq!(hub.channel_count(), 0);
+    }
+
+    #[test]
+    fn abandoned_channels_are_swept() {
+        let hub = EventHub::default();
+        let kept = hub.subscribe("a");
+        drop(hub.subscribe("b"));
+        hub.sweep();
+        assert_eq!(hub.channel_count(), 1);
+        drop(kept);
+        hub.publish("a", step(1, SessionState::Starting));
+        assert_eq!(
+            hub.channel_count(),
+            0,
+            "a publish nobody hears drops the channel"
+        );
     }
 }

@@ -86,7 +86,9 @@ pub fn router(service: Arc<Service>) -> Router {
         .with_state(state)
 }
 
-/// Serves until `shutdown` resolves; background work (activity flushing, session cleanup) runs alongside.
+/// Serves until `shutdown` resolves; background work (activity flushing, ending expired
+/// sessions) runs alongside. On shutdown, long streams end first, editors are stopped when so
+/// configured, then open requests get a few seconds to finish.
 pub async fn run(
     listener: tokio::net::TcpListener,
     service: Arc<Service>,
@@ -94,34 +96,62 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let background = tokio::spawn(background(service.clone()));
     let app = router(service.clone());
-    let result = axum::serve(
+    let (draining_tx, draining) = tokio::sync::oneshot::channel::<()>();
+    let stopping = service.clone();
+    let signal = async move {
+        shutdown.await;
+        stopping.flush_activity().await;
+        if stopping.config.sessions.stop_on_shutdown {
+            stopping
+                .stop_all(
+                    app::domain::session::EndReason::Admin,
+                    "the server shut down; unused credits were refunded",
+                )
+                .await;
+        }
+        // After the stops, so open progress streams show the end before they close.
+        let _ = stopping.shutdown.send(true);
+        let _ = draining_tx.send(());
+    };
+    let serve = axum::serve(
         listener,
         app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
     )
-    .with_graceful_shutdown(shutdown)
-    .await;
+    .with_graceful_shutdown(signal);
+    let deadline = async {
+        if draining.await.is_ok() {
+            tokio::time::sleep(DRAIN_TIMEOUT).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    let result = tokio::select! {
+        result = serve => result,
+        _ = deadline => {
+            tracing::warn!("requests still open after {DRAIN_TIMEOUT:?}; closing them");
+            Ok(())
+        }
+    };
     background.abort();
-    service.flush_activity().await;
-    if service.config.sessions.stop_on_shutdown {
-        service
-            .stop_all(
-                app::domain::session::EndReason::Admin,
-                "the server shut down; unused credits were refunded",
-            )
-            .await;
-    }
     result
 }
 
+/// How long open requests may take to finish once the server shuts down.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
 async fn background(service: Arc<Service>) {
     let sessions = store::HttpSessionStore::new(service.store.clone());
-    let mut tick = tokio::time::interval(Duration::from_secs(10));
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
     let mut ticks = 0u64;
     loop {
         tick.tick().await;
-        service.flush_activity().await;
+        service.end_expired().await;
         ticks += 1;
-        if ticks.is_multiple_of(360)
+        if ticks.is_multiple_of(2) {
+            service.flush_activity().await;
+            service.events.sweep();
+        }
+        if ticks.is_multiple_of(720)
             && let Err(e) = sessions.delete_expired().await
         {
             tracing::warn!(error = %e, "removing expired sign-ins");
@@ -129,8 +159,9 @@ async fn background(service: Arc<Service>) {
     }
 }
 
-/// Opens the store, applies migrations, writes the pool, recovers sessions: a ready service.
-pub async fn build_service(config: config::Config) -> anyhow_lite::Result<Arc<Service>> {
+/// Opens the store and applies migrations: enough for the command line, which must not
+/// touch the pool or the sessions of a server that may be running.
+pub async fn open_service(config: config::Config) -> anyhow_lite::Result<Arc<Service>> {
     std::fs::create_dir_all(&config.data_dir).map_err(|e| {
         anyhow_lite::Error(format!(
             "cannot create data_dir {}: {e}",
@@ -149,7 +180,18 @@ pub async fn build_service(config: config::Config) -> anyhow_lite::Result<Arc<Se
         runtime::ToolPaths::from_config(&config.editors),
         &config.data_dir,
     ));
-    let service = Arc::new(Service::new(config, store, runtime, gpus, enforcement));
+    Ok(Arc::new(Service::new(
+        config,
+        store,
+        runtime,
+        gpus,
+        enforcement,
+    )))
+}
+
+/// A service ready to serve: the pool written, sessions left by a previous run recovered.
+pub async fn build_service(config: config::Config) -> anyhow_lite::Result<Arc<Service>> {
+    let service = open_service(config).await?;
     service
         .sync_pool()
         .await

@@ -124,7 +124,7 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
                     password_stdin,
                 },
         } => {
-            let service = server::build_service(config)
+            let service = server::open_service(config)
                 .await
                 .map_err(|e| e.to_string())?;
             let (password, generated) = if password_stdin {
@@ -155,7 +155,7 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
         Command::Token {
             command: TokenCommand::Create { user, days },
         } => {
-            let service = server::build_service(config)
+            let service = server::open_service(config)
                 .await
                 .map_err(|e| e.to_string())?;
             let record = service
@@ -178,7 +178,7 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
             command: CreditsCommand::Grant { name, amount },
         } => {
             let milli = credits::parse(&amount)?;
-            let service = server::build_service(config)
+            let service = server::open_service(config)
                 .await
                 .map_err(|e| e.to_string())?;
             let record = service

@@ -5,7 +5,7 @@ use crate::service::Service;
 use app::domain::launch::LaunchRequest;
 use app::domain::session::SessionState;
 use app::error::AppError;
-use app::model::{SessionView, Viewer};
+use app::model::{SessionView, Step, Viewer};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
 use axum::http::StatusCode;
@@ -14,7 +14,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use futures_util::stream::{self, Stream, StreamExt};
+use futures_util::stream::{self, Stream};
 use serde::Serialize;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -174,36 +174,91 @@ async fn session_events(
     ApiUser(viewer): ApiUser,
     Path(id): Path<String>,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    state.service.check_owner(&viewer, &id).await?;
     // Subscribe before reading the history, so nothing falls between the two.
     let live = state.service.events.subscribe(&id);
-    let history = state.service.steps(&viewer, &id).await?;
-    let last_seq = history.last().map(|s| s.seq).unwrap_or(0);
+    let history = state.service.steps_after(&id, 0).await?;
     let ended = history.iter().any(|s| s.state == SessionState::Ended);
-    let to_event = |step: &app::model::Step| {
-        Event::default()
-            .id(step.seq.to_string())
-            .data(serde_json::to_string(step).unwrap_or_default())
+    let follow = Follow {
+        shutdown: state.service.shutdown.subscribe(),
+        service: state.service.clone(),
+        id,
+        live: (!ended).then_some(live),
+        pending: history.into(),
+        last_seq: 0,
+        done: false,
+        closing: false,
     };
-    let past = stream::iter(history.iter().map(to_event).map(Ok).collect::<Vec<_>>());
-    let service: Arc<Service> = state.service.clone();
-    let future = stream::unfold(
-        (live, ended, service, id),
-        move |(mut rx, done, service, id)| async move {
-            if done {
+    Ok(Sse::new(stream::unfold(follow, Follow::next)).keep_alive(KeepAlive::default()))
+}
+
+/// One progress stream. Steps come from this process's hub as they happen, and from the
+/// database every few seconds, so a session ended by another replica (or the CLI) ends the
+/// stream too. It also ends when the server shuts down.
+struct Follow {
+    service: Arc<Service>,
+    id: String,
+    live: Option<tokio::sync::broadcast::Receiver<Step>>,
+    pending: std::collections::VecDeque<Step>,
+    last_seq: i64,
+    done: bool,
+    closing: bool,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Follow {
+    async fn next(mut self) -> Option<(Result<Event, Infallible>, Follow)> {
+        use tokio::sync::broadcast::error::RecvError;
+        loop {
+            if let Some(step) = self.pending.pop_front() {
+                if step.seq <= self.last_seq {
+                    continue;
+                }
+                self.last_seq = step.seq;
+                self.done = step.state == SessionState::Ended;
+                let event = Event::default()
+                    .id(step.seq.to_string())
+                    .data(serde_json::to_string(&step).unwrap_or_default());
+                return Some((Ok(event), self));
+            }
+            if self.done || self.closing {
                 return None;
             }
-            loop {
-                match rx.recv().await {
-                    Ok(step) if step.seq <= last_seq => continue,
-                    Ok(step) => {
-                        let end = step.state == SessionState::Ended;
-                        return Some((Ok(to_event(&step)), (rx, end, service, id)));
+            if *self.shutdown.borrow() {
+                // One last look, so the steps of the shutdown itself are shown, then the end.
+                self.closing = true;
+                if let Ok(steps) = self.service.steps_after(&self.id, self.last_seq).await {
+                    self.pending.extend(steps);
+                }
+                continue;
+            }
+            let received = async {
+                match &mut self.live {
+                    Some(live) => Some(live.recv().await),
+                    None => std::future::pending().await,
+                }
+            };
+            let refresh = tokio::select! {
+                received = received => match received {
+                    Some(Ok(step)) => {
+                        self.pending.push_back(step);
+                        false
                     }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                    Some(Err(RecvError::Lagged(_))) => true,
+                    Some(Err(RecvError::Closed)) | None => {
+                        self.live = None;
+                        true
+                    }
+                },
+                _ = tokio::time::sleep(std::time::Duration::from_secs(3)) => true,
+                _ = self.shutdown.changed() => false,
+            };
+            if refresh {
+                match self.service.steps_after(&self.id, self.last_seq).await {
+                    Ok(steps) => self.pending.extend(steps),
+                    Err(_) => return None,
                 }
             }
-        },
-    );
-    Ok(Sse::new(past.chain(future)).keep_alive(KeepAlive::default()))
+        }
+    }
 }

@@ -51,6 +51,8 @@ pub struct Service {
     pub routes: RouteTable,
     pub gpus: Vec<GpuSpec>,
     pub enforcement: Enforcement,
+    /// Flips to true when the server begins to shut down; long streams end on it.
+    pub shutdown: tokio::sync::watch::Sender<bool>,
 }
 
 impl Service {
@@ -71,6 +73,7 @@ impl Service {
             routes: RouteTable::default(),
             gpus,
             enforcement,
+            shutdown: tokio::sync::watch::channel(false).0,
         }
     }
 
@@ -269,6 +272,30 @@ impl Service {
         if candidates.is_empty() {
             return Err(no_slot());
         }
+        // From here on the work runs in its own task: a client that disconnects mid-request
+        // must not leave a session half-launched (credits held, slot taken, nothing running).
+        let this = Arc::clone(self);
+        let viewer = viewer.clone();
+        tokio::spawn(async move { this.hold_and_assign(&viewer, valid, candidates).await })
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "launch task");
+                AppError::Internal
+            })?
+    }
+
+    async fn hold_and_assign(
+        self: &Arc<Self>,
+        viewer: &Viewer,
+        valid: launch::ValidLaunch,
+        candidates: Vec<String>,
+    ) -> Result<SessionView, AppError> {
+        let no_slot = || {
+            AppError::Unavailable(format!(
+                "All {} slices are in use right now; try again in a few minutes or pick another size.",
+                format_mib(valid.slice_mib)
+            ))
+        };
         let price_per_hour = self.price_for_slice(valid.slice_mib);
         let hold = credits::price_for_minutes(price_per_hour, valid.duration_minutes as i64);
         let (record, steps) = self
@@ -285,7 +312,19 @@ impl Service {
         for step in steps {
             self.events.publish(&record.id, step);
         }
-        match self.store.assign_slot(&record.id, &candidates).await? {
+        let assigned = match self.store.assign_slot(&record.id, &candidates).await {
+            Ok(assigned) => assigned,
+            Err(e) => {
+                self.end_without_editor(
+                    &record.id,
+                    EndReason::Failed,
+                    "The slot could not be assigned",
+                )
+                .await;
+                return Err(e.into());
+            }
+        };
+        match assigned {
             Some((_, step)) => self.events.publish(&record.id, step),
             None => {
                 // Someone took the last slot between our look and our claim.
@@ -318,7 +357,8 @@ impl Service {
                     &self.enforcement,
                 )
             })
-            .unwrap_or_default();
+            // A slot on a card we no longer know: hide every card rather than expose them all.
+            .unwrap_or_else(|| vec![("CUDA_VISIBLE_DEVICES".to_string(), String::new())]);
         let launch = EditorLaunch {
             session_id: record.id.clone(),
             user_name: user_name.to_string(),
@@ -351,7 +391,8 @@ impl Service {
             )
             .await
         {
-            tracing::error!(session = session_id, error = %e, "recording the editor");
+            // Stopped while it started (or the database failed): nothing may keep running.
+            tracing::info!(session = session_id, error = %e, "editor started for a session that is no longer starting");
             let _ = self.runtime.stop(&running.handle).await;
             self.end_without_editor(
                 session_id,
@@ -372,6 +413,8 @@ impl Service {
             tracing::warn!(session = session_id, error = %e, "editor not ready");
             self.stop_session(session_id, EndReason::Failed, Some(&e.user_message()))
                 .await;
+            // Whatever state the session reached meanwhile, this process is ours to end.
+            let _ = self.runtime.stop(&running.handle).await;
             return;
         }
         match self
@@ -435,6 +478,8 @@ impl Service {
                 Err(e) => tracing::warn!(session = session_id, error = %e, "finishing"),
             }
         }
+        // A proxy request may have cached the route while this stop ran.
+        self.routes.remove(session_id);
     }
 
     /// A session the viewer may see: their own. Others' look the same as missing ones.
@@ -458,18 +503,32 @@ impl Service {
             .collect())
     }
 
-    pub async fn stop(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError> {
+    pub async fn stop(
+        self: &Arc<Self>,
+        viewer: &Viewer,
+        id: &str,
+    ) -> Result<SessionView, AppError> {
         let record = self.owned(viewer, id).await?;
         if record.state.is_live() {
-            self.stop_session(id, EndReason::User, None).await;
+            // Its own task: a client that disconnects must not leave the session half-stopped.
+            let this = Arc::clone(self);
+            let id = id.to_string();
+            let _ =
+                tokio::spawn(async move { this.stop_session(&id, EndReason::User, None).await })
+                    .await;
         }
         self.view(id).await
     }
 
-    /// Checks the viewer owns the session; the steps so far, for the progress stream.
-    pub async fn steps(&self, viewer: &Viewer, id: &str) -> Result<Vec<Step>, AppError> {
-        self.owned(viewer, id).await?;
-        Ok(self.store.steps(id).await?)
+    /// Checks the viewer owns the session (for the progress stream).
+    pub async fn check_owner(&self, viewer: &Viewer, id: &str) -> Result<(), AppError> {
+        self.owned(viewer, id).await.map(|_| ())
+    }
+
+    /// The steps after `after`, from the database.
+    pub async fn steps_after(&self, id: &str, after: i64) -> Result<Vec<Step>, AppError> {
+        let steps = self.store.steps(id).await?;
+        Ok(steps.into_iter().filter(|s| s.seq > after).collect())
     }
 
     async fn view(&self, id: &str) -> Result<SessionView, AppError> {
@@ -501,7 +560,24 @@ impl Service {
             record.last_activity_at,
         ));
         self.routes.insert(route.clone());
+        // A stop may have run between our read and our insert; it must not leave a route behind.
+        if self.store.session(session_id).await?.map(|r| r.state) != Some(SessionState::Ready) {
+            self.routes.remove(session_id);
+            return Ok(None);
+        }
         Ok(Some(route))
+    }
+
+    /// Ends ready sessions whose time ran out. Runs every few seconds; safe to run anywhere.
+    pub async fn end_expired(&self) {
+        match self.store.expired_sessions(crate::store::now_ms()).await {
+            Ok(ids) => {
+                for id in ids {
+                    self.stop_session(&id, EndReason::Timer, None).await;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "looking for expired sessions"),
+        }
     }
 
     /// After a restart: re-adopt editors that still answer, end the rest with a refund.

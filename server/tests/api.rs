@@ -487,3 +487,133 @@ async fn a_locked_account_loses_access_at_once_and_cannot_sign_in() {
     assert!(locked.to_string().contains("Wrong user name or password"));
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_session_whose_time_ran_out_is_ended_with_a_charge() {
+    let runtime = FakeRuntime::new();
+    let app = TestApp::start(Some(runtime.clone())).await;
+    let (user_id, token) = app.user("tim").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    // Pretend it became ready 30 minutes ago and its 30 minutes are over.
+    let past = server::store::now_ms() - 30 * 60_000;
+    app.sql(
+        &format!(
+            "UPDATE sessions SET ready_at = {past}, ends_at = {} WHERE id = $1",
+            past + 30 * 60_000
+        ),
+        &id,
+    )
+    .await;
+    app.service.end_expired().await;
+    let view = app
+        .call(
+            Method::GET,
+            &format!("/api/v1/sessions/{id}"),
+            Some(&token),
+            None,
+        )
+        .await
+        .json();
+    assert_eq!(view["state"], "ended");
+    assert_eq!(view["end_reason"], "timer");
+    assert_eq!(
+        runtime.stopped.lock().unwrap().len(),
+        1,
+        "the editor was stopped"
+    );
+    let (balance, held) = app.service.store.credits(&user_id).await.unwrap();
+    assert_eq!(
+        (balance, held),
+        (100_000 - 500, 0),
+        "30 minutes charged, nothing held"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_progress_stream_ends_when_another_server_ends_the_session() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (_, token) = app.user("una").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    let ender = {
+        let store = app.service.store.clone();
+        let id = id.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            // Straight through the store, as another replica would: no in-process event.
+            store
+                .begin_stop(&id, app::domain::session::EndReason::Admin, None)
+                .await
+                .unwrap();
+            store.finish(&id).await.unwrap();
+        })
+    };
+    let response = tokio::time::timeout(
+        std::time::Duration::from_secs(15),
+        app.call(
+            Method::GET,
+            &format!("/api/v1/sessions/{id}/events"),
+            Some(&token),
+            None,
+        ),
+    )
+    .await
+    .expect("the stream notices the end from the database");
+    ender.await.unwrap();
+    assert!(String::from_utf8_lossy(&response.body).contains("\"state\":\"ended\""));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_ends_open_streams_and_stops_editors() {
+    let runtime = FakeRuntime::new();
+    let app = TestApp::start(Some(runtime.clone())).await;
+    let (_, token) = app.user("vic").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    let url = app.url(&format!("/api/v1/sessions/{id}/events"));
+    let stream = tokio::spawn(async move {
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http();
+        let request = Request::get(url)
+            .header("authorization", format!("Bearer {token}"))
+            .body(Full::<bytes::Bytes>::default())
+            .unwrap();
+        let response = client.request(request).await.unwrap();
+        use http_body_util::BodyExt;
+        let mut body = response.into_body();
+        let mut seen = Vec::new();
+        while let Some(frame) = body.frame().await {
+            match frame {
+                Ok(frame) => {
+                    if let Some(data) = frame.data_ref() {
+                        seen.extend_from_slice(data);
+                    }
+                }
+                Err(e) => {
+                    eprintln!("stream error after {} bytes: {e}", seen.len());
+                    break;
+                }
+            }
+        }
+        bytes::Bytes::from(seen)
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let service = app.service.clone();
+    app.stop().await; // fails the test if the server does not stop
+    let body = tokio::time::timeout(std::time::Duration::from_secs(5), stream)
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&body);
+    assert!(
+        text.contains("\"state\":\"ended\""),
+        "the stream saw the end: {text}"
+    );
+    assert_eq!(runtime.stopped.lock().unwrap().len(), 1);
+    let record = service.store.session(&id).await.unwrap().unwrap();
+    assert_eq!(
+        record.end_reason,
+        Some(app::domain::session::EndReason::Admin)
+    );
+}

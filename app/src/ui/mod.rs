@@ -103,7 +103,10 @@ pub(crate) fn format_countdown(ms: i64) -> String {
 
 /// Whether `path` stays on this site: "/x" but not "//evil.example" or "/\\evil".
 pub(crate) fn is_local_path(path: &str) -> bool {
-    path.starts_with('/') && !path.starts_with("//") && !path.starts_with("/\\")
+    // Browsers drop tabs and newlines inside URLs and read '\\' as '/', so "/\t/x" means "//x".
+    path.starts_with('/')
+        && !path.starts_with("//")
+        && !path.chars().any(|c| c.is_control() || c == '\\')
 }
 
 /// A full page load, for paths the router does not own (the editors under /s/).
@@ -142,6 +145,8 @@ mod tests {
         assert!(!is_local_path("/\\evil.example"));
         assert!(!is_local_path("https://evil.example/"));
         assert!(!is_local_path(""));
+        assert!(!is_local_path("/\t/evil.example"));
+        assert!(!is_local_path("/\n/evil.example"));
     }
 
     #[test]

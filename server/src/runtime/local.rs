@@ -61,6 +61,17 @@ struct Handle {
     pid: i32,
     port: u16,
     log: PathBuf,
+    /// The process's start time (clock ticks since boot), so a reused pid is not mistaken for it.
+    #[serde(default)]
+    started: Option<u64>,
+}
+
+impl Handle {
+    /// Our editor still runs: the pid exists and is the same process we started.
+    fn alive(&self) -> bool {
+        process_alive(self.pid)
+            && (self.started.is_none() || process_start_time(self.pid) == self.started)
+    }
 }
 
 pub struct LocalRuntime {
@@ -74,6 +85,12 @@ pub struct LocalRuntime {
 
 impl LocalRuntime {
     pub fn new(tools: ToolPaths, data_dir: &Path) -> LocalRuntime {
+        for editor in EditorKind::ALL {
+            let program = tools.program(editor);
+            if !program.exists() {
+                tracing::warn!(%editor, program = %program.display(), "editor not installed; shown as unavailable");
+            }
+        }
         let http =
             hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
                 .build_http();
@@ -131,6 +148,14 @@ fn process_alive(pid: i32) -> bool {
     pid > 0 && unsafe { libc::kill(pid, 0) } == 0
 }
 
+/// Field 22 of /proc/<pid>/stat: when the process started, in clock ticks since boot.
+fn process_start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses; fields after it are plain.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(19)?.parse().ok()
+}
+
 fn signal_group(pid: i32, signal: i32) {
     if pid > 0 {
         unsafe {
@@ -156,10 +181,7 @@ impl Runtime for LocalRuntime {
                 let status = if program.exists() {
                     Ok(())
                 } else {
-                    Err(format!(
-                        "not installed ({} is missing; run scripts/setup.sh)",
-                        program.display()
-                    ))
+                    Err("not installed on this server (an administrator can install it with scripts/setup.sh)".to_string())
                 };
                 (editor, status)
             })
@@ -189,10 +211,16 @@ impl Runtime for LocalRuntime {
             port,
             &launch.base_path,
             &workspace.to_string_lossy(),
-            &secret,
         );
+        let stdin_secret = editors::secret_stdin(launch.editor, &secret);
         let mut command = tokio::process::Command::new(program);
         command
+            .env_clear()
+            .envs(
+                editors::INHERITED_ENV
+                    .iter()
+                    .filter_map(|k| std::env::var(k).ok().map(|v| (*k, v))),
+            )
             .args(&args)
             .current_dir(&workspace)
             .env("HOME", &workspace)
@@ -203,13 +231,22 @@ impl Runtime for LocalRuntime {
             .env("PYTHONUNBUFFERED", "1")
             .envs(launch.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .envs(editors::secret_env(launch.editor, &secret))
-            .stdin(Stdio::null())
+            .stdin(if stdin_secret.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(log.try_clone()?)
             .stderr(log)
             .process_group(0)
             .kill_on_drop(false);
         let mut child = command.spawn()?;
         let pid = child.id().map(|p| p as i32).unwrap_or(0);
+        if let (Some(secret), Some(mut stdin)) = (stdin_secret, child.stdin.take()) {
+            use tokio::io::AsyncWriteExt;
+            // Written, then closed when dropped: the editor reads to the end.
+            stdin.write_all(secret.as_bytes()).await?;
+        }
         // Reap it when it exits, so a dead editor is not left as a zombie that still "exists".
         tokio::spawn(async move {
             let _ = child.wait().await;
@@ -219,6 +256,7 @@ impl Runtime for LocalRuntime {
             pid,
             port,
             log: log_path,
+            started: process_start_time(pid),
         })
         .map_err(|e| RuntimeError::Handle(e.to_string()))?;
         Ok(Running {
@@ -249,7 +287,7 @@ impl Runtime for LocalRuntime {
                 Some(status) if (200..300).contains(&status) => return Ok(()),
                 other => last_status = other.or(last_status),
             }
-            if !process_alive(handle.pid) {
+            if !handle.alive() {
                 return Err(RuntimeError::Failed {
                     message: format!("{} exited before it was ready", launch.editor.label()),
                     log_tail: log_tail(&handle.log, 20),
@@ -275,7 +313,13 @@ impl Runtime for LocalRuntime {
     async fn stop(&self, handle: &str) -> Result<(), RuntimeError> {
         let handle: Handle =
             serde_json::from_str(handle).map_err(|e| RuntimeError::Handle(e.to_string()))?;
+        if process_alive(handle.pid) && !handle.alive() {
+            // The pid now belongs to another process: ours is long gone, leave this one alone.
+            return Ok(());
+        }
         if !process_alive(handle.pid) {
+            // The leader is gone, but its group (kernels, language servers) may not be.
+            signal_group(handle.pid, libc::SIGKILL);
             return Ok(());
         }
         signal_group(handle.pid, libc::SIGTERM);
@@ -295,7 +339,7 @@ impl Runtime for LocalRuntime {
 
     async fn is_alive(&self, handle: &str) -> bool {
         serde_json::from_str::<Handle>(handle)
-            .map(|h| process_alive(h.pid))
+            .map(|h| h.alive())
             .unwrap_or(false)
     }
 }
@@ -311,6 +355,25 @@ mod tests {
         assert_eq!(safe_name("../etc"), "~2e~2e~2fetc");
         assert!(!safe_name("ünï/cødé").contains('/'));
         assert_eq!(safe_name(""), "~");
+    }
+
+    #[test]
+    fn a_reused_pid_is_not_our_editor() {
+        let me = std::process::id() as i32;
+        let started = process_start_time(me);
+        assert!(started.is_some());
+        let ours = Handle {
+            pid: me,
+            port: 1,
+            log: PathBuf::new(),
+            started,
+        };
+        assert!(ours.alive());
+        let other = Handle {
+            started: started.map(|s| s + 1),
+            ..ours
+        };
+        assert!(!other.alive(), "same pid, different start time");
     }
 
     #[test]

@@ -598,15 +598,30 @@ impl Store {
         handle: &str,
     ) -> Result<()> {
         let mut w = self.begin_write().await?;
-        sqlx::query("UPDATE sessions SET upstream = $1, editor_token = $2, runtime_handle = $3 WHERE id = $4")
-            .bind(upstream)
-            .bind(token)
-            .bind(handle)
-            .bind(session_id)
-            .execute(&mut *w.tx)
-            .await?;
+        // Only while starting: a session stopped meanwhile must not be handed an editor.
+        let done = sqlx::query(
+            "UPDATE sessions SET upstream = $1, editor_token = $2, runtime_handle = $3 WHERE id = $4 AND state = 'starting'",
+        )
+        .bind(upstream)
+        .bind(token)
+        .bind(handle)
+        .bind(session_id)
+        .execute(&mut *w.tx)
+        .await?;
+        if done.rows_affected() != 1 {
+            return Err(StoreError::Conflict);
+        }
         w.tx.commit().await?;
         Ok(())
+    }
+
+    /// Ready sessions whose end time has passed.
+    pub async fn expired_sessions(&self, now: i64) -> Result<Vec<String>> {
+        let rows = sqlx::query("SELECT id FROM sessions WHERE state = 'ready' AND ends_at <= $1")
+            .bind(now)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(|r| Ok(r.try_get("id")?)).collect()
     }
 
     /// A progress step that does not change the state.

@@ -122,6 +122,20 @@ impl TestApp {
         (user.id, token)
     }
 
+    /// Runs SQL against the server's database, for setting up what no API offers (a past end time).
+    pub async fn sql(&self, statement: &str, id: &str) {
+        sqlx::any::install_default_drivers();
+        let pool = sqlx::AnyPool::connect(&self.service.config.database_url())
+            .await
+            .expect("database");
+        sqlx::query(statement)
+            .bind(id)
+            .execute(&pool)
+            .await
+            .expect("sql");
+        pool.close().await;
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
@@ -202,7 +216,10 @@ impl TestApp {
             let _ = tx.send(());
         }
         if let Some(server) = self.server.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(20), server).await;
+            tokio::time::timeout(Duration::from_secs(30), server)
+                .await
+                .expect("the server shuts down in time")
+                .expect("the server task");
         }
         self.dir
     }
