@@ -77,7 +77,7 @@ if [ ! -x "$TOOLS/npm/node_modules/.bin/code-server" ] && [ "${SKIP_CODE_SERVER:
       cd "$TOOLS/npm"
       [ -f package.json ] || npm init -y >/dev/null
       # npm 11 runs no install scripts until approved; code-server needs its post-install.
-      npm pkg set allowScripts.code-server=true allowScripts.argon2=true >/dev/null 2>&1 || true
+      npm pkg set --json allowScripts.code-server=true allowScripts.argon2=true >/dev/null 2>&1 || true
       export TMPDIR="$TOOLS/tmp" npm_config_unsafe_perm=true npm_config_yes=true
       npm install code-server@4.100.3 >"$TOOLS/logs/code-server.log" 2>&1
     ) || echo "warning: code-server install failed (see $TOOLS/logs/code-server.log); it will show as unavailable"
