@@ -221,7 +221,7 @@ impl TestApp {
                 .expect("the server shuts down in time")
                 .expect("the server task");
         }
-        self.dir
+        std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir"))
     }
 }
 
@@ -363,4 +363,30 @@ fn fake_editor(base: String, expected_auth: String) -> axum::Router {
                 })
             }),
         )
+}
+
+impl Drop for TestApp {
+    /// A test that panicked never called `stop`: end the editors it started anyway (every one
+    /// runs in a workspace under this app's data directory), so no process outlives the test.
+    fn drop(&mut self) {
+        if self.server.is_none() {
+            return;
+        }
+        let root = self.dir.path().to_path_buf();
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            if std::fs::read_link(entry.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(&root))
+            {
+                unsafe {
+                    libc::killpg(pid, libc::SIGKILL);
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+        }
+    }
 }
