@@ -1,0 +1,858 @@
+"""The project's benchmark: launch latency, proxy throughput, WebSocket round trips, memory.
+
+Run through bench/run.sh (it builds the server, finds the editors and CHP, exports the variables
+below). Everything listens on 127.0.0.1; every process started here is stopped by PID (editors
+through the API, or by their process group, which is their own PID) before it returns.
+
+Environment (set by run.sh):
+  SERVER_BIN     the release binary          TOOLS      the editors (venv/, npm/)
+  CHP_BIN        configurable-http-proxy     BENCH_OUT  where results and logs go
+  BENCH_PYTHON   a Python with websockets, psutil (the stand-in WebSocket editor uses it)
+Knobs: BENCH_ONLY=cold,memory,http,ws  BENCH_COLD_N=10  BENCH_CS_N (code-server; default
+BENCH_COLD_N)  BENCH_ROUNDS=3  BENCH_WRK_DUR=10s  BENCH_WS_N=2000  BENCH_WS_BLOCK=100
+       BENCH_NGINX_PROXY=1 (nginx as a reverse proxy: the floor for any proxy here)
+"""
+import http.client
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import time
+
+import psutil
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SERVER_BIN = os.environ["SERVER_BIN"]
+TOOLS = os.environ["TOOLS"]
+CHP_BIN = os.environ.get("CHP_BIN", "")
+OUT = os.environ["BENCH_OUT"]
+WORK = os.path.join(OUT, "work")
+LOGS = os.path.join(OUT, "logs")
+ONLY = set(os.environ.get("BENCH_ONLY", "cold,memory,http,ws").split(","))
+COLD_N = int(os.environ.get("BENCH_COLD_N", 10))
+CS_N = int(os.environ.get("BENCH_CS_N", COLD_N))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", 3))
+WRK_DUR = os.environ.get("BENCH_WRK_DUR", "10s")
+WS_N = int(os.environ.get("BENCH_WS_N", 2000))
+WS_BLOCK = int(os.environ.get("BENCH_WS_BLOCK", 100))
+FLOOR = os.environ.get("BENCH_NGINX_PROXY", "1") == "1"
+SLICE = 8192
+
+PROGRAMS = {
+    "jupyterlab": os.path.join(TOOLS, "venv/bin/jupyter-lab"),
+    "marimo": os.path.join(TOOLS, "venv/bin/marimo"),
+    "code-server": os.path.join(TOOLS, "npm/node_modules/.bin/code-server"),
+}
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def now():
+    return time.perf_counter()
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def med(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(port, path, headers=None, method="GET", body=None, timeout=10):
+    """One request on a fresh connection: (status, body bytes)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        hdrs = dict(headers or {})
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            hdrs["Content-Type"] = "application/json"
+        conn.request(method, path, body=data, headers=hdrs)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def wait_200(port, path, headers=None, timeout=180, interval=0.01, check=None):
+    """Polls until HTTP 200; returns perf_counter() at success. `check()` (every 0.5 s) may raise."""
+    start = now()
+    last, last_check = None, start
+    while True:
+        try:
+            status, _ = http_get(port, path, headers, timeout=5)
+            if status == 200:
+                return now()
+            last = status
+        except OSError as e:
+            last = type(e).__name__
+        t = now()
+        if t - start > timeout:
+            raise TimeoutError(f"127.0.0.1:{port}{path} not 200 after {timeout} s (last: {last})")
+        if check and t - last_check > 0.5:
+            last_check = t
+            check()
+        time.sleep(interval)
+
+
+def rss_mib(pid):
+    return psutil.Process(pid).memory_info().rss / 2**20
+
+
+def hwm_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return None
+
+
+def cpu_s(*pids):
+    total = 0.0
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def stop_group(proc, grace=5.0):
+    """Stops a process we started with process_group=0 the way the local runtime does: SIGTERM to
+    its group, up to `grace` seconds for it to exit, then SIGKILL to whatever is left of the group."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def clean_env():
+    """Our environment without SANDBOX_* settings that would override the bench's configuration."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("SANDBOX_")}
+
+
+# ---------------------------------------------------------------------------------------------
+# The product server
+
+
+class Server:
+    def __init__(self, name, editor_env=None):
+        self.name = name
+        self.dir = os.path.join(WORK, name)
+        self.data = os.path.join(self.dir, "data")
+        os.makedirs(self.data, exist_ok=True)
+        self.port = free_port()
+        self.config = os.path.join(self.dir, "config.toml")
+        with open(self.config, "w") as f:
+            f.write(f"""listen = "127.0.0.1:{self.port}"
+data_dir = "{self.data}"
+site_root = "{self.dir}/site"
+
+[credits]
+initial_grant = "100000"
+
+[sessions]
+ready_timeout_seconds = 180
+
+[editors]
+tools_dir = "{TOOLS}"
+
+[pool]
+detect_nvidia = false
+
+[[pool.gpus]]
+name = "virtual-0"
+model = "Virtual"
+memory_mib = 98304
+slice_mib = {SLICE}
+""")
+        self.env = clean_env()
+        self.env.update(editor_env or {})
+        # (SANDBOX_LOG is left out: the config loader reads it as an unknown key `log` and refuses
+        # to start; the default filter is info,sqlx=warn,tower_sessions=warn)
+        self.proc = None
+        self.token = None
+
+    def cli(self, *args, stdin=None):
+        p = subprocess.run([SERVER_BIN, "--config", self.config, *args], env=self.env,
+                           input=stdin, capture_output=True, text=True, timeout=120)
+        if p.returncode != 0:
+            raise RuntimeError(f"server {' '.join(args)}: {p.stderr.strip()}")
+        return p.stdout.strip()
+
+    def start(self):
+        self.cli("user", "add", "bench", "--password-stdin", stdin="bench-password\n")
+        self.token = self.cli("token", "create", "--user", "bench").splitlines()[-1].strip()
+        self.logf = open(os.path.join(LOGS, f"server-{self.name}.log"), "w")
+        self.proc = subprocess.Popen([SERVER_BIN, "--config", self.config, "serve"], env=self.env,
+                                     stdout=self.logf, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, process_group=0)
+        self.auth = {"Authorization": f"Bearer {self.token}"}
+
+        def check():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited at start (see {self.logf.name})")
+        wait_200(self.port, "/api/v1/me", self.auth, timeout=60, check=check)
+        return self
+
+    def api(self, method, path, body=None, ok=(200, 201)):
+        status, data = http_get(self.port, "/api/v1" + path, self.auth, method, body, timeout=60)
+        if status not in ok:
+            raise RuntimeError(f"{method} {path} -> {status} {data[:300]!r}")
+        return json.loads(data) if data else None
+
+    def launch(self, editor, minutes=15):
+        return self.api("POST", "/sessions",
+                        {"editor": editor, "slice_mib": SLICE, "duration_minutes": minutes})
+
+    def check_alive(self, sid):
+        view = self.api("GET", f"/sessions/{sid}")
+        if view["state"] == "ended":
+            raise RuntimeError(f"session {sid} ended: {view.get('detail')}")
+
+    def wait_session(self, sid, path, timeout=180):
+        return wait_200(self.port, f"/s/{sid}/{path}", self.auth, timeout,
+                        check=lambda: self.check_alive(sid))
+
+    def stop_session(self, sid):
+        view = self.api("DELETE", f"/sessions/{sid}")
+        if view["state"] != "ended":
+            raise RuntimeError(f"session {sid} is {view['state']} after DELETE")
+
+    def editor_pids(self):
+        return [c.pid for c in psutil.Process(self.proc.pid).children()
+                if c.status() != psutil.STATUS_ZOMBIE]
+
+    def standin(self, sid):
+        """The stand-in editor's port and PID (it writes them into its run directory)."""
+        path = os.path.join(self.data, "run", sid, "standin.json")
+        with open(path) as f:
+            return json.load(f)
+
+    def stop(self):
+        if self.proc is None:
+            return
+        leftovers = []
+        try:
+            for view in self.api("GET", "/sessions"):
+                if view["state"] != "ended":
+                    self.stop_session(view["id"])
+            leftovers = psutil.Process(self.proc.pid).children(recursive=True)
+        except Exception as e:  # the server may be gone already
+            log(f"  (stopping {self.name}: {e})")
+        self.proc.send_signal(signal.SIGTERM)  # stop_on_shutdown stops any editor still running
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for p in leftovers:  # by PID, should anything have outlived the server
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    log(f"  leftover editor process {p.pid}; stopping it")
+                    p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        self.proc = None
+        self.logf.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Cold launch: through the product vs the editor started directly
+
+
+def mirror_arguments(editor, port, base, workspace):
+    """server/src/editors.rs::arguments, mirrored; checked against the product's real command line
+    during the warm-up (a difference is reported)."""
+    if editor == "jupyterlab":
+        return ["--no-browser", "--ip=127.0.0.1", f"--port={port}", "--port-retries=0",
+                f"--ServerApp.base_url={base}",
+                f"--ServerApp.root_dir={workspace}", "--ServerApp.allow_root=True",
+                "--ServerApp.allow_remote_access=True", "--LabApp.news_url=None",
+                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    if editor == "marimo":
+        return ["edit", "--headless", "--host=127.0.0.1", f"--port={port}",
+                f"--base-url={base.rstrip('/')}", "--token-password-file=-",
+                "--skip-update-check", "--allow-origins=*", workspace]
+    return [f"--bind-addr=127.0.0.1:{port}", "--auth=password", "--disable-telemetry",
+            "--disable-update-check", "--disable-workspace-trust",
+            "--disable-getting-started-override", workspace]
+
+
+def mirror_secret_env(editor, secret):
+    """editors.rs::secret_env (the secret never goes on the command line)."""
+    return {"jupyterlab": {"JUPYTER_TOKEN": secret}, "code-server": {"HASHED_PASSWORD": secret},
+            "marimo": {}}[editor]
+
+
+# editors.rs::INHERITED_ENV: all an editor sees of the server's environment
+INHERITED_ENV = ["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "SHELL"]
+
+
+def readiness_path(editor, base):
+    return {"jupyterlab": f"{base}api/status", "marimo": f"{base}health",
+            "code-server": "/healthz"}[editor]
+
+
+def proxied_path(editor):
+    """Below /s/<id>/: the same readiness path as seen through our proxy."""
+    return {"jupyterlab": "api/status", "marimo": "health", "code-server": "healthz"}[editor]
+
+
+def editor_auth(editor, secret):
+    return {"jupyterlab": {"Authorization": f"token {secret}"},
+            "marimo": {"Authorization": f"Bearer {secret}"},
+            "code-server": {"Cookie": f"code-server-session={secret}"}}[editor]
+
+
+def normalize(args):
+    out = []
+    for a in args:
+        a = re.sub(r"^(--port=|--bind-addr=127\.0\.0\.1:)\d+$", r"\1PORT", a)
+        a = re.sub(r"^(--ServerApp\.base_url=|--base-url=)/s/[^/]+", r"\1/s/ID", a)
+        a = re.sub(r"^(--ServerApp\.root_dir=)/.*", r"\1WORKSPACE", a)
+        if a.startswith("/") and os.path.isdir(a):
+            a = "WORKSPACE"
+        out.append(a)
+    return out
+
+
+class Direct:
+    """The editor alone: the same program, arguments and environment as the local runtime gives it."""
+
+    def __init__(self):
+        self.dir = os.path.join(WORK, "direct")
+        self.workspace = os.path.join(self.dir, "workspace")
+        os.makedirs(self.workspace, exist_ok=True)
+        self.count = 0
+
+    def start_and_wait(self, editor):
+        self.count += 1
+        port = free_port()
+        sid = f"direct-{self.count:04d}-{secrets.token_hex(8)}"  # any id: only the base path uses it
+        base = f"/s/{sid}/"
+        run_dir = os.path.join(self.dir, "run", sid)
+        token = secrets.token_hex(24)
+        secret = token
+        if editor == "code-server":  # the runtime hashes it (argon2id, the Rust crate's defaults)
+            from argon2 import PasswordHasher
+            secret = PasswordHasher(time_cost=2, memory_cost=19456, parallelism=1).hash(token)
+        # the runtime clears the environment and passes on only these
+        env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
+        env.update(HOME=self.workspace, JUPYTER_RUNTIME_DIR=os.path.join(run_dir, "jupyter"),
+                   XDG_CACHE_HOME=os.path.join(run_dir, "cache"),
+                   XDG_DATA_HOME=os.path.join(self.workspace, ".local/share"),
+                   XDG_CONFIG_HOME=os.path.join(self.workspace, ".config"),
+                   PYTHONUNBUFFERED="1", SANDBOX_GPU_MODEL="Virtual", SANDBOX_SLICE_MIB=str(SLICE),
+                   CUDA_VISIBLE_DEVICES="")
+        env.update(mirror_secret_env(editor, secret))
+        os.makedirs(run_dir)
+        self.last_env_keys = sorted(env)
+        args = mirror_arguments(editor, port, base, self.workspace)
+        stdin_secret = editor == "marimo"  # editors.rs::secret_stdin: marimo reads its token there
+        logf = open(os.path.join(LOGS, f"direct-{editor}.log"), "a")
+        t0 = now()
+        p = subprocess.Popen([PROGRAMS[editor], *args], cwd=self.workspace, env=env,
+                             stdin=subprocess.PIPE if stdin_secret else subprocess.DEVNULL,
+                             stdout=logf, stderr=subprocess.STDOUT, process_group=0)
+        if stdin_secret:
+            p.stdin.write(f"{secret}\n".encode())
+            p.stdin.close()
+
+        def check():
+            if p.poll() is not None:
+                raise RuntimeError(f"{editor} exited with {p.returncode} (see {logf.name})")
+        try:
+            t1 = wait_200(port, readiness_path(editor, base), editor_auth(editor, secret), check=check)
+        finally:
+            s0 = now()
+            stop_group(p)
+            stop_s = now() - s0
+            logf.close()
+        return {"s": t1 - t0, "stop_s": stop_s}
+
+
+def ours_start_and_wait(server, editor, capture_args=False):
+    t0 = now()
+    view = server.launch(editor)
+    sid = view["id"]
+    t1 = server.wait_session(sid, proxied_path(editor))
+    res = {"s": t1 - t0}
+    view = server.api("GET", f"/sessions/{sid}")
+    created = view["created_at_ms"]
+    res["steps_ms"] = [(st["state"], st["message"], st["at_ms"] - created) for st in view["steps"]]
+    res["ready_ms"] = next((ms for state, _, ms in res["steps_ms"] if state == "ready"), None)
+    if capture_args:
+        pids = server.editor_pids()
+        res["cmdline"] = psutil.Process(pids[0]).cmdline() if pids else []
+        res["env_keys"] = sorted(psutil.Process(pids[0]).environ()) if pids else []
+    s0 = now()
+    server.stop_session(sid)
+    res["stop_s"] = now() - s0
+    return res
+
+
+def spawn_ms(run):
+    starting = next(ms for state, msg, ms in run["steps_ms"] if msg.startswith("Starting "))
+    waiting = next(ms for state, msg, ms in run["steps_ms"] if msg.startswith("Waiting for "))
+    return waiting - starting
+
+
+def bench_cold(results):
+    avail = {e: p for e, p in PROGRAMS.items() if os.path.exists(p)}
+    for e in PROGRAMS:
+        if e not in avail:
+            log(f"  {e}: not installed at {PROGRAMS[e]}; skipped")
+    server = Server("cold").start()
+    direct = Direct()
+    out = {"n": {}, "runs": {e: {"ours": [], "direct": []} for e in avail}, "warmup": {},
+           "args_check": {}, "load_start": loadavg()}
+    try:
+        # Warm-up (not counted): fills each workspace and the page cache alike for both sides,
+        # and checks that the direct runs use the product's real command line.
+        for editor in avail:
+            ours = ours_start_and_wait(server, editor, capture_args=True)
+            d = direct.start_and_wait(editor)
+            out["warmup"][editor] = {"ours_s": ours["s"], "direct_s": d["s"]}
+            real = normalize(ours["cmdline"])
+            mirror = normalize(mirror_arguments(editor, 1, "/s/x/", direct.workspace))
+            same = real[-len(mirror):] == mirror
+            same_env = ours["env_keys"] == direct.last_env_keys
+            out["args_check"][editor] = {"same": same, "product": ours["cmdline"], "same_env": same_env,
+                                         "product_env": ours["env_keys"], "direct_env": direct.last_env_keys}
+            log(f"  warm-up {editor:12s} ours {ours['s']:.3f} s, direct {d['s']:.3f} s; "
+                f"arguments {'match' if same else 'DIFFER: ' + ' '.join(real)}; "
+                f"environment names {'match' if same_env else 'DIFFER: ' + ' '.join(ours['env_keys'])}")
+        rounds = max(COLD_N, CS_N)
+        for i in range(rounds):
+            for editor in avail:
+                n = CS_N if editor == "code-server" else COLD_N
+                if i >= n:
+                    continue
+                order = ("ours", "direct") if i % 2 == 0 else ("direct", "ours")
+                for side in order:
+                    r = ours_start_and_wait(server, editor) if side == "ours" else direct.start_and_wait(editor)
+                    r["load"] = loadavg()
+                    out["runs"][editor][side].append(r)
+                    time.sleep(0.3)
+                o, d = out["runs"][editor]["ours"][-1]["s"], out["runs"][editor]["direct"][-1]["s"]
+                log(f"  run {i + 1:2d} {editor:12s} ours {o:.3f} s  direct {d:.3f} s  diff {o - d:+.3f} s  (load {loadavg()})")
+    finally:
+        server.stop()
+    out["load_end"] = loadavg()
+    summary = {}
+    for editor, runs in out["runs"].items():
+        o = [r["s"] for r in runs["ours"]]
+        d = [r["s"] for r in runs["direct"]]
+        summary[editor] = {
+            "n": len(o), "ours_median_s": med(o), "direct_median_s": med(d),
+            "diff_of_medians_s": med(o) - med(d),
+            "median_pair_diff_s": med([a - b for a, b in zip(o, d)]),
+            "ours_min_s": min(o), "ours_max_s": max(o), "direct_min_s": min(d), "direct_max_s": max(d),
+            "stop_median_s": med([r["stop_s"] for r in runs["ours"]]),
+            "direct_stop_median_s": med([r["stop_s"] for r in runs["direct"]]),
+            # server clock: session created -> marked ready (the rest of "ours" is the POST itself
+            # and our 10 ms poll through the proxy)
+            "server_ready_median_ms": med([r["ready_ms"] for r in runs["ours"] if r["ready_ms"] is not None]),
+            # server clock: "Starting <editor>" -> "Waiting for <editor>": the runtime's start()
+            # (directories, log file, secret, spawn)
+            "spawn_median_ms": med([spawn_ms(r) for r in runs["ours"]]),
+            # client clock minus server clock: the POST before `created` plus the time from
+            # `ready` to our first 200 through the proxy
+            "post_and_detect_median_ms": med([r["s"] * 1000 - r["ready_ms"] for r in runs["ours"]]),
+        }
+    out["summary"] = summary
+    results["cold"] = out
+
+
+# ---------------------------------------------------------------------------------------------
+# 2-4. Stand-in editors: memory, HTTP throughput, WebSocket round trips
+
+
+def parse_wrk(text):
+    unit = {"us": 1e-3, "ms": 1.0, "s": 1000.0, "m": 60000.0}
+
+    def ms(tok):
+        m = re.match(r"([0-9.]+)(us|ms|s|m)$", tok)
+        return float(m.group(1)) * unit[m.group(2)] if m else None
+    res = {}
+    m = re.search(r"Requests/sec:\s+([0-9.]+)", text)
+    res["rps"] = float(m.group(1)) if m else None
+    m = re.search(r"(\d+) requests in", text)
+    res["requests"] = int(m.group(1)) if m else None
+    for p in ("50", "75", "90", "99"):
+        m = re.search(rf"^\s+{p}(?:\.000)?%\s+(\S+)", text, re.M)
+        res[f"p{p}_ms"] = ms(m.group(1)) if m else None
+    m = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+    res["non2xx"] = int(m.group(1)) if m else 0
+    m = re.search(r"Socket errors: (.*)", text)
+    res["socket_errors"] = m.group(1).strip() if m else None
+    return res
+
+
+class Chp:
+    def __init__(self):
+        self.port, self.api_port = free_port(), free_port()
+        self.token = secrets.token_hex(32)
+        self.logf = open(os.path.join(LOGS, "chp.log"), "w")
+        env = dict(clean_env(), CONFIGPROXY_AUTH_TOKEN=self.token)
+        self.proc = subprocess.Popen([CHP_BIN, "--ip", "127.0.0.1", "--port", str(self.port),
+                                      "--api-ip", "127.0.0.1", "--api-port", str(self.api_port)],
+                                     env=env, stdout=self.logf, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, process_group=0)
+        wait_200(self.api_port, "/api/routes", {"Authorization": f"token {self.token}"}, timeout=60)
+
+    def add_route(self, prefix, target):
+        status, body = http_get(self.api_port, f"/api/routes{prefix}",
+                                {"Authorization": f"token {self.token}"}, "POST", {"target": target})
+        assert status == 201, (status, body)
+
+    def stop(self):
+        stop_group(self.proc)
+        self.logf.close()
+
+
+class NginxProxy:
+    """A floor for any reverse proxy on this machine: nginx (1 worker, upstream keep-alive) in front
+    of the same two stand-ins, without auth or routing logic."""
+
+    def __init__(self, web_sid, web_port, ws_sid, ws_port):
+        self.port = free_port()
+        d = os.path.join(WORK, "nginx-proxy")
+        os.makedirs(os.path.join(d, "tmp"), exist_ok=True)
+        user = "user root;" if os.getuid() == 0 else ""
+        ws = f"""
+    location /s/{ws_sid}/ {{
+      proxy_pass http://ws; proxy_http_version 1.1; proxy_buffering off;
+      proxy_set_header Host $host; proxy_set_header Upgrade $http_upgrade;
+      proxy_set_header Connection "upgrade";
+    }}""" if ws_sid else ""
+        ws_up = f"upstream ws {{ server 127.0.0.1:{ws_port}; }}" if ws_sid else ""
+        with open(os.path.join(d, "nginx.conf"), "w") as f:
+            f.write(f"""{user}
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log stderr warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_temp_path {d}/tmp/body; proxy_temp_path {d}/tmp/proxy; fastcgi_temp_path {d}/tmp/fcgi;
+  uwsgi_temp_path {d}/tmp/uwsgi; scgi_temp_path {d}/tmp/scgi;
+  upstream web {{ server 127.0.0.1:{web_port}; keepalive 128; keepalive_requests 1000000; }}
+  {ws_up}
+  server {{
+    listen 127.0.0.1:{self.port};
+    location /s/{web_sid}/ {{
+      proxy_pass http://web; proxy_http_version 1.1;
+      proxy_set_header Host $host; proxy_set_header Connection "";
+    }}{ws}
+  }}
+}}
+""")
+        self.logf = open(os.path.join(LOGS, "nginx-proxy.log"), "w")
+        self.proc = subprocess.Popen(["nginx", "-e", "stderr", "-p", d, "-c", f"{d}/nginx.conf", "-g", "daemon off;"],
+                                     stdout=self.logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     process_group=0)
+        wait_200(self.port, f"/s/{web_sid}/api/status", timeout=20)
+
+    def workers(self):
+        return [c.pid for c in psutil.Process(self.proc.pid).children()]
+
+    def stop(self):
+        stop_group(self.proc)
+        self.logf.close()
+
+
+def bench_standins(results):
+    # The runtime gives an editor only PATH, LANG and a few more of our variables, so the
+    # WebSocket stand-in's Python is written into a small launcher here.
+    os.makedirs(os.path.join(WORK, "bin"), exist_ok=True)
+    ws_editor = os.path.join(WORK, "bin", "ws-editor")
+    with open(ws_editor, "w") as f:
+        f.write(f'#!/bin/sh\nexec "{os.environ["BENCH_PYTHON"]}" "{HERE}/standins/ws_editor.py" "$@"\n')
+    os.chmod(ws_editor, 0o755)
+    env = {"SANDBOX_EDITORS__JUPYTERLAB": os.path.join(HERE, "standins/nginx-editor.sh"),
+           "SANDBOX_EDITORS__MARIMO": ws_editor}
+    server = Server("standins", env).start()
+    chp = floor = None
+    try:
+        pid = server.proc.pid
+        # --- 4. memory: idle, then with 10 ready sessions
+        if "memory" in ONLY:
+            server.api("GET", "/me")
+            time.sleep(2)
+            mem = {"idle_rss_mib": rss_mib(pid)}
+            sids = []
+            for _ in range(10):
+                sid = server.launch("jupyterlab")["id"]
+                server.wait_session(sid, "api/status", timeout=60)
+                st, body = http_get(server.port, f"/s/{sid}/1k", server.auth)
+                assert st == 200 and len(body) == 1024, (st, len(body))
+                sids.append(sid)
+            time.sleep(2)
+            mem["ten_sessions_rss_mib"] = rss_mib(pid)
+            mem["ten_sessions_hwm_mib"] = hwm_mib(pid)
+            mem["threads"] = psutil.Process(pid).num_threads()
+            results["memory"] = mem
+            log(f"  server RSS idle {mem['idle_rss_mib']:.1f} MiB; with 10 ready sessions "
+                f"{mem['ten_sessions_rss_mib']:.1f} MiB (peak {mem['ten_sessions_hwm_mib']:.1f} MiB)")
+            web_sid = sids[0]
+        else:
+            web_sid = server.launch("jupyterlab")["id"]
+            server.wait_session(web_sid, "api/status", timeout=60)
+        ws_sid = None
+        if "ws" in ONLY:
+            ws_sid = server.launch("marimo")["id"]
+            server.wait_session(ws_sid, "health", timeout=60)
+        nginx = server.standin(web_sid)
+        echo = server.standin(ws_sid) if ws_sid else None
+        if ("http" in ONLY or "ws" in ONLY) and CHP_BIN:
+            chp = Chp()
+            results["chp_idle_rss_mib"] = rss_mib(chp.proc.pid)
+            chp.add_route(f"/s/{web_sid}", f"http://127.0.0.1:{nginx['port']}")
+            if echo:
+                chp.add_route(f"/s/{ws_sid}", f"http://127.0.0.1:{echo['port']}")
+        if ONLY & {"http", "ws"} and FLOOR:
+            floor = NginxProxy(web_sid, nginx["port"], ws_sid, echo["port"] if echo else None)
+
+        # --- 2. HTTP throughput: wrk direct vs ours vs CHP (vs nginx as a proxy), same nginx
+        if "http" in ONLY:
+            nginx_workers = [c.pid for c in psutil.Process(nginx["pid"]).children()]
+            path = f"/s/{web_sid}/1k"
+            targets = {"direct": f"http://127.0.0.1:{nginx['port']}{path}",
+                       "ours": f"http://127.0.0.1:{server.port}{path}"}
+            if chp:
+                targets["chp"] = f"http://127.0.0.1:{chp.port}{path}"
+            if floor:
+                targets["nginx-proxy"] = f"http://127.0.0.1:{floor.port}{path}"
+            procs = {"ours": [pid], "chp": [chp.proc.pid] if chp else [], "direct": [],
+                     "nginx-proxy": floor.workers() if floor else []}
+            hdr = server.auth
+            for label, url in targets.items():
+                port = int(url.split(":")[2].split("/")[0])
+                st, body = http_get(port, path, hdr)
+                assert st == 200 and len(body) == 1024, (label, st, len(body))
+
+            def wrk(label, duration):
+                cmd = ["wrk", "-t2", "-c64", f"-d{duration}", "--latency",
+                       "-H", f"Authorization: Bearer {server.token}", targets[label]]
+                c0, n0 = cpu_s(*procs[label]), cpu_s(*nginx_workers)
+                p = subprocess.run(cmd, capture_output=True, text=True)
+                r = parse_wrk(p.stdout)
+                if r["requests"]:
+                    r["proxy_cpu_us_per_req"] = (cpu_s(*procs[label]) - c0) / r["requests"] * 1e6 if procs[label] else None
+                    r["nginx_cpu_us_per_req"] = (cpu_s(*nginx_workers) - n0) / r["requests"] * 1e6
+                return r, cmd
+
+            labels = list(targets)
+            for label in labels:  # warm-up, not counted (CHP's JIT, connection pools)
+                wrk(label, "2s")
+            runs = []
+            for rnd in range(ROUNDS):
+                for k in range(len(labels)):
+                    label = labels[(rnd + k) % len(labels)]  # rotate the order each round
+                    r, cmd = wrk(label, WRK_DUR)
+                    r.update(label=label, round=rnd + 1, load=loadavg())
+                    runs.append(r)
+                    log(f"  wrk round {rnd + 1} {label:11s} {r['rps']:9.0f} req/s  p50 {r['p50_ms']:.2f} ms  "
+                        f"p99 {r['p99_ms']:.2f} ms  non-2xx {r['non2xx']}  errors {r['socket_errors']}  (load {r['load']})")
+                    time.sleep(1)
+            summ = {}
+            for label in labels:
+                rr = [r for r in runs if r["label"] == label]
+                summ[label] = {"rps": med([r["rps"] for r in rr]), "p50_ms": med([r["p50_ms"] for r in rr]),
+                               "p99_ms": med([r["p99_ms"] for r in rr]),
+                               "rps_all": [r["rps"] for r in rr],
+                               "non2xx": sum(r["non2xx"] for r in rr)}
+                if label != "direct":
+                    summ[label]["proxy_cpu_us_per_req"] = med([r["proxy_cpu_us_per_req"] for r in rr])
+            by_round = {(r["round"], r["label"]): r["rps"] for r in runs}
+            for label in labels:
+                if label != "direct":
+                    summ[label]["over_direct_per_round"] = [by_round[(i, label)] / by_round[(i, "direct")]
+                                                            for i in range(1, ROUNDS + 1)]
+            summ["ours_over_direct_per_round"] = summ["ours"]["over_direct_per_round"]
+            if chp:
+                summ["ours_over_chp_per_round"] = [by_round[(i, "ours")] / by_round[(i, "chp")]
+                                                   for i in range(1, ROUNDS + 1)]
+            results["http"] = {"runs": runs, "summary": summ,
+                               "cmd": " ".join(cmd[:-2]) + " 'Authorization: Bearer <token>' URL"}
+            results["after_http_rss_mib"] = rss_mib(pid)
+
+        # --- 3. WebSocket round trips: direct vs ours vs CHP (vs nginx as a proxy), interleaved
+        if "ws" in ONLY:
+            wpath = f"/s/{ws_sid}/ws"
+            targets = [{"label": "direct", "url": f"ws://127.0.0.1:{echo['port']}{wpath}"},
+                       {"label": "ours", "url": f"ws://127.0.0.1:{server.port}{wpath}",
+                        "headers": [["Authorization", f"Bearer {server.token}"]]}]
+            if chp:
+                targets.append({"label": "chp", "url": f"ws://127.0.0.1:{chp.port}{wpath}"})
+            if floor:
+                targets.append({"label": "nginx-proxy", "url": f"ws://127.0.0.1:{floor.port}{wpath}"})
+            labels = [t["label"] for t in targets]
+            runs = []
+            for rnd in range(ROUNDS):
+                k = rnd % len(targets)  # rotate which target goes first
+                spec = {"n": WS_N, "block": WS_BLOCK, "targets": targets[k:] + targets[:k]}
+                p = subprocess.run([os.environ["BENCH_PYTHON"], os.path.join(HERE, "ws_client.py"),
+                                    json.dumps(spec)], capture_output=True, text=True, timeout=600)
+                if p.returncode != 0:
+                    raise RuntimeError(f"ws client: {p.stderr[-800:]}")
+                res = json.loads(p.stdout)
+                load = loadavg()
+                for label in labels:
+                    r = dict(res[label], label=label, round=rnd + 1, load=load)
+                    runs.append(r)
+                    log(f"  ws round {rnd + 1} {label:11s} median {r['median_us']:6.0f} us  p99 {r['p99_us']:6.0f} us  (load {load})")
+            summ = {}
+            for label in labels:
+                rr = [r for r in runs if r["label"] == label]
+                summ[label] = {"median_us": med([r["median_us"] for r in rr]),
+                               "p99_us": med([r["p99_us"] for r in rr])}
+            by = {(r["round"], r["label"]): r["median_us"] for r in runs}
+            for label in labels:
+                if label != "direct":
+                    added = [by[(i, label)] - by[(i, "direct")] for i in range(1, ROUNDS + 1)]
+                    summ[label]["added_us_per_round"] = added
+                    summ[label]["added_us"] = med(added)
+            results["ws"] = {"runs": runs, "summary": summ, "n": WS_N}
+        results["end_rss_mib"] = rss_mib(pid)
+        results["end_hwm_mib"] = hwm_mib(pid)
+    finally:
+        if chp:
+            chp.stop()
+        if floor:
+            floor.stop()
+        server.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# Summary
+
+
+def verdict(ok):
+    return "met" if ok else "MISSED"
+
+
+def summary_table(results):
+    rows = []
+    cold = results.get("cold", {}).get("summary", {})
+    peer_alone = {"jupyterlab": 2.00, "marimo": 0.76, "code-server": 0.70}
+    for editor, s in cold.items():
+        diff = s["diff_of_medians_s"]
+        rows.append((f"cold launch {editor} (median of {s['n']})",
+                     f"{s['ours_median_s']:.2f} s",
+                     f"alone {s['direct_median_s']:.2f} s: {diff:+.2f} s (pairs {s['median_pair_diff_s']:+.2f} s)",
+                     "<= +0.20 s", verdict(diff <= 0.2),
+                     f"alone {peer_alone[editor]:.2f} s" + ("; hub 3.50 s" if editor == "jupyterlab" else "")))
+    h = results.get("http", {}).get("summary")
+    if h:
+        per = h["ours_over_direct_per_round"]
+        rod = med(per)
+        rows.append((f"HTTP 1 KB req/s (median of {len(per)} rounds)", f"{h['ours']['rps']:.0f}",
+                     f"direct {h['direct']['rps']:.0f}; ours/direct {rod:.2f}x "
+                     f"(rounds {', '.join(f'{x:.2f}' for x in per)})",
+                     ">= 0.5x direct", verdict(rod >= 0.5), ""))
+        if "chp" in h:
+            per = h["ours_over_chp_per_round"]
+            roc = med(per)
+            rows.append(("", "", f"CHP {h['chp']['rps']:.0f}; ours/CHP {roc:.2f}x "
+                         f"(rounds {', '.join(f'{x:.2f}' for x in per)})",
+                         ">= 6x CHP", verdict(roc >= 6), "CHP measured here"))
+        if "nginx-proxy" in h:
+            per = h["nginx-proxy"]["over_direct_per_round"]
+            rows.append(("  floor: nginx as reverse proxy", f"{h['nginx-proxy']['rps']:.0f}",
+                         f"nginx-proxy/direct {med(per):.2f}x (rounds {', '.join(f'{x:.2f}' for x in per)})",
+                         "", "", ""))
+        rows.append(("HTTP p50 / p99 latency", f"{h['ours']['p50_ms']:.2f} / {h['ours']['p99_ms']:.2f} ms",
+                     f"direct {h['direct']['p50_ms']:.2f} / {h['direct']['p99_ms']:.2f} ms"
+                     + (f"; CHP {h['chp']['p50_ms']:.2f} / {h['chp']['p99_ms']:.2f} ms" if "chp" in h else ""),
+                     "", "", ""))
+        rows.append(("proxy CPU per request", f"{h['ours']['proxy_cpu_us_per_req']:.0f} us",
+                     "; ".join(f"{k} {h[k]['proxy_cpu_us_per_req']:.0f} us" for k in ("chp", "nginx-proxy") if k in h),
+                     "", "", ""))
+    w = results.get("ws", {}).get("summary")
+    if w:
+        added = w["ours"]["added_us"]
+        rows.append((f"WebSocket RTT added (median of {ROUNDS} rounds)", f"{added:+.0f} us",
+                     f"direct {w['direct']['median_us']:.0f} us, ours {w['ours']['median_us']:.0f} us"
+                     + (f", CHP {w['chp']['median_us']:.0f} us ({w['chp']['added_us']:+.0f} us)" if "chp" in w else ""),
+                     "<= 30 us", verdict(added <= 30), "CHP adds 89-164 us"))
+        if "nginx-proxy" in w:
+            rows.append(("  floor: nginx as reverse proxy", f"{w['nginx-proxy']['added_us']:+.0f} us",
+                         "rounds " + ", ".join(f"{x:+.0f}" for x in w["nginx-proxy"]["added_us_per_round"])
+                         + "; ours " + ", ".join(f"{x:+.0f}" for x in w["ours"]["added_us_per_round"]),
+                         "", "", ""))
+    m = results.get("memory")
+    if m:
+        rows.append(("server RSS idle", f"{m['idle_rss_mib']:.1f} MiB", "", "<= 30 MB",
+                     verdict(m["idle_rss_mib"] * 2**20 / 1e6 <= 30), "hub + CHP idle 182 MB"))
+        rows.append(("server RSS, 10 ready sessions", f"{m['ten_sessions_rss_mib']:.1f} MiB", "", "<= 40 MB",
+                     verdict(m["ten_sessions_rss_mib"] * 2**20 / 1e6 <= 40), ""))
+        if "end_rss_mib" in results:
+            rows.append(("server RSS after the load runs", f"{results['end_rss_mib']:.1f} MiB",
+                         f"peak {results['end_hwm_mib']:.1f} MiB", "", "", ""))
+    head = ("measurement", "ours", "reference (same run)", "goal", "verdict", "peer")
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+    line = lambda r: "  ".join(str(c).ljust(widths[i]) for i, c in enumerate(r)).rstrip()
+    text = [line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]
+    text.append(f"load before {results['load_before']}  after {results['load_after']}  ({os.cpu_count()} CPUs)")
+    return "\n".join(text)
+
+
+def main():
+    os.makedirs(LOGS, exist_ok=True)
+    os.makedirs(WORK, exist_ok=True)
+    results = {"load_before": loadavg(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+               "cpus": os.cpu_count(), "knobs": {"cold_n": COLD_N, "cs_n": CS_N, "rounds": ROUNDS,
+                                                  "wrk_dur": WRK_DUR, "ws_n": WS_N, "ws_block": WS_BLOCK}}
+    log(f"== load before: {results['load_before']}")
+    try:
+        if "cold" in ONLY:
+            log("== 1. cold launch: through the product vs the editor alone (alternating)")
+            bench_cold(results)
+        if ONLY & {"memory", "http", "ws"}:
+            log("== 2-4. memory, HTTP throughput, WebSocket round trips (stand-in editors)")
+            bench_standins(results)
+    finally:
+        results["load_after"] = loadavg()
+        log(f"== load after: {results['load_after']}")
+        with open(os.path.join(OUT, "results.json"), "w") as f:
+            json.dump(results, f, indent=2)
+        # the workspaces are scratch; logs and results stay
+        shutil.rmtree(WORK, ignore_errors=True)
+    table = summary_table(results)
+    with open(os.path.join(OUT, "summary.txt"), "w") as f:
+        f.write(table + "\n")
+    log("")
+    log(table)
+
+
+if __name__ == "__main__":
+    main()
