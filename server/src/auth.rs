@@ -4,9 +4,8 @@ use crate::store::{HttpSessionStore, Store, StoreError, UserRecord};
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use http::HeaderMap;
-use std::collections::HashMap;
 use std::str::FromStr;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tower_sessions::SessionStore;
 
@@ -72,7 +71,7 @@ pub fn token_hash(token: &str) -> String {
 }
 
 /// The session cookie's value in a request, if any.
-pub fn session_cookie(headers: &HeaderMap) -> Option<String> {
+pub fn session_cookie(headers: &HeaderMap) -> Option<&str> {
     headers
         .get_all(http::header::COOKIE)
         .iter()
@@ -80,23 +79,26 @@ pub fn session_cookie(headers: &HeaderMap) -> Option<String> {
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
         .find(|(name, _)| *name == SESSION_COOKIE)
-        .map(|(_, value)| value.to_string())
+        .map(|(_, value)| value)
 }
 
 /// The bearer token in a request, if it is one of ours.
-pub fn bearer_token(headers: &HeaderMap) -> Option<String> {
+pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     let token = token.trim();
-    (scheme.eq_ignore_ascii_case("bearer") && token.starts_with(TOKEN_PREFIX))
-        .then(|| token.to_string())
+    (scheme.eq_ignore_ascii_case("bearer") && token.starts_with(TOKEN_PREFIX)).then_some(token)
 }
+
+/// A fast hasher for the in-memory tables on the proxy's path (keys are not attacker-chosen
+/// in a way that matters: only known credentials and session ids are stored).
+pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Resolves requests to users, with a short cache for the proxy's sake.
 pub struct Authenticator {
     store: Store,
     sessions: HttpSessionStore,
-    cache: Mutex<HashMap<String, (Option<UserRecord>, Instant)>>,
+    cache: Mutex<FastMap<String, (Arc<UserRecord>, Instant)>>,
 }
 
 impl Authenticator {
@@ -104,26 +106,27 @@ impl Authenticator {
         Authenticator {
             store,
             sessions,
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new(FastMap::default()),
         }
     }
 
     /// The user behind a request's bearer token or session cookie; locked users count as nobody.
-    pub async fn user(&self, headers: &HeaderMap) -> Result<Option<UserRecord>, StoreError> {
-        let (key, token, cookie) = match (bearer_token(headers), session_cookie(headers)) {
-            (Some(token), _) => (format!("t:{token}"), Some(token), None),
-            (None, Some(cookie)) => (format!("c:{cookie}"), None, Some(cookie)),
+    pub async fn user(&self, headers: &HeaderMap) -> Result<Option<Arc<UserRecord>>, StoreError> {
+        // Keyed by the credential itself: tokens start with "gsb_", session ids never do.
+        let (key, is_token) = match (bearer_token(headers), session_cookie(headers)) {
+            (Some(token), _) => (token, true),
+            (None, Some(cookie)) => (cookie, false),
             (None, None) => return Ok(None),
         };
-        if let Some(hit) = self.cached(&key) {
-            return Ok(hit);
+        if let Some(hit) = self.cached(key) {
+            return Ok(Some(hit));
         }
-        let user = match (token, cookie) {
-            (Some(token), _) => self.store.user_by_token_hash(&token_hash(&token)).await?,
-            (None, Some(cookie)) => self.user_of_cookie(&cookie).await?,
-            (None, None) => None,
+        let user = if is_token {
+            self.store.user_by_token_hash(&token_hash(key)).await?
+        } else {
+            self.user_of_cookie(key).await?
         };
-        let user = user.filter(|u| !u.locked);
+        let user = user.filter(|u| !u.locked).map(Arc::new);
         // Only known users are cached: unknown cookies and tokens cost a lookup each, but
         // cannot grow the cache.
         if let Some(found) = &user {
@@ -134,12 +137,12 @@ impl Authenticator {
                     cache.clear();
                 }
             }
-            cache.insert(key, (Some(found.clone()), Instant::now()));
+            cache.insert(key.to_string(), (found.clone(), Instant::now()));
         }
         Ok(user)
     }
 
-    fn cached(&self, key: &str) -> Option<Option<UserRecord>> {
+    fn cached(&self, key: &str) -> Option<Arc<UserRecord>> {
         let cache = self.cache.lock().expect("auth cache");
         cache
             .get(key)
@@ -170,7 +173,7 @@ impl Authenticator {
         self.cache
             .lock()
             .expect("auth cache")
-            .retain(|_, (user, _)| user.as_ref().is_none_or(|u| u.id != user_id));
+            .retain(|_, (user, _)| user.id != user_id);
     }
 
     /// Forgets a cookie at once (logout), rather than when the cache entry expires.
@@ -201,7 +204,7 @@ mod tests {
             "cookie",
             "_xsrf=abc; sandbox_session=XYZ; other=1".parse().unwrap(),
         );
-        assert_eq!(session_cookie(&headers).as_deref(), Some("XYZ"));
+        assert_eq!(session_cookie(&headers), Some("XYZ"));
         headers.insert("cookie", "sandbox_sessionx=1".parse().unwrap());
         assert_eq!(session_cookie(&headers), None);
     }
@@ -213,12 +216,12 @@ mod tests {
         assert_eq!(token_hash(&token), hash);
         let mut headers = HeaderMap::new();
         headers.insert("authorization", format!("Bearer {token}").parse().unwrap());
-        assert_eq!(bearer_token(&headers), Some(token));
+        assert_eq!(bearer_token(&headers), Some(token.as_str()));
         headers.insert("authorization", "token abc".parse().unwrap());
         assert_eq!(bearer_token(&headers), None);
         headers.insert("authorization", "Bearer someone-elses".parse().unwrap());
         assert_eq!(bearer_token(&headers), None);
         headers.insert("authorization", "Bearer  gsb_spaced".parse().unwrap());
-        assert_eq!(bearer_token(&headers).as_deref(), Some("gsb_spaced"));
+        assert_eq!(bearer_token(&headers), Some("gsb_spaced"));
     }
 }

@@ -33,11 +33,21 @@ use std::sync::Arc;
 use std::time::Duration;
 use tower_sessions::{Expiry, SessionManagerLayer};
 
+/// What every handler gets; one `Arc`, so handing it to a request costs one increment.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<AppStateInner>);
+
+pub struct AppStateInner {
     pub service: Arc<Service>,
     pub leptos: LeptosOptions,
     pub client: proxy::ProxyClient,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = AppStateInner;
+    fn deref(&self) -> &AppStateInner {
+        &self.0
+    }
 }
 
 impl FromRef<AppState> for LeptosOptions {
@@ -58,11 +68,11 @@ pub fn leptos_options(config: &config::Config) -> LeptosOptions {
 
 /// The whole HTTP surface: pages and server functions, the REST API, the proxy, static files.
 pub fn router(service: Arc<Service>) -> Router {
-    let state = AppState {
+    let state = AppState(Arc::new(AppStateInner {
         leptos: leptos_options(&service.config),
         client: proxy::client(),
         service: service.clone(),
-    };
+    }));
     let sessions = SessionManagerLayer::new(store::HttpSessionStore::new(service.store.clone()))
         .with_name(auth::SESSION_COOKIE)
         .with_http_only(true)
@@ -94,6 +104,11 @@ pub async fn run(
     service: Arc<Service>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    // Small writes (WebSocket frames, short responses) go out at once.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let background = tokio::spawn(background(service.clone()));
     let app = router(service.clone());
     let (draining_tx, draining) = tokio::sync::oneshot::channel::<()>();

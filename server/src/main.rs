@@ -109,6 +109,9 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
     match command {
         Command::Serve => serve(config).await,
         Command::Migrate => {
+            std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+                format!("cannot create data_dir {}: {e}", config.data_dir.display())
+            })?;
             let store = server::store::Store::connect(&config.database_url())
                 .await
                 .map_err(|e| e.to_string())?;

@@ -14,7 +14,6 @@ use http::{Request, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -39,6 +38,8 @@ pub struct Route {
     pub session_id: String,
     pub owner_id: String,
     pub upstream: String,
+    /// `upstream`, parsed once.
+    authority: Option<http::uri::Authority>,
     pub auth: UpstreamAuth,
     pub strip_prefix: bool,
     last_activity: AtomicI64,
@@ -57,6 +58,7 @@ impl Route {
         Route {
             session_id,
             owner_id,
+            authority: upstream.parse().ok(),
             upstream,
             auth,
             strip_prefix,
@@ -76,7 +78,7 @@ impl Route {
 
 #[derive(Default)]
 pub struct RouteTable {
-    routes: RwLock<HashMap<String, Arc<Route>>>,
+    routes: RwLock<crate::auth::FastMap<String, Arc<Route>>>,
 }
 
 impl RouteTable {
@@ -209,12 +211,6 @@ fn wants_html(headers: &HeaderMap) -> bool {
 }
 
 pub async fn handle(State(state): State<AppState>, mut req: Request<Body>) -> Response {
-    let path = req.uri().path().to_string();
-    let rest = path.strip_prefix("/s/").unwrap_or_default();
-    let (session_id, tail) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, ""),
-    };
     let user = match state.service.auth.user(req.headers()).await {
         Ok(user) => user,
         Err(e) => {
@@ -242,49 +238,47 @@ pub async fn handle(State(state): State<AppState>, mut req: Request<Body>) -> Re
             "please sign in",
         );
     };
-    let route = match state.service.route(session_id).await {
-        Ok(route) => route,
-        Err(e) => {
-            tracing::error!(error = %e, "proxy route");
-            return json_error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "something went wrong on our side",
-            );
+    let (route, uri) = {
+        let path = req.uri().path();
+        let rest = path.strip_prefix("/s/").unwrap_or_default();
+        let (session_id, tail) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        };
+        let route = match state.service.route(session_id).await {
+            Ok(route) => route,
+            Err(e) => {
+                tracing::error!(error = %e, "proxy route");
+                return json_error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "something went wrong on our side",
+                );
+            }
+        };
+        // Someone else's session answers exactly like one that does not exist.
+        let Some(route) = route.filter(|r| r.owner_id == user.id) else {
+            return json_error(StatusCode::NOT_FOUND, "not_found", "no such session");
+        };
+        if tail.is_empty() {
+            let query = req
+                .uri()
+                .query()
+                .map(|q| format!("?{q}"))
+                .unwrap_or_default();
+            return (
+                StatusCode::PERMANENT_REDIRECT,
+                [(header::LOCATION, format!("{path}/{query}"))],
+            )
+                .into_response();
+        }
+        match upstream_uri(&route, req.uri(), tail) {
+            Some(uri) => (route, uri),
+            None => return json_error(StatusCode::BAD_REQUEST, "invalid", "malformed path"),
         }
     };
-    // Someone else's session answers exactly like one that does not exist.
-    let Some(route) = route.filter(|r| r.owner_id == user.id) else {
-        return json_error(StatusCode::NOT_FOUND, "not_found", "no such session");
-    };
-    if tail.is_empty() {
-        let query = req
-            .uri()
-            .query()
-            .map(|q| format!("?{q}"))
-            .unwrap_or_default();
-        return (
-            StatusCode::PERMANENT_REDIRECT,
-            [(header::LOCATION, format!("{path}/{query}"))],
-        )
-            .into_response();
-    }
     route.touch();
 
-    let upstream_path = if route.strip_prefix {
-        tail
-    } else {
-        path.as_str()
-    };
-    let query = req
-        .uri()
-        .query()
-        .map(|q| format!("?{q}"))
-        .unwrap_or_default();
-    let Ok(uri) = format!("http://{}{upstream_path}{query}", route.upstream).parse::<http::Uri>()
-    else {
-        return json_error(StatusCode::BAD_REQUEST, "invalid", "malformed path");
-    };
     let upgrade = is_upgrade(req.headers());
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
@@ -292,11 +286,11 @@ pub async fn handle(State(state): State<AppState>, mut req: Request<Body>) -> Re
     let client_ip = parts
         .extensions
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|c| c.0.ip().to_string());
+        .map(|c| c.0.ip());
     strip_hop_by_hop(&mut parts.headers);
     strip_our_credentials(&mut parts.headers);
     add_editor_auth(&mut parts.headers, &route.auth);
-    if let Some(ip) = client_ip.and_then(|ip| HeaderValue::from_str(&ip).ok()) {
+    if let Some(ip) = client_ip.and_then(|ip| HeaderValue::from_str(&ip.to_string()).ok()) {
         parts.headers.insert("x-forwarded-for", ip);
     }
     parts
@@ -360,6 +354,25 @@ pub async fn handle(State(state): State<AppState>, mut req: Request<Body>) -> Re
         HeaderValue::from_static("frame-ancestors 'self'"),
     );
     Response::from_parts(parts, Body::new(body))
+}
+
+/// The editor's address for this request: the same path and query (the editor knows its base
+/// URL), or only what follows the prefix for editors that serve from "/".
+fn upstream_uri(route: &Route, original: &http::Uri, tail: &str) -> Option<http::Uri> {
+    let path_and_query = if route.strip_prefix {
+        let query = original
+            .query()
+            .map(|q| format!("?{q}"))
+            .unwrap_or_default();
+        format!("{tail}{query}").parse().ok()?
+    } else {
+        original.path_and_query()?.clone()
+    };
+    let mut parts = http::uri::Parts::default();
+    parts.scheme = Some(http::uri::Scheme::HTTP);
+    parts.authority = Some(route.authority.clone()?);
+    parts.path_and_query = Some(path_and_query);
+    http::Uri::from_parts(parts).ok()
 }
 
 fn percent_encode(text: &str) -> String {
@@ -451,6 +464,35 @@ mod tests {
             &UpstreamAuth::Header("authorization", "token T".into()),
         );
         assert_eq!(h.get("authorization").unwrap(), "token T");
+    }
+
+    #[test]
+    fn upstream_addresses_keep_or_strip_the_prefix() {
+        let keep = Route::new(
+            "s".into(),
+            "u".into(),
+            "127.0.0.1:9".into(),
+            UpstreamAuth::Header("a", "b".into()),
+            false,
+            0,
+        );
+        let strip = Route::new(
+            "s".into(),
+            "u".into(),
+            "127.0.0.1:9".into(),
+            UpstreamAuth::Header("a", "b".into()),
+            true,
+            0,
+        );
+        let original: http::Uri = "/s/abc/lab/tree?x=1&y=%20".parse().unwrap();
+        assert_eq!(
+            upstream_uri(&keep, &original, "/lab/tree").unwrap(),
+            "http://127.0.0.1:9/s/abc/lab/tree?x=1&y=%20"
+        );
+        assert_eq!(
+            upstream_uri(&strip, &original, "/lab/tree").unwrap(),
+            "http://127.0.0.1:9/lab/tree?x=1&y=%20"
+        );
     }
 
     #[test]

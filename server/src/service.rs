@@ -746,7 +746,7 @@ impl app::api::Backend for PagesBackend {
             .get::<tower_sessions::Session>()
             .ok_or(AppError::Internal)?;
         self.0
-            .logout(session, auth::session_cookie(&request.headers).as_deref())
+            .logout(session, auth::session_cookie(&request.headers))
             .await
     }
 

@@ -205,7 +205,11 @@ impl Runtime for LocalRuntime {
         let log_path = log_dir.join(format!("{}.log", launch.session_id));
         let log = std::fs::File::create(&log_path)?;
         let port = free_port()?;
-        let secret = editors::new_secret(launch.editor);
+        // code-server's secret is an argon2 hash: tens of milliseconds, off the async threads.
+        let editor = launch.editor;
+        let secret = tokio::task::spawn_blocking(move || editors::new_secret(editor))
+            .await
+            .map_err(|e| RuntimeError::Handle(e.to_string()))?;
         let args = editors::arguments(
             launch.editor,
             port,
