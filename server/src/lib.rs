@@ -21,6 +21,7 @@ pub mod rest;
 pub mod runtime;
 pub mod service;
 pub mod store;
+pub mod upstream;
 
 use axum::Router;
 use axum::extract::FromRef;
@@ -40,6 +41,7 @@ pub struct AppState(Arc<AppStateInner>);
 pub struct AppStateInner {
     pub service: Arc<Service>,
     pub leptos: LeptosOptions,
+    /// For upgrades (WebSocket): hyper-util's client hands the connection over after the 101.
     pub client: proxy::ProxyClient,
 }
 
@@ -165,6 +167,7 @@ async fn background(service: Arc<Service>) {
         if ticks.is_multiple_of(2) {
             service.flush_activity().await;
             service.events.sweep();
+            service.upstreams.sweep();
         }
         if ticks.is_multiple_of(720)
             && let Err(e) = sessions.delete_expired().await

@@ -306,7 +306,22 @@ pub async fn handle(State(state): State<AppState>, mut req: Request<Body>) -> Re
     parts.version = http::Version::HTTP_11;
     let outgoing = Request::from_parts(parts, body);
 
-    let mut response = match state.client.request(outgoing).await {
+    let sent = if upgrade {
+        state
+            .client
+            .request(outgoing)
+            .await
+            .map(|r| r.map(Body::new))
+            .map_err(|e| e.to_string())
+    } else {
+        state
+            .service
+            .upstreams
+            .send(&route.upstream, outgoing)
+            .await
+            .map_err(|e| e.to_string())
+    };
+    let mut response = match sent {
         Ok(response) => response,
         Err(e) => {
             tracing::warn!(session = %route.session_id, error = %e, "editor unreachable");
@@ -353,7 +368,7 @@ pub async fn handle(State(state): State<AppState>, mut req: Request<Body>) -> Re
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static("frame-ancestors 'self'"),
     );
-    Response::from_parts(parts, Body::new(body))
+    Response::from_parts(parts, body)
 }
 
 /// The editor's address for this request: the same path and query (the editor knows its base

@@ -53,6 +53,8 @@ pub struct Service {
     pub enforcement: Enforcement,
     /// Flips to true when the server begins to shut down; long streams end on it.
     pub shutdown: tokio::sync::watch::Sender<bool>,
+    /// Connections from the proxy to the editors.
+    pub upstreams: Arc<crate::upstream::UpstreamPool>,
 }
 
 impl Service {
@@ -74,6 +76,7 @@ impl Service {
             gpus,
             enforcement,
             shutdown: tokio::sync::watch::channel(false).0,
+            upstreams: Arc::default(),
         }
     }
 
@@ -466,6 +469,9 @@ impl Service {
         if let Ok(Some(record)) = self.store.session(session_id).await {
             if record.state != SessionState::Stopping {
                 return;
+            }
+            if let Some(upstream) = &record.upstream {
+                self.upstreams.forget(upstream);
             }
             if let Some(handle) = &record.runtime_handle
                 && let Err(e) = self.runtime.stop(handle).await

@@ -187,6 +187,18 @@ async fn launch_proxy_and_stop_with_owner_checks() {
         String::from_utf8_lossy(&status.body)
     );
     assert_eq!(status.json()["saw_our_cookie"], false);
+    // The connection to the editor is kept for the next request, and reused by it.
+    assert_eq!(app.service.upstreams.idle_count(), 1);
+    let again = app
+        .call(
+            Method::GET,
+            &format!("/s/{id}/api/status"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(again.status, StatusCode::OK);
+    assert_eq!(app.service.upstreams.idle_count(), 1);
     assert_eq!(status.headers["x-frame-options"], "SAMEORIGIN");
 
     // Someone else, or nobody, does not.
@@ -278,6 +290,11 @@ async fn launch_proxy_and_stop_with_owner_checks() {
         )
         .await;
     assert_eq!(after.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        app.service.upstreams.idle_count(),
+        0,
+        "connections to a stopped editor are dropped"
+    );
     let (balance, held) = app.service.store.credits(&owner_id).await.unwrap();
     assert_eq!(held, 0);
     assert_eq!(balance, 100_000 - 17, "one minute used");
