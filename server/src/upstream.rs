@@ -50,8 +50,6 @@ pub enum UpstreamError {
     Connect(#[from] std::io::Error),
     #[error("{0}")]
     Http(#[from] hyper::Error),
-    #[error("the editor closed the connection")]
-    Closed,
 }
 
 impl UpstreamPool {
@@ -129,19 +127,21 @@ impl UpstreamPool {
         };
         let mut answer = std::pin::pin!(upstream.sender.send_request(request));
         // The connection is driven here, in this task, until the answer's head arrives.
+        let mut reusable = true;
         let response = tokio::select! {
             biased;
             response = &mut answer => response?,
-            ended = upstream.connection.as_mut() => {
-                // The connection ended before the answer came: its error, if any, says why.
-                ended?;
-                return Err(UpstreamError::Closed);
+            _ = upstream.connection.as_mut() => {
+                // The connection is over (an editor may close it after each answer). The answer,
+                // if it came, is waiting; if not, this resolves with the reason.
+                reusable = false;
+                answer.await?
             }
         };
         let (parts, body) = response.into_parts();
         let body = PooledBody {
             body,
-            upstream: Some(upstream),
+            upstream: reusable.then_some(upstream),
             pool: Arc::clone(self),
             authority: authority.to_string(),
         };

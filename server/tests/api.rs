@@ -24,16 +24,14 @@ async fn session_count(app: &TestApp, user_id: &str) -> usize {
 async fn me_needs_a_token_and_shows_credits() {
     let app = TestApp::start(Some(FakeRuntime::new())).await;
     let (_, token) = app.user("alice").await;
-    let anonymous = app.call(Method::GET, "/api/v1/me", None, None).await;
+    let anonymous = app.get("/api/v1/me", None).await;
     assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
     assert_eq!(anonymous.json()["error"], "unauthenticated");
     let wrong = app
         .call(Method::GET, "/api/v1/me", Some("gsb_nope"), None)
         .await;
     assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
-    let me = app
-        .call(Method::GET, "/api/v1/me", Some(&token), None)
-        .await;
+    let me = app.get("/api/v1/me", Some(&token)).await;
     assert_eq!(me.status, StatusCode::OK);
     assert_eq!(me.json()["name"], "alice");
     assert_eq!(me.json()["credits"]["balance"], 100_000);
@@ -158,12 +156,7 @@ async fn launch_proxy_and_stop_with_owner_checks() {
     let id = app.launch_ready(&owner, "jupyterlab").await;
 
     let view = app
-        .call(
-            Method::GET,
-            &format!("/api/v1/sessions/{id}"),
-            Some(&owner),
-            None,
-        )
+        .get(&format!("/api/v1/sessions/{id}"), Some(&owner))
         .await
         .json();
     assert_eq!(view["url"], format!("/s/{id}/lab"));
@@ -172,14 +165,7 @@ async fn launch_proxy_and_stop_with_owner_checks() {
     assert_eq!(held, 500, "30 minutes of an 8 GB slice at 1 credit/h");
 
     // The owner reaches the editor; the proxy presents the editor's token, not ours.
-    let status = app
-        .call(
-            Method::GET,
-            &format!("/s/{id}/api/status"),
-            Some(&owner),
-            None,
-        )
-        .await;
+    let status = app.get(&format!("/s/{id}/api/status"), Some(&owner)).await;
     assert_eq!(
         status.status,
         StatusCode::OK,
@@ -189,57 +175,26 @@ async fn launch_proxy_and_stop_with_owner_checks() {
     assert_eq!(status.json()["saw_our_cookie"], false);
     // The connection to the editor is kept for the next request, and reused by it.
     assert_eq!(app.service.upstreams.idle_count(), 1);
-    let again = app
-        .call(
-            Method::GET,
-            &format!("/s/{id}/api/status"),
-            Some(&owner),
-            None,
-        )
-        .await;
+    let again = app.get(&format!("/s/{id}/api/status"), Some(&owner)).await;
     assert_eq!(again.status, StatusCode::OK);
     assert_eq!(app.service.upstreams.idle_count(), 1);
     assert_eq!(status.headers["x-frame-options"], "SAMEORIGIN");
 
     // Someone else, or nobody, does not.
-    let theirs = app
-        .call(
-            Method::GET,
-            &format!("/s/{id}/api/status"),
-            Some(&other),
-            None,
-        )
-        .await;
+    let theirs = app.get(&format!("/s/{id}/api/status"), Some(&other)).await;
     assert_eq!(theirs.status, StatusCode::NOT_FOUND);
-    let missing = app
-        .call(
-            Method::GET,
-            "/s/doesnotexist/api/status",
-            Some(&other),
-            None,
-        )
-        .await;
+    let missing = app.get("/s/doesnotexist/api/status", Some(&other)).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
     assert_eq!(
         theirs.body, missing.body,
         "another's session must look like a missing one"
     );
     let api_theirs = app
-        .call(
-            Method::GET,
-            &format!("/api/v1/sessions/{id}"),
-            Some(&other),
-            None,
-        )
+        .get(&format!("/api/v1/sessions/{id}"), Some(&other))
         .await;
     assert_eq!(api_theirs.status, StatusCode::NOT_FOUND);
     let stop_theirs = app
-        .call(
-            Method::DELETE,
-            &format!("/api/v1/sessions/{id}"),
-            Some(&other),
-            None,
-        )
+        .delete(&format!("/api/v1/sessions/{id}"), Some(&other))
         .await;
     assert_eq!(stop_theirs.status, StatusCode::NOT_FOUND);
     let anonymous = app
@@ -258,6 +213,13 @@ async fn launch_proxy_and_stop_with_owner_checks() {
             .starts_with("/login?next=/s/")
     );
 
+    // An editor that closes its connection after an answer is fine, every time.
+    for _ in 0..3 {
+        let closing = app.get(&format!("/s/{id}/close"), Some(&owner)).await;
+        assert_eq!(closing.status, StatusCode::OK);
+        assert_eq!(&closing.body[..], b"closing");
+    }
+
     // Large uploads stream through.
     let upload = vec![7u8; 8 * 1024 * 1024];
     let request = Request::post(app.url(&format!("/s/{id}/upload")))
@@ -270,25 +232,13 @@ async fn launch_proxy_and_stop_with_owner_checks() {
 
     // Stop: the editor goes, the slot frees, the unused credits come back.
     let stopped = app
-        .call(
-            Method::DELETE,
-            &format!("/api/v1/sessions/{id}"),
-            Some(&owner),
-            None,
-        )
+        .delete(&format!("/api/v1/sessions/{id}"), Some(&owner))
         .await;
     assert_eq!(stopped.status, StatusCode::OK);
     assert_eq!(stopped.json()["state"], "ended");
     assert_eq!(stopped.json()["end_reason"], "user");
     assert_eq!(runtime.stopped.lock().unwrap().len(), 1);
-    let after = app
-        .call(
-            Method::GET,
-            &format!("/s/{id}/api/status"),
-            Some(&owner),
-            None,
-        )
-        .await;
+    let after = app.get(&format!("/s/{id}/api/status"), Some(&owner)).await;
     assert_eq!(after.status, StatusCode::NOT_FOUND);
     assert_eq!(
         app.service.upstreams.idle_count(),
@@ -311,18 +261,14 @@ async fn launch_proxy_and_stop_with_owner_checks() {
 async fn websocket_frames_pass_through_the_proxy() {
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message;
-    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     let app = TestApp::start(Some(FakeRuntime::new())).await;
     let (_, owner) = app.user("fay").await;
     let (_, other) = app.user("gus").await;
     let id = app.launch_ready(&owner, "marimo").await;
-    let url = format!("ws://{}/s/{id}/ws", app.addr);
+    let path = format!("/s/{id}/ws");
 
-    let mut request = url.clone().into_client_request().unwrap();
-    request
-        .headers_mut()
-        .insert("authorization", format!("Bearer {owner}").parse().unwrap());
-    let (mut socket, _) = tokio_tungstenite::connect_async(request)
+    let mut socket = app
+        .websocket(&path, &owner)
         .await
         .expect("websocket through the proxy");
     for i in 0..20 {
@@ -335,12 +281,7 @@ async fn websocket_frames_pass_through_the_proxy() {
     }
     socket.close(None).await.ok();
 
-    let mut request = url.into_client_request().unwrap();
-    request
-        .headers_mut()
-        .insert("authorization", format!("Bearer {other}").parse().unwrap());
-    let refused = tokio_tungstenite::connect_async(request).await;
-    match refused {
+    match app.websocket(&path, &other).await {
         Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
             assert_eq!(response.status(), StatusCode::NOT_FOUND)
         }
@@ -368,22 +309,7 @@ async fn a_failed_start_refunds_and_says_why() {
         .await;
     assert_eq!(created.status, StatusCode::CREATED);
     let id = created.json()["id"].as_str().unwrap().to_string();
-    let mut view = serde_json::Value::Null;
-    for _ in 0..100 {
-        view = app
-            .call(
-                Method::GET,
-                &format!("/api/v1/sessions/{id}"),
-                Some(&token),
-                None,
-            )
-            .await
-            .json();
-        if view["state"] == "ended" {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let view = app.wait_for(&token, &id, |v| v["state"] == "ended").await;
     assert_eq!(view["state"], "ended");
     assert_eq!(view["end_reason"], "failed");
     assert!(
@@ -421,17 +347,9 @@ async fn progress_streams_as_server_sent_events() {
             client.request(request).await.unwrap();
         })
     };
-    let response = tokio::time::timeout(
-        std::time::Duration::from_secs(20),
-        app.call(
-            Method::GET,
-            &format!("/api/v1/sessions/{id}/events"),
-            Some(&token),
-            None,
-        ),
-    )
-    .await
-    .expect("the stream ends when the session ends");
+    let response = app
+        .events(&id, &token, std::time::Duration::from_secs(20))
+        .await;
     stopper.await.unwrap();
     assert_eq!(response.headers["content-type"], "text/event-stream");
     let text = String::from_utf8_lossy(&response.body);
@@ -460,9 +378,7 @@ async fn a_locked_account_loses_access_at_once_and_cannot_sign_in() {
     let app = TestApp::start(Some(FakeRuntime::new())).await;
     let (user_id, token) = app.user("lou").await;
     assert_eq!(
-        app.call(Method::GET, "/api/v1/me", Some(&token), None)
-            .await
-            .status,
+        app.get("/api/v1/me", Some(&token)).await.status,
         StatusCode::OK
     );
 
@@ -487,9 +403,7 @@ async fn a_locked_account_loses_access_at_once_and_cannot_sign_in() {
     assert_eq!(wrong, unknown, "no hint whether the user exists");
 
     app.service.set_locked(&user_id, true).await.unwrap();
-    let me = app
-        .call(Method::GET, "/api/v1/me", Some(&token), None)
-        .await;
+    let me = app.get("/api/v1/me", Some(&token)).await;
     assert_eq!(
         me.status,
         StatusCode::UNAUTHORIZED,
@@ -523,12 +437,7 @@ async fn a_session_whose_time_ran_out_is_ended_with_a_charge() {
     .await;
     app.service.end_expired().await;
     let view = app
-        .call(
-            Method::GET,
-            &format!("/api/v1/sessions/{id}"),
-            Some(&token),
-            None,
-        )
+        .get(&format!("/api/v1/sessions/{id}"), Some(&token))
         .await
         .json();
     assert_eq!(view["state"], "ended");
@@ -565,17 +474,10 @@ async fn the_progress_stream_ends_when_another_server_ends_the_session() {
             store.finish(&id).await.unwrap();
         })
     };
-    let response = tokio::time::timeout(
-        std::time::Duration::from_secs(15),
-        app.call(
-            Method::GET,
-            &format!("/api/v1/sessions/{id}/events"),
-            Some(&token),
-            None,
-        ),
-    )
-    .await
-    .expect("the stream notices the end from the database");
+    // The stream must notice the end from the database alone.
+    let response = app
+        .events(&id, &token, std::time::Duration::from_secs(15))
+        .await;
     ender.await.unwrap();
     assert!(String::from_utf8_lossy(&response.body).contains("\"state\":\"ended\""));
     app.stop().await;

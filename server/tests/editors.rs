@@ -9,7 +9,6 @@ use http::{Method, StatusCode};
 use serde_json::json;
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 fn require(editor: &str, program: &str) {
     let path = common::tools_dir().join(program);
@@ -38,14 +37,7 @@ async fn jupyterlab_runs_a_kernel_through_the_proxy() {
     let (_, other) = app.user("mallory").await;
     let id = app.launch_ready(&owner, "jupyterlab").await;
 
-    let status = app
-        .call(
-            Method::GET,
-            &format!("/s/{id}/api/status"),
-            Some(&owner),
-            None,
-        )
-        .await;
+    let status = app.get(&format!("/s/{id}/api/status"), Some(&owner)).await;
     assert_eq!(
         status.status,
         StatusCode::OK,
@@ -53,21 +45,12 @@ async fn jupyterlab_runs_a_kernel_through_the_proxy() {
         String::from_utf8_lossy(&status.body)
     );
     assert!(status.json()["started"].is_string());
-    let lab = app
-        .call(Method::GET, &format!("/s/{id}/lab"), Some(&owner), None)
-        .await;
+    let lab = app.get(&format!("/s/{id}/lab"), Some(&owner)).await;
     assert_eq!(lab.status, StatusCode::OK);
     assert!(String::from_utf8_lossy(&lab.body).contains("JupyterLab"));
 
     // The same requests from another user find nothing.
-    let theirs = app
-        .call(
-            Method::GET,
-            &format!("/s/{id}/api/status"),
-            Some(&other),
-            None,
-        )
-        .await;
+    let theirs = app.get(&format!("/s/{id}/api/status"), Some(&other)).await;
     assert_eq!(theirs.status, StatusCode::NOT_FOUND);
 
     let kernel = app
@@ -86,23 +69,16 @@ async fn jupyterlab_runs_a_kernel_through_the_proxy() {
     );
     let kernel_id = kernel.json()["id"].as_str().unwrap().to_string();
 
-    let url = format!("ws://{}/s/{id}/api/kernels/{kernel_id}/channels", app.addr);
-    let mut theirs = url.clone().into_client_request().unwrap();
-    theirs
-        .headers_mut()
-        .insert("authorization", format!("Bearer {other}").parse().unwrap());
-    match tokio_tungstenite::connect_async(theirs).await {
+    let path = format!("/s/{id}/api/kernels/{kernel_id}/channels");
+    match app.websocket(&path, &other).await {
         Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
             assert_eq!(r.status(), StatusCode::NOT_FOUND)
         }
         other => panic!("another user's kernel websocket must be refused: {other:?}"),
     }
 
-    let mut request = url.into_client_request().unwrap();
-    request
-        .headers_mut()
-        .insert("authorization", format!("Bearer {owner}").parse().unwrap());
-    let (mut socket, _) = tokio_tungstenite::connect_async(request)
+    let mut socket = app
+        .websocket(&path, &owner)
         .await
         .expect("kernel websocket");
     socket
@@ -134,12 +110,7 @@ async fn jupyterlab_runs_a_kernel_through_the_proxy() {
     let handle = session.runtime_handle.clone().unwrap();
     assert!(app.service.runtime.is_alive(&handle).await);
     let stopped = app
-        .call(
-            Method::DELETE,
-            &format!("/api/v1/sessions/{id}"),
-            Some(&owner),
-            None,
-        )
+        .delete(&format!("/api/v1/sessions/{id}"), Some(&owner))
         .await;
     assert_eq!(stopped.json()["state"], "ended");
     assert!(
@@ -198,12 +169,7 @@ async fn a_server_restart_re_adopts_live_editors_and_shutdown_stops_them() {
         token
     };
     let status = again
-        .call(
-            Method::GET,
-            &format!("/s/{id}/api/status"),
-            Some(&token),
-            None,
-        )
+        .get(&format!("/s/{id}/api/status"), Some(&token))
         .await;
     assert_eq!(status.status, StatusCode::OK);
     // This one stops editors on shutdown: nothing is left behind.
@@ -222,9 +188,7 @@ async fn marimo_answers_through_the_proxy() {
     let app = TestApp::start(None).await;
     let (_, owner) = app.user("mo").await;
     let id = app.launch_ready(&owner, "marimo").await;
-    let page = app
-        .call(Method::GET, &format!("/s/{id}/"), Some(&owner), None)
-        .await;
+    let page = app.get(&format!("/s/{id}/"), Some(&owner)).await;
     assert_eq!(
         page.status,
         StatusCode::OK,
@@ -246,9 +210,7 @@ async fn code_server_answers_through_the_proxy() {
     let (_, owner) = app.user("cody").await;
     let id = app.launch_ready(&owner, "code-server").await;
     // code-server first sends the browser to its workspace folder, relative to our prefix.
-    let first = app
-        .call(Method::GET, &format!("/s/{id}/"), Some(&owner), None)
-        .await;
+    let first = app.get(&format!("/s/{id}/"), Some(&owner)).await;
     assert_eq!(
         first.status,
         StatusCode::FOUND,
@@ -294,22 +256,7 @@ async fn launch_until_ended(app: &TestApp, token: &str) -> serde_json::Value {
         .await;
     assert_eq!(created.status, StatusCode::CREATED);
     let id = created.json()["id"].as_str().unwrap().to_string();
-    for _ in 0..200 {
-        let view = app
-            .call(
-                Method::GET,
-                &format!("/api/v1/sessions/{id}"),
-                Some(token),
-                None,
-            )
-            .await
-            .json();
-        if view["state"] == "ended" {
-            return view;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the launch did not end");
+    app.wait_for(token, &id, |v| v["state"] == "ended").await
 }
 
 #[tokio::test]

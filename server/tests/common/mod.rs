@@ -172,6 +172,68 @@ impl TestApp {
         self.send(request.body(body).unwrap()).await
     }
 
+    pub async fn get(&self, path: &str, token: Option<&str>) -> Response {
+        self.call(Method::GET, path, token, None).await
+    }
+
+    pub async fn delete(&self, path: &str, token: Option<&str>) -> Response {
+        self.call(Method::DELETE, path, token, None).await
+    }
+
+    /// The session's progress stream, read to its end (which must come `within`).
+    pub async fn events(&self, id: &str, token: &str, within: Duration) -> Response {
+        let path = format!("/api/v1/sessions/{id}/events");
+        tokio::time::timeout(within, self.get(&path, Some(token)))
+            .await
+            .expect("the progress stream ends in time")
+    }
+
+    /// A WebSocket to `path` through the proxy, as the owner of `token`.
+    pub async fn websocket(
+        &self,
+        path: &str,
+        token: &str,
+    ) -> Result<
+        tokio_tungstenite::WebSocketStream<
+            tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+        >,
+        tokio_tungstenite::tungstenite::Error,
+    > {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let mut request = format!("ws://{}{path}", self.addr).into_client_request()?;
+        request.headers_mut().insert(
+            "authorization",
+            format!("Bearer {token}").parse().expect("header"),
+        );
+        tokio_tungstenite::connect_async(request)
+            .await
+            .map(|(socket, _)| socket)
+    }
+
+    /// Polls the session until `done` holds for it (90 s at most).
+    pub async fn wait_for(
+        &self,
+        token: &str,
+        id: &str,
+        done: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+        loop {
+            let view = self
+                .get(&format!("/api/v1/sessions/{id}"), Some(token))
+                .await
+                .json();
+            if done(&view) {
+                return view;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the session did not get there in time: {view}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Launches and waits until the session is ready (or fails the test with the session's detail).
     pub async fn launch_ready(&self, token: &str, editor: &str) -> String {
         let body =
@@ -186,28 +248,13 @@ impl TestApp {
             String::from_utf8_lossy(&created.body)
         );
         let id = created.json()["id"].as_str().unwrap().to_string();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-        loop {
-            let view = self
-                .call(
-                    Method::GET,
-                    &format!("/api/v1/sessions/{id}"),
-                    Some(token),
-                    None,
-                )
-                .await
-                .json();
-            match view["state"].as_str().unwrap() {
-                "ready" => return id,
-                "ended" => panic!("launch failed: {}", view["detail"]),
-                _ => {}
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "not ready in time: {view}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let view = self
+            .wait_for(token, &id, |v| {
+                v["state"] == "ready" || v["state"] == "ended"
+            })
+            .await;
+        assert_eq!(view["state"], "ready", "launch failed: {}", view["detail"]);
+        id
     }
 
     /// Shuts the server down; returns its data directory, deleted when dropped.
@@ -330,6 +377,11 @@ fn fake_editor(base: String, expected_auth: String) -> axum::Router {
                     serde_json::json!({ "ok": true, "saw_our_cookie": leaked }).to_string(),
                 )
             }),
+        )
+        .route(
+            &format!("{base}close"),
+            // An editor that closes the connection after each answer.
+            get(|| async { ([("connection", "close")], "closing") }),
         )
         .route(
             &format!("{base}upload"),
