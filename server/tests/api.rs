@@ -129,14 +129,7 @@ async fn a_launch_without_enough_credits_is_refused_with_the_numbers() {
         .grant(&user_id, -99_900, None, "test")
         .await
         .unwrap();
-    let response = app
-        .call(
-            Method::POST,
-            "/api/v1/sessions",
-            Some(&token),
-            Some(launch_body("jupyterlab", 8192, 60)),
-        )
-        .await;
+    let response = app.launch(&token, "jupyterlab", 60).await;
     assert_eq!(response.status, StatusCode::PAYMENT_REQUIRED);
     let message = response.json()["message"].as_str().unwrap().to_string();
     assert!(
@@ -166,12 +159,7 @@ async fn launch_proxy_and_stop_with_owner_checks() {
 
     // The owner reaches the editor; the proxy presents the editor's token, not ours.
     let status = app.get(&format!("/s/{id}/api/status"), Some(&owner)).await;
-    assert_eq!(
-        status.status,
-        StatusCode::OK,
-        "{}",
-        String::from_utf8_lossy(&status.body)
-    );
+    status.assert_status(StatusCode::OK);
     assert_eq!(status.json()["saw_our_cookie"], false);
     // The connection to the editor is kept for the next request, and reused by it.
     assert_eq!(app.service.upstreams.idle_count(), 1);
@@ -299,14 +287,7 @@ async fn a_failed_start_refunds_and_says_why() {
     });
     let app = TestApp::start(Some(runtime)).await;
     let (user_id, token) = app.user("hal").await;
-    let created = app
-        .call(
-            Method::POST,
-            "/api/v1/sessions",
-            Some(&token),
-            Some(launch_body("jupyterlab", 8192, 60)),
-        )
-        .await;
+    let created = app.launch(&token, "jupyterlab", 60).await;
     assert_eq!(created.status, StatusCode::CREATED);
     let id = created.json()["id"].as_str().unwrap().to_string();
     let view = app.wait_for(&token, &id, |v| v["state"] == "ended").await;

@@ -38,12 +38,7 @@ async fn jupyterlab_runs_a_kernel_through_the_proxy() {
     let id = app.launch_ready(&owner, "jupyterlab").await;
 
     let status = app.get(&format!("/s/{id}/api/status"), Some(&owner)).await;
-    assert_eq!(
-        status.status,
-        StatusCode::OK,
-        "{}",
-        String::from_utf8_lossy(&status.body)
-    );
+    status.assert_status(StatusCode::OK);
     assert!(status.json()["started"].is_string());
     let lab = app.get(&format!("/s/{id}/lab"), Some(&owner)).await;
     assert_eq!(lab.status, StatusCode::OK);
@@ -61,12 +56,7 @@ async fn jupyterlab_runs_a_kernel_through_the_proxy() {
             Some(json!({ "name": "python3" })),
         )
         .await;
-    assert_eq!(
-        kernel.status,
-        StatusCode::CREATED,
-        "{}",
-        String::from_utf8_lossy(&kernel.body)
-    );
+    kernel.assert_status(StatusCode::CREATED);
     let kernel_id = kernel.json()["id"].as_str().unwrap().to_string();
 
     let path = format!("/s/{id}/api/kernels/{kernel_id}/channels");
@@ -189,12 +179,7 @@ async fn marimo_answers_through_the_proxy() {
     let (_, owner) = app.user("mo").await;
     let id = app.launch_ready(&owner, "marimo").await;
     let page = app.get(&format!("/s/{id}/"), Some(&owner)).await;
-    assert_eq!(
-        page.status,
-        StatusCode::OK,
-        "{}",
-        String::from_utf8_lossy(&page.body)
-    );
+    page.assert_status(StatusCode::OK);
     assert!(
         String::from_utf8_lossy(&page.body)
             .to_lowercase()
@@ -211,12 +196,7 @@ async fn code_server_answers_through_the_proxy() {
     let id = app.launch_ready(&owner, "code-server").await;
     // code-server first sends the browser to its workspace folder, relative to our prefix.
     let first = app.get(&format!("/s/{id}/"), Some(&owner)).await;
-    assert_eq!(
-        first.status,
-        StatusCode::FOUND,
-        "{}",
-        String::from_utf8_lossy(&first.body)
-    );
+    first.assert_status(StatusCode::FOUND);
     let location = first.headers["location"].to_str().unwrap().to_string();
     assert!(location.starts_with("./?folder="), "{location}");
     let page = app
@@ -227,12 +207,7 @@ async fn code_server_answers_through_the_proxy() {
             None,
         )
         .await;
-    assert_eq!(
-        page.status,
-        StatusCode::OK,
-        "{}",
-        String::from_utf8_lossy(&page.body)
-    );
+    page.assert_status(StatusCode::OK);
     assert!(
         String::from_utf8_lossy(&page.body).contains("vscode"),
         "the workbench page"
@@ -250,12 +225,7 @@ fn script(dir: &std::path::Path, name: &str, body: &str) -> String {
 }
 
 async fn launch_until_ended(app: &TestApp, token: &str) -> serde_json::Value {
-    let body = json!({ "editor": "jupyterlab", "slice_mib": 8192, "duration_minutes": 30 });
-    let created = app
-        .call(Method::POST, "/api/v1/sessions", Some(token), Some(body))
-        .await;
-    assert_eq!(created.status, StatusCode::CREATED);
-    let id = created.json()["id"].as_str().unwrap().to_string();
+    let id = app.launch_id(token, "jupyterlab").await;
     app.wait_for(token, &id, |v| v["state"] == "ended").await
 }
 

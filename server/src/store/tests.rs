@@ -450,16 +450,7 @@ async fn assign_slot_takes_a_free_slot(store: Store) {
     assert_eq!(b_now.state, SessionState::Requested);
     assert_eq!(b_now.slot_id, None);
     assert_eq!(store.steps(&b.id).await.unwrap(), b_steps);
-    assert_eq!(
-        store
-            .slot("g0s0")
-            .await
-            .unwrap()
-            .unwrap()
-            .session_id
-            .as_deref(),
-        Some(a.id.as_str())
-    );
+    assert_eq!(holder(&store, "g0s0").await.as_deref(), Some(a.id.as_str()));
 
     // With more candidates B takes the next free one.
     let (slot, _) = store.assign_slot(&b.id, &slots).await.unwrap().unwrap();
@@ -581,16 +572,7 @@ async fn ready_path_settles(store: Store) {
     assert_eq!(step.state, SessionState::Stopping);
     assert!(!step.failed);
     // Stopping still holds the slot and the credits.
-    assert_eq!(
-        store
-            .slot("g0s0")
-            .await
-            .unwrap()
-            .unwrap()
-            .session_id
-            .as_deref(),
-        Some(s.id.as_str())
-    );
+    assert_eq!(holder(&store, "g0s0").await.as_deref(), Some(s.id.as_str()));
     assert_eq!(
         store.credits(&alice.id).await.unwrap(),
         (grant - hold, hold)
@@ -1220,4 +1202,9 @@ fn database_url_rewrite() {
         with_database("postgres://host:5432", "test_x"),
         "postgres://host:5432/test_x"
     );
+}
+
+/// Which session holds the slot, if any.
+async fn holder(store: &Store, slot: &str) -> Option<String> {
+    store.slot(slot).await.unwrap().unwrap().session_id
 }

@@ -40,6 +40,17 @@ pub struct Response {
 }
 
 impl Response {
+    /// Fails the test with the body when the status is not `expected`.
+    pub fn assert_status(&self, expected: StatusCode) -> &Response {
+        assert_eq!(
+            self.status,
+            expected,
+            "{}",
+            String::from_utf8_lossy(&self.body)
+        );
+        self
+    }
+
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
@@ -234,20 +245,24 @@ impl TestApp {
         }
     }
 
+    /// `POST /api/v1/sessions` for an 8 GB slice.
+    pub async fn launch(&self, token: &str, editor: &str, minutes: u32) -> Response {
+        let body =
+            serde_json::json!({ "editor": editor, "slice_mib": 8192, "duration_minutes": minutes });
+        self.call(Method::POST, "/api/v1/sessions", Some(token), Some(body))
+            .await
+    }
+
+    /// Launches 30 minutes of `editor`; the new session's id.
+    pub async fn launch_id(&self, token: &str, editor: &str) -> String {
+        let created = self.launch(token, editor, 30).await;
+        created.assert_status(StatusCode::CREATED);
+        created.json()["id"].as_str().unwrap().to_string()
+    }
+
     /// Launches and waits until the session is ready (or fails the test with the session's detail).
     pub async fn launch_ready(&self, token: &str, editor: &str) -> String {
-        let body =
-            serde_json::json!({ "editor": editor, "slice_mib": 8192, "duration_minutes": 30 });
-        let created = self
-            .call(Method::POST, "/api/v1/sessions", Some(token), Some(body))
-            .await;
-        assert_eq!(
-            created.status,
-            StatusCode::CREATED,
-            "{}",
-            String::from_utf8_lossy(&created.body)
-        );
-        let id = created.json()["id"].as_str().unwrap().to_string();
+        let id = self.launch_id(token, editor).await;
         let view = self
             .wait_for(token, &id, |v| {
                 v["state"] == "ready" || v["state"] == "ended"
