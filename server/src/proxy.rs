@@ -203,6 +203,15 @@ fn json_error(status: StatusCode, code: &str, message: &str) -> Response {
         .into_response()
 }
 
+/// What the caller sees when our side failed; the cause is logged where it happened.
+fn internal_error() -> Response {
+    json_error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "something went wrong on our side",
+    )
+}
+
 fn wants_html(headers: &HeaderMap) -> bool {
     headers
         .get(header::ACCEPT)
@@ -215,11 +224,7 @@ pub async fn handle(State(state): State<AppState>, mut req: Request<Body>) -> Re
         Ok(user) => user,
         Err(e) => {
             tracing::error!(error = %e, "proxy auth");
-            return json_error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "something went wrong on our side",
-            );
+            return internal_error();
         }
     };
     let Some(user) = user else {
@@ -249,11 +254,7 @@ pub async fn handle(State(state): State<AppState>, mut req: Request<Body>) -> Re
             Ok(route) => route,
             Err(e) => {
                 tracing::error!(error = %e, "proxy route");
-                return json_error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    "something went wrong on our side",
-                );
+                return internal_error();
             }
         };
         // Someone else's session answers exactly like one that does not exist.
