@@ -23,6 +23,8 @@ pub enum EndReason {
     Crash,
     Admin,
     Failed,
+    /// The runtime lost the editor (its pod vanished) without it stopping itself.
+    Lost,
 }
 
 /// What happens to a session; the state machine decides whether it may.
@@ -96,13 +98,14 @@ impl fmt::Display for SessionState {
 }
 
 impl EndReason {
-    pub const ALL: [EndReason; 6] = [
+    pub const ALL: [EndReason; 7] = [
         Self::User,
         Self::Timer,
         Self::Idle,
         Self::Crash,
         Self::Admin,
         Self::Failed,
+        Self::Lost,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -113,6 +116,7 @@ impl EndReason {
             Self::Crash => "crash",
             Self::Admin => "admin",
             Self::Failed => "failed",
+            Self::Lost => "lost",
         }
     }
 
@@ -129,6 +133,7 @@ impl EndReason {
             Self::Crash => "the editor stopped unexpectedly",
             Self::Admin => "stopped by an administrator",
             Self::Failed => "the editor failed to start",
+            Self::Lost => "the cluster lost the editor",
         }
     }
 }

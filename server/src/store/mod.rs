@@ -687,7 +687,10 @@ impl Store {
             SessionState::Stopping => format!("Stopping: {}", reason.describe()),
             _ => format!("Ended: {}", reason.describe()),
         };
-        let failed = reason == EndReason::Failed || reason == EndReason::Crash;
+        let failed = matches!(
+            reason,
+            EndReason::Failed | EndReason::Crash | EndReason::Lost
+        );
         let step = insert_event(
             &mut w,
             session_id,
