@@ -368,6 +368,11 @@ impl Service {
             editor: record.editor,
             base_path: format!("/s/{}/", record.id),
             env,
+            slice: crate::runtime::SliceBinding {
+                gpu_uuid: gpu.filter(|g| g.cuda_index.is_some()).map(|g| g.id.clone()),
+                memory_mib: record.slice_mib,
+                cores_pct: record.cores_pct.unwrap_or(100),
+            },
         };
         self.step(
             session_id,

@@ -15,8 +15,40 @@ pub struct EditorLaunch {
     pub editor: EditorKind,
     /// "/s/<id>/": the proxy prefix the editor serves under.
     pub base_path: String,
-    /// GPU binding for the slice.
+    /// GPU binding for the slice, as environment (the local runtime's way).
     pub env: Vec<(String, String)>,
+    /// The slice itself, for runtimes that ask a scheduler for it (kube: HAMi resources).
+    pub slice: SliceBinding,
+}
+
+/// Which share of which card a session holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SliceBinding {
+    /// NVIDIA UUID when the allocator chose a real card; `None` for declared (virtual) GPUs.
+    pub gpu_uuid: Option<String>,
+    pub memory_mib: u64,
+    /// Share of the card's compute, 1..=100.
+    pub cores_pct: u32,
+}
+
+/// What a runtime can see of an editor's GPU work, for the reaper and the dashboard.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuUsage {
+    pub memory_used_mib: u64,
+    /// Compute utilization over the runtime's last sample, 0..=100.
+    pub utilization_pct: u32,
+    /// Seconds since the editor last ran a GPU kernel, where the runtime knows it.
+    pub last_kernel_seconds_ago: Option<f64>,
+}
+
+impl GpuUsage {
+    /// GPU work counts as activity: a kernel ran recently or the card is busy now.
+    pub fn is_active(&self, within_seconds: f64) -> bool {
+        self.utilization_pct > 0
+            || self
+                .last_kernel_seconds_ago
+                .is_some_and(|ago| ago <= within_seconds)
+    }
 }
 
 /// A started editor.
@@ -76,4 +108,10 @@ pub trait Runtime: Send + Sync + 'static {
     async fn stop(&self, handle: &str) -> Result<(), RuntimeError>;
     /// Whether it still runs.
     async fn is_alive(&self, handle: &str) -> bool;
+    /// GPU use per editor handle, one sample for all (the reaper asks once per tick).
+    /// Editors missing from the answer have no GPU use the runtime can see.
+    async fn gpu_usage(&self, handles: &[String]) -> std::collections::HashMap<String, GpuUsage> {
+        let _ = handles;
+        std::collections::HashMap::new()
+    }
 }
