@@ -37,6 +37,18 @@ mod backend {
         ) -> Result<SessionView, AppError>;
         async fn session(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError>;
         async fn stop(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError>;
+        async fn heartbeat(
+            &self,
+            viewer: &Viewer,
+            id: &str,
+            input: bool,
+        ) -> Result<SessionView, AppError>;
+        async fn extend(
+            &self,
+            viewer: &Viewer,
+            id: &str,
+            minutes: u32,
+        ) -> Result<SessionView, AppError>;
     }
 
     pub(super) fn backend() -> Result<Arc<dyn Backend>, AppError> {
@@ -110,4 +122,17 @@ pub async fn get_session(id: String) -> Result<SessionView, AppError> {
 pub async fn stop_session(id: String) -> Result<SessionView, AppError> {
     let viewer = backend::require_viewer().await?;
     backend::backend()?.stop(&viewer, &id).await
+}
+
+/// A visible page says the person is (`input`) or may be there; returns the session's new countdowns.
+#[server]
+pub async fn heartbeat(id: String, input: bool) -> Result<SessionView, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.heartbeat(&viewer, &id, input).await
+}
+
+#[server]
+pub async fn extend_session(id: String, minutes: u32) -> Result<SessionView, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.extend(&viewer, &id, minutes).await
 }

@@ -22,6 +22,9 @@ pub enum AppError {
     Conflict(String),
     #[error("{0}")]
     InsufficientCredits(String),
+    /// A per-user limit refuses it; the message names the limit and the use.
+    #[error("{0}")]
+    QuotaExceeded(String),
     #[error("{0}")]
     Unavailable(String),
     #[error("something went wrong on our side; it has been logged")]
@@ -43,6 +46,7 @@ impl AppError {
             Self::TooLarge(_) => "too_large",
             Self::Conflict(_) => "conflict",
             Self::InsufficientCredits(_) => "insufficient_credits",
+            Self::QuotaExceeded(_) => "quota_exceeded",
             Self::Unavailable(_) => "unavailable",
             Self::Internal => "internal",
             Self::Transport(_) => "transport",
@@ -52,7 +56,7 @@ impl AppError {
     pub fn status(&self) -> u16 {
         match self {
             Self::Unauthenticated | Self::SignInFailed(_) => 401,
-            Self::Forbidden(_) => 403,
+            Self::Forbidden(_) | Self::QuotaExceeded(_) => 403,
             Self::NotFound => 404,
             Self::Invalid(_) => 400,
             Self::TooLarge(_) => 413,

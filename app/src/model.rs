@@ -58,6 +58,14 @@ pub struct SliceOption {
     pub price_per_hour: i64,
     pub free: u32,
     pub total: u32,
+    /// A whole card (burst): queued for a free card, with a short maximum duration.
+    pub burst: bool,
+    /// Longest duration for this size (bursts are capped).
+    pub max_minutes: u32,
+    /// Pre-started editors ready for a fast launch, by editor.
+    pub warm: Vec<(EditorKind, u32)>,
+    /// Launches waiting for this size.
+    pub queued: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,6 +73,8 @@ pub struct SlotView {
     pub id: String,
     pub slice_mib: u64,
     pub in_use: bool,
+    /// A pre-started editor waits here.
+    pub warm: Option<EditorKind>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,7 +124,26 @@ pub struct SessionView {
     pub url: Option<String>,
     /// Milli-credits held for this session.
     pub held: i64,
+    /// Milli-credits per hour on the card it got.
+    pub price_per_hour: i64,
+    /// Place in line while queued (1 = next).
+    pub queue_position: Option<u32>,
+    /// When it ends as idle if nothing happens; moves with activity.
+    pub idle_at_ms: Option<i64>,
+    /// How long before either end the page warns.
+    pub warn_ms: i64,
+    /// GPU memory the editor uses now, where the runtime can see it.
+    pub gpu_used_mib: Option<u64>,
     pub steps: Vec<Step>,
+}
+
+/// A user's limits and what they use now.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaView {
+    pub limits: crate::domain::quota::Limits,
+    pub usage: crate::domain::quota::Usage,
+    /// Set when a limit blocks new launches (e.g. the workspace is over its size).
+    pub note: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -126,4 +155,7 @@ pub struct Dashboard {
     pub durations: DurationLimits,
     pub gpus: Vec<GpuView>,
     pub sessions: Vec<SessionView>,
+    pub quota: QuotaView,
+    /// "not enforced", "enforced by HAMi-core", …
+    pub enforcement: String,
 }

@@ -27,6 +27,54 @@ pub struct Config {
     pub sessions: SessionsConfig,
     pub editors: EditorsConfig,
     pub pool: PoolConfig,
+    pub quotas: QuotasConfig,
+    pub idle: IdleConfig,
+}
+
+/// Per-user limits; admins override them per user (`server quota set`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotasConfig {
+    pub max_sessions: u32,
+    pub max_gpu_mib: u64,
+    /// Longest session a user may ask for (also capped by `sessions.max_minutes`).
+    pub max_minutes: u32,
+    /// Workspace size above which launches are refused.
+    pub max_disk_mib: u64,
+}
+
+/// The reaper and what counts as activity.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdleConfig {
+    pub timeout_seconds: u64,
+    /// The idle banner shows this long before the end.
+    pub warn_seconds: u64,
+    /// Whether a visible tab (its heartbeats and the traffic it makes by itself) keeps a session alive.
+    pub open_tab_keeps_alive: bool,
+    /// How often the reaper runs (timer, idle, crashed editors, the queue).
+    pub reaper_period_ms: u64,
+    /// How often editors and GPUs are asked whether they are busy.
+    pub sample_seconds: u64,
+    /// Different timeouts for some slice sizes, e.g. shorter for whole cards.
+    pub per_slice: Vec<IdleOverride>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdleOverride {
+    pub slice_mib: u64,
+    pub timeout_seconds: u64,
+    pub warn_seconds: u64,
+}
+
+/// Editors kept started ahead of demand.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmTarget {
+    pub editor: String,
+    pub slice_mib: u64,
+    pub count: u32,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -72,6 +120,10 @@ pub struct PoolConfig {
     pub default_price_per_gib_hour: String,
     pub gpus: Vec<DeclaredGpu>,
     pub prices: Vec<Price>,
+    /// Editors to keep pre-started per (editor, slice size), so a launch only assigns one.
+    pub warm: Vec<WarmTarget>,
+    /// Longest whole-card (burst) session, in minutes.
+    pub burst_max_minutes: u32,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -129,6 +181,26 @@ impl Default for Config {
                     slice_mib: 8192,
                 }],
                 prices: Vec::new(),
+                warm: vec![WarmTarget {
+                    editor: "jupyterlab".into(),
+                    slice_mib: 8192,
+                    count: 1,
+                }],
+                burst_max_minutes: 60,
+            },
+            quotas: QuotasConfig {
+                max_sessions: 2,
+                max_gpu_mib: 16384,
+                max_minutes: 480,
+                max_disk_mib: 10240,
+            },
+            idle: IdleConfig {
+                timeout_seconds: 1800,
+                warn_seconds: 300,
+                open_tab_keeps_alive: false,
+                reaper_period_ms: 5000,
+                sample_seconds: 30,
+                per_slice: Vec::new(),
             },
         }
     }
@@ -213,6 +285,40 @@ impl Config {
                 "must be at least 1".into(),
             );
         }
+        for (i, target) in self.pool.warm.iter().enumerate() {
+            if app::domain::launch::EditorKind::parse(&target.editor).is_none() {
+                return bad(
+                    &format!("pool.warm[{i}].editor"),
+                    format!(
+                        "'{}' is not an editor (jupyterlab, marimo or code-server)",
+                        target.editor
+                    ),
+                );
+            }
+        }
+        if self.pool.burst_max_minutes == 0 {
+            return bad("pool.burst_max_minutes", "must be at least 1".into());
+        }
+        let q = &self.quotas;
+        if q.max_sessions == 0 || q.max_gpu_mib == 0 || q.max_minutes == 0 {
+            return bad(
+                "quotas",
+                "max_sessions, max_gpu_mib and max_minutes must be at least 1".into(),
+            );
+        }
+        let i = &self.idle;
+        if i.timeout_seconds == 0 || i.warn_seconds >= i.timeout_seconds {
+            return bad(
+                "idle.warn_seconds",
+                "the timeout must be at least 1 s and the warning shorter than it".into(),
+            );
+        }
+        if i.reaper_period_ms < 50 || i.sample_seconds == 0 {
+            return bad(
+                "idle.reaper_period_ms",
+                "must be at least 50 ms (and idle.sample_seconds at least 1)".into(),
+            );
+        }
         if self.pool.detected_slice_mib == 0 {
             return bad("pool.detected_slice_mib", "must be more than 0".into());
         }
@@ -279,6 +385,32 @@ impl Config {
                     .expect("validated at load");
                 (per_gib * slice_mib as i64 + 1023) / 1024
             }
+        }
+    }
+
+    /// The limits every user has unless an admin overrides them.
+    pub fn default_limits(&self) -> app::domain::quota::Limits {
+        app::domain::quota::Limits {
+            max_sessions: self.quotas.max_sessions,
+            max_gpu_mib: self.quotas.max_gpu_mib,
+            max_minutes: self.quotas.max_minutes.min(self.sessions.max_minutes),
+            max_disk_mib: self.quotas.max_disk_mib,
+        }
+    }
+
+    /// The idle policy for a slice size.
+    pub fn idle_policy(&self, slice_mib: u64) -> app::domain::idle::Policy {
+        let (timeout, warn) = self
+            .idle
+            .per_slice
+            .iter()
+            .find(|o| o.slice_mib == slice_mib)
+            .map(|o| (o.timeout_seconds, o.warn_seconds))
+            .unwrap_or((self.idle.timeout_seconds, self.idle.warn_seconds));
+        app::domain::idle::Policy {
+            timeout_ms: timeout as i64 * 1000,
+            warn_ms: warn.min(timeout) as i64 * 1000,
+            open_tab_keeps_alive: self.idle.open_tab_keeps_alive,
         }
     }
 

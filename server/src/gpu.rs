@@ -13,6 +13,16 @@ pub enum Enforcement {
     HamiCore(String),
 }
 
+impl Enforcement {
+    /// For the pool strip: whether a slice's size is a limit or a promise.
+    pub fn describe(&self) -> String {
+        match self {
+            Enforcement::None => "not enforced".into(),
+            Enforcement::HamiCore(_) => "enforced by HAMi-core".into(),
+        }
+    }
+}
+
 /// The GPUs of the pool: real ones if NVML finds any, else the declared ones.
 pub fn discover(config: &Config) -> (Vec<GpuSpec>, Enforcement) {
     let enforcement = if config.pool.hami_core_library.is_empty() {

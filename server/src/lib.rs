@@ -11,11 +11,13 @@
 //!
 //! [`run`] serves on a listener until a shutdown signal, so tests bind `127.0.0.1:0`.
 
+pub mod activity;
 pub mod auth;
 pub mod config;
 pub mod editors;
 pub mod events;
 pub mod gpu;
+pub mod guard;
 pub mod proxy;
 pub mod rest;
 pub mod runtime;
@@ -112,6 +114,7 @@ pub async fn run(
         let _ = tcp.set_nodelay(true);
     });
     let background = tokio::spawn(background(service.clone()));
+    let warm_pool = tokio::spawn(service.clone().keep_warm_pool());
     let app = router(service.clone());
     let (draining_tx, draining) = tokio::sync::oneshot::channel::<()>();
     let stopping = service.clone();
@@ -126,6 +129,8 @@ pub async fn run(
                 )
                 .await;
         }
+        warm_pool.abort();
+        stopping.stop_warm_pool().await;
         // After the stops, so open progress streams show the end before they close.
         let _ = stopping.shutdown.send(true);
         let _ = draining_tx.send(());
@@ -158,21 +163,33 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 async fn background(service: Arc<Service>) {
     let sessions = store::HttpSessionStore::new(service.store.clone());
-    let mut tick = tokio::time::interval(Duration::from_secs(5));
-    let mut ticks = 0u64;
+    let period = Duration::from_millis(service.config.idle.reaper_period_ms);
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let sample_every = Duration::from_secs(service.config.idle.sample_seconds);
+    let mut sampled = tokio::time::Instant::now();
+    let mut swept = tokio::time::Instant::now();
+    let mut sign_ins_swept = tokio::time::Instant::now();
     loop {
         tick.tick().await;
-        service.end_expired().await;
-        ticks += 1;
-        if ticks.is_multiple_of(2) {
-            service.flush_activity().await;
+        // Activity first, so the reaper judges on what the proxy saw up to now.
+        service.flush_activity().await;
+        if sampled.elapsed() >= sample_every {
+            sampled = tokio::time::Instant::now();
+            let sampler = service.clone();
+            tokio::spawn(async move { sampler.sample_activity().await });
+        }
+        service.reap().await;
+        if swept.elapsed() >= Duration::from_secs(10) {
+            swept = tokio::time::Instant::now();
             service.events.sweep();
             service.upstreams.sweep();
         }
-        if ticks.is_multiple_of(720)
-            && let Err(e) = sessions.delete_expired().await
-        {
-            tracing::warn!(error = %e, "removing expired sign-ins");
+        if sign_ins_swept.elapsed() >= Duration::from_secs(3600) {
+            sign_ins_swept = tokio::time::Instant::now();
+            if let Err(e) = sessions.delete_expired().await {
+                tracing::warn!(error = %e, "removing expired sign-ins");
+            }
         }
     }
 }

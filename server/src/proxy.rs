@@ -44,6 +44,9 @@ pub struct Route {
     pub strip_prefix: bool,
     last_activity: AtomicI64,
     flushed_activity: AtomicI64,
+    /// Traffic from API-token clients (scripts); the idle policy counts it even when tabs do not.
+    last_api: AtomicI64,
+    flushed_api: AtomicI64,
 }
 
 impl Route {
@@ -64,11 +67,19 @@ impl Route {
             strip_prefix,
             last_activity: AtomicI64::new(last_activity),
             flushed_activity: AtomicI64::new(last_activity),
+            last_api: AtomicI64::new(0),
+            flushed_api: AtomicI64::new(0),
         }
     }
 
     pub fn touch(&self) {
         self.last_activity.store(now_ms(), Ordering::Relaxed);
+    }
+
+    pub fn touch_api(&self) {
+        let now = now_ms();
+        self.last_activity.store(now, Ordering::Relaxed);
+        self.last_api.store(now, Ordering::Relaxed);
     }
 
     pub fn last_activity(&self) -> i64 {
@@ -97,15 +108,23 @@ impl RouteTable {
         self.routes.write().expect("routes").remove(session_id);
     }
 
-    /// Activity not yet written to the database: (session, last activity).
-    pub fn take_activity(&self) -> Vec<(String, i64)> {
+    /// Activity not yet written to the database: (session, last activity, last API activity).
+    pub fn take_activity(&self) -> Vec<(String, i64, Option<i64>)> {
         let routes = self.routes.read().expect("routes");
         routes
             .values()
             .filter_map(|route| {
                 let last = route.last_activity();
                 let flushed = route.flushed_activity.swap(last, Ordering::Relaxed);
-                (last > flushed).then(|| (route.session_id.clone(), last))
+                let api = route.last_api.load(Ordering::Relaxed);
+                let api_flushed = route.flushed_api.swap(api, Ordering::Relaxed);
+                (last > flushed).then(|| {
+                    (
+                        route.session_id.clone(),
+                        last,
+                        (api > api_flushed).then_some(api),
+                    )
+                })
             })
             .collect()
     }
@@ -278,7 +297,12 @@ pub async fn handle(State(state): State<AppState>, mut req: Request<Body>) -> Re
             None => return json_error(StatusCode::BAD_REQUEST, "invalid", "malformed path"),
         }
     };
-    route.touch();
+    let api = crate::auth::bearer_token(req.headers()).is_some();
+    if api {
+        route.touch_api();
+    } else {
+        route.touch();
+    }
 
     let upgrade = is_upgrade(req.headers());
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
@@ -346,10 +370,12 @@ pub async fn handle(State(state): State<AppState>, mut req: Request<Body>) -> Re
                 let mut client = Tracked {
                     inner: TokioIo::new(client),
                     route: route.clone(),
+                    api,
                 };
                 let mut upstream = Tracked {
                     inner: TokioIo::new(upstream),
                     route,
+                    api,
                 };
                 let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
             });
@@ -407,6 +433,7 @@ fn percent_encode(text: &str) -> String {
 struct Tracked<T> {
     inner: T,
     route: Arc<Route>,
+    api: bool,
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Tracked<T> {
@@ -418,7 +445,11 @@ impl<T: AsyncRead + Unpin> AsyncRead for Tracked<T> {
         let before = buf.filled().len();
         let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
         if buf.filled().len() > before {
-            self.route.touch();
+            if self.api {
+                self.route.touch_api();
+            } else {
+                self.route.touch();
+            }
         }
         poll
     }

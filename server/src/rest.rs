@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::stream::{self, Stream};
 use serde::Serialize;
@@ -85,13 +85,28 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<
 
 pub fn router() -> Router<AppState> {
     let v1 = Router::new()
+        .route("/health", get(health))
         .route("/me", get(me))
         .route("/sessions", get(list_sessions).post(create_session))
         .route("/sessions/{id}", get(get_session).delete(delete_session))
         .route("/sessions/{id}/events", get(session_events))
+        .route("/sessions/{id}/heartbeat", post(heartbeat))
+        .route("/sessions/{id}/extend", post(extend))
+        .route("/quota", get(quota))
         .fallback(|| async { ApiError(AppError::NotFound) })
         .layer(axum::extract::DefaultBodyLimit::max(16 * 1024));
     Router::new().nest("/api/v1", v1)
+}
+
+/// For load balancers and probes: answers when the database does.
+async fn health(State(state): State<AppState>) -> ApiResult<Json<serde_json::Value>> {
+    state
+        .service
+        .store
+        .count_users()
+        .await
+        .map_err(AppError::from)?;
+    Ok(Json(serde_json::json!({ "status": "ok" })))
 }
 
 #[derive(Serialize)]
@@ -166,6 +181,52 @@ async fn delete_session(
     Path(id): Path<String>,
 ) -> ApiResult<Json<ApiSession>> {
     Ok(Json(state.service.stop(&viewer, &id).await?.into()))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HeartbeatBody {
+    /// The person did something (typed, clicked, scrolled) since the last heartbeat.
+    #[serde(default)]
+    input: bool,
+}
+
+async fn heartbeat(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<HeartbeatBody>,
+) -> ApiResult<Json<ApiSession>> {
+    state.service.heartbeat(&viewer, &id, body.input).await?;
+    Ok(Json(state.service.session(&viewer, &id).await?.into()))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExtendBody {
+    minutes: u32,
+}
+
+async fn extend(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<ExtendBody>,
+) -> ApiResult<Json<ApiSession>> {
+    Ok(Json(
+        state
+            .service
+            .extend(&viewer, &id, body.minutes)
+            .await?
+            .into(),
+    ))
+}
+
+async fn quota(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+) -> ApiResult<Json<app::model::QuotaView>> {
+    Ok(Json(state.service.quota(&viewer).await?))
 }
 
 /// The session's steps so far, then each new one as it happens, until it ends.

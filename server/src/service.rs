@@ -8,10 +8,10 @@ use crate::events::EventHub;
 use crate::gpu::{self, Enforcement};
 use crate::proxy::{Route, RouteTable};
 use crate::runtime::{EditorLaunch, Runtime};
-use crate::store::{NewSession, SessionRecord, Store, StoreError, UserRecord};
+use crate::store::{LaunchPlan, Placement, SessionRecord, Store, StoreError, UserRecord};
 use app::domain::credits;
-use app::domain::launch::{self, Catalog, LaunchRequest};
-use app::domain::pool::{GpuSpec, SlotUse, format_mib, rank_free_slots};
+use app::domain::launch::{self, Catalog, EditorKind, LaunchRequest};
+use app::domain::pool::{GpuSpec, format_mib};
 use app::domain::session::{EndReason, SessionState};
 use app::error::AppError;
 use app::model::*;
@@ -31,6 +31,7 @@ impl From<StoreError> for AppError {
                     credits::format(balance)
                 ))
             }
+            StoreError::Quota(message) => AppError::QuotaExceeded(message),
             StoreError::Transition(_) | StoreError::Conflict => AppError::Conflict(
                 "the session changed meanwhile; reload to see where it is".into(),
             ),
@@ -55,6 +56,12 @@ pub struct Service {
     pub shutdown: tokio::sync::watch::Sender<bool>,
     /// Connections from the proxy to the editors.
     pub upstreams: Arc<crate::upstream::UpstreamPool>,
+    /// This process among the server's replicas (the reaper's lease holder).
+    pub instance: String,
+    /// Wakes the warm-pool keeper.
+    pub warm_wake: tokio::sync::Notify,
+    /// Asks editors whether they are busy.
+    pub probe_client: crate::activity::ProbeClient,
 }
 
 impl Service {
@@ -77,6 +84,9 @@ impl Service {
             enforcement,
             shutdown: tokio::sync::watch::channel(false).0,
             upstreams: Arc::default(),
+            instance: crate::store::new_id(),
+            warm_wake: tokio::sync::Notify::new(),
+            probe_client: crate::activity::probe_client(),
         }
     }
 
@@ -158,42 +168,135 @@ impl Service {
         Ok(())
     }
 
-    fn catalog(&self, slots: &[crate::store::SlotRecord]) -> Catalog {
-        let mut sizes: Vec<u64> = slots.iter().map(|s| s.slice_mib).collect();
+    fn catalog(
+        &self,
+        pool: &[(crate::store::GpuRecord, Vec<crate::store::SlotRecord>)],
+    ) -> Catalog {
+        let mut sizes: Vec<u64> = pool
+            .iter()
+            .flat_map(|(_, slots)| slots.iter().map(|s| s.slice_mib))
+            .collect();
         sizes.sort_unstable();
         sizes.dedup();
+        let mut bursts: Vec<u64> = pool
+            .iter()
+            .filter(|(_, slots)| slots.len() > 1)
+            .map(|(gpu, _)| gpu.memory_mib)
+            .filter(|mib| !sizes.contains(mib))
+            .collect();
+        bursts.sort_unstable();
+        bursts.dedup();
         Catalog {
             editors: self.runtime.availability(),
             slice_sizes: sizes,
+            burst_sizes: bursts,
+            burst_max_minutes: self.config.pool.burst_max_minutes,
             min_minutes: self.config.sessions.min_minutes,
             max_minutes: self.config.sessions.max_minutes,
         }
     }
 
-    /// The most any card charges for a slice of this size: what a launch holds.
+    /// Milli-credits per hour for `slice_mib` on the card `gpu_id`.
+    pub fn price_on(&self, gpu_id: &str, slice_mib: u64) -> i64 {
+        match self.gpus.iter().find(|g| g.id == gpu_id) {
+            Some(gpu) => self.config.price_per_hour(&gpu.model, slice_mib),
+            None => self.config.price_per_hour("*", slice_mib),
+        }
+    }
+
+    /// The dearest card for this size: what a queued launch holds until it gets one.
     fn price_for_slice(&self, slice_mib: u64) -> i64 {
         self.gpus
             .iter()
-            .filter(|g| g.slice_mib == slice_mib)
+            .filter(|g| g.slice_mib == slice_mib || g.memory_mib == slice_mib)
             .map(|g| self.config.price_per_hour(&g.model, slice_mib))
             .max()
             .unwrap_or_else(|| self.config.price_per_hour("*", slice_mib))
     }
 
+    /// The user's limits, use and whether something blocks launches.
+    pub async fn quota(&self, viewer: &Viewer) -> Result<QuotaView, AppError> {
+        let limits = self
+            .config
+            .default_limits()
+            .with(&self.store.quota_overrides(&viewer.id).await?);
+        let mut usage = self.store.usage(&viewer.id).await?;
+        usage.disk_mib = self.runtime.workspace_mib(&viewer.name).await;
+        let note = usage
+            .disk_mib
+            .filter(|disk| *disk > limits.max_disk_mib)
+            .map(|disk| {
+                format!(
+                    "Your workspace uses {} of its {} limit: delete files to launch again.",
+                    format_mib(disk),
+                    format_mib(limits.max_disk_mib)
+                )
+            });
+        Ok(QuotaView {
+            limits,
+            usage,
+            note,
+        })
+    }
+
     pub async fn dashboard(&self, viewer: &Viewer) -> Result<Dashboard, AppError> {
         let (balance, held) = self.store.credits(&viewer.id).await?;
         let pool = self.store.pool().await?;
+        let catalog = self.catalog(&pool);
+        let warm = self.store.warm_editors().await?;
+        let queue = self.store.queue_positions().await?;
         let all_slots: Vec<_> = pool.iter().flat_map(|(_, slots)| slots.clone()).collect();
-        let catalog = self.catalog(&all_slots);
-        let mut by_size: BTreeMap<u64, (u32, u32)> = BTreeMap::new();
-        for slot in &all_slots {
-            let entry = by_size.entry(slot.slice_mib).or_default();
-            entry.1 += 1;
-            if slot.session_id.is_none() {
-                entry.0 += 1;
-            }
+        let mut slices: Vec<SliceOption> = catalog
+            .slice_sizes
+            .iter()
+            .map(|&slice_mib| {
+                let of_size = all_slots.iter().filter(|s| s.slice_mib == slice_mib);
+                let mut warm_by_editor: BTreeMap<EditorKind, u32> = BTreeMap::new();
+                for w in warm.iter().filter(|w| w.ready && w.slice_mib == slice_mib) {
+                    *warm_by_editor.entry(w.editor).or_default() += 1;
+                }
+                SliceOption {
+                    slice_mib,
+                    price_per_hour: self.price_for_slice(slice_mib),
+                    free: of_size.clone().filter(|s| s.session_id.is_none()).count() as u32,
+                    total: of_size.count() as u32,
+                    burst: false,
+                    max_minutes: self.config.sessions.max_minutes,
+                    warm: warm_by_editor.into_iter().collect(),
+                    queued: queue
+                        .iter()
+                        .filter(|(_, s, b, _)| *s == slice_mib && !b)
+                        .count() as u32,
+                }
+            })
+            .collect();
+        for &memory_mib in &catalog.burst_sizes {
+            let cards: Vec<_> = pool
+                .iter()
+                .filter(|(g, _)| g.memory_mib == memory_mib)
+                .collect();
+            slices.push(SliceOption {
+                slice_mib: memory_mib,
+                price_per_hour: self.price_for_slice(memory_mib),
+                free: cards
+                    .iter()
+                    .filter(|(_, slots)| slots.iter().all(|s| s.session_id.is_none()))
+                    .count() as u32,
+                total: cards.len() as u32,
+                burst: true,
+                max_minutes: self.config.pool.burst_max_minutes,
+                warm: Vec::new(),
+                queued: queue
+                    .iter()
+                    .filter(|(_, s, b, _)| *s == memory_mib && *b)
+                    .count() as u32,
+            });
         }
         let sessions = self.store.sessions_of(&viewer.id, 20).await?;
+        let positions: BTreeMap<&str, u32> = queue
+            .iter()
+            .map(|(id, _, _, p)| (id.as_str(), *p))
+            .collect();
         Ok(Dashboard {
             viewer: viewer.clone(),
             credits: CreditsView { balance, held },
@@ -206,15 +309,7 @@ impl Service {
                     unavailable: status.err(),
                 })
                 .collect(),
-            slices: by_size
-                .into_iter()
-                .map(|(slice_mib, (free, total))| SliceOption {
-                    slice_mib,
-                    price_per_hour: self.price_for_slice(slice_mib),
-                    free,
-                    total,
-                })
-                .collect(),
+            slices,
             durations: DurationLimits {
                 min_minutes: self.config.sessions.min_minutes,
                 max_minutes: self.config.sessions.max_minutes,
@@ -230,6 +325,10 @@ impl Service {
                     slots: slots
                         .into_iter()
                         .map(|s| SlotView {
+                            warm: warm
+                                .iter()
+                                .find(|w| w.slot_id == s.id && w.ready && s.session_id.is_none())
+                                .map(|w| w.editor),
                             id: s.id,
                             slice_mib: s.slice_mib,
                             in_use: s.session_id.is_some(),
@@ -239,47 +338,30 @@ impl Service {
                 .collect(),
             sessions: sessions
                 .iter()
-                .map(|s| session_view(s, Vec::new()))
+                .map(|s| {
+                    let position = positions.get(s.id.as_str()).copied();
+                    self.session_view(s, Vec::new(), position)
+                })
                 .collect(),
+            quota: self.quota(viewer).await?,
+            enforcement: self.enforcement.describe(),
         })
     }
 
-    /// Validates, holds credits, takes a slot, then starts the editor in the background.
+    /// Validates, then checks the quota, holds credits and takes a warm editor, a slot or a place
+    /// in the queue (one transaction); a cold slot's editor starts in the background.
     pub async fn launch(
         self: &Arc<Self>,
         viewer: &Viewer,
         request: LaunchRequest,
     ) -> Result<SessionView, AppError> {
         let pool = self.store.pool().await?;
-        let slots: Vec<_> = pool.iter().flat_map(|(_, slots)| slots.clone()).collect();
-        let valid = launch::validate(&request, &self.catalog(&slots)).map_err(AppError::Invalid)?;
-        let uses: Vec<SlotUse> = slots
-            .iter()
-            .map(|s| SlotUse {
-                slot_id: s.id.clone(),
-                gpu_id: s.gpu_id.clone(),
-                slice_mib: s.slice_mib,
-                free: s.session_id.is_none(),
-            })
-            .collect();
-        let no_slot = || {
-            AppError::Unavailable(format!(
-                "All {} slices are in use right now; try again in a few minutes or pick another size.",
-                format_mib(valid.slice_mib)
-            ))
-        };
-        let candidates: Vec<String> = rank_free_slots(&uses, valid.slice_mib)
-            .into_iter()
-            .map(|s| s.slot_id.clone())
-            .collect();
-        if candidates.is_empty() {
-            return Err(no_slot());
-        }
+        let valid = launch::validate(&request, &self.catalog(&pool)).map_err(AppError::Invalid)?;
         // From here on the work runs in its own task: a client that disconnects mid-request
         // must not leave a session half-launched (credits held, slot taken, nothing running).
         let this = Arc::clone(self);
         let viewer = viewer.clone();
-        tokio::spawn(async move { this.hold_and_assign(&viewer, valid, candidates).await })
+        tokio::spawn(async move { this.place(&viewer, valid).await })
             .await
             .map_err(|e| {
                 tracing::error!(error = %e, "launch task");
@@ -287,63 +369,62 @@ impl Service {
             })?
     }
 
-    async fn hold_and_assign(
+    async fn place(
         self: &Arc<Self>,
         viewer: &Viewer,
         valid: launch::ValidLaunch,
-        candidates: Vec<String>,
     ) -> Result<SessionView, AppError> {
-        let no_slot = || {
-            AppError::Unavailable(format!(
-                "All {} slices are in use right now; try again in a few minutes or pick another size.",
-                format_mib(valid.slice_mib)
-            ))
-        };
-        let price_per_hour = self.price_for_slice(valid.slice_mib);
-        let hold = credits::price_for_minutes(price_per_hour, valid.duration_minutes as i64);
-        let (record, steps) = self
+        let slice_mib = valid.slice_mib;
+        let price_on = |gpu_id: &str| self.price_on(gpu_id, slice_mib);
+        let launched = self
             .store
-            .create_session(NewSession {
+            .launch(LaunchPlan {
                 user_id: &viewer.id,
                 editor: valid.editor,
-                slice_mib: valid.slice_mib,
+                slice_mib,
+                burst: valid.burst,
                 duration_minutes: valid.duration_minutes,
-                price_per_hour,
-                hold,
+                limits: self.config.default_limits(),
+                disk_mib: self.runtime.workspace_mib(&viewer.name).await,
+                price_on: &price_on,
+                queue_price: self.price_for_slice(slice_mib),
+                use_warm: self.prestarts(),
             })
             .await?;
-        for step in steps {
-            self.events.publish(&record.id, step);
-        }
-        let assigned = match self.store.assign_slot(&record.id, &candidates).await {
-            Ok(assigned) => assigned,
-            Err(e) => {
-                self.end_without_editor(
-                    &record.id,
-                    EndReason::Failed,
-                    "The slot could not be assigned",
-                )
-                .await;
-                return Err(e.into());
+        let id = launched.record.id.clone();
+        match launched.placement {
+            Placement::Warm(warm) => {
+                // Bound before anyone has the address: the page opens on the user's own files.
+                if let Err(e) = self.runtime.bind_workspace(&warm.id, &viewer.name).await {
+                    tracing::warn!(session = %id, error = %e, "binding the workspace");
+                    self.stop_session(&id, EndReason::Failed, Some(&e.user_message()))
+                        .await;
+                }
+                for step in launched.steps {
+                    self.events.publish(&id, step);
+                }
+                self.kick_warm_pool();
             }
-        };
-        match assigned {
-            Some((_, step)) => self.events.publish(&record.id, step),
-            None => {
-                // Someone took the last slot between our look and our claim.
-                self.end_without_editor(&record.id, EndReason::Failed, "No free slice was left")
-                    .await;
-                return Err(no_slot());
+            Placement::Slot { evicted, .. } => {
+                for step in launched.steps {
+                    self.events.publish(&id, step);
+                }
+                self.stop_warm(evicted);
+                let service = Arc::clone(self);
+                let session_id = id.clone();
+                let user_name = viewer.name.clone();
+                tokio::spawn(async move { service.run_launch(&session_id, &user_name).await });
+            }
+            Placement::Queued { .. } => {
+                for step in launched.steps {
+                    self.events.publish(&id, step);
+                }
             }
         }
-        let service = Arc::clone(self);
-        let session_id = record.id.clone();
-        let user_name = viewer.name.clone();
-        tokio::spawn(async move { service.run_launch(&session_id, &user_name).await });
-        self.view(&record.id).await
+        self.view(&id).await
     }
 
-    async fn run_launch(&self, session_id: &str, user_name: &str) {
+    pub(crate) async fn run_launch(&self, session_id: &str, user_name: &str) {
         let Ok(Some(record)) = self.store.session(session_id).await else {
             return;
         };
@@ -351,15 +432,14 @@ impl Service {
             .gpu_id
             .as_ref()
             .and_then(|id| self.gpus.iter().find(|g| &g.id == id));
+        // A burst holds the whole card; a slice its share of it.
+        let (memory_mib, cores_pct) = if record.burst {
+            (record.slice_mib, 100)
+        } else {
+            (record.slice_mib, record.cores_pct.unwrap_or(100))
+        };
         let env = gpu
-            .map(|g| {
-                gpu::slice_env(
-                    g,
-                    record.slice_mib,
-                    record.cores_pct.unwrap_or(100),
-                    &self.enforcement,
-                )
-            })
+            .map(|g| gpu::slice_env(g, memory_mib, cores_pct, &self.enforcement))
             // A slot on a card we no longer know: hide every card rather than expose them all.
             .unwrap_or_else(|| vec![("CUDA_VISIBLE_DEVICES".to_string(), String::new())]);
         let launch = EditorLaunch {
@@ -370,9 +450,10 @@ impl Service {
             env,
             slice: crate::runtime::SliceBinding {
                 gpu_uuid: gpu.filter(|g| g.cuda_index.is_some()).map(|g| g.id.clone()),
-                memory_mib: record.slice_mib,
-                cores_pct: record.cores_pct.unwrap_or(100),
+                memory_mib,
+                cores_pct,
             },
+            prestart: false,
         };
         self.step(
             session_id,
@@ -494,7 +575,11 @@ impl Service {
     }
 
     /// A session the viewer may see: their own. Others' look the same as missing ones.
-    async fn owned(&self, viewer: &Viewer, id: &str) -> Result<SessionRecord, AppError> {
+    pub(crate) async fn owned_record(
+        &self,
+        viewer: &Viewer,
+        id: &str,
+    ) -> Result<SessionRecord, AppError> {
         match self.store.session(id).await? {
             Some(record) if record.user_id == viewer.id => Ok(record),
             _ => Err(AppError::NotFound),
@@ -502,7 +587,7 @@ impl Service {
     }
 
     pub async fn session(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError> {
-        self.owned(viewer, id).await?;
+        self.owned_record(viewer, id).await?;
         self.view(id).await
     }
 
@@ -510,7 +595,7 @@ impl Service {
         let records = self.store.sessions_of(&viewer.id, 100).await?;
         Ok(records
             .iter()
-            .map(|r| session_view(r, Vec::new()))
+            .map(|r| self.session_view(r, Vec::new(), None))
             .collect())
     }
 
@@ -519,7 +604,7 @@ impl Service {
         viewer: &Viewer,
         id: &str,
     ) -> Result<SessionView, AppError> {
-        let record = self.owned(viewer, id).await?;
+        let record = self.owned_record(viewer, id).await?;
         if record.state.is_live() {
             // Its own task: a client that disconnects must not leave the session half-stopped.
             let this = Arc::clone(self);
@@ -533,7 +618,7 @@ impl Service {
 
     /// Checks the viewer owns the session (for the progress stream).
     pub async fn check_owner(&self, viewer: &Viewer, id: &str) -> Result<(), AppError> {
-        self.owned(viewer, id).await.map(|_| ())
+        self.owned_record(viewer, id).await.map(|_| ())
     }
 
     /// The steps after `after`, from the database.
@@ -545,7 +630,49 @@ impl Service {
     async fn view(&self, id: &str) -> Result<SessionView, AppError> {
         let record = self.store.session(id).await?.ok_or(AppError::NotFound)?;
         let steps = self.store.steps(id).await?;
-        Ok(session_view(&record, steps))
+        let position = if record.state == SessionState::Queued {
+            Some(self.store.queue_position(id).await?)
+        } else {
+            None
+        };
+        Ok(self.session_view(&record, steps, position))
+    }
+
+    pub fn session_view(
+        &self,
+        record: &SessionRecord,
+        steps: Vec<Step>,
+        queue_position: Option<u32>,
+    ) -> SessionView {
+        let url = (record.state == SessionState::Ready)
+            .then(|| format!("/s/{}/{}", record.id, record.editor.landing_path()));
+        let policy = self.config.idle_policy(record.slice_mib);
+        SessionView {
+            id: record.id.clone(),
+            editor: record.editor,
+            slice_mib: record.slice_mib,
+            gpu_model: record.gpu_model.clone(),
+            slot_id: record.slot_id.clone(),
+            state: record.state,
+            end_reason: record.end_reason,
+            detail: record.detail.clone(),
+            duration_minutes: record.duration_minutes,
+            created_at_ms: record.created_at,
+            ends_at_ms: record.ends_at,
+            url,
+            held: if record.state.is_live() {
+                credits::price_for_minutes(record.price_per_hour, record.duration_minutes as i64)
+            } else {
+                0
+            },
+            price_per_hour: record.price_per_hour,
+            queue_position,
+            idle_at_ms: (record.state == SessionState::Ready)
+                .then(|| policy.idle_at(&record.signals())),
+            warn_ms: policy.warn_ms,
+            gpu_used_mib: record.gpu_used_mib,
+            steps,
+        }
     }
 
     /// The proxy's route to a ready session's editor.
@@ -634,8 +761,13 @@ impl Service {
 
     /// Writes proxy activity to the database, now and then rather than per request.
     pub async fn flush_activity(&self) {
-        for (session_id, at) in self.routes.take_activity() {
-            if let Err(e) = self.store.touch(&session_id, at).await {
+        for (session_id, at, api_at) in self.routes.take_activity() {
+            let written = match api_at {
+                Some(api_at) => self.store.touch_traffic(&session_id, api_at, true).await,
+                None => Ok(()),
+            }
+            .and(self.store.touch_traffic(&session_id, at, false).await);
+            if let Err(e) = written {
                 tracing::warn!(session = %session_id, error = %e, "recording activity");
             }
         }
@@ -698,31 +830,6 @@ impl Service {
     }
 }
 
-pub fn session_view(record: &SessionRecord, steps: Vec<Step>) -> SessionView {
-    let url = (record.state == SessionState::Ready)
-        .then(|| format!("/s/{}/{}", record.id, record.editor.landing_path()));
-    SessionView {
-        id: record.id.clone(),
-        editor: record.editor,
-        slice_mib: record.slice_mib,
-        gpu_model: record.gpu_model.clone(),
-        slot_id: record.slot_id.clone(),
-        state: record.state,
-        end_reason: record.end_reason,
-        detail: record.detail.clone(),
-        duration_minutes: record.duration_minutes,
-        created_at_ms: record.created_at,
-        ends_at_ms: record.ends_at,
-        url,
-        held: if record.state.is_live() {
-            credits::price_for_minutes(record.price_per_hour, record.duration_minutes as i64)
-        } else {
-            0
-        },
-        steps,
-    }
-}
-
 /// The pages' door: server functions call these through `Arc<dyn Backend>`.
 #[derive(Clone)]
 pub struct PagesBackend(pub Arc<Service>);
@@ -771,6 +878,25 @@ impl app::api::Backend for PagesBackend {
         request: LaunchRequest,
     ) -> Result<SessionView, AppError> {
         self.0.launch(viewer, request).await
+    }
+
+    async fn heartbeat(
+        &self,
+        viewer: &Viewer,
+        id: &str,
+        input: bool,
+    ) -> Result<SessionView, AppError> {
+        self.0.heartbeat(viewer, id, input).await?;
+        self.0.session(viewer, id).await
+    }
+
+    async fn extend(
+        &self,
+        viewer: &Viewer,
+        id: &str,
+        minutes: u32,
+    ) -> Result<SessionView, AppError> {
+        self.0.extend(viewer, id, minutes).await
     }
 
     async fn session(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError> {

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum EditorKind {
     #[serde(rename = "jupyterlab")]
     JupyterLab,
@@ -65,6 +65,9 @@ pub struct Catalog {
     /// Editors that are installed; others are refused with their reason.
     pub editors: Vec<(EditorKind, Result<(), String>)>,
     pub slice_sizes: Vec<u64>,
+    /// Whole cards (a slice of 100 %), by memory size: queued for a free card, held briefly.
+    pub burst_sizes: Vec<u64>,
+    pub burst_max_minutes: u32,
     pub min_minutes: u32,
     pub max_minutes: u32,
 }
@@ -75,6 +78,7 @@ pub struct ValidLaunch {
     pub editor: EditorKind,
     pub slice_mib: u64,
     pub duration_minutes: u32,
+    pub burst: bool,
 }
 
 /// Checks a launch against the catalog; the error is a sentence for the user.
@@ -94,10 +98,12 @@ pub fn validate(req: &LaunchRequest, catalog: &Catalog) -> Result<ValidLaunch, S
         }
         Some((_, Ok(()))) => {}
     }
-    if !catalog.slice_sizes.contains(&req.slice_mib) {
+    let burst = !catalog.slice_sizes.contains(&req.slice_mib);
+    if burst && !catalog.burst_sizes.contains(&req.slice_mib) {
         let sizes: Vec<String> = catalog
             .slice_sizes
             .iter()
+            .chain(&catalog.burst_sizes)
             .map(|mib| format!("{mib} ({})", super::pool::format_mib(*mib)))
             .collect();
         return Err(format!(
@@ -112,10 +118,17 @@ pub fn validate(req: &LaunchRequest, catalog: &Catalog) -> Result<ValidLaunch, S
             catalog.min_minutes, catalog.max_minutes, req.duration_minutes
         ));
     }
+    if burst && req.duration_minutes > catalog.burst_max_minutes {
+        return Err(format!(
+            "a whole GPU may be held for at most {} minutes, not {}",
+            catalog.burst_max_minutes, req.duration_minutes
+        ));
+    }
     Ok(ValidLaunch {
         editor,
         slice_mib: req.slice_mib,
         duration_minutes: req.duration_minutes,
+        burst,
     })
 }
 
@@ -130,6 +143,8 @@ mod tests {
                 (EditorKind::Marimo, Err("marimo is not installed".into())),
             ],
             slice_sizes: vec![8192],
+            burst_sizes: vec![49152],
+            burst_max_minutes: 60,
             min_minutes: 15,
             max_minutes: 480,
         }
@@ -169,6 +184,19 @@ mod tests {
     fn refuses_a_slice_that_does_not_exist() {
         let err = validate(&req("jupyterlab", 1000, 60), &catalog()).unwrap_err();
         assert!(err.contains("8192 (8 GB)"), "{err}");
+    }
+
+    #[test]
+    fn a_whole_card_is_a_short_burst() {
+        let ok = validate(&req("jupyterlab", 49152, 60), &catalog()).unwrap();
+        assert!(ok.burst);
+        assert!(
+            !validate(&req("jupyterlab", 8192, 60), &catalog())
+                .unwrap()
+                .burst
+        );
+        let err = validate(&req("jupyterlab", 49152, 61), &catalog()).unwrap_err();
+        assert!(err.contains("at most 60 minutes"), "{err}");
     }
 
     #[test]

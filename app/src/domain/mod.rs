@@ -4,6 +4,8 @@
 //! browser shows exactly the prices and limits the server will enforce.
 
 pub mod credits;
+pub mod idle;
 pub mod launch;
 pub mod pool;
+pub mod quota;
 pub mod session;

@@ -34,6 +34,8 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
         durations,
         gpus,
         sessions,
+        quota,
+        enforcement,
     } = data;
     let live: Vec<SessionView> = sessions
         .iter()
@@ -45,11 +47,34 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
         .filter(|s| !s.state.is_live())
         .take(10)
         .collect();
+    #[cfg(feature = "hydrate")]
+    {
+        let ready: Vec<String> = live
+            .iter()
+            .filter(|s| s.state == SessionState::Ready)
+            .map(|s| s.id.clone())
+            .collect();
+        super::presence::use_presence(move || ready.clone(), |_| {});
+    }
     view! {
         <Header viewer credits />
         <main class="dashboard">
             <section class="card launch-card" aria-labelledby="launch-title">
                 <h2 id="launch-title">"Launch a workspace"</h2>
+                {quota
+                    .note
+                    .clone()
+                    .map(|note| view! { <p class="notice warn" data-testid="quota-note">{note}</p> })}
+                <p class="muted" data-testid="quota">
+                    {format!(
+                        "Your limits: {} sessions ({} in use), {} of GPU memory ({} held), {} min per session.",
+                        quota.limits.max_sessions,
+                        quota.usage.sessions,
+                        format_mib(quota.limits.max_gpu_mib),
+                        format_mib(quota.usage.gpu_mib),
+                        quota.limits.max_minutes,
+                    )}
+                </p>
                 <LaunchForm editors slices durations />
             </section>
             <section class="sessions" aria-labelledby="sessions-title">
@@ -87,7 +112,7 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
                         }
                     })}
             </section>
-            <PoolStrip gpus />
+            <PoolStrip gpus enforcement />
         </main>
     }
 }
@@ -152,6 +177,17 @@ fn LaunchForm(
         .iter()
         .map(|s| (s.slice_mib, s.price_per_hour))
         .collect();
+    let max_for: Vec<(u64, u32)> = slices
+        .iter()
+        .map(|s| (s.slice_mib, s.max_minutes))
+        .collect();
+    let max_minutes = move || {
+        max_for
+            .iter()
+            .find(|(mib, _)| *mib == slice.get())
+            .map(|(_, m)| *m)
+            .unwrap_or(durations.max_minutes)
+    };
     let total = move || {
         let per_hour = prices
             .iter()
@@ -212,8 +248,28 @@ fn LaunchForm(
                         .into_iter()
                         .map(|s| {
                             let mib = s.slice_mib;
+                            let label = if s.burst {
+                                format!("Whole GPU · {}", format_mib(mib))
+                            } else {
+                                format_mib(mib)
+                            };
+                            let mut notes = vec![
+                                format!("{} credits/h", credits::format(s.price_per_hour)),
+                                if s.burst {
+                                    format!("{} of {} cards free · up to {} min", s.free, s.total, s.max_minutes)
+                                } else {
+                                    format!("{} of {} free", s.free, s.total)
+                                },
+                            ];
+                            let warm: u32 = s.warm.iter().map(|(_, n)| n).sum();
+                            if warm > 0 {
+                                notes.push(format!("{warm} ready instantly"));
+                            }
+                            if s.free == 0 {
+                                notes.push(format!("{} waiting: you will queue", s.queued));
+                            }
                             view! {
-                                <label class="choice">
+                                <label class="choice" data-testid="slice-choice">
                                     <input
                                         type="radio"
                                         name="slice"
@@ -221,15 +277,8 @@ fn LaunchForm(
                                         prop:checked=move || slice.get() == mib
                                         on:change=move |_| slice.set(mib)
                                     />
-                                    <span>{format_mib(mib)}</span>
-                                    <small class="muted">
-                                        {format!(
-                                            "{} credits/h · {} of {} free",
-                                            credits::format(s.price_per_hour),
-                                            s.free,
-                                            s.total,
-                                        )}
-                                    </small>
+                                    <span>{label}</span>
+                                    <small class="muted">{notes.join(" · ")}</small>
                                 </label>
                             }
                         })
@@ -242,7 +291,7 @@ fn LaunchForm(
                     type="number"
                     name="duration_minutes"
                     min=durations.min_minutes
-                    max=durations.max_minutes
+                    max=max_minutes
                     step="15"
                     prop:value=move || minutes.get().to_string()
                     on:input=move |ev| {
@@ -277,6 +326,9 @@ fn SessionCard(session: SessionView, stop: ServerAction<StopSession>) -> impl In
     let id = session.id.clone();
     let live = session.state.is_live();
     let ends_at = session.ends_at_ms;
+    let idle_at = session.idle_at_ms;
+    let position = session.queue_position;
+    let queued = session.state == SessionState::Queued;
     let href = format!("/sessions/{}", session.id);
     let reason = session.end_reason.map(|r| r.describe());
     view! {
@@ -298,6 +350,22 @@ fn SessionCard(session: SessionView, stop: ServerAction<StopSession>) -> impl In
                             }
                         })
                 })}
+            {idle_at
+                .map(|at| {
+                    view! {
+                        <p class="muted" data-testid="card-idle">
+                            "Idle in " {move || format_countdown(at - now.get())}
+                        </p>
+                    }
+                })}
+            {position
+                .map(|p| {
+                    view! {
+                        <p class="muted" data-testid="queue-position">
+                            {format!("In line: position {p}. It starts by itself when a slice frees.")}
+                        </p>
+                    }
+                })}
             {reason.map(|r| view! { <p class="muted">{format!("Ended: {r}")}</p> })}
             {live
                 .then(|| {
@@ -312,7 +380,7 @@ fn SessionCard(session: SessionView, stop: ServerAction<StopSession>) -> impl In
                                     stop.dispatch(StopSession { id: id.clone() });
                                 }
                             >
-                                "Stop"
+                                {if queued { "Leave queue" } else { "Stop" }}
                             </button>
                         </div>
                     }
@@ -331,10 +399,11 @@ pub(super) fn StateChip(state: SessionState) -> impl IntoView {
 }
 
 #[component]
-fn PoolStrip(gpus: Vec<GpuView>) -> impl IntoView {
+fn PoolStrip(gpus: Vec<GpuView>, enforcement: String) -> impl IntoView {
     view! {
         <section class="pool" aria-labelledby="pool-title">
             <h2 id="pool-title">"GPU pool"</h2>
+            <p class="muted">{format!("Slices on real cards: {enforcement}.")}</p>
             <div class="gpus">
                 {gpus
                     .into_iter()
@@ -369,7 +438,13 @@ fn PoolStrip(gpus: Vec<GpuView>) -> impl IntoView {
                                                 <span
                                                     class="slot"
                                                     class:used=s.in_use
-                                                    title=format!("{} · {}", s.id, format_mib(s.slice_mib))
+                                                    class:warm=s.warm.is_some()
+                                                    title=format!(
+                                                        "{} · {}{}",
+                                                        s.id,
+                                                        format_mib(s.slice_mib),
+                                                        s.warm.map(|e| format!(" · {} ready", e.label())).unwrap_or_default(),
+                                                    )
                                                 ></span>
                                             }
                                         })

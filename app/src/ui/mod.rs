@@ -4,6 +4,7 @@ mod dashboard;
 #[cfg(feature = "hydrate")]
 mod live;
 mod login;
+mod presence;
 mod session;
 
 use crate::error::AppError;

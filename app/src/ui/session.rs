@@ -1,6 +1,6 @@
 use super::dashboard::StateChip;
 use super::{ErrorNotice, format_countdown, use_clock};
-use crate::api::{StopSession, get_session};
+use crate::api::{ExtendSession, Heartbeat, StopSession, get_session};
 use crate::domain::pool::format_mib;
 use crate::domain::session::SessionState;
 use crate::model::{SessionView, Step};
@@ -54,11 +54,37 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
     let stop = ServerAction::<StopSession>::new();
     let now = use_clock();
 
+    let here = ServerAction::<Heartbeat>::new();
+    let extend = ServerAction::<ExtendSession>::new();
     Effect::new(move |_| {
         if let Some(Ok(view)) = stop.value().get() {
             session.set(view);
         }
     });
+    Effect::new(move |_| {
+        if let Some(Ok(view)) = here.value().get() {
+            session.set(view);
+        }
+    });
+    Effect::new(move |_| {
+        if let Some(Ok(view)) = extend.value().get() {
+            session.set(view);
+        }
+    });
+    #[cfg(feature = "hydrate")]
+    {
+        let id = id.clone();
+        super::presence::use_presence(
+            move || {
+                session
+                    .with_untracked(|s| s.state.is_live())
+                    .then(|| id.clone())
+                    .into_iter()
+                    .collect()
+            },
+            move |view| session.set(view),
+        );
+    }
 
     #[cfg(feature = "hydrate")]
     {
@@ -112,7 +138,60 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                             }
                         })
                 }}
+                {move || {
+                    session
+                        .with(|s| s.idle_at_ms.filter(|_| s.state == SessionState::Ready))
+                        .map(|idle_at| {
+                            view! {
+                                <span class="idle-left muted" data-testid="idle-left">
+                                    "Idle in " {move || format_countdown(idle_at - now.get())}
+                                </span>
+                            }
+                        })
+                }}
+                {move || {
+                    session
+                        .with(|s| s.gpu_used_mib.filter(|_| s.state == SessionState::Ready).map(|used| (used, s.slice_mib)))
+                        .map(|(used, slice)| {
+                            view! {
+                                <span class="muted" data-testid="gpu-used">
+                                    {format!("GPU {} of {}", format_mib(used), format_mib(slice))}
+                                </span>
+                            }
+                        })
+                }}
                 <span class="spacer"></span>
+                {move || {
+                    let (ready, warn) = session.with(|s| {
+                        let t = now.get();
+                        let soon = |at: Option<i64>| at.is_some_and(|at| at - t <= s.warn_ms);
+                        (
+                            s.state == SessionState::Ready,
+                            (soon(s.idle_at_ms), soon(s.ends_at_ms)),
+                        )
+                    });
+                    let id = session.with_untracked(|s| s.id.clone());
+                    let extend_id = id.clone();
+                    (ready && (warn.0 || warn.1))
+                        .then(|| {
+                            let message = if warn.1 {
+                                "Your time is almost up."
+                            } else {
+                                "This session looks idle and will stop soon."
+                            };
+                            view! {
+                                <span class="banner warn" role="status" data-testid="idle-banner">
+                                    {message}
+                                    <button on:click=move |_| {
+                                        here.dispatch(Heartbeat { id: id.clone(), input: true });
+                                    }>"I'm here"</button>
+                                    <button on:click=move |_| {
+                                        extend.dispatch(ExtendSession { id: extend_id.clone(), minutes: 30 });
+                                    }>"Extend 30 min"</button>
+                                </span>
+                            }
+                        })
+                }}
                 {move || {
                     state()
                         .is_live()
@@ -126,7 +205,15 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                                         stop.dispatch(StopSession { id: id.clone() });
                                     }
                                 >
-                                    {move || if stop.pending().get() { "Stopping…" } else { "Stop" }}
+                                    {move || {
+                                        if stop.pending().get() {
+                                            "Stopping…"
+                                        } else if state() == SessionState::Queued {
+                                            "Leave queue"
+                                        } else {
+                                            "Stop"
+                                        }
+                                    }}
                                 </button>
                             }
                         })
@@ -136,6 +223,7 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                 stop.value()
                     .get()
                     .and_then(Result::err)
+                    .or_else(|| extend.value().get().and_then(Result::err))
                     .map(|e| view! { <p class="notice error" role="alert">{e.to_string()}</p> })
             }}
             {move || {
@@ -172,7 +260,13 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                         view! {
                             <main class="narrow">
                                 <div class="card" data-testid="launch-progress">
-                                    <h2>{format!("Starting {}", s.editor.label())}</h2>
+                                    <h2>
+                                        {if s.state == SessionState::Queued {
+                                            "Waiting for a free GPU slice".to_string()
+                                        } else {
+                                            format!("Starting {}", s.editor.label())
+                                        }}
+                                    </h2>
                                     <div
                                         class="progress"
                                         role="progressbar"
@@ -232,6 +326,11 @@ mod tests {
             ends_at_ms: None,
             url: None,
             held: 0,
+            price_per_hour: 0,
+            queue_position: None,
+            idle_at_ms: None,
+            warn_ms: 0,
+            gpu_used_mib: None,
             steps: vec![],
         };
         apply_step(&mut s, step(1, SessionState::Starting, false));

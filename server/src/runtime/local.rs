@@ -105,6 +105,21 @@ impl LocalRuntime {
         self.data_dir.join("workspaces").join(safe_name(user_name))
     }
 
+    /// A pre-started editor's workspace: a link that points at an empty directory until a user
+    /// takes the editor over. Editors keep the path, not its target, so files appear on rebinding.
+    fn binding_of(&self, launch_id: &str) -> PathBuf {
+        self.data_dir.join("bind").join(safe_name(launch_id))
+    }
+
+    fn unbound_workspace(&self, launch_id: &str) -> std::io::Result<PathBuf> {
+        let link = self.binding_of(launch_id);
+        let empty = link.with_extension("empty");
+        std::fs::create_dir_all(&empty)?;
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&empty, &link)?;
+        Ok(link)
+    }
+
     async fn probe(&self, url: &str, auth: &editors::UpstreamAuth) -> Option<u16> {
         let mut request = http::Request::get(url);
         request = match auth {
@@ -196,7 +211,11 @@ impl Runtime for LocalRuntime {
                 launch.editor.label()
             )));
         }
-        let workspace = self.workspace_of(&launch.user_name);
+        let workspace = if launch.prestart {
+            self.unbound_workspace(&launch.session_id)?
+        } else {
+            self.workspace_of(&launch.user_name)
+        };
         let run_dir = self.data_dir.join("run").join(&launch.session_id);
         let log_dir = self.data_dir.join("logs");
         for dir in [&workspace, &run_dir, &log_dir] {
@@ -314,6 +333,31 @@ impl Runtime for LocalRuntime {
         }
     }
 
+    fn prestarts_editors(&self) -> bool {
+        true
+    }
+
+    async fn bind_workspace(&self, launch_id: &str, user_name: &str) -> Result<(), RuntimeError> {
+        let workspace = self.workspace_of(user_name);
+        tokio::fs::create_dir_all(&workspace).await?;
+        let link = self.binding_of(launch_id);
+        let staged = link.with_extension("next");
+        let _ = tokio::fs::remove_file(&staged).await;
+        tokio::fs::symlink(&workspace, &staged).await?;
+        // rename(2) swaps the link in one step: the editor never sees it missing.
+        tokio::fs::rename(&staged, &link).await?;
+        let _ = tokio::fs::remove_dir_all(link.with_extension("empty")).await;
+        Ok(())
+    }
+
+    async fn workspace_mib(&self, user_name: &str) -> Option<u64> {
+        let workspace = self.workspace_of(user_name);
+        tokio::task::spawn_blocking(move || directory_bytes(&workspace))
+            .await
+            .ok()
+            .map(|bytes| bytes.div_ceil(1024 * 1024))
+    }
+
     async fn stop(&self, handle: &str) -> Result<(), RuntimeError> {
         let handle: Handle =
             serde_json::from_str(handle).map_err(|e| RuntimeError::Handle(e.to_string()))?;
@@ -346,6 +390,25 @@ impl Runtime for LocalRuntime {
             .map(|h| h.alive())
             .unwrap_or(false)
     }
+}
+
+/// Bytes in the files under `dir` (links not followed); a missing directory is empty.
+fn directory_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            match entry.metadata() {
+                Ok(meta) if meta.is_dir() => pending.push(entry.path()),
+                Ok(meta) if meta.is_file() => total += meta.len(),
+                _ => {}
+            }
+        }
+    }
+    total
 }
 
 #[cfg(test)]

@@ -19,6 +19,8 @@ pub struct EditorLaunch {
     pub env: Vec<(String, String)>,
     /// The slice itself, for runtimes that ask a scheduler for it (kube: HAMi resources).
     pub slice: SliceBinding,
+    /// Started ahead of demand: no user yet; [`Runtime::bind_workspace`] brings one's files later.
+    pub prestart: bool,
 }
 
 /// Which share of which card a session holds.
@@ -108,6 +110,22 @@ pub trait Runtime: Send + Sync + 'static {
     async fn stop(&self, handle: &str) -> Result<(), RuntimeError>;
     /// Whether it still runs.
     async fn is_alive(&self, handle: &str) -> bool;
+    /// Whether editors can be started ahead of demand and given a workspace later.
+    fn prestarts_editors(&self) -> bool {
+        false
+    }
+    /// Gives a pre-started editor (`launch_id` = its session id) the user's workspace.
+    async fn bind_workspace(&self, launch_id: &str, user_name: &str) -> Result<(), RuntimeError> {
+        let _ = (launch_id, user_name);
+        Err(RuntimeError::Unavailable(
+            "this runtime does not pre-start editors".into(),
+        ))
+    }
+    /// The size of a user's workspace in MiB, where the runtime can measure it.
+    async fn workspace_mib(&self, user_name: &str) -> Option<u64> {
+        let _ = user_name;
+        None
+    }
     /// GPU use per editor handle, one sample for all (the reaper asks once per tick).
     /// Editors missing from the answer have no GPU use the runtime can see.
     async fn gpu_usage(&self, handles: &[String]) -> std::collections::HashMap<String, GpuUsage> {

@@ -4,9 +4,11 @@
 //! Every write that must not race (credits, slots, state) runs in one transaction;
 //! on SQLite writers are serialized in-process, on PostgreSQL the user's row is locked.
 
+mod guardrails;
 mod http_sessions;
 mod records;
 
+pub use guardrails::*;
 pub use http_sessions::HttpSessionStore;
 pub use records::*;
 
@@ -38,6 +40,9 @@ pub enum StoreError {
     Transition(#[from] app::domain::session::InvalidTransition),
     #[error("the session changed meanwhile")]
     Conflict,
+    /// A quota refuses the launch; the message names the limit and the use.
+    #[error("{0}")]
+    Quota(String),
 }
 
 /// Maps a unique violation to `Duplicate(what)` by constraint name, never by message text.
@@ -1043,3 +1048,5 @@ fn step_from_row(row: &AnyRow) -> Result<Step> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_guardrails;

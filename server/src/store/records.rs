@@ -11,7 +11,8 @@ pub(super) const USER_COLUMNS: &str = "id, name, password_hash, role, locked";
 pub(super) const SLOT_COLUMNS: &str = "id, gpu_id, slice_mib, cores_pct, session_id";
 pub(super) const SESSION_COLUMNS: &str = "s.id, s.user_id, s.editor, s.slice_mib, s.duration_minutes, s.price_per_hour, \
     s.slot_id, s.state, s.end_reason, s.detail, s.upstream, s.editor_token, s.runtime_handle, s.created_at, s.ready_at, \
-    s.ends_at, s.ended_at, s.last_activity_at, g.model AS gpu_model, g.id AS gpu_id, sl.cores_pct AS cores_pct";
+    s.ends_at, s.ended_at, s.last_activity_at, s.queued_at, s.burst, s.last_api_at, s.last_heartbeat_at, \
+    s.last_input_at, s.last_busy_at, s.gpu_used_mib, g.model AS gpu_model, g.id AS gpu_id, sl.cores_pct AS cores_pct";
 
 fn bad(what: &'static str) -> StoreError {
     StoreError::NotFound(what)
@@ -128,6 +129,28 @@ pub struct SessionRecord {
     pub ends_at: Option<i64>,
     pub ended_at: Option<i64>,
     pub last_activity_at: i64,
+    pub queued_at: Option<i64>,
+    /// Holds a whole card.
+    pub burst: bool,
+    pub last_api_at: Option<i64>,
+    pub last_heartbeat_at: Option<i64>,
+    pub last_input_at: Option<i64>,
+    pub last_busy_at: Option<i64>,
+    pub gpu_used_mib: Option<u64>,
+}
+
+impl SessionRecord {
+    /// What the idle policy looks at.
+    pub fn signals(&self) -> app::domain::idle::Signals {
+        app::domain::idle::Signals {
+            ready_at: self.ready_at.unwrap_or(self.created_at),
+            traffic: Some(self.last_activity_at),
+            api_traffic: self.last_api_at,
+            heartbeat: self.last_heartbeat_at,
+            input: self.last_input_at,
+            busy: self.last_busy_at,
+        }
+    }
 }
 
 impl std::fmt::Debug for SessionRecord {
@@ -176,6 +199,15 @@ impl SessionRecord {
             ends_at: row.try_get("ends_at")?,
             ended_at: row.try_get("ended_at")?,
             last_activity_at: row.try_get("last_activity_at")?,
+            queued_at: row.try_get("queued_at")?,
+            burst: row.try_get::<i64, _>("burst")? != 0,
+            last_api_at: row.try_get("last_api_at")?,
+            last_heartbeat_at: row.try_get("last_heartbeat_at")?,
+            last_input_at: row.try_get("last_input_at")?,
+            last_busy_at: row.try_get("last_busy_at")?,
+            gpu_used_mib: row
+                .try_get::<Option<i64>, _>("gpu_used_mib")?
+                .map(|m| m as u64),
         })
     }
 }
@@ -218,6 +250,50 @@ impl AuditEntry {
             action: row.try_get("action")?,
             target: row.try_get("target")?,
             detail: row.try_get("detail")?,
+        })
+    }
+}
+
+/// An editor started ahead of demand on a slot.
+#[derive(Clone)]
+pub struct WarmRecord {
+    /// Also the id of the session that takes it over: the editor serves under `/s/<id>/`.
+    pub id: String,
+    pub slot_id: String,
+    pub editor: EditorKind,
+    pub slice_mib: u64,
+    pub ready: bool,
+    pub upstream: Option<String>,
+    pub editor_token: Option<String>,
+    pub runtime_handle: Option<String>,
+}
+
+impl std::fmt::Debug for WarmRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WarmRecord")
+            .field("id", &self.id)
+            .field("slot_id", &self.slot_id)
+            .field("editor", &self.editor)
+            .field("ready", &self.ready)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(super) const WARM_COLUMNS: &str = "w.id, w.slot_id, w.editor, w.state, w.upstream, w.editor_token, w.runtime_handle, sl.slice_mib";
+
+impl WarmRecord {
+    pub(super) fn from_row(row: &AnyRow) -> Result<Self> {
+        let editor: String = row.try_get("editor")?;
+        let state: String = row.try_get("state")?;
+        Ok(WarmRecord {
+            id: row.try_get("id")?,
+            slot_id: row.try_get("slot_id")?,
+            editor: EditorKind::parse(&editor).ok_or(bad("editor"))?,
+            slice_mib: row.try_get::<i64, _>("slice_mib")? as u64,
+            ready: state == "ready",
+            upstream: row.try_get("upstream")?,
+            editor_token: row.try_get("editor_token")?,
+            runtime_handle: row.try_get("runtime_handle")?,
         })
     }
 }

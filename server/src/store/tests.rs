@@ -21,16 +21,18 @@ macro_rules! on_both {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $sqlite() {
-                run_sqlite($body).await;
+                $crate::store::tests::run_sqlite($body).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $postgres() {
-                run_postgres(stringify!($postgres), $body).await;
+                $crate::store::tests::run_postgres(stringify!($postgres), $body).await;
             }
         )*
     };
 }
+
+pub(super) use on_both as on_both_fns;
 
 /// Runs the body on its own task so that a panic still lets us clean up; re-raise with `rethrow`.
 async fn run_body<F, Fut>(store: Store, body: F) -> Result<(), tokio::task::JoinError>
@@ -52,7 +54,7 @@ fn rethrow(outcome: Result<(), tokio::task::JoinError>) {
     }
 }
 
-async fn run_sqlite<F, Fut>(body: F)
+pub(crate) async fn run_sqlite<F, Fut>(body: F)
 where
     F: FnOnce(Store) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
@@ -82,7 +84,7 @@ fn with_database(url: &str, db: &str) -> String {
     format!("{}/{db}{query}", &base[..host_end])
 }
 
-async fn run_postgres<F, Fut>(test: &str, body: F)
+pub(crate) async fn run_postgres<F, Fut>(test: &str, body: F)
 where
     F: FnOnce(Store) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
@@ -132,7 +134,7 @@ fn gpu(id: &str, memory_mib: u64, slice_mib: u64) -> GpuSpec {
 }
 
 /// One 48 GB card split into six 8 GB slots, g0s0..g0s5.
-async fn six_slots(store: &Store) -> Vec<String> {
+pub(super) async fn six_slots(store: &Store) -> Vec<String> {
     let card = gpu("v0", 49152, SLICE);
     let slots = plan_slots(0, &card);
     assert_eq!(slots.len(), 6);
@@ -152,14 +154,14 @@ fn launch(user_id: &str, hold: i64) -> NewSession<'_> {
     }
 }
 
-async fn user(store: &Store, name: &str, grant: i64) -> UserRecord {
+pub(super) async fn user(store: &Store, name: &str, grant: i64) -> UserRecord {
     store
         .create_user(name, Some("hash"), Role::User, grant, None)
         .await
         .unwrap()
 }
 
-async fn ledger_sum(store: &Store, user_id: &str) -> i64 {
+pub(super) async fn ledger_sum(store: &Store, user_id: &str) -> i64 {
     store
         .ledger(user_id)
         .await
@@ -169,12 +171,12 @@ async fn ledger_sum(store: &Store, user_id: &str) -> i64 {
         .sum()
 }
 
-async fn state_of(store: &Store, session_id: &str) -> SessionState {
+pub(super) async fn state_of(store: &Store, session_id: &str) -> SessionState {
     store.session(session_id).await.unwrap().unwrap().state
 }
 
 /// Moves the session's clock start back, so settling sees `elapsed_ms` of use.
-async fn backdate_ready(store: &Store, session_id: &str, elapsed_ms: i64) {
+pub(super) async fn backdate_ready(store: &Store, session_id: &str, elapsed_ms: i64) {
     sqlx::query("UPDATE sessions SET ready_at = $1 WHERE id = $2")
         .bind(now_ms() - elapsed_ms)
         .bind(session_id)

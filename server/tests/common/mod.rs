@@ -74,6 +74,8 @@ impl TestApp {
         };
         config.editors.tools_dir = tools_dir();
         config.pool.detect_nvidia = false;
+        // Tests that want pre-started editors ask for them.
+        config.pool.warm.clear();
         adjust(&mut config);
         config.validate().expect("test config");
         let store = Store::connect(&config.database_url()).await.expect("store");

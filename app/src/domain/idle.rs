@@ -1,0 +1,169 @@
+//! When a session counts as idle, and when the user is warned.
+//!
+//! Policy (ARCHITECTURE.md, "Idle policy"): a person at the keyboard, a script using the API, a
+//! busy kernel and GPU work keep a session alive. An open tab alone does not, unless configured:
+//! editors poll and keep their websockets alive by themselves, which is how open tabs hold GPUs
+//! forever elsewhere.
+
+use serde::{Deserialize, Serialize};
+
+/// Last time each signal was seen, in epoch milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Signals {
+    /// When the editor became ready: a session is never idle before its timeout has run once.
+    pub ready_at: i64,
+    /// Any proxied HTTP request or WebSocket frame (browsers produce these by themselves).
+    pub traffic: Option<i64>,
+    /// Proxied traffic from API-token clients: scripts, not tabs.
+    pub api_traffic: Option<i64>,
+    /// A browser heartbeat from a visible page.
+    pub heartbeat: Option<i64>,
+    /// A heartbeat that saw keyboard, pointer or scroll input, or "I'm here".
+    pub input: Option<i64>,
+    /// The editor reported a busy kernel, or the GPU did work.
+    pub busy: Option<i64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policy {
+    pub timeout_ms: i64,
+    /// How long before the end the user is warned.
+    pub warn_ms: i64,
+    /// Whether a visible tab (heartbeats and the traffic it makes) keeps a session alive.
+    pub open_tab_keeps_alive: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Active {
+        idle_at: i64,
+    },
+    /// Idle soon: the user sees a countdown and "I'm here".
+    Warn {
+        idle_at: i64,
+    },
+    Idle {
+        idle_at: i64,
+    },
+}
+
+impl Policy {
+    /// The last moment anything that counts happened.
+    pub fn last_active(&self, s: &Signals) -> i64 {
+        let mut counted = vec![Some(s.ready_at), s.api_traffic, s.input, s.busy];
+        if self.open_tab_keeps_alive {
+            counted.extend([s.traffic, s.heartbeat]);
+        }
+        counted.into_iter().flatten().max().unwrap_or(s.ready_at)
+    }
+
+    /// When the session becomes idle if nothing happens.
+    pub fn idle_at(&self, s: &Signals) -> i64 {
+        self.last_active(s) + self.timeout_ms
+    }
+
+    pub fn judge(&self, s: &Signals, now: i64) -> Verdict {
+        let idle_at = self.idle_at(s);
+        if now >= idle_at {
+            Verdict::Idle { idle_at }
+        } else if now >= idle_at - self.warn_ms {
+            Verdict::Warn { idle_at }
+        } else {
+            Verdict::Active { idle_at }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: i64 = 60_000;
+
+    fn policy(open_tab_keeps_alive: bool) -> Policy {
+        Policy {
+            timeout_ms: 30 * MIN,
+            warn_ms: 5 * MIN,
+            open_tab_keeps_alive,
+        }
+    }
+
+    #[test]
+    fn a_fresh_session_gets_a_full_timeout() {
+        let s = Signals {
+            ready_at: 0,
+            ..Signals::default()
+        };
+        assert_eq!(
+            policy(false).judge(&s, 24 * MIN),
+            Verdict::Active { idle_at: 30 * MIN }
+        );
+        assert_eq!(
+            policy(false).judge(&s, 26 * MIN),
+            Verdict::Warn { idle_at: 30 * MIN }
+        );
+        assert_eq!(
+            policy(false).judge(&s, 30 * MIN),
+            Verdict::Idle { idle_at: 30 * MIN }
+        );
+    }
+
+    #[test]
+    fn input_api_traffic_and_busy_work_reset_the_countdown() {
+        for s in [
+            Signals {
+                input: Some(20 * MIN),
+                ..Signals::default()
+            },
+            Signals {
+                api_traffic: Some(20 * MIN),
+                ..Signals::default()
+            },
+            Signals {
+                busy: Some(20 * MIN),
+                ..Signals::default()
+            },
+        ] {
+            assert_eq!(
+                policy(false).judge(&s, 44 * MIN),
+                Verdict::Active { idle_at: 50 * MIN }
+            );
+        }
+    }
+
+    #[test]
+    fn an_open_tab_alone_follows_the_policy() {
+        let tab_only = Signals {
+            ready_at: 0,
+            traffic: Some(40 * MIN),
+            heartbeat: Some(40 * MIN),
+            ..Signals::default()
+        };
+        assert!(matches!(
+            policy(false).judge(&tab_only, 31 * MIN),
+            Verdict::Idle { .. }
+        ));
+        assert!(matches!(
+            policy(true).judge(&tab_only, 31 * MIN),
+            Verdict::Active { .. }
+        ));
+    }
+
+    #[test]
+    fn a_long_job_without_a_browser_stays_active_while_it_runs() {
+        // The sampler sees the busy kernel every half minute for hours.
+        let s = Signals {
+            ready_at: 0,
+            busy: Some(600 * MIN),
+            ..Signals::default()
+        };
+        assert!(matches!(
+            policy(false).judge(&s, 600 * MIN + 1),
+            Verdict::Active { .. }
+        ));
+        assert!(matches!(
+            policy(false).judge(&s, 630 * MIN),
+            Verdict::Idle { .. }
+        ));
+    }
+}

@@ -1,0 +1,138 @@
+//! Per-user limits: how many sessions, how much GPU memory, how long, how much disk.
+
+use super::pool::format_mib;
+use serde::{Deserialize, Serialize};
+
+/// The limits that apply to one user: the configured defaults with the user's overrides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    pub max_sessions: u32,
+    pub max_gpu_mib: u64,
+    pub max_minutes: u32,
+    pub max_disk_mib: u64,
+}
+
+/// An admin's per-user exceptions; `None` keeps the default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Overrides {
+    pub max_sessions: Option<u32>,
+    pub max_gpu_mib: Option<u64>,
+    pub max_minutes: Option<u32>,
+    pub max_disk_mib: Option<u64>,
+}
+
+impl Limits {
+    pub fn with(self, o: &Overrides) -> Limits {
+        Limits {
+            max_sessions: o.max_sessions.unwrap_or(self.max_sessions),
+            max_gpu_mib: o.max_gpu_mib.unwrap_or(self.max_gpu_mib),
+            max_minutes: o.max_minutes.unwrap_or(self.max_minutes),
+            max_disk_mib: o.max_disk_mib.unwrap_or(self.max_disk_mib),
+        }
+    }
+}
+
+/// What a user holds right now: live sessions (queued included) and their GPU memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub sessions: u32,
+    pub gpu_mib: u64,
+    /// The workspace's measured size; `None` when the runtime cannot measure it.
+    pub disk_mib: Option<u64>,
+}
+
+/// Whether one more session of `slice_mib` for `minutes` fits; the error names the limit and the use.
+pub fn check(limits: &Limits, usage: &Usage, slice_mib: u64, minutes: u32) -> Result<(), String> {
+    if minutes > limits.max_minutes {
+        return Err(format!(
+            "Your limit is {} minutes per session; you asked for {minutes}.",
+            limits.max_minutes
+        ));
+    }
+    if usage.sessions >= limits.max_sessions {
+        return Err(format!(
+            "Your limit is {} concurrent session{}, and you have {} running or queued. Stop one first.",
+            limits.max_sessions,
+            if limits.max_sessions == 1 { "" } else { "s" },
+            usage.sessions
+        ));
+    }
+    if usage.gpu_mib + slice_mib > limits.max_gpu_mib {
+        return Err(format!(
+            "Your limit is {} of GPU memory at once; you hold {} and asked for {} more.",
+            format_mib(limits.max_gpu_mib),
+            format_mib(usage.gpu_mib),
+            format_mib(slice_mib)
+        ));
+    }
+    if let Some(disk) = usage.disk_mib
+        && disk > limits.max_disk_mib
+    {
+        return Err(format!(
+            "Your workspace uses {} of its {} limit. Delete files to launch again.",
+            format_mib(disk),
+            format_mib(limits.max_disk_mib)
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        max_sessions: 2,
+        max_gpu_mib: 16384,
+        max_minutes: 240,
+        max_disk_mib: 10240,
+    };
+
+    fn usage(sessions: u32, gpu_mib: u64, disk_mib: Option<u64>) -> Usage {
+        Usage {
+            sessions,
+            gpu_mib,
+            disk_mib,
+        }
+    }
+
+    #[test]
+    fn within_every_limit_passes() {
+        assert_eq!(
+            check(&LIMITS, &usage(1, 8192, Some(100)), 8192, 240),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn each_limit_refuses_with_the_limit_and_the_use() {
+        let e = check(&LIMITS, &usage(2, 0, None), 8192, 60).unwrap_err();
+        assert!(
+            e.contains("2 concurrent sessions") && e.contains("you have 2"),
+            "{e}"
+        );
+        let e = check(&LIMITS, &usage(1, 16384, None), 8192, 60).unwrap_err();
+        assert!(e.contains("16 GB") && e.contains("hold 16 GB"), "{e}");
+        let e = check(&LIMITS, &usage(0, 0, None), 8192, 241).unwrap_err();
+        assert!(e.contains("240 minutes") && e.contains("241"), "{e}");
+        let e = check(&LIMITS, &usage(0, 0, Some(10241)), 8192, 60).unwrap_err();
+        assert!(e.contains("10.0 GB") && e.contains("limit"), "{e}");
+    }
+
+    #[test]
+    fn a_slice_that_would_cross_the_memory_limit_is_refused() {
+        assert!(check(&LIMITS, &usage(1, 8193, None), 8192, 60).is_err());
+        assert!(check(&LIMITS, &usage(1, 8192, None), 8192, 60).is_ok());
+    }
+
+    #[test]
+    fn overrides_replace_only_what_they_set() {
+        let limits = LIMITS.with(&Overrides {
+            max_sessions: Some(5),
+            ..Overrides::default()
+        });
+        assert_eq!(limits.max_sessions, 5);
+        assert_eq!(limits.max_gpu_mib, LIMITS.max_gpu_mib);
+        assert_eq!(limits.max_disk_mib, LIMITS.max_disk_mib);
+    }
+}

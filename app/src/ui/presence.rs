@@ -1,0 +1,113 @@
+//! The browser heartbeat. A visible page beats every 5 minutes; it beats sooner (after a minute)
+//! once the person types, clicks or scrolls — in our page or inside the embedded editor, which is
+//! served from our own origin — so the idle countdown resets while someone works. A beat without
+//! input only says a tab is open (see the idle policy).
+#![cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+
+/// A visible page beats at least this often.
+pub const BEAT_MS: i64 = 5 * 60_000;
+/// After input, the next beat may go this soon.
+pub const INPUT_BEAT_MS: i64 = 60_000;
+
+pub fn should_beat(now: i64, last_sent: i64, input_seen: bool, visible: bool) -> bool {
+    let since = now - last_sent;
+    visible && (since >= BEAT_MS || (input_seen && since >= INPUT_BEAT_MS))
+}
+
+#[cfg(feature = "hydrate")]
+pub use browser::use_presence;
+
+#[cfg(feature = "hydrate")]
+mod browser {
+    use super::should_beat;
+    use crate::model::SessionView;
+    use leptos::prelude::*;
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use wasm_bindgen::JsCast;
+    use wasm_bindgen::prelude::Closure;
+
+    const INPUTS: [&str; 4] = ["keydown", "pointerdown", "wheel", "touchstart"];
+
+    fn listen(target: &web_sys::EventTarget, seen: &Rc<Cell<bool>>) {
+        let seen = seen.clone();
+        let on_input = Closure::<dyn FnMut()>::new(move || seen.set(true));
+        for kind in INPUTS {
+            let _ =
+                target.add_event_listener_with_callback(kind, on_input.as_ref().unchecked_ref());
+        }
+        on_input.forget();
+    }
+
+    /// Input inside the editor's frame: same origin, so its document is ours to listen on.
+    fn listen_in_frames(seen: &Rc<Cell<bool>>) {
+        let Some(document) = web_sys::window().and_then(|w| w.document()) else {
+            return;
+        };
+        let Ok(Some(frame)) = document.query_selector("iframe.editor") else {
+            return;
+        };
+        let Ok(frame) = frame.dyn_into::<web_sys::HtmlIFrameElement>() else {
+            return;
+        };
+        let Some(inner) = frame.content_document() else {
+            return;
+        };
+        let Some(root) = inner.document_element() else {
+            return;
+        };
+        if root.get_attribute("data-sandbox-presence").is_none() {
+            let _ = root.set_attribute("data-sandbox-presence", "1");
+            listen(&inner, seen);
+        }
+    }
+
+    /// Beats for the sessions `ids()` while the page is visible; `on_beat` gets each fresh view.
+    pub fn use_presence(
+        ids: impl Fn() -> Vec<String> + 'static,
+        on_beat: impl Fn(SessionView) + Clone + 'static,
+    ) {
+        let seen = Rc::new(Cell::new(false));
+        if let Some(document) = web_sys::window().and_then(|w| w.document()) {
+            listen(&document, &seen);
+        }
+        let last_sent = Rc::new(Cell::new(crate::ui::now_ms()));
+        let tick = move || {
+            listen_in_frames(&seen);
+            let visible = web_sys::window()
+                .and_then(|w| w.document())
+                .is_some_and(|d| d.visibility_state() == web_sys::VisibilityState::Visible);
+            let now = crate::ui::now_ms();
+            if !should_beat(now, last_sent.get(), seen.get(), visible) {
+                return;
+            }
+            let input = seen.replace(false);
+            last_sent.set(now);
+            for id in ids() {
+                let on_beat = on_beat.clone();
+                leptos::task::spawn_local(async move {
+                    if let Ok(view) = crate::api::heartbeat(id, input).await {
+                        on_beat(view);
+                    }
+                });
+            }
+        };
+        if let Ok(handle) = set_interval_with_handle(tick, std::time::Duration::from_secs(5)) {
+            on_cleanup(move || handle.clear());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn beats_every_five_minutes_and_sooner_after_input_only_when_visible() {
+        assert!(!should_beat(60_000, 0, false, true));
+        assert!(should_beat(60_000, 0, true, true));
+        assert!(!should_beat(59_999, 0, true, true));
+        assert!(should_beat(BEAT_MS, 0, false, true));
+        assert!(!should_beat(BEAT_MS * 3, 0, true, false));
+    }
+}

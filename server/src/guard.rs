@@ -1,0 +1,384 @@
+//! The guardrails at run time: the reaper (timer, idle, crashed editors), the queue's dispatcher,
+//! the warm pool, the activity sampler, heartbeats and extensions. The rules themselves are pure
+//! (`app::domain::{idle, quota, credits}`); this is where they meet the store and the runtime.
+
+use crate::editors;
+use crate::runtime::{EditorLaunch, SliceBinding};
+use crate::service::Service;
+use crate::store::{WarmRecord, now_ms, queue_message};
+use app::domain::idle::Verdict;
+use app::domain::launch::EditorKind;
+use app::domain::session::{EndReason, SessionState};
+use app::error::AppError;
+use app::model::{SessionView, Viewer};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The lease that makes one replica the reaper at a time.
+const REAPER_LEASE: &str = "reaper";
+
+/// Waits after a failed warm start before trying that editor again.
+const WARM_RETRY: Duration = Duration::from_secs(60);
+
+impl Service {
+    /// Whether launches may take pre-started editors: configured, and the runtime can bind a
+    /// workspace to one afterwards.
+    pub fn prestarts(&self) -> bool {
+        !self.config.pool.warm.is_empty() && self.runtime.prestarts_editors()
+    }
+
+    /// One reaper pass. Only the lease holder reaps, so two replicas never both end one session;
+    /// every step is idempotent anyway (ending an ended session does nothing).
+    pub async fn reap(self: &Arc<Self>) {
+        let ttl = (self.config.idle.reaper_period_ms * 3) as i64;
+        match self
+            .store
+            .try_lease(REAPER_LEASE, &self.instance, ttl)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "taking the reaper lease");
+                return;
+            }
+        }
+        let live = match self.store.live_sessions().await {
+            Ok(live) => live,
+            Err(e) => {
+                tracing::warn!(error = %e, "reaper: listing sessions");
+                return;
+            }
+        };
+        let now = now_ms();
+        for record in live.iter().filter(|r| r.state == SessionState::Ready) {
+            let reason = if record.ends_at.is_some_and(|end| end <= now) {
+                Some((EndReason::Timer, None))
+            } else if let Verdict::Idle { .. } = self
+                .config
+                .idle_policy(record.slice_mib)
+                .judge(&record.signals(), now)
+            {
+                Some((EndReason::Idle, None))
+            } else {
+                match &record.runtime_handle {
+                    Some(handle) if !self.runtime.is_alive(handle).await => Some((
+                        EndReason::Crash,
+                        Some("The editor stopped unexpectedly; unused credits were refunded."),
+                    )),
+                    _ => None,
+                }
+            };
+            if let Some((reason, detail)) = reason {
+                tracing::info!(session = %record.id, %reason, "reaper ends a session");
+                self.stop_session(&record.id, reason, detail).await;
+            }
+        }
+        self.dispatch_queue().await;
+        self.check_warm_pool().await;
+    }
+
+    /// Gives freed slots to the queue, oldest first, and tells the rest their new place in line.
+    pub async fn dispatch_queue(self: &Arc<Self>) {
+        let price_on = |gpu_id: &str, slice_mib: u64| self.price_on(gpu_id, slice_mib);
+        let dispatched = match self.store.dispatch_queued(&price_on).await {
+            Ok(dispatched) => dispatched,
+            Err(e) => {
+                tracing::warn!(error = %e, "dispatching the queue");
+                return;
+            }
+        };
+        for d in &dispatched {
+            self.events.publish(&d.session_id, d.step.clone());
+            self.stop_warm(d.evicted.clone());
+            let Ok(Some(record)) = self.store.session(&d.session_id).await else {
+                continue;
+            };
+            let Ok(Some(user)) = self.store.user_by_id(&record.user_id).await else {
+                continue;
+            };
+            let service = Arc::clone(self);
+            let session_id = d.session_id.clone();
+            tokio::spawn(async move { service.run_launch(&session_id, &user.name).await });
+        }
+        if dispatched.is_empty() {
+            return;
+        }
+        // Everyone still waiting moved up.
+        if let Ok(queue) = self.store.queue_positions().await {
+            for (id, slice_mib, burst, position) in queue {
+                if let Ok(step) = self
+                    .store
+                    .add_step(&id, &queue_message(slice_mib, burst, position), 20)
+                    .await
+                {
+                    self.events.publish(&id, step);
+                }
+            }
+        }
+    }
+
+    // ---- warm pool ----
+
+    /// Wakes the warm-pool keeper (after a launch took an editor).
+    pub fn kick_warm_pool(&self) {
+        self.warm_wake.notify_one();
+    }
+
+    /// Stops editors pushed off their slots; in the background, since nobody waits for them.
+    pub fn stop_warm(&self, evicted: Vec<WarmRecord>) {
+        for warm in evicted {
+            if let Some(handle) = warm.runtime_handle {
+                let runtime = self.runtime.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = runtime.stop(&handle).await {
+                        tracing::warn!(warm = %warm.id, error = %e, "stopping a pre-started editor");
+                    }
+                });
+            }
+        }
+    }
+
+    /// Forgets pre-started editors that died, then tops the pool up.
+    async fn check_warm_pool(self: &Arc<Self>) {
+        if !self.prestarts() {
+            return;
+        }
+        if let Ok(warm) = self.store.warm_editors().await {
+            for w in warm.iter().filter(|w| w.ready) {
+                if let Some(handle) = &w.runtime_handle
+                    && !self.runtime.is_alive(handle).await
+                    && self.store.remove_warm(&w.id).await.unwrap_or(false)
+                {
+                    tracing::warn!(warm = %w.id, "a pre-started editor died; replacing it");
+                }
+            }
+        }
+        self.kick_warm_pool();
+    }
+
+    /// Keeps `pool.warm` editors started per (editor, slice size) on free slots. Runs for the
+    /// server's life; wakes on a launch that took one, and on every reaper pass.
+    pub async fn keep_warm_pool(self: Arc<Self>) {
+        if !self.prestarts() {
+            return;
+        }
+        let mut failed_at: std::collections::HashMap<(EditorKind, u64), tokio::time::Instant> =
+            Default::default();
+        loop {
+            let warm = self.store.warm_editors().await.unwrap_or_default();
+            let mut starts = Vec::new();
+            for target in &self.config.pool.warm {
+                let Some(editor) = EditorKind::parse(&target.editor) else {
+                    continue;
+                };
+                let key = (editor, target.slice_mib);
+                if failed_at
+                    .get(&key)
+                    .is_some_and(|at| at.elapsed() < WARM_RETRY)
+                {
+                    continue;
+                }
+                let installed = self
+                    .runtime
+                    .availability()
+                    .into_iter()
+                    .any(|(e, ok)| e == editor && ok.is_ok());
+                if !installed {
+                    continue;
+                }
+                let have = warm
+                    .iter()
+                    .filter(|w| w.editor == editor && w.slice_mib == target.slice_mib)
+                    .count() as u32;
+                for _ in have..target.count {
+                    match self.store.add_warm(editor, target.slice_mib).await {
+                        Ok(Some(record)) => starts.push((key, record)),
+                        Ok(None) => break,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "reserving a warm slot");
+                            break;
+                        }
+                    }
+                }
+            }
+            let this = &self;
+            let results = futures_util::future::join_all(
+                starts
+                    .into_iter()
+                    .map(|(key, record)| async move { (key, this.start_warm(record).await) }),
+            )
+            .await;
+            for (key, ok) in results {
+                if !ok {
+                    failed_at.insert(key, tokio::time::Instant::now());
+                }
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(30), self.warm_wake.notified()).await;
+        }
+    }
+
+    /// Starts one pre-started editor and hands it to the pool; false when it failed to start.
+    async fn start_warm(&self, record: WarmRecord) -> bool {
+        let slot = self.store.slot(&record.slot_id).await.ok().flatten();
+        let gpu = slot
+            .as_ref()
+            .and_then(|s| self.gpus.iter().find(|g| g.id == s.gpu_id));
+        let cores_pct = slot.as_ref().map(|s| s.cores_pct).unwrap_or(100);
+        let env = gpu
+            .map(|g| crate::gpu::slice_env(g, record.slice_mib, cores_pct, &self.enforcement))
+            .unwrap_or_else(|| vec![("CUDA_VISIBLE_DEVICES".to_string(), String::new())]);
+        let launch = EditorLaunch {
+            session_id: record.id.clone(),
+            user_name: String::new(),
+            editor: record.editor,
+            base_path: format!("/s/{}/", record.id),
+            env,
+            slice: SliceBinding {
+                gpu_uuid: gpu.filter(|g| g.cuda_index.is_some()).map(|g| g.id.clone()),
+                memory_mib: record.slice_mib,
+                cores_pct,
+            },
+            prestart: true,
+        };
+        let timeout = Duration::from_secs(self.config.sessions.ready_timeout_seconds);
+        let started = match self.runtime.start(&launch).await {
+            Ok(running) => match self.runtime.wait_ready(&launch, &running, timeout).await {
+                Ok(()) => Ok(running),
+                Err(e) => {
+                    let _ = self.runtime.stop(&running.handle).await;
+                    Err(e)
+                }
+            },
+            Err(e) => Err(e),
+        };
+        match started {
+            Ok(running) => {
+                match self
+                    .store
+                    .warm_ready(
+                        &record.id,
+                        &running.upstream,
+                        &running.secret,
+                        &running.handle,
+                    )
+                    .await
+                {
+                    Ok(true) => {
+                        tracing::info!(warm = %record.id, editor = %record.editor, slot = %record.slot_id, "pre-started editor ready");
+                    }
+                    // A cold launch took the slot while this one started.
+                    _ => {
+                        let _ = self.runtime.stop(&running.handle).await;
+                    }
+                }
+                true
+            }
+            Err(e) => {
+                tracing::warn!(warm = %record.id, editor = %record.editor, error = %e, "pre-starting an editor failed");
+                let _ = self.store.remove_warm(&record.id).await;
+                false
+            }
+        }
+    }
+
+    /// On shutdown: stop every pre-started editor and give its slot back.
+    pub async fn stop_warm_pool(&self) {
+        for warm in self.store.warm_editors().await.unwrap_or_default() {
+            if self.store.remove_warm(&warm.id).await.unwrap_or(false) {
+                self.stop_warm(vec![warm]);
+            }
+        }
+    }
+
+    // ---- activity ----
+
+    /// Asks each ready editor (and the GPU) whether it is working; a busy kernel or GPU work
+    /// counts as activity even with no browser attached.
+    pub async fn sample_activity(&self) {
+        let Ok(live) = self.store.live_sessions().await else {
+            return;
+        };
+        let ready: Vec<_> = live
+            .into_iter()
+            .filter(|r| r.state == SessionState::Ready)
+            .collect();
+        let handles: Vec<String> = ready
+            .iter()
+            .filter_map(|r| r.runtime_handle.clone())
+            .collect();
+        let gpu = self.runtime.gpu_usage(&handles).await;
+        let within = self.config.idle.sample_seconds as f64 * 2.0;
+        let probes = ready.iter().map(|record| async {
+            let editor_busy = match (&record.upstream, &record.editor_token) {
+                (Some(upstream), Some(token)) => {
+                    crate::activity::editor_busy(
+                        &self.probe_client,
+                        record.editor,
+                        upstream,
+                        &format!("/s/{}/", record.id),
+                        &editors::upstream_auth(record.editor, token),
+                    )
+                    .await
+                }
+                _ => None,
+            };
+            let usage = record.runtime_handle.as_ref().and_then(|h| gpu.get(h));
+            let gpu_busy = usage.is_some_and(|u| u.is_active(within));
+            let busy_at = (editor_busy == Some(true) || gpu_busy).then(now_ms);
+            if let Err(e) = self
+                .store
+                .record_sample(&record.id, busy_at, usage.map(|u| u.memory_used_mib))
+                .await
+            {
+                tracing::warn!(session = %record.id, error = %e, "recording a sample");
+            }
+        });
+        futures_util::future::join_all(probes).await;
+    }
+
+    /// A heartbeat from a visible page of the session's owner; `input` when the person did something.
+    pub async fn heartbeat(&self, viewer: &Viewer, id: &str, input: bool) -> Result<(), AppError> {
+        let record = self.owned_record(viewer, id).await?;
+        if !record.state.is_live() {
+            return Err(AppError::Conflict("this session has ended".into()));
+        }
+        self.store.heartbeat(id, now_ms(), input).await?;
+        Ok(())
+    }
+
+    /// Holds credits for `minutes` more and moves the end.
+    pub async fn extend(
+        &self,
+        viewer: &Viewer,
+        id: &str,
+        minutes: u32,
+    ) -> Result<SessionView, AppError> {
+        let record = self.owned_record(viewer, id).await?;
+        if minutes == 0 || minutes > self.config.sessions.max_minutes {
+            return Err(AppError::Invalid(format!(
+                "extend by 1 to {} minutes, not {minutes}",
+                self.config.sessions.max_minutes
+            )));
+        }
+        if record.state != SessionState::Ready {
+            return Err(AppError::Conflict(
+                "only a running session can be extended".into(),
+            ));
+        }
+        let limits = self
+            .config
+            .default_limits()
+            .with(&self.store.quota_overrides(&viewer.id).await?);
+        let max_total = if record.burst {
+            limits.max_minutes.min(self.config.pool.burst_max_minutes)
+        } else {
+            limits.max_minutes
+        };
+        let step = self.store.extend(id, minutes, max_total).await?;
+        // Asking for more time is a person at the keyboard.
+        self.store.heartbeat(id, now_ms(), true).await?;
+        self.events.publish(id, step);
+        self.session(viewer, id).await
+    }
+}

@@ -1,0 +1,897 @@
+//! The allocator and the guardrails' records: quota-checked launches that hold credits and claim a
+//! slot (a warm editor, a free slot, or a place in the queue) in one transaction; the queue; warm
+//! editors; activity signals; extensions; the reaper's lease.
+
+use super::records::WARM_COLUMNS;
+use super::*;
+use app::domain::credits;
+use app::domain::pool::format_mib;
+use app::domain::quota::{self, Limits, Overrides, Usage};
+
+/// One launch as the service decided it; the store checks and claims.
+pub struct LaunchPlan<'a> {
+    pub user_id: &'a str,
+    pub editor: EditorKind,
+    pub slice_mib: u64,
+    /// A whole card: every slot of one GPU whose memory is `slice_mib`.
+    pub burst: bool,
+    pub duration_minutes: u32,
+    /// The configured limits; the user's overrides are applied inside the transaction.
+    pub limits: Limits,
+    pub disk_mib: Option<u64>,
+    /// Milli-credits per hour on a GPU (by id), for this slice size.
+    pub price_on: &'a (dyn Fn(&str) -> i64 + Send + Sync),
+    /// What a queued launch holds until it gets a card: the dearest card of that size.
+    pub queue_price: i64,
+    /// Take a pre-started editor when one fits.
+    pub use_warm: bool,
+}
+
+/// Where a launch landed.
+#[derive(Debug)]
+pub enum Placement {
+    /// A pre-started editor took it: the session is ready already.
+    Warm(WarmRecord),
+    /// A slot to start the editor on; pre-started editors pushed off it must be stopped.
+    Slot {
+        slot_id: String,
+        evicted: Vec<WarmRecord>,
+    },
+    Queued {
+        position: u32,
+    },
+}
+
+#[derive(Debug)]
+pub struct Launched {
+    pub record: SessionRecord,
+    pub steps: Vec<Step>,
+    pub placement: Placement,
+}
+
+/// A queued session that got a slot.
+#[derive(Debug)]
+pub struct Dispatched {
+    pub session_id: String,
+    pub step: Step,
+    pub evicted: Vec<WarmRecord>,
+}
+
+struct Claim {
+    session_id: String,
+    slot_id: String,
+    gpu_id: String,
+    warm: Option<WarmRecord>,
+    evicted: Vec<WarmRecord>,
+}
+
+fn skip_locked(kind: DbKind, of: &str) -> String {
+    match kind {
+        DbKind::Sqlite => String::new(),
+        DbKind::Postgres => format!(" FOR UPDATE OF {of} SKIP LOCKED"),
+    }
+}
+
+impl Store {
+    /// Checks the quota, claims a warm editor or a free slot (or queues), and holds the price
+    /// of the card it got for the whole duration — all in one transaction.
+    pub async fn launch(&self, plan: LaunchPlan<'_>) -> Result<Launched> {
+        let now = now_ms();
+        let mut w = self.begin_write().await?;
+        self.lock_user(&mut w, plan.user_id).await?;
+        let limits = plan
+            .limits
+            .with(&overrides_in(&mut w.tx, plan.user_id).await?);
+        let mut usage = usage_in(&mut w.tx, plan.user_id).await?;
+        usage.disk_mib = plan.disk_mib;
+        quota::check(&limits, &usage, plan.slice_mib, plan.duration_minutes)
+            .map_err(StoreError::Quota)?;
+
+        let fresh_id = new_id();
+        let claim = claim_in(
+            &mut w,
+            &fresh_id,
+            plan.editor,
+            plan.slice_mib,
+            plan.burst,
+            plan.use_warm,
+        )
+        .await?;
+        let per_hour = match &claim {
+            Some(claim) => (plan.price_on)(&claim.gpu_id),
+            None => plan.queue_price,
+        };
+        let hold = credits::price_for_minutes(per_hour, plan.duration_minutes as i64);
+        let balance = balance_in(&mut w, plan.user_id).await?;
+        if balance < hold {
+            // Dropping the transaction rolls the claim back.
+            return Err(StoreError::InsufficientCredits {
+                balance,
+                needed: hold,
+            });
+        }
+        let id = claim
+            .as_ref()
+            .map(|c| c.session_id.clone())
+            .unwrap_or(fresh_id);
+        sqlx::query(
+            "INSERT INTO sessions (id, user_id, editor, slice_mib, duration_minutes, price_per_hour, state, created_at, last_activity_at, burst)
+             VALUES ($1, $2, $3, $4, $5, $6, 'requested', $7, $7, $8)",
+        )
+        .bind(&id)
+        .bind(plan.user_id)
+        .bind(plan.editor.as_str())
+        .bind(plan.slice_mib as i64)
+        .bind(plan.duration_minutes as i64)
+        .bind(per_hour)
+        .bind(now)
+        .bind(plan.burst as i64)
+        .execute(&mut *w.tx)
+        .await?;
+        let mut steps = vec![
+            insert_event(
+                &mut w,
+                &id,
+                SessionState::Requested,
+                "Launch requested",
+                5,
+                false,
+                now,
+            )
+            .await?,
+        ];
+        if hold > 0 {
+            insert_ledger(
+                &mut w,
+                plan.user_id,
+                LedgerKind::Hold,
+                -hold,
+                Some(&id),
+                "held for launch",
+                now,
+            )
+            .await?;
+        }
+        steps.push(
+            insert_event(
+                &mut w,
+                &id,
+                SessionState::Requested,
+                &format!(
+                    "Credits held: {} ({} an hour)",
+                    credits::format(hold),
+                    credits::format(per_hour)
+                ),
+                15,
+                false,
+                now,
+            )
+            .await?,
+        );
+        insert_audit(
+            &mut w,
+            Some(plan.user_id),
+            "session.launch",
+            &format!("session:{id}"),
+            plan.editor.as_str(),
+            now,
+        )
+        .await?;
+
+        let placement = match claim {
+            Some(claim) => {
+                set_state(&mut w, &id, SessionState::Requested, SessionState::Starting).await?;
+                sqlx::query("UPDATE sessions SET slot_id = $1 WHERE id = $2")
+                    .bind(&claim.slot_id)
+                    .bind(&id)
+                    .execute(&mut *w.tx)
+                    .await?;
+                match claim.warm {
+                    Some(warm) => {
+                        steps.push(
+                            insert_event(
+                                &mut w,
+                                &id,
+                                SessionState::Starting,
+                                &format!(
+                                    "Pre-started {} on slot {} assigned",
+                                    plan.editor.label(),
+                                    claim.slot_id
+                                ),
+                                60,
+                                false,
+                                now,
+                            )
+                            .await?,
+                        );
+                        set_state(&mut w, &id, SessionState::Starting, SessionState::Ready).await?;
+                        sqlx::query(
+                            "UPDATE sessions SET upstream = $1, editor_token = $2, runtime_handle = $3, ready_at = $4,
+                             ends_at = $4 + duration_minutes * 60000, last_activity_at = $4 WHERE id = $5",
+                        )
+                        .bind(&warm.upstream)
+                        .bind(&warm.editor_token)
+                        .bind(&warm.runtime_handle)
+                        .bind(now)
+                        .bind(&id)
+                        .execute(&mut *w.tx)
+                        .await?;
+                        steps.push(
+                            insert_event(
+                                &mut w,
+                                &id,
+                                SessionState::Ready,
+                                &format!("{} is ready", plan.editor.label()),
+                                100,
+                                false,
+                                now,
+                            )
+                            .await?,
+                        );
+                        Placement::Warm(warm)
+                    }
+                    None => {
+                        steps.push(
+                            insert_event(
+                                &mut w,
+                                &id,
+                                SessionState::Starting,
+                                &format!("Slot {} assigned", claim.slot_id),
+                                30,
+                                false,
+                                now,
+                            )
+                            .await?,
+                        );
+                        Placement::Slot {
+                            slot_id: claim.slot_id,
+                            evicted: claim.evicted,
+                        }
+                    }
+                }
+            }
+            None => {
+                set_state(&mut w, &id, SessionState::Requested, SessionState::Queued).await?;
+                sqlx::query("UPDATE sessions SET queued_at = $1 WHERE id = $2")
+                    .bind(now)
+                    .bind(&id)
+                    .execute(&mut *w.tx)
+                    .await?;
+                let position = position_in(&mut w.tx, &id).await?;
+                steps.push(
+                    insert_event(
+                        &mut w,
+                        &id,
+                        SessionState::Queued,
+                        &queue_message(plan.slice_mib, plan.burst, position),
+                        20,
+                        false,
+                        now,
+                    )
+                    .await?,
+                );
+                Placement::Queued { position }
+            }
+        };
+        w.tx.commit().await?;
+        let record = self
+            .session(&id)
+            .await?
+            .ok_or(StoreError::NotFound("session"))?;
+        Ok(Launched {
+            record,
+            steps,
+            placement,
+        })
+    }
+
+    /// Gives free slots to queued sessions, oldest first within each slice size. A queued session
+    /// has its own id, so it starts its editor rather than taking a pre-started one.
+    pub async fn dispatch_queued(
+        &self,
+        price_on: &(dyn Fn(&str, u64) -> i64 + Send + Sync),
+    ) -> Result<Vec<Dispatched>> {
+        let classes = sqlx::query(
+            "SELECT DISTINCT slice_mib, burst FROM sessions WHERE state = 'queued' ORDER BY slice_mib",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut dispatched = Vec::new();
+        for class in classes {
+            let slice_mib = class.try_get::<i64, _>("slice_mib")? as u64;
+            let burst = class.try_get::<i64, _>("burst")? != 0;
+            loop {
+                let now = now_ms();
+                let mut w = self.begin_write().await?;
+                let sql = format!(
+                    "SELECT s.id, s.editor FROM sessions s WHERE s.state = 'queued' AND s.slice_mib = $1 AND s.burst = $2
+                     ORDER BY s.queued_at, s.id LIMIT 1{}",
+                    skip_locked(w.kind, "s")
+                );
+                let Some(head) = sqlx::query(&sql)
+                    .bind(slice_mib as i64)
+                    .bind(burst as i64)
+                    .fetch_optional(&mut *w.tx)
+                    .await?
+                else {
+                    break;
+                };
+                let session_id: String = head.try_get("id")?;
+                let editor: String = head.try_get("editor")?;
+                let editor = EditorKind::parse(&editor).ok_or(StoreError::NotFound("editor"))?;
+                let Some(claim) =
+                    claim_in(&mut w, &session_id, editor, slice_mib, burst, false).await?
+                else {
+                    break;
+                };
+                set_state(
+                    &mut w,
+                    &session_id,
+                    SessionState::Queued,
+                    SessionState::Starting,
+                )
+                .await?;
+                // The hold was at the dearest card of this size; from now on the card it got counts.
+                sqlx::query("UPDATE sessions SET slot_id = $1, price_per_hour = $2 WHERE id = $3")
+                    .bind(&claim.slot_id)
+                    .bind(price_on(&claim.gpu_id, slice_mib))
+                    .bind(&session_id)
+                    .execute(&mut *w.tx)
+                    .await?;
+                let step = insert_event(
+                    &mut w,
+                    &session_id,
+                    SessionState::Starting,
+                    &format!("Your turn: slot {} assigned", claim.slot_id),
+                    30,
+                    false,
+                    now,
+                )
+                .await?;
+                w.tx.commit().await?;
+                dispatched.push(Dispatched {
+                    session_id,
+                    step,
+                    evicted: claim.evicted,
+                });
+            }
+        }
+        Ok(dispatched)
+    }
+
+    /// Every queued session with its place in line (1 = next).
+    pub async fn queue_positions(&self) -> Result<Vec<(String, u64, bool, u32)>> {
+        let rows = sqlx::query(
+            "SELECT id, slice_mib, burst FROM sessions WHERE state = 'queued' ORDER BY slice_mib, burst, queued_at, id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out: Vec<(String, u64, bool, u32)> = Vec::with_capacity(rows.len());
+        for row in rows {
+            let slice = row.try_get::<i64, _>("slice_mib")? as u64;
+            let burst = row.try_get::<i64, _>("burst")? != 0;
+            let position = match out.last() {
+                Some((_, s, b, p)) if *s == slice && *b == burst => p + 1,
+                _ => 1,
+            };
+            out.push((row.try_get("id")?, slice, burst, position));
+        }
+        Ok(out)
+    }
+
+    pub async fn queue_position(&self, session_id: &str) -> Result<u32> {
+        let mut conn = self.pool.acquire().await?;
+        position_in(&mut conn, session_id).await
+    }
+
+    // ---- warm editors ----
+
+    /// Reserves a free slot (one no session holds and no editor warms) for a new pre-started editor.
+    pub async fn add_warm(&self, editor: EditorKind, slice_mib: u64) -> Result<Option<WarmRecord>> {
+        let mut w = self.begin_write().await?;
+        let sql = format!(
+            "SELECT sl.id FROM slots sl WHERE sl.session_id IS NULL AND sl.active = 1 AND sl.slice_mib = $1
+             AND NOT EXISTS (SELECT 1 FROM warm_editors w WHERE w.slot_id = sl.id) ORDER BY sl.id LIMIT 1{}",
+            skip_locked(w.kind, "sl")
+        );
+        let Some(row) = sqlx::query(&sql)
+            .bind(slice_mib as i64)
+            .fetch_optional(&mut *w.tx)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let slot_id: String = row.try_get("id")?;
+        let id = new_id();
+        sqlx::query(
+            "INSERT INTO warm_editors (id, slot_id, editor, state, created_at) VALUES ($1, $2, $3, 'starting', $4)",
+        )
+        .bind(&id)
+        .bind(&slot_id)
+        .bind(editor.as_str())
+        .bind(now_ms())
+        .execute(&mut *w.tx)
+        .await
+        .map_err(|e| on_unique(e, "warm_editors_slot_key", "warm editor"))?;
+        w.tx.commit().await?;
+        Ok(Some(WarmRecord {
+            id,
+            slot_id,
+            editor,
+            slice_mib,
+            ready: false,
+            upstream: None,
+            editor_token: None,
+            runtime_handle: None,
+        }))
+    }
+
+    /// The editor answers: it may be handed out. False when a launch pushed it off its slot meanwhile.
+    pub async fn warm_ready(
+        &self,
+        id: &str,
+        upstream: &str,
+        token: &str,
+        handle: &str,
+    ) -> Result<bool> {
+        let mut w = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE warm_editors SET state = 'ready', upstream = $1, editor_token = $2, runtime_handle = $3
+             WHERE id = $4 AND state = 'starting'",
+        )
+        .bind(upstream)
+        .bind(token)
+        .bind(handle)
+        .bind(id)
+        .execute(&mut *w.tx)
+        .await?;
+        w.tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Forgets a pre-started editor (its start failed, or it died); true when it was still there.
+    pub async fn remove_warm(&self, id: &str) -> Result<bool> {
+        let mut w = self.begin_write().await?;
+        let done = sqlx::query("DELETE FROM warm_editors WHERE id = $1")
+            .bind(id)
+            .execute(&mut *w.tx)
+            .await?;
+        w.tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub async fn warm_editors(&self) -> Result<Vec<WarmRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {WARM_COLUMNS} FROM warm_editors w JOIN slots sl ON sl.id = w.slot_id ORDER BY w.created_at"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(WarmRecord::from_row).collect()
+    }
+
+    // ---- activity ----
+
+    /// Proxied traffic; `api` when a script with a token made it rather than a browser.
+    pub async fn touch_traffic(&self, session_id: &str, at: i64, api: bool) -> Result<()> {
+        let sql = if api {
+            "UPDATE sessions SET last_api_at = $1 WHERE id = $2"
+        } else {
+            "UPDATE sessions SET last_activity_at = $1 WHERE id = $2 AND last_activity_at < $1"
+        };
+        sqlx::query(sql)
+            .bind(at)
+            .bind(session_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// A heartbeat from a visible page; `input` when the person did something since the last one.
+    pub async fn heartbeat(&self, session_id: &str, at: i64, input: bool) -> Result<()> {
+        let sql = if input {
+            "UPDATE sessions SET last_heartbeat_at = $1, last_input_at = $1 WHERE id = $2 AND state <> 'ended'"
+        } else {
+            "UPDATE sessions SET last_heartbeat_at = $1 WHERE id = $2 AND state <> 'ended'"
+        };
+        sqlx::query(sql)
+            .bind(at)
+            .bind(session_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// What the sampler saw: `busy_at` when a kernel or the GPU was working, and GPU memory in use.
+    pub async fn record_sample(
+        &self,
+        session_id: &str,
+        busy_at: Option<i64>,
+        gpu_used_mib: Option<u64>,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE sessions SET last_busy_at = COALESCE($1, last_busy_at), gpu_used_mib = $2 WHERE id = $3",
+        )
+        .bind(busy_at)
+        .bind(gpu_used_mib.map(|m| m as i64))
+        .bind(session_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    // ---- extend ----
+
+    /// Holds `minutes` more at the session's price and moves its end; refused past `max_total` minutes.
+    pub async fn extend(&self, session_id: &str, minutes: u32, max_total: u32) -> Result<Step> {
+        let now = now_ms();
+        let mut w = self.begin_write().await?;
+        let state = state_in(&mut w, session_id).await?;
+        if state != SessionState::Ready {
+            return Err(StoreError::Conflict);
+        }
+        let row = sqlx::query(
+            "SELECT user_id, price_per_hour, duration_minutes FROM sessions WHERE id = $1",
+        )
+        .bind(session_id)
+        .fetch_one(&mut *w.tx)
+        .await?;
+        let user_id: String = row.try_get("user_id")?;
+        let per_hour: i64 = row.try_get("price_per_hour")?;
+        let duration = row.try_get::<i64, _>("duration_minutes")? as u32;
+        if duration + minutes > max_total {
+            return Err(StoreError::Quota(format!(
+                "A session may last at most {max_total} minutes; this one has {duration}, so it can grow by {} more.",
+                max_total.saturating_sub(duration)
+            )));
+        }
+        self.lock_user(&mut w, &user_id).await?;
+        let hold = credits::price_for_minutes(per_hour, minutes as i64);
+        let balance = balance_in(&mut w, &user_id).await?;
+        if balance < hold {
+            return Err(StoreError::InsufficientCredits {
+                balance,
+                needed: hold,
+            });
+        }
+        if hold > 0 {
+            insert_ledger(
+                &mut w,
+                &user_id,
+                LedgerKind::Hold,
+                -hold,
+                Some(session_id),
+                &format!("held for {minutes} more minutes"),
+                now,
+            )
+            .await?;
+        }
+        sqlx::query(
+            "UPDATE sessions SET duration_minutes = duration_minutes + $1, ends_at = ends_at + $2 WHERE id = $3",
+        )
+        .bind(minutes as i64)
+        .bind(minutes as i64 * 60_000)
+        .bind(session_id)
+        .execute(&mut *w.tx)
+        .await?;
+        let step = insert_event(
+            &mut w,
+            session_id,
+            state,
+            &format!(
+                "Extended by {minutes} minutes ({} credits held)",
+                credits::format(hold)
+            ),
+            100,
+            false,
+            now,
+        )
+        .await?;
+        insert_audit(
+            &mut w,
+            Some(&user_id),
+            "session.extend",
+            &format!("session:{session_id}"),
+            &format!("{minutes} min"),
+            now,
+        )
+        .await?;
+        w.tx.commit().await?;
+        Ok(step)
+    }
+
+    // ---- quotas ----
+
+    pub async fn quota_overrides(&self, user_id: &str) -> Result<Overrides> {
+        let mut conn = self.pool.acquire().await?;
+        overrides_in(&mut conn, user_id).await
+    }
+
+    /// Live sessions and GPU memory the user holds now (disk is measured by the runtime).
+    pub async fn usage(&self, user_id: &str) -> Result<Usage> {
+        let mut conn = self.pool.acquire().await?;
+        usage_in(&mut conn, user_id).await
+    }
+
+    pub async fn set_quota(
+        &self,
+        user_id: &str,
+        overrides: &Overrides,
+        actor_id: Option<&str>,
+    ) -> Result<()> {
+        let now = now_ms();
+        let mut w = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO user_quotas (user_id, max_sessions, max_gpu_mib, max_minutes, max_disk_mib, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (user_id) DO UPDATE SET max_sessions = excluded.max_sessions, max_gpu_mib = excluded.max_gpu_mib,
+             max_minutes = excluded.max_minutes, max_disk_mib = excluded.max_disk_mib, updated_at = excluded.updated_at",
+        )
+        .bind(user_id)
+        .bind(overrides.max_sessions.map(i64::from))
+        .bind(overrides.max_gpu_mib.map(|v| v as i64))
+        .bind(overrides.max_minutes.map(i64::from))
+        .bind(overrides.max_disk_mib.map(|v| v as i64))
+        .bind(now)
+        .execute(&mut *w.tx)
+        .await?;
+        insert_audit(
+            &mut w,
+            actor_id,
+            "quota.set",
+            &format!("user:{user_id}"),
+            &format!("{overrides:?}"),
+            now,
+        )
+        .await?;
+        w.tx.commit().await?;
+        Ok(())
+    }
+
+    // ---- the reaper's lease ----
+
+    /// Takes or renews the lease `name` for `holder` until `ttl_ms` from now; false while
+    /// another holder's lease runs. Works the same on SQLite and PostgreSQL.
+    pub async fn try_lease(&self, name: &str, holder: &str, ttl_ms: i64) -> Result<bool> {
+        let now = now_ms();
+        let done = sqlx::query(
+            "INSERT INTO leases (name, holder, expires_at) VALUES ($1, $2, $3)
+             ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+             WHERE leases.holder = excluded.holder OR leases.expires_at < $4",
+        )
+        .bind(name)
+        .bind(holder)
+        .bind(now + ttl_ms)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+}
+
+/// The step a queued session shows: what it waits for and its place in line.
+pub fn queue_message(slice_mib: u64, burst: bool, position: u32) -> String {
+    let what = if burst {
+        "whole GPU".to_string()
+    } else {
+        format!("{} slice", format_mib(slice_mib))
+    };
+    format!("All in use: waiting for a free {what}, position {position} in line")
+}
+
+async fn position_in(conn: &mut sqlx::AnyConnection, session_id: &str) -> Result<u32> {
+    let row = sqlx::query(
+        "SELECT CAST(COUNT(*) AS BIGINT) AS ahead FROM sessions o, sessions me
+         WHERE me.id = $1 AND o.state = 'queued' AND o.slice_mib = me.slice_mib AND o.burst = me.burst
+         AND (o.queued_at < me.queued_at OR (o.queued_at = me.queued_at AND o.id < me.id))",
+    )
+    .bind(session_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(row.try_get::<i64, _>("ahead")? as u32 + 1)
+}
+
+async fn overrides_in(conn: &mut sqlx::AnyConnection, user_id: &str) -> Result<Overrides> {
+    let row = sqlx::query(
+        "SELECT max_sessions, max_gpu_mib, max_minutes, max_disk_mib FROM user_quotas WHERE user_id = $1",
+    )
+    .bind(user_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = row else {
+        return Ok(Overrides::default());
+    };
+    let get = |key: &str| row.try_get::<Option<i64>, _>(key);
+    Ok(Overrides {
+        max_sessions: get("max_sessions")?.map(|v| v as u32),
+        max_gpu_mib: get("max_gpu_mib")?.map(|v| v as u64),
+        max_minutes: get("max_minutes")?.map(|v| v as u32),
+        max_disk_mib: get("max_disk_mib")?.map(|v| v as u64),
+    })
+}
+
+async fn usage_in(conn: &mut sqlx::AnyConnection, user_id: &str) -> Result<Usage> {
+    let row = sqlx::query(
+        "SELECT CAST(COUNT(*) AS BIGINT) AS sessions, CAST(COALESCE(SUM(slice_mib), 0) AS BIGINT) AS gpu_mib
+         FROM sessions WHERE user_id = $1 AND state <> 'ended'",
+    )
+    .bind(user_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(Usage {
+        sessions: row.try_get::<i64, _>("sessions")? as u32,
+        gpu_mib: row.try_get::<i64, _>("gpu_mib")? as u64,
+        disk_mib: None,
+    })
+}
+
+/// Claims a place for `session_id`: a ready warm editor of the kind (whose id the session then
+/// takes), else a free slot — one without a warm editor first, else one whose warm editor is
+/// pushed off — or for a burst every slot of one idle card.
+async fn claim_in(
+    w: &mut WriteTx,
+    session_id: &str,
+    editor: EditorKind,
+    slice_mib: u64,
+    burst: bool,
+    use_warm: bool,
+) -> Result<Option<Claim>> {
+    let now = now_ms();
+    if burst {
+        return claim_card_in(w, session_id, slice_mib, now).await;
+    }
+    if use_warm {
+        let sql = format!(
+            "SELECT {WARM_COLUMNS}, sl.gpu_id FROM warm_editors w JOIN slots sl ON sl.id = w.slot_id
+             WHERE w.editor = $1 AND w.state = 'ready' AND sl.slice_mib = $2 AND sl.session_id IS NULL AND sl.active = 1
+             ORDER BY w.created_at LIMIT 4{}",
+            skip_locked(w.kind, "w")
+        );
+        let rows = sqlx::query(&sql)
+            .bind(editor.as_str())
+            .bind(slice_mib as i64)
+            .fetch_all(&mut *w.tx)
+            .await?;
+        for row in rows {
+            let warm = WarmRecord::from_row(&row)?;
+            let gpu_id: String = row.try_get("gpu_id")?;
+            let gone = sqlx::query("DELETE FROM warm_editors WHERE id = $1 AND state = 'ready'")
+                .bind(&warm.id)
+                .execute(&mut *w.tx)
+                .await?;
+            if gone.rows_affected() != 1 {
+                continue;
+            }
+            let taken = sqlx::query(
+                "UPDATE slots SET session_id = $1, updated_at = $2 WHERE id = $3 AND session_id IS NULL AND active = 1",
+            )
+            .bind(&warm.id)
+            .bind(now)
+            .bind(&warm.slot_id)
+            .execute(&mut *w.tx)
+            .await?;
+            if taken.rows_affected() == 1 {
+                return Ok(Some(Claim {
+                    session_id: warm.id.clone(),
+                    slot_id: warm.slot_id.clone(),
+                    gpu_id,
+                    warm: Some(warm),
+                    evicted: Vec::new(),
+                }));
+            }
+        }
+    }
+    // Pack onto the busiest card so whole cards stay free for bursts; spare warm editors.
+    let sql = format!(
+        "SELECT sl.id, sl.gpu_id,
+           (SELECT COUNT(*) FROM warm_editors w WHERE w.slot_id = sl.id) AS warm,
+           (SELECT COUNT(*) FROM slots f WHERE f.gpu_id = sl.gpu_id AND f.session_id IS NULL AND f.active = 1) AS free_on_gpu
+         FROM slots sl WHERE sl.session_id IS NULL AND sl.active = 1 AND sl.slice_mib = $1
+         ORDER BY warm, free_on_gpu, sl.id LIMIT 8{}",
+        skip_locked(w.kind, "sl")
+    );
+    let rows = sqlx::query(&sql)
+        .bind(slice_mib as i64)
+        .fetch_all(&mut *w.tx)
+        .await?;
+    for row in rows {
+        let slot_id: String = row.try_get("id")?;
+        let gpu_id: String = row.try_get("gpu_id")?;
+        let taken = sqlx::query(
+            "UPDATE slots SET session_id = $1, updated_at = $2 WHERE id = $3 AND session_id IS NULL AND active = 1",
+        )
+        .bind(session_id)
+        .bind(now)
+        .bind(&slot_id)
+        .execute(&mut *w.tx)
+        .await?;
+        if taken.rows_affected() == 1 {
+            let evicted = evict_in(w, "w.slot_id = $1", &slot_id).await?;
+            return Ok(Some(Claim {
+                session_id: session_id.to_string(),
+                slot_id,
+                gpu_id,
+                warm: None,
+                evicted,
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// A whole card whose memory is `memory_mib` and none of whose slots is held.
+async fn claim_card_in(
+    w: &mut WriteTx,
+    session_id: &str,
+    memory_mib: u64,
+    now: i64,
+) -> Result<Option<Claim>> {
+    let cards = sqlx::query(
+        "SELECT g.id, (SELECT COUNT(*) FROM slots sl WHERE sl.gpu_id = g.id AND sl.active = 1) AS slots
+         FROM gpus g WHERE g.active = 1 AND g.memory_mib = $1
+         AND NOT EXISTS (SELECT 1 FROM slots sl WHERE sl.gpu_id = g.id AND sl.active = 1 AND sl.session_id IS NOT NULL)
+         ORDER BY g.ordinal",
+    )
+    .bind(memory_mib as i64)
+    .fetch_all(&mut *w.tx)
+    .await?;
+    for card in cards {
+        let gpu_id: String = card.try_get("id")?;
+        let slots: i64 = card.try_get("slots")?;
+        if slots == 0 {
+            continue;
+        }
+        let taken = sqlx::query(
+            "UPDATE slots SET session_id = $1, updated_at = $2 WHERE gpu_id = $3 AND active = 1 AND session_id IS NULL",
+        )
+        .bind(session_id)
+        .bind(now)
+        .bind(&gpu_id)
+        .execute(&mut *w.tx)
+        .await?;
+        if taken.rows_affected() as i64 != slots {
+            // A slice launch took one of its slots meanwhile: let go of the rest.
+            sqlx::query("UPDATE slots SET session_id = NULL WHERE gpu_id = $1 AND session_id = $2")
+                .bind(&gpu_id)
+                .bind(session_id)
+                .execute(&mut *w.tx)
+                .await?;
+            continue;
+        }
+        let first =
+            sqlx::query("SELECT MIN(id) AS id FROM slots WHERE gpu_id = $1 AND session_id = $2")
+                .bind(&gpu_id)
+                .bind(session_id)
+                .fetch_one(&mut *w.tx)
+                .await?;
+        let evicted = evict_in(w, "sl.gpu_id = $1", &gpu_id).await?;
+        return Ok(Some(Claim {
+            session_id: session_id.to_string(),
+            slot_id: first.try_get("id")?,
+            gpu_id,
+            warm: None,
+            evicted,
+        }));
+    }
+    Ok(None)
+}
+
+/// Removes the warm editors matching `filter` (on `w` joined with `sl`) and returns them, to be stopped.
+async fn evict_in(w: &mut WriteTx, filter: &str, value: &str) -> Result<Vec<WarmRecord>> {
+    let rows = sqlx::query(&format!(
+        "SELECT {WARM_COLUMNS} FROM warm_editors w JOIN slots sl ON sl.id = w.slot_id WHERE {filter}"
+    ))
+    .bind(value)
+    .fetch_all(&mut *w.tx)
+    .await?;
+    let evicted: Vec<WarmRecord> = rows
+        .iter()
+        .map(WarmRecord::from_row)
+        .collect::<Result<_>>()?;
+    for warm in &evicted {
+        sqlx::query("DELETE FROM warm_editors WHERE id = $1")
+            .bind(&warm.id)
+            .execute(&mut *w.tx)
+            .await?;
+    }
+    Ok(evicted)
+}

@@ -1,0 +1,388 @@
+//! Store tests of the allocator and the guardrails, on SQLite and PostgreSQL alike.
+
+use super::tests::{backdate_ready, ledger_sum, on_both_fns, six_slots, state_of, user};
+use super::*;
+use app::domain::pool::plan_slots;
+use app::domain::quota::{Limits, Overrides};
+use std::collections::HashSet;
+
+const SLICE: u64 = 8192;
+const ROOMY: Limits = Limits {
+    max_sessions: 10_000,
+    max_gpu_mib: u64::MAX / 4,
+    max_minutes: 480,
+    max_disk_mib: 10_240,
+};
+
+fn one_credit_an_hour(_: &str) -> i64 {
+    1_000
+}
+
+fn plan(user_id: &str, burst: bool, limits: Limits, use_warm: bool) -> LaunchPlan<'_> {
+    LaunchPlan {
+        user_id,
+        editor: EditorKind::JupyterLab,
+        slice_mib: if burst { 49152 } else { SLICE },
+        burst,
+        duration_minutes: 60,
+        limits,
+        disk_mib: None,
+        price_on: &one_credit_an_hour,
+        queue_price: 1_000,
+        use_warm,
+    }
+}
+
+/// `cards` cards of 80 GB, ten 8 GB slots each.
+async fn cards_of_ten(store: &Store, cards: usize) -> Vec<String> {
+    let gpus: Vec<GpuSpec> = (0..cards)
+        .map(|i| GpuSpec {
+            id: format!("card{i}"),
+            model: "Virtual 80G".into(),
+            memory_mib: 81920,
+            slice_mib: SLICE,
+            enforced: false,
+            cuda_index: None,
+        })
+        .collect();
+    let slots: Vec<SlotSpec> = gpus
+        .iter()
+        .enumerate()
+        .flat_map(|(i, g)| plan_slots(i, g))
+        .collect();
+    store.sync_pool(&gpus, &slots).await.unwrap();
+    slots.into_iter().map(|s| s.id).collect()
+}
+
+/// 1,000 launches race for a user whose credits cover K of them: exactly K hold, the rest are
+/// refused with the balance and the price, and the ledger sums to what is left.
+async fn thousand_launches_exactly_k(store: Store) {
+    const K: i64 = 37;
+    six_slots(&store).await;
+    let grant = K * 1_000 + 999;
+    let alice = user(&store, "alice", grant).await;
+    let mut tasks = Vec::new();
+    for _ in 0..1000 {
+        let store = store.clone();
+        let user_id = alice.id.clone();
+        tasks.push(tokio::spawn(async move {
+            store.launch(plan(&user_id, false, ROOMY, false)).await
+        }));
+    }
+    let (mut started, mut queued, mut refused) = (0, 0, 0);
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(l) => match l.placement {
+                Placement::Slot { .. } => started += 1,
+                Placement::Queued { .. } => queued += 1,
+                Placement::Warm(_) => panic!("no warm editors here"),
+            },
+            Err(StoreError::InsufficientCredits { balance, needed }) => {
+                assert_eq!(needed, 1_000);
+                assert_eq!(balance, 999);
+                refused += 1;
+            }
+            Err(e) => panic!("unexpected error: {e:?}"),
+        }
+    }
+    assert_eq!((started, queued, refused), (6, K - 6, 1000 - K));
+    assert_eq!(ledger_sum(&store, &alice.id).await, grant - K * 1_000);
+    assert_eq!(store.credits(&alice.id).await.unwrap(), (999, K * 1_000));
+    let positions: Vec<u32> = store
+        .queue_positions()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, _, _, p)| p)
+        .collect();
+    assert_eq!(positions, (1..=(K - 6) as u32).collect::<Vec<_>>());
+}
+
+/// 500 launches race for 50 warm slots: each warm editor and slot goes to exactly one session,
+/// everyone else queues; a freed slot goes to the head of the queue.
+async fn five_hundred_launches_fifty_warm(store: Store) {
+    let slots = cards_of_ten(&store, 5).await;
+    assert_eq!(slots.len(), 50);
+    for i in 0..50 {
+        let warm = store
+            .add_warm(EditorKind::JupyterLab, SLICE)
+            .await
+            .unwrap()
+            .expect("a free slot to warm");
+        assert!(
+            store
+                .warm_ready(
+                    &warm.id,
+                    &format!("127.0.0.1:{}", 20000 + i),
+                    "secret",
+                    "{}"
+                )
+                .await
+                .unwrap()
+        );
+    }
+    assert!(
+        store
+            .add_warm(EditorKind::JupyterLab, SLICE)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let alice = user(&store, "alice", 10_000_000).await;
+    let mut tasks = Vec::new();
+    for _ in 0..500 {
+        let store = store.clone();
+        let user_id = alice.id.clone();
+        tasks.push(tokio::spawn(async move {
+            store.launch(plan(&user_id, false, ROOMY, true)).await
+        }));
+    }
+    let mut warm_ids = HashSet::new();
+    let mut warm_slots = HashSet::new();
+    let mut queued = Vec::new();
+    for task in tasks {
+        let launched = task.await.unwrap().expect("launch");
+        match launched.placement {
+            Placement::Warm(w) => {
+                assert_eq!(
+                    launched.record.id, w.id,
+                    "the session takes the editor's id"
+                );
+                assert_eq!(launched.record.state, SessionState::Ready);
+                assert!(warm_ids.insert(w.id));
+                assert!(warm_slots.insert(w.slot_id));
+            }
+            Placement::Queued { .. } => queued.push(launched.record),
+            Placement::Slot { .. } => panic!("every free slot was warm and taken first"),
+        }
+    }
+    assert_eq!((warm_ids.len(), queued.len()), (50, 450));
+    let held: Vec<String> =
+        sqlx::query("SELECT session_id FROM slots WHERE session_id IS NOT NULL")
+            .fetch_all(store.pool_handle())
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.try_get("session_id").unwrap())
+            .collect();
+    assert_eq!(held.iter().collect::<HashSet<_>>().len(), 50);
+    assert!(store.warm_editors().await.unwrap().is_empty());
+    assert!(
+        store
+            .dispatch_queued(&|_, _| 1_000)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // One ends: the oldest queued launch gets its slot.
+    let first_ended = warm_ids.iter().next().unwrap().clone();
+    store
+        .begin_stop(&first_ended, EndReason::User, None)
+        .await
+        .unwrap();
+    store.finish(&first_ended).await.unwrap();
+    let mut oldest = queued.clone();
+    oldest.sort_by_key(|r| (r.queued_at, r.id.clone()));
+    let dispatched = store.dispatch_queued(&|_, _| 1_000).await.unwrap();
+    assert_eq!(dispatched.len(), 1);
+    assert_eq!(dispatched[0].session_id, oldest[0].id);
+    assert_eq!(
+        state_of(&store, &oldest[0].id).await,
+        SessionState::Starting
+    );
+    assert_eq!(store.queue_position(&oldest[1].id).await.unwrap(), 1);
+}
+
+/// Each limit refuses with what it is and what is in use; nothing is written; overrides apply.
+async fn quotas_refuse_and_overrides_apply(store: Store) {
+    six_slots(&store).await;
+    let alice = user(&store, "alice", 100_000).await;
+    let limits = Limits {
+        max_sessions: 2,
+        max_gpu_mib: 16384,
+        max_minutes: 120,
+        max_disk_mib: 1024,
+    };
+    for _ in 0..2 {
+        store
+            .launch(plan(&alice.id, false, limits, false))
+            .await
+            .unwrap();
+    }
+    let before = ledger_sum(&store, &alice.id).await;
+    match store.launch(plan(&alice.id, false, limits, false)).await {
+        Err(StoreError::Quota(message)) => {
+            assert!(message.contains("2 concurrent sessions"), "{message}")
+        }
+        other => panic!("expected a quota refusal, got {other:?}"),
+    }
+    assert_eq!(ledger_sum(&store, &alice.id).await, before);
+    assert_eq!(store.sessions_of(&alice.id, 10).await.unwrap().len(), 2);
+
+    store
+        .set_quota(
+            &alice.id,
+            &Overrides {
+                max_sessions: Some(5),
+                ..Overrides::default()
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    // The session limit moved; GPU memory (16 GB, two slices held) is next to refuse.
+    match store.launch(plan(&alice.id, false, limits, false)).await {
+        Err(StoreError::Quota(message)) => assert!(message.contains("hold 16 GB"), "{message}"),
+        other => panic!("expected the memory limit, got {other:?}"),
+    }
+    let bob = user(&store, "bob", 100_000).await;
+    let mut too_long = plan(&bob.id, false, limits, false);
+    too_long.duration_minutes = 121;
+    assert!(matches!(
+        store.launch(too_long).await,
+        Err(StoreError::Quota(_))
+    ));
+    let mut too_big = plan(&bob.id, false, limits, false);
+    too_big.disk_mib = Some(2048);
+    match store.launch(too_big).await {
+        Err(StoreError::Quota(message)) => assert!(message.contains("workspace"), "{message}"),
+        other => panic!("expected the disk limit, got {other:?}"),
+    }
+    assert!(store.sessions_of(&bob.id, 10).await.unwrap().is_empty());
+}
+
+/// A burst takes every slot of an idle card, or queues for one; the price is the card's.
+async fn burst_takes_a_whole_card(store: Store) {
+    let cards = [gpu_of("cheap", "A"), gpu_of("dear", "B")];
+    let slots: Vec<SlotSpec> = cards
+        .iter()
+        .enumerate()
+        .flat_map(|(i, g)| plan_slots(i, g))
+        .collect();
+    store.sync_pool(&cards, &slots).await.unwrap();
+    let alice = user(&store, "alice", 1_000_000).await;
+    let price = |gpu: &str| if gpu == "dear" { 9_000 } else { 6_000 };
+    let slice = store
+        .launch(LaunchPlan {
+            price_on: &price,
+            ..plan(&alice.id, false, ROOMY, false)
+        })
+        .await
+        .unwrap();
+    assert_eq!(slice.record.gpu_id.as_deref(), Some("cheap"));
+    let burst = store
+        .launch(LaunchPlan {
+            price_on: &price,
+            ..plan(&alice.id, true, ROOMY, false)
+        })
+        .await
+        .unwrap();
+    assert!(matches!(burst.placement, Placement::Slot { .. }));
+    assert_eq!(
+        burst.record.price_per_hour, 9_000,
+        "the card it got sets the price"
+    );
+    let on_card: i64 = sqlx::query("SELECT COUNT(*) AS n FROM slots WHERE session_id = $1")
+        .bind(&burst.record.id)
+        .fetch_one(store.pool_handle())
+        .await
+        .unwrap()
+        .try_get("n")
+        .unwrap();
+    assert_eq!(on_card, 6);
+    let second = store
+        .launch(LaunchPlan {
+            price_on: &price,
+            ..plan(&alice.id, true, ROOMY, false)
+        })
+        .await
+        .unwrap();
+    assert!(matches!(
+        second.placement,
+        Placement::Queued { position: 1 }
+    ));
+    // The first burst ends: the card goes to the queued one, at that card's price.
+    store
+        .begin_stop(&burst.record.id, EndReason::User, None)
+        .await
+        .unwrap();
+    store.finish(&burst.record.id).await.unwrap();
+    let dispatched = store
+        .dispatch_queued(&|gpu, _| if gpu == "dear" { 9_000 } else { 6_000 })
+        .await
+        .unwrap();
+    assert_eq!(dispatched.len(), 1);
+    let got = store.session(&second.record.id).await.unwrap().unwrap();
+    assert_eq!(
+        (got.state, got.price_per_hour),
+        (SessionState::Starting, 9_000)
+    );
+}
+
+fn gpu_of(id: &str, model: &str) -> GpuSpec {
+    GpuSpec {
+        id: id.into(),
+        model: model.into(),
+        memory_mib: 49152,
+        slice_mib: SLICE,
+        enforced: false,
+        cuda_index: None,
+    }
+}
+
+/// Extending holds more at the session's price, moves the end, and stops at the limit.
+async fn extend_holds_more(store: Store) {
+    six_slots(&store).await;
+    let alice = user(&store, "alice", 3_000).await;
+    let launched = store
+        .launch(plan(&alice.id, false, ROOMY, false))
+        .await
+        .unwrap();
+    let id = launched.record.id;
+    assert!(matches!(
+        store.extend(&id, 30, 480).await,
+        Err(StoreError::Conflict)
+    ));
+    store.mark_ready(&id, "ready").await.unwrap();
+    let ends = store.session(&id).await.unwrap().unwrap().ends_at.unwrap();
+    store.extend(&id, 30, 480).await.unwrap();
+    let after = store.session(&id).await.unwrap().unwrap();
+    assert_eq!(after.ends_at.unwrap() - ends, 30 * 60_000);
+    assert_eq!(after.duration_minutes, 90);
+    assert_eq!(ledger_sum(&store, &alice.id).await, 3_000 - 1_500);
+    match store.extend(&id, 400, 480).await {
+        Err(StoreError::Quota(message)) => assert!(message.contains("390 more"), "{message}"),
+        other => panic!("expected the duration limit, got {other:?}"),
+    }
+    match store.extend(&id, 390, 480).await {
+        Err(StoreError::InsufficientCredits { balance, needed }) => {
+            assert_eq!((balance, needed), (1_500, 6_500))
+        }
+        other => panic!("expected too few credits, got {other:?}"),
+    }
+    // Settling refunds both holds and charges the minutes used: 61 s is two minutes.
+    backdate_ready(&store, &id, 61_000).await;
+    store.begin_stop(&id, EndReason::User, None).await.unwrap();
+    store.finish(&id).await.unwrap();
+    assert_eq!(ledger_sum(&store, &alice.id).await, 3_000 - 34);
+}
+
+/// One reaper at a time: the lease is held until it expires, and its holder renews it.
+async fn lease_has_one_holder(store: Store) {
+    assert!(store.try_lease("reaper", "a", 60_000).await.unwrap());
+    assert!(!store.try_lease("reaper", "b", 60_000).await.unwrap());
+    assert!(store.try_lease("reaper", "a", 60_000).await.unwrap());
+    assert!(store.try_lease("other", "b", 60_000).await.unwrap());
+    assert!(store.try_lease("short", "a", -1).await.unwrap());
+    assert!(store.try_lease("short", "b", 60_000).await.unwrap());
+}
+
+on_both_fns! {
+    thousand_launches_exactly_k => thousand_launches_exactly_k_sqlite, thousand_launches_exactly_k_postgres;
+    five_hundred_launches_fifty_warm => five_hundred_launches_fifty_warm_sqlite, five_hundred_launches_fifty_warm_postgres;
+    quotas_refuse_and_overrides_apply => quotas_refuse_and_overrides_apply_sqlite, quotas_refuse_and_overrides_apply_postgres;
+    burst_takes_a_whole_card => burst_takes_a_whole_card_sqlite, burst_takes_a_whole_card_postgres;
+    extend_holds_more => extend_holds_more_sqlite, extend_holds_more_postgres;
+    lease_has_one_holder => lease_has_one_holder_sqlite, lease_has_one_holder_postgres;
+}
