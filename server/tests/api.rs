@@ -281,9 +281,8 @@ async fn websocket_frames_pass_through_the_proxy() {
 #[tokio::test]
 async fn a_failed_start_refunds_and_says_why() {
     let runtime = std::sync::Arc::new(FakeRuntime {
-        started: Default::default(),
-        stopped: Default::default(),
         fail_start: true,
+        ..FakeRuntime::plain()
     });
     let app = TestApp::start(Some(runtime)).await;
     let (user_id, token) = app.user("hal").await;

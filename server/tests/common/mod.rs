@@ -295,15 +295,34 @@ pub struct FakeRuntime {
     pub started: std::sync::Mutex<Vec<String>>,
     pub stopped: std::sync::Mutex<Vec<String>>,
     pub fail_start: bool,
+    /// What its Jupyter-like `api/kernels` says: a kernel executing.
+    pub busy: Arc<std::sync::atomic::AtomicBool>,
+    /// Offers pre-started editors; `bound` records (session, user) of each workspace binding.
+    pub prestart: bool,
+    pub bound: std::sync::Mutex<Vec<(String, String)>>,
 }
 
 impl FakeRuntime {
     pub fn new() -> Arc<FakeRuntime> {
-        Arc::new(FakeRuntime {
+        Arc::new(Self::plain())
+    }
+
+    pub fn plain() -> FakeRuntime {
+        FakeRuntime {
             started: Default::default(),
             stopped: Default::default(),
             fail_start: false,
-        })
+            busy: Default::default(),
+            prestart: false,
+            bound: Default::default(),
+        }
+    }
+
+    /// The editor process dies on its own (the crash the reaper must notice).
+    pub fn crash(handle: &str) {
+        if let Some(task) = FAKE_TASKS.lock().unwrap().remove(handle) {
+            task.abort();
+        }
     }
 }
 
@@ -327,7 +346,7 @@ impl Runtime for FakeRuntime {
             server::editors::UpstreamAuth::Header(_, value) => value,
             server::editors::UpstreamAuth::Cookie(name, value) => format!("{name}={value}"),
         };
-        let app = fake_editor(launch.base_path.clone(), expected);
+        let app = fake_editor(launch.base_path.clone(), expected, self.busy.clone());
         let handle = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -362,13 +381,29 @@ impl Runtime for FakeRuntime {
     async fn is_alive(&self, handle: &str) -> bool {
         FAKE_TASKS.lock().unwrap().contains_key(handle)
     }
+
+    fn prestarts_editors(&self) -> bool {
+        self.prestart
+    }
+
+    async fn bind_workspace(&self, launch_id: &str, user_name: &str) -> Result<(), RuntimeError> {
+        self.bound
+            .lock()
+            .unwrap()
+            .push((launch_id.to_string(), user_name.to_string()));
+        Ok(())
+    }
 }
 
 static FAKE_TASKS: std::sync::LazyLock<
     std::sync::Mutex<std::collections::HashMap<String, tokio::task::JoinHandle<()>>>,
 > = std::sync::LazyLock::new(Default::default);
 
-fn fake_editor(base: String, expected_auth: String) -> axum::Router {
+fn fake_editor(
+    base: String,
+    expected_auth: String,
+    busy: Arc<std::sync::atomic::AtomicBool>,
+) -> axum::Router {
     use axum::extract::ws::{Message, WebSocketUpgrade};
     use axum::http::HeaderMap as Headers;
     use axum::routing::{any, get, post};
@@ -377,7 +412,26 @@ fn fake_editor(base: String, expected_auth: String) -> axum::Router {
     };
     let status_check = check.clone();
     let ws_check = check.clone();
+    let kernels_check = check.clone();
     axum::Router::new()
+        .route(
+            &format!("{base}api/kernels"),
+            get(move |headers: Headers| async move {
+                if !kernels_check(&headers) {
+                    return (StatusCode::FORBIDDEN, "wrong token".to_string());
+                }
+                let state = if busy.load(std::sync::atomic::Ordering::Relaxed) {
+                    "busy"
+                } else {
+                    "idle"
+                };
+                (
+                    StatusCode::OK,
+                    serde_json::json!([{ "id": "k1", "name": "python3", "execution_state": state }])
+                        .to_string(),
+                )
+            }),
+        )
         .route(
             &format!("{base}api/status"),
             get(move |headers: Headers| async move {

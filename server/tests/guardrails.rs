@@ -1,0 +1,385 @@
+//! The guardrails end to end, through the REST API and the proxy, with a stand-in editor and
+//! short timeouts: the reaper ends idle and crashed sessions, keeps busy ones, follows the
+//! open-tab policy; the queue starts launches by itself; warm editors launch at once; quotas
+//! and extensions answer with clear messages.
+
+mod common;
+
+use common::{FakeRuntime, TestApp};
+use http::{Method, StatusCode};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+const REAPER_MS: u64 = 100;
+
+/// Idle after 2 s, warned 1 s before; the reaper runs every 100 ms, the sampler every second.
+async fn quick(runtime: Arc<FakeRuntime>, open_tab: bool) -> TestApp {
+    TestApp::start_with(Some(runtime), move |c| {
+        c.idle.timeout_seconds = 2;
+        c.idle.warn_seconds = 1;
+        c.idle.reaper_period_ms = REAPER_MS;
+        c.idle.sample_seconds = 1;
+        c.idle.open_tab_keeps_alive = open_tab;
+    })
+    .await
+}
+
+fn step_at(view: &Value, needle: &str) -> i64 {
+    view["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["message"].as_str().unwrap().contains(needle))
+        .unwrap_or_else(|| panic!("no step with '{needle}' in {view}"))["at_ms"]
+        .as_i64()
+        .unwrap()
+}
+
+async fn ended(app: &TestApp, token: &str, id: &str) -> Value {
+    app.wait_for(token, id, |v| v["state"] == "ended").await
+}
+
+async fn still_ready_after(
+    app: &TestApp,
+    token: &str,
+    id: &str,
+    wait: Duration,
+    beat: impl AsyncFn(),
+) {
+    let until = tokio::time::Instant::now() + wait;
+    while tokio::time::Instant::now() < until {
+        beat().await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let view = app
+        .get(&format!("/api/v1/sessions/{id}"), Some(token))
+        .await
+        .json();
+    assert_eq!(view["state"], "ready", "ended too early: {view}");
+}
+
+#[tokio::test]
+async fn an_idle_session_ends_within_one_reaper_period_after_its_timeout() {
+    let app = quick(FakeRuntime::new(), false).await;
+    let (user_id, token) = app.user("ida").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    let ready = app
+        .get(&format!("/api/v1/sessions/{id}"), Some(&token))
+        .await
+        .json();
+    let idle_at = ready["idle_at_ms"].as_i64().expect("an idle countdown");
+    let view = ended(&app, &token, &id).await;
+    assert_eq!(view["end_reason"], "idle");
+    let stopped_at = step_at(&view, "idle too long");
+    assert!(
+        stopped_at >= idle_at && stopped_at - idle_at <= REAPER_MS as i64 + 50,
+        "stopped {} ms after its idle time",
+        stopped_at - idle_at
+    );
+    // The slot is free again and the unused credits are back: about 2 s cost one minute.
+    let (balance, held) = app.service.store.credits(&user_id).await.unwrap();
+    assert_eq!((balance, held), (100_000 - 17, 0));
+}
+
+#[tokio::test]
+async fn a_busy_kernel_without_a_browser_is_not_idle() {
+    let runtime = FakeRuntime::new();
+    runtime.busy.store(true, Ordering::Relaxed);
+    let app = quick(runtime.clone(), false).await;
+    let (_, token) = app.user("bea").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    still_ready_after(&app, &token, &id, Duration::from_secs(5), async || {}).await;
+    // The job finishes: now it is idle, and ends.
+    runtime.busy.store(false, Ordering::Relaxed);
+    assert_eq!(ended(&app, &token, &id).await["end_reason"], "idle");
+}
+
+#[tokio::test]
+async fn an_open_tab_alone_does_not_hold_a_gpu_by_default() {
+    let app = quick(FakeRuntime::new(), false).await;
+    let (_, token) = app.user("tab").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    let beat = format!("/api/v1/sessions/{id}/heartbeat");
+    let started = tokio::time::Instant::now();
+    loop {
+        let r = app
+            .call(
+                Method::POST,
+                &beat,
+                Some(&token),
+                Some(json!({"input": false})),
+            )
+            .await;
+        if r.status != StatusCode::OK {
+            break;
+        }
+        if r.json()["state"] == "ended" {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "never ended");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(ended(&app, &token, &id).await["end_reason"], "idle");
+}
+
+#[tokio::test]
+async fn an_open_tab_keeps_a_session_when_configured_and_input_always_does() {
+    let app = quick(FakeRuntime::new(), true).await;
+    let (_, token) = app.user("tab").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    let beat = format!("/api/v1/sessions/{id}/heartbeat");
+    still_ready_after(&app, &token, &id, Duration::from_secs(5), async || {
+        app.call(
+            Method::POST,
+            &beat,
+            Some(&token),
+            Some(json!({"input": false})),
+        )
+        .await
+        .assert_status(StatusCode::OK);
+    })
+    .await;
+
+    let strict = quick(FakeRuntime::new(), false).await;
+    let (_, token) = strict.user("typist").await;
+    let id = strict.launch_ready(&token, "jupyterlab").await;
+    let beat = format!("/api/v1/sessions/{id}/heartbeat");
+    still_ready_after(&strict, &token, &id, Duration::from_secs(5), async || {
+        strict
+            .call(
+                Method::POST,
+                &beat,
+                Some(&token),
+                Some(json!({"input": true})),
+            )
+            .await
+            .assert_status(StatusCode::OK);
+    })
+    .await;
+    // A script using its editor through the proxy with a token is a person's work too.
+    let status = format!("/s/{id}/api/status");
+    still_ready_after(&strict, &token, &id, Duration::from_secs(4), async || {
+        strict
+            .get(&status, Some(&token))
+            .await
+            .assert_status(StatusCode::OK);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_killed_editor_is_detected_and_refunded() {
+    let app = TestApp::start_with(Some(FakeRuntime::new()), |c| {
+        c.idle.reaper_period_ms = 1000;
+    })
+    .await;
+    let (user_id, token) = app.user("kay").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    let handle = app
+        .service
+        .store
+        .session(&id)
+        .await
+        .unwrap()
+        .unwrap()
+        .runtime_handle
+        .unwrap();
+    let killed = tokio::time::Instant::now();
+    FakeRuntime::crash(&handle);
+    let view = ended(&app, &token, &id).await;
+    assert!(
+        killed.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        killed.elapsed()
+    );
+    assert_eq!(view["end_reason"], "crash");
+    let (balance, held) = app.service.store.credits(&user_id).await.unwrap();
+    assert_eq!(
+        (balance, held),
+        (100_000 - 17, 0),
+        "unused credits come back"
+    );
+}
+
+#[tokio::test]
+async fn a_full_pool_queues_with_positions_and_starts_by_itself() {
+    let app = TestApp::start_with(Some(FakeRuntime::new()), |c| {
+        c.idle.reaper_period_ms = REAPER_MS;
+        c.pool.gpus[0].memory_mib = 16384;
+    })
+    .await;
+    let mut tokens = Vec::new();
+    for name in ["u1", "u2", "u3", "u4"] {
+        tokens.push(app.user(name).await);
+    }
+    let first = app.launch_ready(&tokens[0].1, "jupyterlab").await;
+    app.launch_ready(&tokens[1].1, "jupyterlab").await;
+    let third = app.launch(&tokens[2].1, "jupyterlab", 30).await;
+    third.assert_status(StatusCode::CREATED);
+    let third = third.json();
+    assert_eq!(
+        (third["state"].as_str(), third["queue_position"].as_u64()),
+        (Some("queued"), Some(1))
+    );
+    let fourth = app.launch(&tokens[3].1, "marimo", 30).await.json();
+    assert_eq!(fourth["queue_position"], 2);
+    let dashboard_slices = app
+        .service
+        .dashboard(
+            &app.service
+                .store
+                .user_by_name("u4")
+                .await
+                .unwrap()
+                .unwrap()
+                .viewer(),
+        )
+        .await
+        .unwrap()
+        .slices;
+    assert_eq!(dashboard_slices[0].queued, 2);
+
+    app.delete(&format!("/api/v1/sessions/{first}"), Some(&tokens[0].1))
+        .await
+        .assert_status(StatusCode::OK);
+    let third_id = third["id"].as_str().unwrap();
+    let started = app
+        .wait_for(&tokens[2].1, third_id, |v| v["state"] == "ready")
+        .await;
+    assert!(started["steps"].to_string().contains("Your turn"));
+    let fourth_id = fourth["id"].as_str().unwrap();
+    let moved = app
+        .wait_for(&tokens[3].1, fourth_id, |v| v["queue_position"] == 1)
+        .await;
+    assert_eq!(moved["state"], "queued");
+    // Leaving the queue ends it with every credit back.
+    app.delete(&format!("/api/v1/sessions/{fourth_id}"), Some(&tokens[3].1))
+        .await
+        .assert_status(StatusCode::OK);
+    let left = ended(&app, &tokens[3].1, fourth_id).await;
+    assert_eq!(left["end_reason"], "user");
+    let (balance, held) = app.service.store.credits(&tokens[3].0).await.unwrap();
+    assert_eq!((balance, held), (100_000, 0));
+}
+
+#[tokio::test]
+async fn a_warm_editor_launches_at_once_on_the_users_workspace_and_is_replaced() {
+    let runtime = Arc::new(FakeRuntime {
+        prestart: true,
+        ..FakeRuntime::plain()
+    });
+    let app = TestApp::start_with(Some(runtime.clone()), |c| {
+        c.idle.reaper_period_ms = REAPER_MS;
+        c.pool.warm = vec![server::config::WarmTarget {
+            editor: "jupyterlab".into(),
+            slice_mib: 8192,
+            count: 2,
+        }];
+    })
+    .await;
+    let warm_ready = async || {
+        loop {
+            let warm = app.service.store.warm_editors().await.unwrap();
+            if warm.iter().filter(|w| w.ready).count() == 2 {
+                return warm;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let before = tokio::time::timeout(Duration::from_secs(10), warm_ready())
+        .await
+        .expect("two warm editors");
+    let (_, token) = app.user("wendy").await;
+    let launched = app.launch(&token, "jupyterlab", 30).await;
+    launched.assert_status(StatusCode::CREATED);
+    let view = launched.json();
+    assert_eq!(
+        view["state"], "ready",
+        "a warm launch is ready in its first answer"
+    );
+    let id = view["id"].as_str().unwrap().to_string();
+    assert!(
+        before.iter().any(|w| w.id == id),
+        "it is one of the warm editors"
+    );
+    assert_eq!(
+        runtime.bound.lock().unwrap().clone(),
+        vec![(id.clone(), "wendy".to_string())]
+    );
+    app.get(&format!("/s/{id}/api/status"), Some(&token))
+        .await
+        .assert_status(StatusCode::OK);
+    // The pool refills to two.
+    let after = tokio::time::timeout(Duration::from_secs(10), warm_ready())
+        .await
+        .expect("refilled");
+    assert!(after.iter().all(|w| w.id != id));
+    // Another editor kind starts cold, on a slot without a warm editor.
+    let cold = app.launch(&token, "marimo", 30).await.json();
+    assert_eq!(cold["state"], "starting");
+    assert_eq!(app.service.store.warm_editors().await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn quotas_and_extensions_answer_clearly() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (user_id, token) = app.user("quinn").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    app.launch_ready(&token, "marimo").await;
+    let third = app.launch(&token, "jupyterlab", 30).await;
+    third.assert_status(StatusCode::FORBIDDEN);
+    assert_eq!(third.json()["error"], "quota_exceeded");
+    let message = third.json()["message"].as_str().unwrap().to_string();
+    assert!(
+        message.contains("2 concurrent sessions") && message.contains("you have 2"),
+        "{message}"
+    );
+    let quota = app.get("/api/v1/quota", Some(&token)).await.json();
+    assert_eq!(quota["usage"]["sessions"], 2);
+
+    let before = app
+        .get(&format!("/api/v1/sessions/{id}"), Some(&token))
+        .await
+        .json();
+    let extended = app
+        .call(
+            Method::POST,
+            &format!("/api/v1/sessions/{id}/extend"),
+            Some(&token),
+            Some(json!({"minutes": 30})),
+        )
+        .await;
+    extended.assert_status(StatusCode::OK);
+    let after = extended.json();
+    assert_eq!(
+        after["ends_at_ms"].as_i64().unwrap() - before["ends_at_ms"].as_i64().unwrap(),
+        30 * 60_000
+    );
+    assert_eq!(after["duration_minutes"], 60);
+    let (_, held) = app.service.store.credits(&user_id).await.unwrap();
+    assert_eq!(
+        held,
+        1_000 + 500,
+        "60 min held on this one, 30 on the other"
+    );
+    let too_long = app
+        .call(
+            Method::POST,
+            &format!("/api/v1/sessions/{id}/extend"),
+            Some(&token),
+            Some(json!({"minutes": 900})),
+        )
+        .await;
+    too_long.assert_status(StatusCode::BAD_REQUEST);
+    let malformed = app
+        .call(
+            Method::POST,
+            &format!("/api/v1/sessions/{id}/extend"),
+            Some(&token),
+            Some(json!({"minutes": "lots"})),
+        )
+        .await;
+    malformed.assert_status(StatusCode::BAD_REQUEST);
+}
