@@ -53,8 +53,22 @@ def check_image(ref: str) -> str | None:
     return None
 
 
+def rbac(role: dict) -> list[str]:
+    """Only the runtime's verbs and resources: no wildcards, no RBAC objects (escalation), no nodes."""
+    problems = []
+    for rule in role.get("rules", []):
+        groups, res, verbs = set(rule.get("apiGroups", [])), set(rule.get("resources", [])), set(rule.get("verbs", []))
+        if "*" in groups | res | verbs or not verbs <= RBAC_VERBS or not res <= RBAC_RESOURCES:
+            problems.append(f"{where(role)}: rule beyond the runtime's needs: {rule}")
+        if groups - {"", "networking.k8s.io"}:
+            problems.append(f"{where(role)}: API groups {sorted(groups)}")
+        if "namespaces" in res and "delete" in verbs:
+            problems.append(f"{where(role)}: may delete namespaces")
+    return problems
+
+
 def policy(docs: list[dict]) -> list[str]:
-    """The "restricted" Pod Security Standard plus our own: resources, pinned images, namespaces."""
+    """The "restricted" Pod Security Standard plus our own: resources, pinned images, namespaces, RBAC."""
     problems = []
     seen = set()
     for doc in docs:
@@ -65,6 +79,8 @@ def policy(docs: list[dict]) -> list[str]:
         seen.add(key)
         if doc.get("kind") not in CLUSTER_SCOPED and not doc.get("metadata", {}).get("namespace"):
             problems.append(f"{w}: no metadata.namespace")
+        if doc.get("kind") in ("ClusterRole", "Role"):
+            problems += rbac(doc)
         spec = pod_spec(doc)
         if spec is None:
             continue
@@ -194,16 +210,6 @@ def chart_rules(docs: list[dict], namespace: str, values: dict) -> list[str]:
         if ing["metadata"].get("annotations", {}).get("nginx.ingress.kubernetes.io/proxy-body-size") != "0":
             problems.append(f"{where(ing)}: upload size is limited")
 
-    # RBAC: only the runtime's verbs and resources, nothing cluster-wide beyond them.
-    for role in by_kind.get("ClusterRole", []) + by_kind.get("Role", []):
-        for rule in role.get("rules", []):
-            groups, res, verbs = set(rule.get("apiGroups", [])), set(rule.get("resources", [])), set(rule.get("verbs", []))
-            if "*" in groups | res | verbs or not verbs <= RBAC_VERBS or not res <= RBAC_RESOURCES:
-                problems.append(f"{where(role)}: rule beyond the runtime's needs: {rule}")
-            if groups - {"", "networking.k8s.io"}:
-                problems.append(f"{where(role)}: API groups {sorted(groups)}")
-            if "namespaces" in res and "delete" in verbs:
-                problems.append(f"{where(role)}: may delete namespaces")
     return problems
 
 
