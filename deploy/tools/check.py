@@ -160,6 +160,10 @@ def chart_rules(docs: list[dict], namespace: str, values: dict) -> list[str]:
     env = {e["name"]: e for e in c.get("env", [])}
     if "secretKeyRef" not in env.get("SANDBOX_DATABASE_URL", {}).get("valueFrom", {}):
         problems.append("SANDBOX_DATABASE_URL does not come from a Secret")
+    if env.get("SANDBOX_SESSIONS__STOP_ON_SHUTDOWN", {}).get("value") != "false":
+        problems.append("a server replica that stops would stop every session")
+    if spec.get("strategy", {}).get("rollingUpdate", {}).get("maxUnavailable") != 0:
+        problems.append("an upgrade may drop below the replica count")
     if not c["securityContext"].get("readOnlyRootFilesystem"):
         problems.append("server root filesystem is writable")
 
