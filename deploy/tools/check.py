@@ -37,8 +37,6 @@ def pod_spec(doc: dict) -> dict | None:
         return None
     if doc["kind"] == "Pod":
         return doc.get("spec", {})
-    if doc["kind"] == "Job":
-        return doc.get("spec", {}).get("template", {}).get("spec", {})
     return doc.get("spec", {}).get("template", {}).get("spec", {})
 
 
@@ -203,7 +201,7 @@ def chart_rules(docs: list[dict], namespace: str, values: dict) -> list[str]:
             problems.append(f"{where(ds)} pulls {sorted(pulled)}, the server launches {sorted(launched)}")
 
     # The PDB and Service select the server's pods.
-    labels = pod and spec["template"]["metadata"]["labels"]
+    labels = spec["template"]["metadata"]["labels"]
     pdb = one("PodDisruptionBudget")
     svc = one("Service")
     for obj, sel in ((pdb, pdb and pdb["spec"]["selector"]["matchLabels"]), (svc, svc and svc["spec"]["selector"])):
