@@ -1,0 +1,280 @@
+"""Render the chart with Helm's own engine and check the output against our rules.
+
+    check.py render CHART OUT [--values FILE]...   schema, helm lint, render, then `policy` and `chart`
+    check.py policy FILE...                        the security rules, on any manifests
+
+Exits 1 with one line per problem. `kubernetes-validate --strict` is run on OUT by the caller.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+from pathlib import Path
+
+import yaml
+
+WORKLOADS = {"Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job", "Pod"}
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass",
+                  "CustomResourceDefinition", "PersistentVolume", "StorageClass", "Node"}
+# What the kube runtime may do; anything beyond it is a finding (see templates/rbac.yaml).
+RBAC_VERBS = {"get", "list", "watch", "create", "patch", "delete"}
+RBAC_RESOURCES = {"namespaces", "resourcequotas", "limitranges", "networkpolicies", "serviceaccounts",
+                  "persistentvolumeclaims", "secrets", "pods", "pods/log", "events"}
+
+
+def load_docs(text: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def where(doc: dict) -> str:
+    return f"{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
+
+
+def pod_spec(doc: dict) -> dict | None:
+    if doc.get("kind") not in WORKLOADS:
+        return None
+    if doc["kind"] == "Pod":
+        return doc.get("spec", {})
+    return doc.get("spec", {}).get("template", {}).get("spec", {})
+
+
+def check_image(ref: str) -> str | None:
+    if "@sha256:" in ref:
+        return None
+    name = ref.rsplit("/", 1)[-1]
+    if ":" not in name:
+        return f"image {ref} has no tag"
+    if name.rsplit(":", 1)[1] == "latest":
+        return f"image {ref} uses latest"
+    return None
+
+
+def rbac(role: dict) -> list[str]:
+    """Only the runtime's verbs and resources: no wildcards, no RBAC objects (escalation), no nodes."""
+    problems = []
+    for rule in role.get("rules", []):
+        groups, res, verbs = set(rule.get("apiGroups", [])), set(rule.get("resources", [])), set(rule.get("verbs", []))
+        if "*" in groups | res | verbs or not verbs <= RBAC_VERBS or not res <= RBAC_RESOURCES:
+            problems.append(f"{where(role)}: rule beyond the runtime's needs: {rule}")
+        if groups - {"", "networking.k8s.io"}:
+            problems.append(f"{where(role)}: API groups {sorted(groups)}")
+        if "namespaces" in res and "delete" in verbs:
+            problems.append(f"{where(role)}: may delete namespaces")
+    return problems
+
+
+def policy(docs: list[dict]) -> list[str]:
+    """The "restricted" Pod Security Standard plus our own: resources, pinned images, namespaces, RBAC."""
+    problems = []
+    seen = set()
+    for doc in docs:
+        w = where(doc)
+        key = (doc.get("apiVersion"), doc.get("kind"), doc.get("metadata", {}).get("name"))
+        if key in seen:
+            problems.append(f"{w}: defined twice")
+        seen.add(key)
+        if doc.get("kind") not in CLUSTER_SCOPED and not doc.get("metadata", {}).get("namespace"):
+            problems.append(f"{w}: no metadata.namespace")
+        if doc.get("kind") in ("ClusterRole", "Role"):
+            problems += rbac(doc)
+        spec = pod_spec(doc)
+        if spec is None:
+            continue
+        psc = spec.get("securityContext", {})
+        if psc.get("runAsNonRoot") is not True:
+            problems.append(f"{w}: pod securityContext.runAsNonRoot is not true")
+        if psc.get("seccompProfile", {}).get("type") != "RuntimeDefault":
+            problems.append(f"{w}: pod seccompProfile is not RuntimeDefault")
+        for host in ("hostNetwork", "hostPID", "hostIPC"):
+            if spec.get(host):
+                problems.append(f"{w}: {host}")
+        for vol in spec.get("volumes", []):
+            if "hostPath" in vol:
+                problems.append(f"{w}: hostPath volume {vol.get('name')}")
+        containers = spec.get("initContainers", []) + spec.get("containers", [])
+        if not spec.get("containers"):
+            problems.append(f"{w}: no containers")
+        for c in containers:
+            cw = f"{w} container {c.get('name')}"
+            res = c.get("resources", {})
+            for part, names in (("requests", ("cpu", "memory")), ("limits", ("memory",))):
+                for n in names:
+                    if n not in res.get(part, {}):
+                        problems.append(f"{cw}: no resources.{part}.{n}")
+            sc = c.get("securityContext", {})
+            if sc.get("allowPrivilegeEscalation") is not False:
+                problems.append(f"{cw}: allowPrivilegeEscalation is not false")
+            if sc.get("privileged"):
+                problems.append(f"{cw}: privileged")
+            if sc.get("runAsNonRoot") is False or sc.get("runAsUser") == 0:
+                problems.append(f"{cw}: runs as root")
+            caps = sc.get("capabilities", {})
+            if "ALL" not in caps.get("drop", []):
+                problems.append(f"{cw}: capabilities do not drop ALL")
+            if caps.get("add"):
+                problems.append(f"{cw}: adds capabilities {caps['add']}")
+            if sc.get("seccompProfile", {}).get("type") not in (None, "RuntimeDefault", "Localhost"):
+                problems.append(f"{cw}: seccompProfile is unconfined")
+            bad = check_image(c.get("image", ""))
+            if bad:
+                problems.append(f"{cw}: {bad}")
+    return problems
+
+
+def chart_rules(docs: list[dict], namespace: str, values: dict) -> list[str]:
+    """What deploy/README.md promises about this chart's output."""
+    problems = []
+    by_kind: dict[str, list[dict]] = {}
+    for d in docs:
+        by_kind.setdefault(d["kind"], []).append(d)
+
+    def one(kind: str, component: str | None = None) -> dict | None:
+        found = [d for d in by_kind.get(kind, [])
+                 if component is None
+                 or d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component]
+        if len(found) != 1:
+            problems.append(f"expected one {kind} {component or ''}, found {len(found)}")
+            return None
+        return found[0]
+
+    # The server: replicas, probes, config and database from the Secret.
+    server = one("Deployment", "server")
+    cm = one("ConfigMap")
+    if server is None or cm is None:
+        return problems
+    spec = server["spec"]
+    if spec["replicas"] < 2:
+        problems.append(f"server replicas {spec['replicas']} < 2")
+    pod = spec["template"]["spec"]
+    c = pod["containers"][0]
+    for probe in ("readinessProbe", "livenessProbe"):
+        get = c.get(probe, {}).get("httpGet", {})
+        if get.get("port") != "http" or not get.get("path", "").startswith("/"):
+            problems.append(f"server {probe} is not an HTTP GET on the http port")
+    if c["args"] != ["serve", "--config", "/etc/gpu-sandbox/config.toml"]:
+        problems.append(f"server args {c['args']}")
+    env = {e["name"]: e for e in c.get("env", [])}
+    if "secretKeyRef" not in env.get("SANDBOX_DATABASE_URL", {}).get("valueFrom", {}):
+        problems.append("SANDBOX_DATABASE_URL does not come from a Secret")
+    if env.get("SANDBOX_SESSIONS__STOP_ON_SHUTDOWN", {}).get("value") != "false":
+        problems.append("a server replica that stops would stop every session")
+    if spec.get("strategy", {}).get("rollingUpdate", {}).get("maxUnavailable") != 0:
+        problems.append("an upgrade may drop below the replica count")
+    if not c["securityContext"].get("readOnlyRootFilesystem"):
+        problems.append("server root filesystem is writable")
+
+    try:
+        config = tomllib.loads(cm["data"]["config.toml"])
+    except tomllib.TOMLDecodeError as e:
+        return problems + [f"config.toml does not parse: {e}"]
+    if "database_url" in config:
+        problems.append("config.toml holds database_url; it belongs in the Secret")
+    kube = config.get("kube", {})
+    if config.get("runtime") != "kube" or kube.get("server_namespace") != namespace:
+        problems.append(f"config.toml runtime/server_namespace: {config.get('runtime')}/{kube.get('server_namespace')}")
+
+    # Priority: sessions preempt placeholders, placeholders preempt nothing.
+    classes = {d["metadata"]["name"]: d for d in by_kind.get("PriorityClass", [])}
+    if values.get("priorityClasses", {}).get("create", True):
+        session = classes.get(kube.get("session_priority_class"))
+        if session is None:
+            problems.append(f"no PriorityClass {kube.get('session_priority_class')} for the config's sessions")
+        for ph in [d for d in by_kind.get("Deployment", [])
+                   if d["metadata"]["labels"].get("app.kubernetes.io/component") == "placeholder"]:
+            name = ph["spec"]["template"]["spec"].get("priorityClassName")
+            pc = classes.get(name)
+            if pc is None or pc["value"] >= 0 or pc.get("preemptionPolicy") != "Never":
+                problems.append(f"{where(ph)}: priority class {name} is not negative with preemptionPolicy Never")
+            elif session is not None and session["value"] <= pc["value"]:
+                problems.append(f"{where(ph)}: sessions cannot preempt it")
+            limits = ph["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+            if not {"nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores"} <= set(limits):
+                problems.append(f"{where(ph)}: no HAMi slice in its limits")
+
+    # The pre-puller pulls exactly the images the server launches.
+    for ds in by_kind.get("DaemonSet", []):
+        pulled = {i["image"] for i in ds["spec"]["template"]["spec"].get("initContainers", [])}
+        launched = set(kube.get("images", {}).values())
+        if pulled != launched:
+            problems.append(f"{where(ds)} pulls {sorted(pulled)}, the server launches {sorted(launched)}")
+
+    # The PDB and Service select the server's pods.
+    labels = spec["template"]["metadata"]["labels"]
+    pdb = one("PodDisruptionBudget")
+    svc = one("Service")
+    for obj, sel in ((pdb, pdb and pdb["spec"]["selector"]["matchLabels"]), (svc, svc and svc["spec"]["selector"])):
+        if obj and not sel.items() <= labels.items():
+            problems.append(f"{where(obj)} does not select the server's pods")
+
+    for ing in by_kind.get("Ingress", []):
+        if ing["metadata"].get("annotations", {}).get("nginx.ingress.kubernetes.io/proxy-body-size") != "0":
+            problems.append(f"{where(ing)}: upload size is limited")
+
+    return problems
+
+
+def render(chart: str, value_files: list[str], release: str, namespace: str) -> tuple[str, dict]:
+    import helm_python as helm  # the Helm Go SDK, through its C ABI
+
+    values: dict = {}
+    for f in value_files:
+        values = merge(values, yaml.safe_load(Path(f).read_text()) or {})
+    lint = helm.lint(chart, values, strict=True, namespace=namespace)
+    # Helm severities: 1 info, 2 warning, 3 error; strict fails on warnings too.
+    findings = [m for m in lint["messages"] if m["severity"] >= 2] + [{"error": e} for e in lint["errors"]]
+    if findings:
+        raise SystemExit("helm lint:\n" + "\n".join(f"  {m.get('path', '')}: {m['error']}" for m in findings))
+    with helm.Chart.load(chart) as c:
+        c.validate_schema(values)
+        manifests = c.render(values, name=release, namespace=namespace, is_install=True)
+    out = []
+    for path in sorted(manifests):
+        if path.endswith(".yaml") and manifests[path].strip():
+            out.append(f"# Source: {path}\n{manifests[path].strip()}\n")
+    return "---\n".join(out), values
+
+
+def merge(base: dict, over: dict) -> dict:
+    """Helm's rule for several -f files: maps merge, everything else is replaced."""
+    result = dict(base)
+    for k, v in over.items():
+        result[k] = merge(result[k], v) if isinstance(v, dict) and isinstance(result.get(k), dict) else v
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("render")
+    r.add_argument("chart")
+    r.add_argument("out")
+    r.add_argument("--values", action="append", default=[])
+    r.add_argument("--release", default="gpu-sandbox")
+    r.add_argument("--namespace", default="gpu-sandbox")
+    p = sub.add_parser("policy")
+    p.add_argument("files", nargs="+")
+    args = ap.parse_args()
+
+    if args.cmd == "render":
+        try:
+            text, values = render(args.chart, args.values, args.release, args.namespace)
+        except Exception as e:  # the SDK's errors carry Helm's message
+            print(f"render: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
+        Path(args.out).write_text(text)
+        docs = load_docs(text)
+        problems = policy(docs) + chart_rules(docs, args.namespace, values)
+        print(f"rendered {len(docs)} objects: " + ", ".join(sorted(where(d) for d in docs)))
+    else:
+        problems = []
+        for f in args.files:
+            problems += [f"{f}: {p}" for p in policy(load_docs(Path(f).read_text()))]
+    for line in problems:
+        print(f"problem: {line}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Validates deploy/ offline: renders the Helm chart with Helm's own engine (the Helm Go SDK, from PyPI)
+# for the default values and deploy/examples/production.yaml, then checks every object with
+# `kubernetes-validate --strict` and deploy/tools/check.py (restricted security, resources, pinned images,
+# RBAC scope, priority classes, config.toml). Then it proves the checks can fail: each fixture under
+# deploy/tests/ must be rejected by the stage its first line names, with the text it names.
+# Installs what it needs into $HOME/.cache/gpu-sandbox/deploy-venv (once). Exits non-zero on any error.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DEPLOY=$PWD/deploy
+VENV=$HOME/.cache/gpu-sandbox/deploy-venv
+# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest the validator knows.
+KUBE_VERSIONS=(1.30.0 1.37.0)
+
+# --- tools ---------------------------------------------------------------------------------------
+REQS=("$DEPLOY/tools/requirements.txt" "$DEPLOY/tools/requirements-helm.txt")
+stamp() { (cat "${REQS[@]}"; python3 --version 2>&1 || true) | sha256sum | cut -c1-16; }
+if [ "$(cat "$VENV/.stamp" 2>/dev/null)" != "$(stamp)" ]; then
+  echo "==> installing the validators into $VENV"
+  # Debian ships venv (and ensurepip) apart from python3.
+  if ! command -v python3 >/dev/null || ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+    apt-get update -qq && apt-get install -y -qq python3 python3-venv >/dev/null
+  fi
+  python3 -c 'import sys; assert sys.version_info >= (3, 11), "python 3.11+ needed (tomllib)"'
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$DEPLOY/tools/requirements.txt"
+  # A native library: installed only if its hash is the one reviewed.
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps --require-hashes \
+    -r "$DEPLOY/tools/requirements-helm.txt"
+  stamp >"$VENV/.stamp"
+fi
+PY=$VENV/bin/python
+KV=$VENV/bin/kubernetes-validate
+
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+passed=0
+failed=0
+ok() { echo "ok: $*"; passed=$((passed + 1)); }
+bad() { echo "FAIL: $*"; failed=$((failed + 1)); }
+
+strict() { # FILE: kubernetes-validate --strict against each supported version
+  local v
+  for v in "${KUBE_VERSIONS[@]}"; do
+    "$KV" --strict --quiet -k "$v" "$1" || return 1
+  done
+}
+
+# --- the chart, as it would be installed ---------------------------------------------------------
+echo "==> rendering deploy/chart (Helm $("$PY" -c 'import helm_python as h; print(h.helm_sdk_version())'))"
+for case in default production; do
+  args=()
+  [ "$case" = production ] && args=(--values "$DEPLOY/examples/production.yaml")
+  if "$PY" "$DEPLOY/tools/check.py" render "$DEPLOY/chart" "$OUT/$case.yaml" "${args[@]}" \
+    && strict "$OUT/$case.yaml"; then
+    ok "$case values: helm lint, schema, render, check.py, kubernetes-validate --strict ${KUBE_VERSIONS[*]}"
+  else
+    bad "$case values"
+  fi
+done
+
+# --- the checks reject what they should ----------------------------------------------------------
+expect() { # FILE: its first line, "# expect: STAGE TEXT"
+  sed -n '1s/^# expect: //p' "$1"
+}
+for f in "$DEPLOY"/tests/fixtures/*.yaml "$DEPLOY"/tests/bad-values/*.yaml; do
+  read -r stage text <<<"$(expect "$f")"
+  name=${f#"$DEPLOY"/}
+  set +e
+  case $stage in
+    kubernetes-validate) log=$(strict "$f" 2>&1) ;;
+    policy) log=$("$PY" "$DEPLOY/tools/check.py" policy "$f" 2>&1) ;;
+    render) log=$("$PY" "$DEPLOY/tools/check.py" render "$DEPLOY/chart" "$OUT/bad.yaml" --values "$f" 2>&1) ;;
+    *) log="unknown stage '$stage'"; false ;;
+  esac
+  rc=$?
+  set -e
+  if [ "$rc" -ne 0 ] && [[ $log == *"$text"* ]]; then
+    ok "$name rejected by $stage"
+  else
+    bad "$name: expected $stage to reject it with '$text' (exit $rc):"
+    echo "$log" | sed 's/^/    /'
+  fi
+done
+
+echo "validate-deploy: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
