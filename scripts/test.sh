@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 export SANDBOX_EDITORS__TOOLS_DIR=${SANDBOX_EDITORS__TOOLS_DIR:-$ROOT/.tools}
 scripts/setup.sh --test
+# The deployment (deploy/): Helm renders it offline and every manifest is validated strictly.
+scripts/validate-deploy.sh
 
 # PostgreSQL for the store tests: Debian's cluster on 127.0.0.1:5432, a superuser role for tests.
 if [ -z "${DATABASE_URL:-}" ]; then
