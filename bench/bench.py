@@ -161,7 +161,7 @@ def clean_env():
 
 
 class Server:
-    def __init__(self, name, editor_env=None):
+    def __init__(self, name, editor_env=None, warm="[]"):
         self.name = name
         self.dir = os.path.join(WORK, name)
         self.data = os.path.join(self.dir, "data")
@@ -184,6 +184,7 @@ tools_dir = "{TOOLS}"
 
 [pool]
 detect_nvidia = false
+warm = {warm}
 
 [[pool.gpus]]
 name = "virtual-0"
@@ -826,6 +827,74 @@ def summary_table(results):
     return "\n".join(text)
 
 
+# ---------------------------------------------------------------------------------------------
+# 5. Warm launch: a pre-started editor is assigned; beside a cold launch on a pool without them
+
+
+def pct(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def bench_warm(results):
+    avail = [e for e, p in PROGRAMS.items() if os.path.exists(p)]
+    warm_cfg = "[" + ", ".join(f'{{ editor = "{e}", slice_mib = {SLICE}, count = 1 }}' for e in avail) + "]"
+    warm = Server("warm", warm=warm_cfg).start()
+    cold = Server("coldpool").start()
+    n = int(os.environ.get("BENCH_WARM_N", 10))
+    out = {"n": n, "runs": {e: {"warm": [], "cold": []} for e in avail}, "misses": {e: 0 for e in avail}}
+
+    def pool_has_warm(editor):
+        for size in warm.api("GET", "/pool"):
+            if size["slice_mib"] == SLICE and any(e == editor and c > 0 for e, c in size["warm"]):
+                return True
+        return False
+
+    def launch_warm(editor):
+        deadline = now() + 300
+        while not pool_has_warm(editor):
+            if now() > deadline:
+                raise RuntimeError(f"no warm {editor} after 300 s (see {warm.logf.name})")
+            time.sleep(0.05)
+        time.sleep(0.5)
+        t0 = now()
+        view = warm.launch(editor)
+        t1 = warm.wait_session(view["id"], proxied_path(editor))
+        if view["state"] != "ready":
+            out["misses"][editor] += 1
+        warm.stop_session(view["id"])
+        return t1 - t0
+
+    def launch_cold(editor):
+        t0 = now()
+        view = cold.launch(editor)
+        t1 = cold.wait_session(view["id"], proxied_path(editor))
+        cold.stop_session(view["id"])
+        return t1 - t0
+
+    try:
+        for i in range(n):
+            for editor in avail:
+                order = (("warm", launch_warm), ("cold", launch_cold))
+                for side, fn in (order if i % 2 == 0 else order[::-1]):
+                    out["runs"][editor][side].append(fn(editor))
+                w, c = out["runs"][editor]["warm"][-1], out["runs"][editor]["cold"][-1]
+                log(f"  run {i + 1:2d} {editor:12s} warm {w:.3f} s  cold {c:.3f} s  (load {loadavg()})")
+    finally:
+        warm.stop()
+        cold.stop()
+    out["summary"] = {
+        e: {"warm_p50_s": pct(r["warm"], 0.5), "warm_p95_s": pct(r["warm"], 0.95),
+            "cold_p50_s": pct(r["cold"], 0.5), "cold_p95_s": pct(r["cold"], 0.95),
+            "misses": out["misses"][e]}
+        for e, r in out["runs"].items()
+    }
+    results["warm"] = out
+    for e, s in out["summary"].items():
+        log(f"  {e:12s} warm p50 {s['warm_p50_s']:.3f} s p95 {s['warm_p95_s']:.3f} s | "
+            f"cold p50 {s['cold_p50_s']:.3f} s p95 {s['cold_p95_s']:.3f} s | warm misses {s['misses']}")
+
+
 def main():
     os.makedirs(LOGS, exist_ok=True)
     os.makedirs(WORK, exist_ok=True)
@@ -837,6 +906,9 @@ def main():
         if "cold" in ONLY:
             log("== 1. cold launch: through the product vs the editor alone (alternating)")
             bench_cold(results)
+        if "warm" in ONLY:
+            log("== 5. warm launch (pre-started editor) vs cold launch, alternating")
+            bench_warm(results)
         if ONLY & {"memory", "http", "ws"}:
             log("== 2-4. memory, HTTP throughput, WebSocket round trips (stand-in editors)")
             bench_standins(results)

@@ -93,6 +93,7 @@ pub fn router() -> Router<AppState> {
         .route("/sessions/{id}/heartbeat", post(heartbeat))
         .route("/sessions/{id}/extend", post(extend))
         .route("/quota", get(quota))
+        .route("/pool", get(pool))
         .fallback(|| async { ApiError(AppError::NotFound) })
         .layer(axum::extract::DefaultBodyLimit::max(16 * 1024));
     Router::new().nest("/api/v1", v1)
@@ -220,6 +221,14 @@ async fn extend(
             .await?
             .into(),
     ))
+}
+
+/// The launch choices: slice sizes with price, free slots, pre-started editors and the queue.
+async fn pool(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+) -> ApiResult<Json<Vec<app::model::SliceOption>>> {
+    Ok(Json(state.service.dashboard(&viewer).await?.slices))
 }
 
 async fn quota(

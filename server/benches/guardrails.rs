@@ -1,0 +1,253 @@
+//! Guardrail figures: allocator launches per second under 500 concurrent requests (50 warm slots,
+//! and 50 cold ones), and the reaper's pass over 2,000 ready sessions. SQLite always; PostgreSQL
+//! too when DATABASE_URL names one (as in the test command). Prints medians of 3 rounds.
+//!
+//! cargo bench -p server --bench guardrails
+
+use app::domain::launch::EditorKind;
+use app::domain::pool::{GpuSpec, plan_slots};
+use app::domain::quota::Limits;
+use app::model::Role;
+use server::runtime::{EditorLaunch, Running, Runtime, RuntimeError};
+use server::store::{LaunchPlan, Store};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SLICE: u64 = 8192;
+const ROOMY: Limits = Limits {
+    max_sessions: 100_000,
+    max_gpu_mib: u64::MAX / 4,
+    max_minutes: 480,
+    max_disk_mib: 10_240,
+};
+
+fn price(_: &str) -> i64 {
+    1_000
+}
+
+/// Editors that are always alive: the reaper's own cost, not a runtime's.
+struct AlwaysAlive;
+
+#[async_trait::async_trait]
+impl Runtime for AlwaysAlive {
+    fn availability(&self) -> Vec<(EditorKind, Result<(), String>)> {
+        EditorKind::ALL.into_iter().map(|e| (e, Ok(()))).collect()
+    }
+    async fn start(&self, _: &EditorLaunch) -> Result<Running, RuntimeError> {
+        Err(RuntimeError::Unavailable("bench".into()))
+    }
+    async fn wait_ready(
+        &self,
+        _: &EditorLaunch,
+        _: &Running,
+        _: Duration,
+    ) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+    async fn stop(&self, _: &str) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+    async fn is_alive(&self, _: &str) -> bool {
+        true
+    }
+}
+
+async fn fresh_store(kind: &str) -> Option<(Store, String)> {
+    sqlx::any::install_default_drivers();
+    match kind {
+        "sqlite" => {
+            let dir =
+                std::env::temp_dir().join(format!("guardrails-bench-{}", server::store::new_id()));
+            std::fs::create_dir_all(&dir).ok()?;
+            let url = format!("sqlite://{}/b.db?mode=rwc", dir.display());
+            let store = Store::connect(&url).await.ok()?;
+            store.migrate().await.ok()?;
+            Some((store, dir.display().to_string()))
+        }
+        _ => {
+            use sqlx::Executor;
+            let admin = std::env::var("DATABASE_URL")
+                .ok()
+                .filter(|u| u.starts_with("postgres"))?;
+            let db = format!("bench_{}", server::store::new_id());
+            let pool = sqlx::AnyPool::connect(&admin).await.ok()?;
+            pool.execute(format!("CREATE DATABASE {db}").as_str())
+                .await
+                .ok()?;
+            let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin);
+            let store = Store::connect(&format!("{base}/{db}")).await.ok()?;
+            store.migrate().await.ok()?;
+            Some((store, db))
+        }
+    }
+}
+
+async fn pool_of(store: &Store, cards: usize) -> Vec<GpuSpec> {
+    let gpus: Vec<GpuSpec> = (0..cards)
+        .map(|i| GpuSpec {
+            id: format!("card{i}"),
+            model: "Virtual 80G".into(),
+            memory_mib: 81920,
+            slice_mib: SLICE,
+            enforced: false,
+            cuda_index: None,
+        })
+        .collect();
+    let slots: Vec<_> = gpus
+        .iter()
+        .enumerate()
+        .flat_map(|(i, g)| plan_slots(i, g))
+        .collect();
+    store.sync_pool(&gpus, &slots).await.unwrap();
+    gpus
+}
+
+/// 500 concurrent launches against 50 slots (warm or cold): launches per second.
+async fn allocator(kind: &str, warm: bool) -> Option<f64> {
+    let (store, _) = fresh_store(kind).await?;
+    pool_of(&store, 5).await;
+    if warm {
+        for i in 0..50 {
+            let w = store
+                .add_warm(EditorKind::JupyterLab, SLICE)
+                .await
+                .unwrap()
+                .unwrap();
+            store
+                .warm_ready(&w.id, &format!("127.0.0.1:{}", 20000 + i), "s", "{}")
+                .await
+                .unwrap();
+        }
+    }
+    let user = store
+        .create_user("bench", None, Role::User, 1_000_000_000, None)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..500)
+        .map(|_| {
+            let store = store.clone();
+            let user_id = user.id.clone();
+            tokio::spawn(async move {
+                store
+                    .launch(LaunchPlan {
+                        user_id: &user_id,
+                        editor: EditorKind::JupyterLab,
+                        slice_mib: SLICE,
+                        burst: false,
+                        duration_minutes: 60,
+                        limits: ROOMY,
+                        disk_mib: None,
+                        price_on: &price,
+                        queue_price: 1_000,
+                        use_warm: warm,
+                    })
+                    .await
+                    .is_ok()
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    for t in tasks {
+        ok += t.await.unwrap() as usize;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    assert_eq!(ok, 500);
+    store.close().await;
+    Some(500.0 / elapsed)
+}
+
+/// One reaper pass over 2,000 ready sessions, in milliseconds.
+async fn reaper(kind: &str) -> Option<Vec<f64>> {
+    let (store, _) = fresh_store(kind).await?;
+    let gpus = pool_of(&store, 200).await;
+    let user = store
+        .create_user("bench", None, Role::User, 1_000_000_000, None)
+        .await
+        .unwrap();
+    for _ in 0..2000 {
+        let launched = store
+            .launch(LaunchPlan {
+                user_id: &user.id,
+                editor: EditorKind::JupyterLab,
+                slice_mib: SLICE,
+                burst: false,
+                duration_minutes: 60,
+                limits: ROOMY,
+                disk_mib: None,
+                price_on: &price,
+                queue_price: 1_000,
+                use_warm: false,
+            })
+            .await
+            .unwrap();
+        store
+            .mark_ready(&launched.record.id, "ready")
+            .await
+            .unwrap();
+    }
+    let mut config = server::config::Config::default();
+    config.pool.warm.clear();
+    let service = Arc::new(server::service::Service::new(
+        config,
+        store.clone(),
+        Arc::new(AlwaysAlive),
+        gpus,
+        server::gpu::Enforcement::None,
+    ));
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        service.reap().await;
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let live = store.live_sessions().await.unwrap().len();
+    assert_eq!(live, 2000, "nothing was due to end");
+    store.close().await;
+    Some(times)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    println!(
+        "guardrails bench ({} CPUs)",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    );
+    for kind in ["sqlite", "postgres"] {
+        let mut warm = Vec::new();
+        let mut cold = Vec::new();
+        for _ in 0..3 {
+            match (allocator(kind, true).await, allocator(kind, false).await) {
+                (Some(w), Some(c)) => {
+                    warm.push(w);
+                    cold.push(c);
+                }
+                _ => break,
+            }
+        }
+        if warm.is_empty() {
+            println!("{kind}: skipped (set DATABASE_URL=postgres://… for PostgreSQL)");
+            continue;
+        }
+        println!(
+            "{kind}: 500 concurrent launches, 50 warm slots: {:.0} launches/s; 50 cold slots: {:.0} launches/s (median of {})",
+            median(warm),
+            median(cold.clone()),
+            cold.len()
+        );
+        if let Some(times) = reaper(kind).await {
+            println!(
+                "{kind}: reaper pass over 2,000 ready sessions: median {:.1} ms, min {:.1} ms (5 passes)",
+                median(times.clone()),
+                times.iter().cloned().fold(f64::MAX, f64::min)
+            );
+        }
+    }
+}
