@@ -39,6 +39,27 @@ enum Command {
         #[command(subcommand)]
         command: CreditsCommand,
     },
+    /// Per-user limits over the configured defaults.
+    Quota {
+        #[command(subcommand)]
+        command: QuotaCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum QuotaCommand {
+    /// Set a user's limits; a limit left out goes back to the configured default.
+    Set {
+        name: String,
+        #[arg(long)]
+        max_sessions: Option<u32>,
+        #[arg(long)]
+        max_gpu_mib: Option<u64>,
+        #[arg(long)]
+        max_minutes: Option<u32>,
+        #[arg(long)]
+        max_disk_mib: Option<u64>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -196,6 +217,44 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
                 .await
                 .map_err(|e| e.to_string())?;
             println!("{name} now has {} credits", credits::format(balance));
+            Ok(())
+        }
+        Command::Quota {
+            command:
+                QuotaCommand::Set {
+                    name,
+                    max_sessions,
+                    max_gpu_mib,
+                    max_minutes,
+                    max_disk_mib,
+                },
+        } => {
+            let defaults = config.default_limits();
+            let service = server::open_service(config)
+                .await
+                .map_err(|e| e.to_string())?;
+            let record = service
+                .store
+                .user_by_name(&name)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("no user named '{name}'"))?;
+            let overrides = app::domain::quota::Overrides {
+                max_sessions,
+                max_gpu_mib,
+                max_minutes,
+                max_disk_mib,
+            };
+            service
+                .store
+                .set_quota(&record.id, &overrides, None)
+                .await
+                .map_err(|e| e.to_string())?;
+            let limits = defaults.with(&overrides);
+            println!(
+                "{name}: {} sessions, {} MiB of GPU memory, {} minutes per session, {} MiB of workspace",
+                limits.max_sessions, limits.max_gpu_mib, limits.max_minutes, limits.max_disk_mib
+            );
             Ok(())
         }
     }
