@@ -27,6 +27,9 @@ pub struct Config {
     pub sessions: SessionsConfig,
     pub editors: EditorsConfig,
     pub pool: PoolConfig,
+    /// Where editors run: "local" processes or "kube" pods.
+    pub runtime: crate::runtime::RuntimeKind,
+    pub kube: crate::runtime::kube::KubeConfig,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -130,6 +133,8 @@ impl Default for Config {
                 }],
                 prices: Vec::new(),
             },
+            runtime: crate::runtime::RuntimeKind::Local,
+            kube: crate::runtime::kube::KubeConfig::default(),
         }
     }
 }
@@ -236,6 +241,9 @@ impl Config {
                 "database_url",
                 "must start with sqlite:, postgres:// or postgresql://".into(),
             );
+        }
+        if let Err((key, why)) = self.kube.validate() {
+            return bad(&key, why);
         }
         Ok(())
     }

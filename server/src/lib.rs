@@ -4,7 +4,7 @@
 //! - [`config`]: one TOML file plus `SANDBOX_*` environment overrides.
 //! - [`store`]: SQLite or PostgreSQL (sqlx `Any`), migrations, the ledger, the session history.
 //! - [`auth`]: local accounts (argon2), session cookies (tower-sessions), bearer tokens.
-//! - [`runtime`]: where editors run (`local` processes), behind the [`runtime::Runtime`] trait.
+//! - [`runtime`]: where editors run (`local` processes or `kube` pods), behind the [`runtime::Runtime`] trait.
 //! - [`service`]: the rules of who may do what; the pages and the REST API both call it.
 //! - [`proxy`]: `/s/<id>/…` to the session's editor, HTTP and WebSocket, owner only.
 //! - [`rest`]: the REST API under `/api/v1`.
@@ -164,6 +164,9 @@ async fn background(service: Arc<Service>) {
         tick.tick().await;
         service.end_expired().await;
         ticks += 1;
+        if service.config.runtime == runtime::RuntimeKind::Kube && ticks.is_multiple_of(3) {
+            runtime::kube::reconcile::tick(&service).await;
+        }
         if ticks.is_multiple_of(2) {
             service.flush_activity().await;
             service.events.sweep();
@@ -194,10 +197,25 @@ pub async fn open_service(config: config::Config) -> anyhow_lite::Result<Arc<Ser
         .await
         .map_err(anyhow_lite::wrap("migration"))?;
     let (gpus, enforcement) = gpu::discover(&config);
-    let runtime: Arc<dyn runtime::Runtime> = Arc::new(runtime::LocalRuntime::new(
-        runtime::ToolPaths::from_config(&config.editors),
-        &config.data_dir,
-    ));
+    let runtime: Arc<dyn runtime::Runtime> = match config.runtime {
+        runtime::RuntimeKind::Local => Arc::new(runtime::LocalRuntime::new(
+            runtime::ToolPaths::from_config(&config.editors),
+            &config.data_dir,
+        )),
+        // In the cluster: its service account; outside: KUBECONFIG or ~/.kube/config.
+        runtime::RuntimeKind::Kube => {
+            let client = kube::Client::try_default()
+                .await
+                .map_err(anyhow_lite::wrap("kubernetes client"))?;
+            let timing = runtime::kube::Timing {
+                start_timeout: Duration::from_secs(config.sessions.ready_timeout_seconds),
+                ..runtime::kube::Timing::default()
+            };
+            Arc::new(
+                runtime::kube::KubeRuntime::new(client, config.kube.clone()).with_timing(timing),
+            )
+        }
+    };
     Ok(Arc::new(Service::new(
         config,
         store,

@@ -5,9 +5,11 @@
 //! on SQLite writers are serialized in-process, on PostgreSQL the user's row is locked.
 
 mod http_sessions;
+mod kube;
 mod records;
 
 pub use http_sessions::HttpSessionStore;
+pub use kube::ReconcileLock;
 pub use records::*;
 
 use app::domain::launch::EditorKind;
