@@ -158,6 +158,53 @@ mod tests {
     }
 
     #[test]
+    fn a_file_chooses_kube_and_sets_its_table() {
+        let dir = tempfile_dir();
+        let file = dir.join("kube.toml");
+        std::fs::write(
+            &file,
+            r#"runtime = "kube"
+[kube]
+namespace_prefix = "lab-"
+max_pods_per_user = 2
+metrics_url = "http://prometheus:9090"
+images = { jupyterlab = "registry.local/jupyter:1", marimo = "registry.local/marimo:1", code_server = "registry.local/code:1" }
+"#,
+        )
+        .unwrap();
+        let config = crate::config::Config::load(Some(&file)).unwrap();
+        assert_eq!(config.runtime, crate::runtime::RuntimeKind::Kube);
+        assert_eq!(config.kube.namespace_prefix, "lab-");
+        assert_eq!(config.kube.max_pods_per_user, 2);
+        assert_eq!(
+            config.kube.images.of(EditorKind::Marimo),
+            "registry.local/marimo:1"
+        );
+        assert_eq!(
+            config.kube.editor_port, 8888,
+            "unset keys keep their defaults"
+        );
+        std::fs::write(&file, "[kube]\nnamespace_prefix = \"Bad_\"\n").unwrap();
+        let err = crate::config::Config::load(Some(&file))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("kube.namespace_prefix"), "{err}");
+        std::fs::write(&file, "[kube]\nmax_pod = 2\n").unwrap();
+        let err = crate::config::Config::load(Some(&file))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("max_pod"), "{err}");
+        std::fs::write(&file, "runtime = \"docker\"\n").unwrap();
+        assert!(crate::config::Config::load(Some(&file)).is_err());
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("sandbox-kube-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
     fn errors_name_the_key() {
         type Change = fn(&mut KubeConfig);
         let cases: Vec<(Change, &str)> = vec![
