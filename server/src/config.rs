@@ -29,6 +29,9 @@ pub struct Config {
     pub pool: PoolConfig,
     pub quotas: QuotasConfig,
     pub idle: IdleConfig,
+    /// Where editors run: "local" processes or "kube" pods.
+    pub runtime: crate::runtime::RuntimeKind,
+    pub kube: crate::runtime::kube::KubeConfig,
 }
 
 /// Per-user limits; admins override them per user (`server quota set`).
@@ -202,6 +205,8 @@ impl Default for Config {
                 sample_seconds: 30,
                 per_slice: Vec::new(),
             },
+            runtime: crate::runtime::RuntimeKind::Local,
+            kube: crate::runtime::kube::KubeConfig::default(),
         }
     }
 }
@@ -342,6 +347,9 @@ impl Config {
                 "database_url",
                 "must start with sqlite:, postgres:// or postgresql://".into(),
             );
+        }
+        if let Err((key, why)) = self.kube.validate() {
+            return bad(&key, why);
         }
         Ok(())
     }

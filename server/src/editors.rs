@@ -39,11 +39,24 @@ pub fn readiness_path(editor: EditorKind, base_path: &str) -> String {
 /// Arguments after the program, for an editor on 127.0.0.1:`port` under `base_path` ("/s/<id>/").
 /// The secret is never among them (`ps` shows arguments to everyone): see [`secret_env`] and [`secret_stdin`].
 pub fn arguments(editor: EditorKind, port: u16, base_path: &str, workspace: &str) -> Vec<String> {
+    listen_arguments(editor, "127.0.0.1", port, base_path, workspace, "-")
+}
+
+/// [`arguments`] for an editor on `host`:`port`; marimo reads its token from `marimo_token_file`
+/// ("-" is standard input). The kube runtime listens on the pod's address and mounts the token.
+pub fn listen_arguments(
+    editor: EditorKind,
+    host: &str,
+    port: u16,
+    base_path: &str,
+    workspace: &str,
+    marimo_token_file: &str,
+) -> Vec<String> {
     let s = |v: &str| v.to_string();
     match editor {
         EditorKind::JupyterLab => vec![
             s("--no-browser"),
-            s("--ip=127.0.0.1"),
+            format!("--ip={host}"),
             format!("--port={port}"),
             s("--port-retries=0"),
             format!("--ServerApp.base_url={base_path}"),
@@ -56,16 +69,16 @@ pub fn arguments(editor: EditorKind, port: u16, base_path: &str, workspace: &str
         EditorKind::Marimo => vec![
             s("edit"),
             s("--headless"),
-            s("--host=127.0.0.1"),
+            format!("--host={host}"),
             format!("--port={port}"),
             format!("--base-url={}", base_path.trim_end_matches('/')),
-            s("--token-password-file=-"),
+            format!("--token-password-file={marimo_token_file}"),
             s("--skip-update-check"),
             s("--allow-origins=*"),
             workspace.to_string(),
         ],
         EditorKind::CodeServer => vec![
-            format!("--bind-addr=127.0.0.1:{port}"),
+            format!("--bind-addr={host}:{port}"),
             s("--auth=password"),
             s("--disable-telemetry"),
             s("--disable-update-check"),

@@ -4,7 +4,7 @@
 //! - [`config`]: one TOML file plus `SANDBOX_*` environment overrides.
 //! - [`store`]: SQLite or PostgreSQL (sqlx `Any`), migrations, the ledger, the session history.
 //! - [`auth`]: local accounts (argon2), session cookies (tower-sessions), bearer tokens.
-//! - [`runtime`]: where editors run (`local` processes), behind the [`runtime::Runtime`] trait.
+//! - [`runtime`]: where editors run (`local` processes or `kube` pods), behind the [`runtime::Runtime`] trait.
 //! - [`service`]: the rules of who may do what; the pages and the REST API both call it.
 //! - [`proxy`]: `/s/<id>/…` to the session's editor, HTTP and WebSocket, owner only.
 //! - [`rest`]: the REST API under `/api/v1`.
@@ -170,6 +170,7 @@ async fn background(service: Arc<Service>) {
     let mut sampled = tokio::time::Instant::now();
     let mut swept = tokio::time::Instant::now();
     let mut sign_ins_swept = tokio::time::Instant::now();
+    let mut reconciled = tokio::time::Instant::now();
     loop {
         tick.tick().await;
         // Activity first, so the reaper judges on what the proxy saw up to now.
@@ -180,6 +181,12 @@ async fn background(service: Arc<Service>) {
             tokio::spawn(async move { sampler.sample_activity().await });
         }
         service.reap().await;
+        if service.config.runtime == runtime::RuntimeKind::Kube
+            && reconciled.elapsed() >= Duration::from_secs(15)
+        {
+            reconciled = tokio::time::Instant::now();
+            runtime::kube::reconcile::tick(&service).await;
+        }
         if swept.elapsed() >= Duration::from_secs(10) {
             swept = tokio::time::Instant::now();
             service.events.sweep();
@@ -211,10 +218,25 @@ pub async fn open_service(config: config::Config) -> anyhow_lite::Result<Arc<Ser
         .await
         .map_err(anyhow_lite::wrap("migration"))?;
     let (gpus, enforcement) = gpu::discover(&config);
-    let runtime: Arc<dyn runtime::Runtime> = Arc::new(runtime::LocalRuntime::new(
-        runtime::ToolPaths::from_config(&config.editors),
-        &config.data_dir,
-    ));
+    let runtime: Arc<dyn runtime::Runtime> = match config.runtime {
+        runtime::RuntimeKind::Local => Arc::new(runtime::LocalRuntime::new(
+            runtime::ToolPaths::from_config(&config.editors),
+            &config.data_dir,
+        )),
+        // In the cluster: its service account; outside: KUBECONFIG or ~/.kube/config.
+        runtime::RuntimeKind::Kube => {
+            let client = kube::Client::try_default()
+                .await
+                .map_err(anyhow_lite::wrap("kubernetes client"))?;
+            let timing = runtime::kube::Timing {
+                start_timeout: Duration::from_secs(config.sessions.ready_timeout_seconds),
+                ..runtime::kube::Timing::default()
+            };
+            Arc::new(
+                runtime::kube::KubeRuntime::new(client, config.kube.clone()).with_timing(timing),
+            )
+        }
+    };
     Ok(Arc::new(Service::new(
         config,
         store,

@@ -88,7 +88,15 @@ fn users_tokens_and_credits_from_the_command_line() {
 
     let (code, out, _) = server(
         data.path(),
-        &["quota", "set", "ada", "--max-sessions", "5", "--max-gpu-mib", "32768"],
+        &[
+            "quota",
+            "set",
+            "ada",
+            "--max-sessions",
+            "5",
+            "--max-gpu-mib",
+            "32768",
+        ],
         None,
     );
     assert_eq!(code, 0);
@@ -96,7 +104,11 @@ fn users_tokens_and_credits_from_the_command_line() {
         out.contains("ada: 5 sessions, 32768 MiB of GPU memory, 480 minutes"),
         "{out}"
     );
-    let (code, _, err) = server(data.path(), &["quota", "set", "nobody", "--max-sessions", "1"], None);
+    let (code, _, err) = server(
+        data.path(),
+        &["quota", "set", "nobody", "--max-sessions", "1"],
+        None,
+    );
     assert_ne!(code, 0);
     assert!(err.contains("no user named 'nobody'"), "{err}");
 }

@@ -1,8 +1,20 @@
-//! Runtimes run editors: `local` processes here, `kube` pods in a cluster (later).
+//! Runtimes run editors: `local` processes here, `kube` pods in a cluster.
 
+pub mod kube;
 mod local;
 
 pub use local::{LocalRuntime, ToolPaths};
+
+/// Which runtime the server uses (`runtime` in the configuration).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeKind {
+    /// Processes on this machine.
+    #[default]
+    Local,
+    /// Pods in a Kubernetes cluster with HAMi.
+    Kube,
+}
 
 use app::domain::launch::EditorKind;
 use std::time::Duration;
@@ -131,5 +143,9 @@ pub trait Runtime: Send + Sync + 'static {
     async fn gpu_usage(&self, handles: &[String]) -> std::collections::HashMap<String, GpuUsage> {
         let _ = handles;
         std::collections::HashMap::new()
+    }
+    /// The kube runtime itself, for its reconciler; None for the others.
+    fn as_kube(&self) -> Option<&kube::KubeRuntime> {
+        None
     }
 }

@@ -6,10 +6,12 @@
 
 mod guardrails;
 mod http_sessions;
+mod kube;
 mod records;
 
 pub use guardrails::*;
 pub use http_sessions::HttpSessionStore;
+pub use kube::ReconcileLock;
 pub use records::*;
 
 use app::domain::launch::EditorKind;

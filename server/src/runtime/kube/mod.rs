@@ -1,0 +1,569 @@
+//! Editors as pods in a Kubernetes cluster with HAMi: one namespace per user, one pod per
+//! session, GPU slices as HAMi resources.
+//!
+//! - [`names`]: DNS-1123 names for any user name, deterministic per user and session.
+//! - [`objects`]: pure builders of every object written (golden-tested).
+//! - [`hami`]: HAMi's admission rules, checked on every pod before it is sent.
+//! - [`pods`]: reading a pod's progress, failure reason and HAMi placement.
+//! - [`metrics`]: GPU use per pod from HAMi's monitor or Prometheus.
+//! - [`reconcile`]: keeps the database and the cluster in step (orphans, lost pods, placement).
+//!
+//! Writes are idempotent: server-side apply under our field manager for the per-user objects
+//! and the token Secret, create-or-409 for the workspace volume and the pod, deterministic
+//! names throughout. Waits poll the one pod under a timeout (a GET a second per launching
+//! session is cheap, and needs no watch machinery: kube's runtime crate is not compiled in).
+
+pub mod config;
+pub mod hami;
+pub mod metrics;
+pub mod names;
+pub mod objects;
+pub mod pods;
+pub mod reconcile;
+
+pub use config::{KubeConfig, KubeImages};
+
+use super::{EditorLaunch, GpuUsage, Running, Runtime, RuntimeError};
+use app::domain::launch::EditorKind;
+use k8s_openapi::api::core::v1::{
+    LimitRange, Namespace, PersistentVolumeClaim, Pod, ResourceQuota, Secret, ServiceAccount,
+};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
+use objects::UserPlan;
+use pods::Progress;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// What the runtime stores in the database for one session and gets back for stop/is_alive.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodHandle {
+    pub namespace: String,
+    pub pod: String,
+    pub secret: String,
+    /// Where HAMi placed it (node, card UUIDs), once the reconciler has seen it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<String>,
+}
+
+impl PodHandle {
+    pub fn parse(handle: &str) -> Result<PodHandle, RuntimeError> {
+        serde_json::from_str(handle).map_err(|e| RuntimeError::Handle(e.to_string()))
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a handle serializes")
+    }
+}
+
+/// How often and how long the runtime waits on a pod.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// Between two looks at a launching pod.
+    pub poll: Duration,
+    /// How long `start` waits for the pod to be placed and get an address.
+    pub start_timeout: Duration,
+    /// How long an unschedulable pod (with no preemption under way) may stay so before the
+    /// launch fails with the scheduler's reason: long enough for a placeholder to be preempted.
+    pub unschedulable_grace: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            poll: Duration::from_secs(1),
+            start_timeout: Duration::from_secs(120),
+            unschedulable_grace: Duration::from_secs(20),
+        }
+    }
+}
+
+/// The kube layer's error: an answer of the API server, or no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    #[error("{what}: HTTP {code} {reason}: {message}")]
+    Api {
+        what: String,
+        code: u16,
+        reason: String,
+        message: String,
+    },
+    #[error("{what}: {source}")]
+    Client {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl KubeError {
+    fn from_kube(what: impl Into<String>, error: kube::Error) -> KubeError {
+        let what = what.into();
+        match error {
+            kube::Error::Api(status) => KubeError::Api {
+                what,
+                code: status.code,
+                reason: status.reason,
+                message: status.message,
+            },
+            source => KubeError::Client { what, source },
+        }
+    }
+
+    /// What the user is told; the full error goes to the log.
+    pub fn user_message(&self) -> String {
+        match self {
+            KubeError::Api { message, .. } if message.contains("exceeded quota") => {
+                format!(
+                    "Your share of the cluster is used up ({message}). Stop another session and try again."
+                )
+            }
+            KubeError::Api { message, .. } if message.contains("admission webhook") => {
+                format!("The cluster's admission control refused the editor: {message}")
+            }
+            KubeError::Api {
+                what,
+                code: 422 | 400,
+                message,
+                ..
+            } => format!("The cluster rejected the {what}: {message}"),
+            KubeError::Api {
+                what, code: 403, ..
+            } => format!(
+                "The server is not allowed to create the {what} in the cluster; an administrator must grant it."
+            ),
+            KubeError::Api { code, .. } if *code < 500 => {
+                "The cluster refused the editor; an administrator can find why in the server's log."
+                    .into()
+            }
+            _ => "The cluster cannot be reached right now; try again in a few minutes.".into(),
+        }
+    }
+}
+
+impl From<KubeError> for RuntimeError {
+    fn from(error: KubeError) -> RuntimeError {
+        match &error {
+            KubeError::Client { .. } => RuntimeError::Unavailable(error.user_message()),
+            KubeError::Api { code, .. } if *code >= 500 => {
+                RuntimeError::Unavailable(error.user_message())
+            }
+            KubeError::Api { .. } => RuntimeError::Failed {
+                message: error.user_message(),
+                log_tail: String::new(),
+            },
+        }
+    }
+}
+
+pub struct KubeRuntime {
+    client: kube::Client,
+    config: KubeConfig,
+    timing: Timing,
+    metrics: Option<metrics::MetricsClient>,
+}
+
+impl KubeRuntime {
+    pub fn new(client: kube::Client, config: KubeConfig) -> KubeRuntime {
+        let metrics =
+            metrics::Source::from_url(&config.metrics_url).map(metrics::MetricsClient::new);
+        KubeRuntime {
+            client,
+            config,
+            timing: Timing::default(),
+            metrics,
+        }
+    }
+
+    pub fn with_timing(mut self, timing: Timing) -> KubeRuntime {
+        self.timing = timing;
+        self
+    }
+
+    pub fn config(&self) -> &KubeConfig {
+        &self.config
+    }
+
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    fn apply_params(&self) -> PatchParams {
+        PatchParams::apply(&self.config.field_manager).force()
+    }
+
+    /// Server-side apply: creates or brings the object to what we own of it.
+    async fn apply<K>(&self, api: &Api<K>, object: &K, what: &str) -> Result<(), KubeError>
+    where
+        K: kube::Resource + Clone + Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let name = object.meta().name.clone().unwrap_or_default();
+        api.patch(&name, &self.apply_params(), &Patch::Apply(object))
+            .await
+            .map(|_| ())
+            .map_err(|e| KubeError::from_kube(what, e))
+    }
+
+    /// Creates the object; one that is there already (409) is fine: names are deterministic.
+    async fn create<K>(&self, api: &Api<K>, object: &K, what: &str) -> Result<(), KubeError>
+    where
+        K: kube::Resource + Clone + Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let params = PostParams {
+            field_manager: Some(self.config.field_manager.clone()),
+            ..PostParams::default()
+        };
+        match api.create(&params, object).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+            Err(e) => Err(KubeError::from_kube(what, e)),
+        }
+    }
+
+    /// The user's namespace and everything in it that outlives sessions.
+    pub async fn ensure_user(&self, plan: &UserPlan<'_>) -> Result<(), KubeError> {
+        let ns = plan.namespace.as_str();
+        let client = self.client.clone();
+        self.apply(
+            &Api::<Namespace>::all(client.clone()),
+            &plan.namespace(),
+            "namespace",
+        )
+        .await?;
+        self.apply(
+            &Api::<ServiceAccount>::namespaced(client.clone(), ns),
+            &plan.service_account(),
+            "service account",
+        )
+        .await?;
+        let quota = plan.resource_quota();
+        debug_assert!(hami::quota_violations(&quota).is_empty());
+        self.apply(
+            &Api::<ResourceQuota>::namespaced(client.clone(), ns),
+            &quota,
+            "resource quota",
+        )
+        .await?;
+        self.apply(
+            &Api::<LimitRange>::namespaced(client.clone(), ns),
+            &plan.limit_range(),
+            "limit range",
+        )
+        .await?;
+        self.apply(
+            &Api::<NetworkPolicy>::namespaced(client.clone(), ns),
+            &plan.network_policy(),
+            "network policy",
+        )
+        .await?;
+        self.create(
+            &Api::<PersistentVolumeClaim>::namespaced(client, ns),
+            &plan.workspace_pvc(),
+            "workspace volume",
+        )
+        .await
+    }
+
+    fn pods(&self, namespace: &str) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// The pod, or None when it is gone.
+    async fn get_pod(&self, handle: &PodHandle) -> Result<Option<Pod>, KubeError> {
+        self.pods(&handle.namespace)
+            .get_opt(&handle.pod)
+            .await
+            .map_err(|e| KubeError::from_kube("editor pod", e))
+    }
+
+    /// The last lines of the editor's log, for a crash report; empty when unreadable.
+    async fn log_tail(&self, handle: &PodHandle) -> String {
+        let params = LogParams {
+            container: Some("editor".into()),
+            tail_lines: Some(20),
+            previous: true,
+            ..LogParams::default()
+        };
+        self.pods(&handle.namespace)
+            .logs(&handle.pod, &params)
+            .await
+            .unwrap_or_default()
+    }
+
+    /// Polls the pod until `done` says it got there, it fails, or `timeout` passes.
+    async fn watch_pod<T>(
+        &self,
+        handle: &PodHandle,
+        timeout: Duration,
+        what: &str,
+        done: impl Fn(&Progress) -> Option<T>,
+    ) -> Result<T, RuntimeError> {
+        let started = Instant::now();
+        let mut unschedulable_since: Option<Instant> = None;
+        let mut last: String;
+        loop {
+            match self.get_pod(handle).await {
+                Ok(Some(pod)) => {
+                    let progress = pods::assess(&pod);
+                    if let Some(value) = done(&progress) {
+                        return Ok(value);
+                    }
+                    match progress {
+                        Progress::Failed { message, crashed } => {
+                            let log_tail = if crashed {
+                                self.log_tail(handle).await
+                            } else {
+                                String::new()
+                            };
+                            return Err(RuntimeError::Failed { message, log_tail });
+                        }
+                        Progress::Unschedulable {
+                            message,
+                            preempting,
+                        } => {
+                            let since = *unschedulable_since.get_or_insert_with(Instant::now);
+                            if !preempting && since.elapsed() >= self.timing.unschedulable_grace {
+                                return Err(RuntimeError::Failed {
+                                    message: format!(
+                                        "No GPU in the cluster can take this slice right now: {message}"
+                                    ),
+                                    log_tail: String::new(),
+                                });
+                            }
+                            last = message;
+                        }
+                        Progress::Waiting(why) => {
+                            unschedulable_since = None;
+                            last = why;
+                        }
+                        Progress::Placed(_) | Progress::Ready(_) => {
+                            unschedulable_since = None;
+                            last = "starting".into();
+                        }
+                    }
+                }
+                Ok(None) => {
+                    return Err(RuntimeError::Failed {
+                        message: "the editor's pod was deleted before it was ready".into(),
+                        log_tail: String::new(),
+                    });
+                }
+                // The API server may blink (an upgrade, a leader change): keep looking until the timeout.
+                Err(e) => {
+                    tracing::warn!(pod = %handle.pod, error = %e, "looking at a launching pod");
+                    last = "the cluster did not answer".into();
+                }
+            }
+            if started.elapsed() >= timeout {
+                return Err(RuntimeError::Failed {
+                    message: format!(
+                        "the editor's pod {what} within {} s (last: {last})",
+                        timeout.as_secs()
+                    ),
+                    log_tail: String::new(),
+                });
+            }
+            tokio::time::sleep(self.timing.poll).await;
+        }
+    }
+
+    /// Deletes what a session started; what is gone already is fine.
+    async fn delete_session_objects(&self, handle: &PodHandle) -> Result<(), KubeError> {
+        let params = DeleteParams::default();
+        let ignore_missing = |result: Result<(), kube::Error>, what: &str| match result {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(e) => Err(KubeError::from_kube(what, e)),
+        };
+        let pod = ignore_missing(
+            self.pods(&handle.namespace)
+                .delete(&handle.pod, &params)
+                .await
+                .map(|_| ()),
+            "editor pod",
+        );
+        let secret = ignore_missing(
+            Api::<Secret>::namespaced(self.client.clone(), &handle.namespace)
+                .delete(&handle.secret, &params)
+                .await
+                .map(|_| ()),
+            "token secret",
+        );
+        pod.and(secret)
+    }
+
+    /// Our session pods in every namespace, by label.
+    pub async fn list_session_pods(&self) -> Result<Vec<Pod>, KubeError> {
+        let selector = format!(
+            "{}={},{}",
+            names::MANAGED_BY,
+            names::MANAGER,
+            names::SESSION_LABEL
+        );
+        Api::<Pod>::all(self.client.clone())
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map(|list| list.items)
+            .map_err(|e| KubeError::from_kube("session pods", e))
+    }
+
+    /// Whether the pod of `handle` exists, asked directly (the reconciler's second look).
+    pub async fn pod_exists(&self, handle: &PodHandle) -> Result<bool, KubeError> {
+        self.get_pod(handle).await.map(|pod| pod.is_some())
+    }
+}
+
+#[async_trait::async_trait]
+impl Runtime for KubeRuntime {
+    fn availability(&self) -> Vec<(EditorKind, Result<(), String>)> {
+        // Images are validated at load; whether the cluster can pull them shows at launch.
+        EditorKind::ALL.into_iter().map(|e| (e, Ok(()))).collect()
+    }
+
+    async fn start(&self, launch: &EditorLaunch) -> Result<Running, RuntimeError> {
+        let plan = UserPlan::new(&self.config, &launch.user_name);
+        let log = |e: KubeError| {
+            tracing::warn!(session = %launch.session_id, error = %e, "kube launch");
+            RuntimeError::from(e)
+        };
+        self.ensure_user(&plan).await.map_err(log)?;
+        let pod = plan.session_pod(launch);
+        let problems = hami::pod_violations(&pod);
+        if !problems.is_empty() {
+            tracing::error!(session = %launch.session_id, ?problems, "pod breaks HAMi's rules");
+            return Err(RuntimeError::Failed {
+                message: format!(
+                    "the editor's pod breaks the GPU scheduler's rules: {}",
+                    problems.join("; ")
+                ),
+                log_tail: String::new(),
+            });
+        }
+        // code-server's secret is an argon2 hash: tens of milliseconds, off the async threads.
+        let editor = launch.editor;
+        let token = tokio::task::spawn_blocking(move || crate::editors::new_secret(editor))
+            .await
+            .map_err(|e| RuntimeError::Handle(e.to_string()))?;
+        let handle = PodHandle {
+            namespace: plan.namespace.clone(),
+            pod: names::pod_name(&launch.session_id),
+            secret: names::secret_name(&launch.session_id),
+            ..PodHandle::default()
+        };
+        let created = async {
+            self.apply(
+                &Api::<Secret>::namespaced(self.client.clone(), &plan.namespace),
+                &plan.token_secret(launch, &token),
+                "token secret",
+            )
+            .await?;
+            self.create(&self.pods(&plan.namespace), &pod, "editor pod")
+                .await
+        }
+        .await;
+        let placed = match created {
+            Ok(()) => {
+                self.watch_pod(
+                    &handle,
+                    self.timing.start_timeout,
+                    "was not placed",
+                    |p| match p {
+                        Progress::Placed(ip) | Progress::Ready(ip) => Some(ip.clone()),
+                        _ => None,
+                    },
+                )
+                .await
+            }
+            Err(e) => Err(log(e)),
+        };
+        match placed {
+            Ok(ip) => {
+                tracing::info!(session = %launch.session_id, namespace = %handle.namespace, pod = %handle.pod, %ip, "editor pod placed");
+                Ok(Running {
+                    upstream: pods::upstream(&ip, self.config.editor_port),
+                    secret: token,
+                    handle: handle.to_json(),
+                })
+            }
+            Err(e) => {
+                // The service never stops what failed to start: clean up here.
+                if let Err(cleanup) = self.delete_session_objects(&handle).await {
+                    tracing::warn!(session = %launch.session_id, error = %cleanup, "cleaning up a failed launch");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn wait_ready(
+        &self,
+        _launch: &EditorLaunch,
+        running: &Running,
+        timeout: Duration,
+    ) -> Result<(), RuntimeError> {
+        let handle = PodHandle::parse(&running.handle)?;
+        self.watch_pod(&handle, timeout, "was not ready", |p| {
+            matches!(p, Progress::Ready(_)).then_some(())
+        })
+        .await
+    }
+
+    async fn stop(&self, handle: &str) -> Result<(), RuntimeError> {
+        let handle = PodHandle::parse(handle)?;
+        self.delete_session_objects(&handle).await.map_err(|e| {
+            tracing::warn!(pod = %handle.pod, error = %e, "deleting an editor pod");
+            RuntimeError::from(e)
+        })?;
+        tracing::info!(namespace = %handle.namespace, pod = %handle.pod, "editor pod deleted");
+        Ok(())
+    }
+
+    async fn is_alive(&self, handle: &str) -> bool {
+        let Ok(handle) = PodHandle::parse(handle) else {
+            return false;
+        };
+        match self.get_pod(&handle).await {
+            Ok(Some(pod)) => !matches!(
+                pod.status.and_then(|s| s.phase).as_deref(),
+                Some("Failed" | "Succeeded")
+            ),
+            Ok(None) => false,
+            // Unknown is not dead: a restart while the API server blinks must not end every
+            // session. The reconciler ends the ones that are really gone.
+            Err(e) => {
+                tracing::warn!(pod = %handle.pod, error = %e, "is the editor pod alive?");
+                true
+            }
+        }
+    }
+
+    async fn gpu_usage(&self, handles: &[String]) -> HashMap<String, GpuUsage> {
+        let Some(metrics) = &self.metrics else {
+            return HashMap::new();
+        };
+        let samples = match metrics.samples().await {
+            Ok(samples) => samples,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading GPU metrics");
+                return HashMap::new();
+            }
+        };
+        let by_pod = metrics::usage_by_pod(&samples);
+        handles
+            .iter()
+            .filter_map(|raw| {
+                let handle = PodHandle::parse(raw).ok()?;
+                let usage = by_pod.get(&(handle.namespace, handle.pod))?;
+                Some((raw.clone(), usage.clone()))
+            })
+            .collect()
+    }
+
+    fn as_kube(&self) -> Option<&KubeRuntime> {
+        Some(self)
+    }
+}

@@ -1,0 +1,628 @@
+//! Pure builders of every object the kube runtime writes: no client, no I/O, golden-tested.
+//!
+//! Per user (created on the first launch, kept across sessions): the namespace, a token-less
+//! ServiceAccount, the ResourceQuota, the LimitRange, the NetworkPolicy and the workspace volume.
+//! Per session: the Secret with the editor's token and the pod.
+
+use super::config::KubeConfig;
+use super::names::{self, *};
+use crate::runtime::EditorLaunch;
+use app::domain::launch::EditorKind;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::*;
+use k8s_openapi::api::networking::v1::*;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use std::collections::BTreeMap;
+
+/// HAMi's extended resources (its device plugin registers these names).
+pub const GPU: &str = "nvidia.com/gpu";
+pub const GPU_MEM: &str = "nvidia.com/gpumem";
+pub const GPU_CORES: &str = "nvidia.com/gpucores";
+/// Pins the pod to one card: HAMi's scheduler only considers the GPU with this UUID.
+pub const USE_GPU_UUID: &str = "nvidia.com/use-gpuuuid";
+
+/// Where the workspace volume, scratch space and the token file are mounted in the pod.
+pub const WORKSPACE_DIR: &str = "/workspace";
+pub const TMP_DIR: &str = "/tmp";
+pub const TOKEN_DIR: &str = "/run/secrets/gpu-sandbox";
+/// The key of the token in the session's Secret.
+pub const TOKEN_KEY: &str = "token";
+
+/// The editor runs as this user and group; the volume is group-writable through fsGroup.
+/// 1000/100 is the Jupyter images' own user (jovyan, group users); the others do not care.
+const RUN_AS_USER: i64 = 1000;
+const RUN_AS_GROUP: i64 = 100;
+
+/// Containers that name no CPU or memory get these (LimitRange defaults); the GPU slice is what
+/// is sold, CPU and memory just must not starve a node.
+const DEFAULT_CPU: &str = "2";
+const DEFAULT_MEMORY: &str = "8Gi";
+const DEFAULT_REQUEST_CPU: &str = "250m";
+const DEFAULT_REQUEST_MEMORY: &str = "1Gi";
+const MAX_CPU: &str = "8";
+const MAX_MEMORY: &str = "32Gi";
+/// Scratch space (/tmp, caches): node disk, bounded.
+const TMP_SIZE: &str = "4Gi";
+
+/// Ranges a session pod must not reach: private networks (other pods, nodes, the server's own
+/// database), link-local (cloud metadata at 169.254.169.254) and carrier-grade NAT.
+pub const DENIED_EGRESS: [&str; 5] = [
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "169.254.0.0/16",
+    "100.64.0.0/10",
+];
+
+/// What the per-user builders need to know about one user.
+#[derive(Clone, Debug)]
+pub struct UserPlan<'a> {
+    pub config: &'a KubeConfig,
+    /// The namespace name.
+    pub namespace: String,
+    /// The user's label value.
+    pub user: String,
+}
+
+impl<'a> UserPlan<'a> {
+    pub fn new(config: &'a KubeConfig, user_name: &str) -> UserPlan<'a> {
+        UserPlan {
+            config,
+            namespace: names::namespace_of(&config.namespace_prefix, user_name),
+            user: names::user_label(&config.namespace_prefix, user_name),
+        }
+    }
+
+    fn labels(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (MANAGED_BY.to_string(), MANAGER.to_string()),
+            (USER_LABEL.to_string(), self.user.clone()),
+        ])
+    }
+
+    fn meta(&self, name: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(self.namespace.clone()),
+            labels: Some(self.labels()),
+            ..ObjectMeta::default()
+        }
+    }
+
+    /// The user's namespace, with the restricted Pod Security Standard enforced on it.
+    pub fn namespace(&self) -> Namespace {
+        let mut labels = self.labels();
+        for mode in ["enforce", "audit", "warn"] {
+            labels.insert(
+                format!("pod-security.kubernetes.io/{mode}"),
+                "restricted".into(),
+            );
+            labels.insert(
+                format!("pod-security.kubernetes.io/{mode}-version"),
+                "latest".into(),
+            );
+        }
+        Namespace {
+            metadata: ObjectMeta {
+                name: Some(self.namespace.clone()),
+                labels: Some(labels),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        }
+    }
+
+    /// The identity of session pods: no API token mounted, no permissions granted.
+    pub fn service_account(&self) -> ServiceAccount {
+        ServiceAccount {
+            metadata: self.meta(SERVICE_ACCOUNT),
+            automount_service_account_token: Some(false),
+            ..ServiceAccount::default()
+        }
+    }
+
+    /// What the user may hold at once. HAMi reads GPU quota only under the `limits.` prefix
+    /// (Kubernetes itself does not enforce quota on extended-resource limits; HAMi's scheduler does).
+    pub fn resource_quota(&self) -> ResourceQuota {
+        let c = self.config;
+        let hard = BTreeMap::from([
+            ("pods".to_string(), q(c.max_pods_per_user.to_string())),
+            (
+                "requests.storage".to_string(),
+                q(format!("{}Gi", c.workspace_size_gib)),
+            ),
+            (
+                format!("limits.{GPU_MEM}"),
+                q(c.max_gpumem_mib_per_user.to_string()),
+            ),
+            ("persistentvolumeclaims".to_string(), q("1".to_string())),
+        ]);
+        ResourceQuota {
+            metadata: self.meta(QUOTA),
+            spec: Some(ResourceQuotaSpec {
+                hard: Some(hard),
+                ..ResourceQuotaSpec::default()
+            }),
+            ..ResourceQuota::default()
+        }
+    }
+
+    /// CPU and memory for containers that name none, and a ceiling for those that do.
+    pub fn limit_range(&self) -> LimitRange {
+        let list = |cpu: &str, memory: &str| {
+            BTreeMap::from([
+                ("cpu".to_string(), q(cpu.to_string())),
+                ("memory".to_string(), q(memory.to_string())),
+            ])
+        };
+        LimitRange {
+            metadata: self.meta(LIMIT_RANGE),
+            spec: Some(LimitRangeSpec {
+                limits: vec![LimitRangeItem {
+                    type_: "Container".into(),
+                    default: Some(list(DEFAULT_CPU, DEFAULT_MEMORY)),
+                    default_request: Some(list(DEFAULT_REQUEST_CPU, DEFAULT_REQUEST_MEMORY)),
+                    max: Some(list(MAX_CPU, MAX_MEMORY)),
+                    ..LimitRangeItem::default()
+                }],
+            }),
+        }
+    }
+
+    /// Ingress only from the server's namespace to the editor port; egress only to DNS in
+    /// kube-system and to public addresses (no other namespace, node or metadata service).
+    pub fn network_policy(&self) -> NetworkPolicy {
+        let namespace_named = |name: &str| LabelSelector {
+            match_labels: Some(BTreeMap::from([(
+                "kubernetes.io/metadata.name".to_string(),
+                name.to_string(),
+            )])),
+            ..LabelSelector::default()
+        };
+        let port = |protocol: &str, number: i32| NetworkPolicyPort {
+            protocol: Some(protocol.into()),
+            port: Some(IntOrString::Int(number)),
+            ..NetworkPolicyPort::default()
+        };
+        NetworkPolicy {
+            metadata: self.meta(NETWORK_POLICY),
+            spec: Some(NetworkPolicySpec {
+                pod_selector: Some(LabelSelector::default()),
+                policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+                ingress: Some(vec![NetworkPolicyIngressRule {
+                    from: Some(vec![NetworkPolicyPeer {
+                        namespace_selector: Some(namespace_named(&self.config.server_namespace)),
+                        ..NetworkPolicyPeer::default()
+                    }]),
+                    ports: Some(vec![port("TCP", self.config.editor_port.into())]),
+                }]),
+                egress: Some(vec![
+                    NetworkPolicyEgressRule {
+                        to: Some(vec![NetworkPolicyPeer {
+                            namespace_selector: Some(namespace_named("kube-system")),
+                            ..NetworkPolicyPeer::default()
+                        }]),
+                        ports: Some(vec![port("UDP", 53), port("TCP", 53)]),
+                    },
+                    NetworkPolicyEgressRule {
+                        to: Some(vec![NetworkPolicyPeer {
+                            ip_block: Some(IPBlock {
+                                cidr: "0.0.0.0/0".into(),
+                                except: Some(DENIED_EGRESS.iter().map(|s| s.to_string()).collect()),
+                            }),
+                            ..NetworkPolicyPeer::default()
+                        }]),
+                        ports: None,
+                    },
+                ]),
+            }),
+        }
+    }
+
+    /// The user's workspace, kept across sessions. Created once and never re-applied: a volume's
+    /// size cannot shrink and its class cannot change, so a later configuration change must not
+    /// fail every launch.
+    pub fn workspace_pvc(&self) -> PersistentVolumeClaim {
+        let c = self.config;
+        PersistentVolumeClaim {
+            metadata: self.meta(WORKSPACE_PVC),
+            spec: Some(PersistentVolumeClaimSpec {
+                access_modes: Some(vec!["ReadWriteOnce".into()]),
+                storage_class_name: (!c.storage_class.is_empty()).then(|| c.storage_class.clone()),
+                resources: Some(VolumeResourceRequirements {
+                    requests: Some(BTreeMap::from([(
+                        "storage".to_string(),
+                        q(format!("{}Gi", c.workspace_size_gib)),
+                    )])),
+                    ..VolumeResourceRequirements::default()
+                }),
+                ..PersistentVolumeClaimSpec::default()
+            }),
+            ..PersistentVolumeClaim::default()
+        }
+    }
+
+    fn session_labels(&self, launch: &EditorLaunch) -> BTreeMap<String, String> {
+        let mut labels = self.labels();
+        labels.insert(SESSION_LABEL.into(), launch.session_id.clone());
+        labels.insert(EDITOR_LABEL.into(), launch.editor.as_str().into());
+        labels
+    }
+
+    /// The session's Secret: the token the proxy presents, read by the editor from here only.
+    pub fn token_secret(&self, launch: &EditorLaunch, token: &str) -> Secret {
+        Secret {
+            metadata: ObjectMeta {
+                labels: Some(self.session_labels(launch)),
+                ..self.meta(&names::secret_name(&launch.session_id))
+            },
+            type_: Some("Opaque".into()),
+            data: Some(BTreeMap::from([(
+                TOKEN_KEY.to_string(),
+                ByteString(token.as_bytes().to_vec()),
+            )])),
+            ..Secret::default()
+        }
+    }
+
+    /// The session's pod: the approved image, the HAMi slice in limits, restricted security,
+    /// the workspace mounted, ready when the editor answers under its base path.
+    pub fn session_pod(&self, launch: &EditorLaunch) -> Pod {
+        let c = self.config;
+        let editor = launch.editor;
+        let secret = names::secret_name(&launch.session_id);
+        let mut env = vec![
+            env_value("HOME", WORKSPACE_DIR),
+            env_value("XDG_CACHE_HOME", &format!("{TMP_DIR}/cache")),
+            env_value("JUPYTER_RUNTIME_DIR", &format!("{TMP_DIR}/jupyter-runtime")),
+            env_value("PYTHONUNBUFFERED", "1"),
+        ];
+        // Only the variable's name and the Secret's are in the spec, never the token.
+        if let Some(variable) = token_variable(editor) {
+            env.push(EnvVar {
+                name: variable.into(),
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: secret.clone(),
+                        key: TOKEN_KEY.into(),
+                        optional: Some(false),
+                    }),
+                    ..EnvVarSource::default()
+                }),
+                ..EnvVar::default()
+            });
+        }
+        let limits = BTreeMap::from([
+            (GPU.to_string(), q("1".into())),
+            (GPU_MEM.to_string(), q(launch.slice.memory_mib.to_string())),
+            (
+                GPU_CORES.to_string(),
+                q(launch.slice.cores_pct.min(100).to_string()),
+            ),
+        ]);
+        let mut mounts = vec![
+            mount("workspace", WORKSPACE_DIR, false),
+            mount("tmp", TMP_DIR, false),
+        ];
+        let mut volumes = vec![
+            Volume {
+                name: "workspace".into(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: WORKSPACE_PVC.into(),
+                    read_only: Some(false),
+                }),
+                ..Volume::default()
+            },
+            Volume {
+                name: "tmp".into(),
+                empty_dir: Some(EmptyDirVolumeSource {
+                    size_limit: Some(q(TMP_SIZE.into())),
+                    ..EmptyDirVolumeSource::default()
+                }),
+                ..Volume::default()
+            },
+        ];
+        if token_variable(editor).is_none() {
+            // marimo reads its token from a file: the Secret, mounted read-only.
+            mounts.push(mount("token", TOKEN_DIR, true));
+            volumes.push(Volume {
+                name: "token".into(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(secret.clone()),
+                    default_mode: Some(0o440),
+                    ..SecretVolumeSource::default()
+                }),
+                ..Volume::default()
+            });
+        }
+        let annotations = launch
+            .slice
+            .gpu_uuid
+            .as_ref()
+            .map(|uuid| BTreeMap::from([(USE_GPU_UUID.to_string(), uuid.clone())]));
+        let container = Container {
+            name: "editor".into(),
+            image: Some(c.images.of(editor).to_string()),
+            image_pull_policy: Some("IfNotPresent".into()),
+            command: Some(vec![program(editor).into()]),
+            args: Some(crate::editors::listen_arguments(
+                editor,
+                "0.0.0.0",
+                c.editor_port,
+                &launch.base_path,
+                WORKSPACE_DIR,
+                &format!("{TOKEN_DIR}/{TOKEN_KEY}"),
+            )),
+            working_dir: Some(WORKSPACE_DIR.into()),
+            env: Some(env),
+            ports: Some(vec![ContainerPort {
+                name: Some("http".into()),
+                container_port: c.editor_port.into(),
+                protocol: Some("TCP".into()),
+                ..ContainerPort::default()
+            }]),
+            resources: Some(ResourceRequirements {
+                limits: Some(limits),
+                ..ResourceRequirements::default()
+            }),
+            readiness_probe: Some(Probe {
+                http_get: Some(HTTPGetAction {
+                    path: Some(probe_path(editor, &launch.base_path)),
+                    port: IntOrString::Int(c.editor_port.into()),
+                    scheme: Some("HTTP".into()),
+                    ..HTTPGetAction::default()
+                }),
+                period_seconds: Some(2),
+                timeout_seconds: Some(2),
+                failure_threshold: Some(3),
+                ..Probe::default()
+            }),
+            security_context: Some(SecurityContext {
+                allow_privilege_escalation: Some(false),
+                privileged: Some(false),
+                read_only_root_filesystem: Some(true),
+                run_as_non_root: Some(true),
+                capabilities: Some(Capabilities {
+                    drop: Some(vec!["ALL".into()]),
+                    ..Capabilities::default()
+                }),
+                ..SecurityContext::default()
+            }),
+            volume_mounts: Some(mounts),
+            ..Container::default()
+        };
+        Pod {
+            metadata: ObjectMeta {
+                labels: Some(self.session_labels(launch)),
+                annotations,
+                ..self.meta(&names::pod_name(&launch.session_id))
+            },
+            spec: Some(PodSpec {
+                containers: vec![container],
+                service_account_name: Some(SERVICE_ACCOUNT.into()),
+                automount_service_account_token: Some(false),
+                enable_service_links: Some(false),
+                priority_class_name: (!c.session_priority_class.is_empty())
+                    .then(|| c.session_priority_class.clone()),
+                restart_policy: Some("Always".into()),
+                termination_grace_period_seconds: Some(10),
+                security_context: Some(PodSecurityContext {
+                    run_as_non_root: Some(true),
+                    run_as_user: Some(RUN_AS_USER),
+                    run_as_group: Some(RUN_AS_GROUP),
+                    fs_group: Some(RUN_AS_GROUP),
+                    seccomp_profile: Some(SeccompProfile {
+                        type_: "RuntimeDefault".into(),
+                        ..SeccompProfile::default()
+                    }),
+                    ..PodSecurityContext::default()
+                }),
+                volumes: Some(volumes),
+                ..PodSpec::default()
+            }),
+            ..Pod::default()
+        }
+    }
+}
+
+fn q(value: String) -> Quantity {
+    Quantity(value)
+}
+
+fn env_value(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..EnvVar::default()
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    }
+}
+
+/// The program each approved image runs: the editor itself, not the image's entrypoint (which
+/// may want root to fix permissions).
+pub fn program(editor: EditorKind) -> &'static str {
+    match editor {
+        EditorKind::JupyterLab => "jupyter-lab",
+        EditorKind::Marimo => "marimo",
+        EditorKind::CodeServer => "code-server",
+    }
+}
+
+/// The environment variable that carries the token (from the Secret); marimo takes a file.
+/// The same names as [`crate::editors::secret_env`] (a test keeps them in step).
+pub fn token_variable(editor: EditorKind) -> Option<&'static str> {
+    match editor {
+        EditorKind::JupyterLab => Some("JUPYTER_TOKEN"),
+        EditorKind::CodeServer => Some("HASHED_PASSWORD"),
+        EditorKind::Marimo => None,
+    }
+}
+
+/// The kubelet's readiness check: a path that answers without the token (the probe cannot
+/// carry it without putting it in the pod spec). Jupyter's `/api` (its version) is public;
+/// `api/status`, which the local runtime polls with the token, is not.
+pub fn probe_path(editor: EditorKind, base_path: &str) -> String {
+    match editor {
+        EditorKind::JupyterLab => format!("{base_path}api"),
+        other => crate::editors::readiness_path(other, base_path),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::runtime::SliceBinding;
+
+    /// Compares with `tests/golden/kube/<name>.json`; `UPDATE_GOLDEN=1` rewrites the file
+    /// (then read the diff before committing it).
+    fn golden(name: &str, value: impl serde::Serialize) {
+        let actual = serde_json::to_value(value).unwrap();
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/golden/kube")
+            .join(format!("{name}.json"));
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, serde_json::to_string_pretty(&actual).unwrap() + "\n").unwrap();
+        }
+        let expected: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+        )
+        .unwrap();
+        assert_eq!(
+            actual,
+            expected,
+            "{name} differs from {}:\n{}",
+            path.display(),
+            serde_json::to_string_pretty(&actual).unwrap()
+        );
+    }
+
+    pub(crate) fn launch(editor: EditorKind, gpu_uuid: Option<&str>) -> EditorLaunch {
+        EditorLaunch {
+            session_id: "0a1b2c3d4e5f60718293".into(),
+            user_name: "Alice".into(),
+            editor,
+            base_path: "/s/0a1b2c3d4e5f60718293/".into(),
+            env: vec![],
+            slice: SliceBinding {
+                gpu_uuid: gpu_uuid.map(String::from),
+                memory_mib: 8192,
+                cores_pct: 25,
+            },
+            prestart: false,
+        }
+    }
+
+    #[test]
+    fn per_user_objects_match_their_goldens() {
+        let config = KubeConfig {
+            storage_class: "fast-ssd".into(),
+            ..KubeConfig::default()
+        };
+        let plan = UserPlan::new(&config, "Alice");
+        assert_eq!(plan.namespace, names::namespace_of("gsb-", "Alice"));
+        golden("namespace", plan.namespace());
+        golden("service_account", plan.service_account());
+        golden("resource_quota", plan.resource_quota());
+        golden("limit_range", plan.limit_range());
+        golden("network_policy", plan.network_policy());
+        golden("workspace_pvc", plan.workspace_pvc());
+        assert!(super::super::hami::quota_violations(&plan.resource_quota()).is_empty());
+    }
+
+    #[test]
+    fn the_default_storage_class_is_left_to_the_cluster() {
+        let config = KubeConfig::default();
+        let pvc = serde_json::to_value(UserPlan::new(&config, "bob").workspace_pvc()).unwrap();
+        assert!(pvc["spec"].get("storageClassName").is_none(), "{pvc}");
+    }
+
+    #[test]
+    fn session_objects_match_their_goldens() {
+        let config = KubeConfig::default();
+        let plan = UserPlan::new(&config, "Alice");
+        let jupyter = launch(
+            EditorKind::JupyterLab,
+            Some("GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448"),
+        );
+        golden("token_secret", plan.token_secret(&jupyter, "s3cret"));
+        golden("pod_jupyterlab", plan.session_pod(&jupyter));
+        golden(
+            "pod_marimo",
+            plan.session_pod(&launch(EditorKind::Marimo, None)),
+        );
+        golden(
+            "pod_code_server",
+            plan.session_pod(&launch(EditorKind::CodeServer, None)),
+        );
+    }
+
+    #[test]
+    fn every_pod_passes_hamis_rules_and_never_carries_the_token() {
+        let config = KubeConfig::default();
+        for user in ["alice", "Ünïcødé", "x".repeat(100).as_str()] {
+            let plan = UserPlan::new(&config, user);
+            for editor in EditorKind::ALL {
+                for uuid in [None, Some("GPU-1")] {
+                    let launch = launch(editor, uuid);
+                    let pod = plan.session_pod(&launch);
+                    assert_eq!(
+                        super::super::hami::pod_violations(&pod),
+                        Vec::<String>::new()
+                    );
+                    let text = serde_json::to_string(&pod).unwrap();
+                    let secret = plan.token_secret(&launch, "tok-9f8e7d");
+                    assert!(!text.contains("tok-9f8e7d"));
+                    assert!(
+                        serde_json::to_string(&secret)
+                            .unwrap()
+                            .contains(&base64_of("tok-9f8e7d"))
+                    );
+                    assert_eq!(
+                        pod.metadata
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get(USE_GPU_UUID))
+                            .map(String::as_str),
+                        uuid
+                    );
+                }
+            }
+        }
+    }
+
+    fn base64_of(s: &str) -> String {
+        serde_json::to_value(ByteString(s.as_bytes().to_vec()))
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    #[test]
+    fn token_variables_follow_the_local_runtime() {
+        for editor in EditorKind::ALL {
+            let local: Vec<String> = crate::editors::secret_env(editor, "x")
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect();
+            assert_eq!(
+                token_variable(editor)
+                    .map(String::from)
+                    .into_iter()
+                    .collect::<Vec<_>>(),
+                local
+            );
+        }
+    }
+}

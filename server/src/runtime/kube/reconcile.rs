@@ -1,0 +1,418 @@
+//! Keeps the database and the cluster in step, every few seconds, on any number of replicas.
+//!
+//! [`diff`] is pure: live sessions from the database and our session pods from the cluster in,
+//! actions out:
+//! - a pod whose session is ended or unknown is an orphan: delete it (and its Secret);
+//! - a ready session whose pod is gone, or has ended (evicted, failed), is lost: end it with
+//!   reason `lost` through the service's own stop path, which settles the credits (the hold is
+//!   refunded, used minutes charged) and publishes the end;
+//! - where HAMi placed a pod (its `hami.io/vgpu-node` and `hami.io/vgpu-devices-allocated`
+//!   annotations) is recorded in the session's runtime handle, so the node and card of every
+//!   session can be seen and the slot accounting checked against HAMi's.
+//!
+//! [`run_once`] lists the pods first and reads the database second: a pod created after the
+//! list cannot be mistaken for an orphan (its session is older than the pod), and a session
+//! whose pod is missing from the list is ended only after a second, direct look at its pod.
+//! Every action is idempotent (a delete of what is gone is fine, ending an ended session is a
+//! no-op). On PostgreSQL one replica runs a pass at a time (a transaction-scoped advisory lock);
+//! SQLite means one server process.
+
+use super::{KubeRuntime, PodHandle, pods};
+use crate::service::Service;
+use app::domain::session::{EndReason, SessionState};
+use k8s_openapi::api::core::v1::Pod;
+use std::collections::{HashMap, HashSet};
+
+/// One live session as the reconciler sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionView {
+    pub id: String,
+    pub state: SessionState,
+    /// The runtime handle as stored, and parsed.
+    pub raw_handle: Option<String>,
+    pub handle: Option<PodHandle>,
+}
+
+/// One of our session pods as the reconciler sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodView {
+    pub namespace: String,
+    pub name: String,
+    pub session_id: String,
+    /// "Failed" or "Succeeded": the pod will not run again.
+    pub ended_phase: Option<String>,
+    /// Deletion under way already.
+    pub deleting: bool,
+    pub node: Option<String>,
+    pub gpus: Vec<String>,
+}
+
+impl PodView {
+    pub fn from_pod(pod: &Pod) -> Option<PodView> {
+        let session_id = pod
+            .metadata
+            .labels
+            .as_ref()?
+            .get(super::names::SESSION_LABEL)?
+            .clone();
+        let (node, gpus) = pods::placement(pod);
+        Some(PodView {
+            namespace: pod.metadata.namespace.clone()?,
+            name: pod.metadata.name.clone()?,
+            session_id,
+            ended_phase: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .filter(|p| p == "Failed" || p == "Succeeded"),
+            deleting: pod.metadata.deletion_timestamp.is_some(),
+            node,
+            gpus,
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// An orphan: its session is over or unknown.
+    DeletePod {
+        handle: PodHandle,
+        session_id: String,
+    },
+    /// The session's editor is gone. `confirm`: look at the pod once more before ending it.
+    EndLost {
+        session_id: String,
+        detail: String,
+        confirm: Option<PodHandle>,
+    },
+    /// HAMi's placement differs from what the handle records.
+    RecordPlacement {
+        session_id: String,
+        old: String,
+        new: String,
+    },
+}
+
+pub const LOST_GONE: &str =
+    "The cluster lost the editor's pod; unused credits were refunded. Your workspace is kept.";
+
+pub fn diff(sessions: &[SessionView], pods: &[PodView]) -> Vec<Action> {
+    let live: HashSet<&str> = sessions.iter().map(|s| s.id.as_str()).collect();
+    let mut actions = Vec::new();
+    for pod in pods {
+        if !live.contains(pod.session_id.as_str()) && !pod.deleting {
+            actions.push(Action::DeletePod {
+                handle: PodHandle {
+                    namespace: pod.namespace.clone(),
+                    pod: pod.name.clone(),
+                    secret: super::names::secret_name(&pod.session_id),
+                    ..PodHandle::default()
+                },
+                session_id: pod.session_id.clone(),
+            });
+        }
+    }
+    let by_place: HashMap<(&str, &str), &PodView> = pods
+        .iter()
+        .map(|p| ((p.namespace.as_str(), p.name.as_str()), p))
+        .collect();
+    for session in sessions {
+        let (Some(handle), Some(raw)) = (&session.handle, &session.raw_handle) else {
+            // Starting, before the runtime recorded its pod: the launch watches it itself.
+            continue;
+        };
+        if !matches!(session.state, SessionState::Starting | SessionState::Ready) {
+            continue;
+        }
+        let pod = by_place.get(&(handle.namespace.as_str(), handle.pod.as_str()));
+        let ready = session.state == SessionState::Ready;
+        match pod {
+            None if ready => actions.push(Action::EndLost {
+                session_id: session.id.clone(),
+                detail: LOST_GONE.into(),
+                confirm: Some(handle.clone()),
+            }),
+            Some(pod) if ready && pod.ended_phase.is_some() => actions.push(Action::EndLost {
+                session_id: session.id.clone(),
+                detail: format!(
+                    "The editor's pod ended ({}); unused credits were refunded. Your workspace is kept.",
+                    pod.ended_phase.as_deref().unwrap_or_default()
+                ),
+                confirm: None,
+            }),
+            Some(pod)
+                if (pod.node.is_some() || !pod.gpus.is_empty())
+                    && (pod.node != handle.node || pod.gpus != handle.gpus) =>
+            {
+                let placed = PodHandle {
+                    node: pod.node.clone(),
+                    gpus: pod.gpus.clone(),
+                    ..handle.clone()
+                };
+                actions.push(Action::RecordPlacement {
+                    session_id: session.id.clone(),
+                    old: raw.clone(),
+                    new: placed.to_json(),
+                });
+            }
+            _ => {}
+        }
+    }
+    actions
+}
+
+/// What one pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Another replica held the lock; nothing was looked at.
+    pub skipped: bool,
+    pub deleted_pods: Vec<String>,
+    pub lost_sessions: Vec<String>,
+    pub placements: Vec<String>,
+}
+
+/// One pass: list, diff, act. A no-op for runtimes other than kube.
+pub async fn run_once(service: &Service) -> Result<Report, String> {
+    let Some(kube) = service.runtime.as_kube() else {
+        return Ok(Report::default());
+    };
+    let Some(lock) = service
+        .store
+        .try_reconcile_lock()
+        .await
+        .map_err(|e| format!("reconciler lock: {e}"))?
+    else {
+        return Ok(Report {
+            skipped: true,
+            ..Report::default()
+        });
+    };
+    let report = pass(service, kube).await;
+    lock.release().await;
+    report
+}
+
+async fn pass(service: &Service, kube: &KubeRuntime) -> Result<Report, String> {
+    // Pods first, the database second: see the module documentation.
+    let pods: Vec<PodView> = kube
+        .list_session_pods()
+        .await
+        .map_err(|e| e.to_string())?
+        .iter()
+        .filter_map(PodView::from_pod)
+        .collect();
+    let sessions: Vec<SessionView> = service
+        .store
+        .live_sessions()
+        .await
+        .map_err(|e| format!("live sessions: {e}"))?
+        .into_iter()
+        .map(|record| SessionView {
+            handle: record
+                .runtime_handle
+                .as_deref()
+                .and_then(|h| PodHandle::parse(h).ok()),
+            raw_handle: record.runtime_handle,
+            id: record.id,
+            state: record.state,
+        })
+        .collect();
+    let mut report = Report::default();
+    for action in diff(&sessions, &pods) {
+        match action {
+            Action::DeletePod { handle, session_id } => {
+                match kube.delete_session_objects(&handle).await {
+                    Ok(()) => {
+                        tracing::info!(session = %session_id, namespace = %handle.namespace, pod = %handle.pod, "deleted an orphaned editor pod");
+                        report.deleted_pods.push(handle.pod);
+                    }
+                    Err(e) => {
+                        tracing::warn!(pod = %handle.pod, error = %e, "deleting an orphaned editor pod")
+                    }
+                }
+            }
+            Action::EndLost {
+                session_id,
+                detail,
+                confirm,
+            } => {
+                if let Some(handle) = confirm {
+                    match kube.pod_exists(&handle).await {
+                        Ok(false) => {}
+                        Ok(true) => continue,
+                        Err(e) => {
+                            tracing::warn!(pod = %handle.pod, error = %e, "checking a missing editor pod");
+                            continue;
+                        }
+                    }
+                }
+                tracing::warn!(session = %session_id, "the cluster lost the editor; ending the session");
+                service
+                    .stop_session(&session_id, EndReason::Lost, Some(&detail))
+                    .await;
+                report.lost_sessions.push(session_id);
+            }
+            Action::RecordPlacement {
+                session_id,
+                old,
+                new,
+            } => match service
+                .store
+                .replace_runtime_handle(&session_id, &old, &new)
+                .await
+            {
+                Ok(true) => report.placements.push(session_id),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(session = %session_id, error = %e, "recording a placement")
+                }
+            },
+        }
+    }
+    Ok(report)
+}
+
+/// The background tick's call: one pass, logged.
+pub async fn tick(service: &Service) {
+    match run_once(service).await {
+        Ok(report) if report != Report::default() && !report.skipped => {
+            tracing::info!(?report, "reconciled the cluster")
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "reconciling the cluster"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handle(ns: &str, pod: &str) -> PodHandle {
+        PodHandle {
+            namespace: ns.into(),
+            pod: pod.into(),
+            secret: format!("{pod}-token"),
+            ..PodHandle::default()
+        }
+    }
+
+    fn session(id: &str, state: SessionState, h: Option<PodHandle>) -> SessionView {
+        SessionView {
+            id: id.into(),
+            state,
+            raw_handle: h.as_ref().map(PodHandle::to_json),
+            handle: h,
+        }
+    }
+
+    fn pod(ns: &str, id: &str) -> PodView {
+        PodView {
+            namespace: ns.into(),
+            name: format!("session-{id}"),
+            session_id: id.into(),
+            ended_phase: None,
+            deleting: false,
+            node: None,
+            gpus: vec![],
+        }
+    }
+
+    #[test]
+    fn in_step_means_nothing_to_do() {
+        let sessions = [
+            session("a", SessionState::Ready, Some(handle("gsb-x", "session-a"))),
+            session("b", SessionState::Starting, None),
+            session(
+                "c",
+                SessionState::Stopping,
+                Some(handle("gsb-x", "session-c")),
+            ),
+        ];
+        let pods = [pod("gsb-x", "a"), pod("gsb-x", "b"), pod("gsb-x", "c")];
+        assert_eq!(diff(&sessions, &pods), vec![]);
+    }
+
+    #[test]
+    fn orphans_are_deleted_unless_going_already() {
+        let mut going = pod("gsb-x", "old2");
+        going.deleting = true;
+        let actions = diff(&[], &[pod("gsb-x", "old"), going]);
+        assert_eq!(
+            actions,
+            vec![Action::DeletePod {
+                handle: handle("gsb-x", "session-old"),
+                session_id: "old".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn a_ready_session_without_its_pod_is_lost_after_a_second_look() {
+        let h = handle("gsb-x", "session-a");
+        let sessions = [
+            session("a", SessionState::Ready, Some(h.clone())),
+            // Starting sessions are watched by their launch; stopping ones are on their way.
+            session(
+                "s",
+                SessionState::Starting,
+                Some(handle("gsb-x", "session-s")),
+            ),
+            session(
+                "t",
+                SessionState::Stopping,
+                Some(handle("gsb-x", "session-t")),
+            ),
+        ];
+        assert_eq!(
+            diff(&sessions, &[]),
+            vec![Action::EndLost {
+                session_id: "a".into(),
+                detail: LOST_GONE.into(),
+                confirm: Some(h),
+            }]
+        );
+    }
+
+    #[test]
+    fn an_ended_pod_ends_its_session() {
+        let mut evicted = pod("gsb-x", "a");
+        evicted.ended_phase = Some("Failed".into());
+        let sessions = [session(
+            "a",
+            SessionState::Ready,
+            Some(handle("gsb-x", "session-a")),
+        )];
+        let actions = diff(&sessions, &[evicted]);
+        assert!(
+            matches!(&actions[..], [Action::EndLost { session_id, confirm: None, detail }]
+                if session_id == "a" && detail.contains("(Failed)")),
+            "{actions:?}"
+        );
+    }
+
+    #[test]
+    fn hamis_placement_is_recorded_once() {
+        let mut placed = pod("gsb-x", "a");
+        placed.node = Some("gpu-node-1".into());
+        placed.gpus = vec!["GPU-1".into()];
+        let h = handle("gsb-x", "session-a");
+        let sessions = [session("a", SessionState::Ready, Some(h.clone()))];
+        let actions = diff(&sessions, std::slice::from_ref(&placed));
+        let expected = PodHandle {
+            node: Some("gpu-node-1".into()),
+            gpus: vec!["GPU-1".into()],
+            ..h.clone()
+        };
+        assert_eq!(
+            actions,
+            vec![Action::RecordPlacement {
+                session_id: "a".into(),
+                old: h.to_json(),
+                new: expected.to_json(),
+            }]
+        );
+        // Once recorded, nothing more to do.
+        let sessions = [session("a", SessionState::Ready, Some(expected))];
+        assert_eq!(diff(&sessions, &[placed]), vec![]);
+    }
+}

@@ -1,0 +1,1086 @@
+//! The kube runtime against (1) a scripted API server that asserts every request it gets
+//! (method, path, query, content type, body), (2) a stateful fake API server (an axum router
+//! keeping objects in memory) driven through the real service and store, and (3) optionally a
+//! real cluster (`KUBECONFIG` set and `SANDBOX_KUBE_E2E=1`).
+
+mod common;
+
+use app::domain::launch::EditorKind;
+use bytes::Bytes;
+use common::TestApp;
+use http::{Method, Request, Response};
+use http_body_util::{BodyExt, Full};
+use serde_json::{Value, json};
+use server::runtime::kube::objects::UserPlan;
+use server::runtime::kube::reconcile;
+use server::runtime::kube::{KubeConfig, KubeRuntime, PodHandle, Timing, names};
+use server::runtime::{EditorLaunch, Runtime, SliceBinding};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+fn fast() -> Timing {
+    Timing {
+        poll: Duration::from_millis(5),
+        start_timeout: Duration::from_secs(5),
+        unschedulable_grace: Duration::ZERO,
+    }
+}
+
+fn launch_for(user: &str, session_id: &str, editor: EditorKind) -> EditorLaunch {
+    EditorLaunch {
+        session_id: session_id.into(),
+        user_name: user.into(),
+        editor,
+        base_path: format!("/s/{session_id}/"),
+        env: vec![],
+        slice: SliceBinding {
+            gpu_uuid: None,
+            memory_mib: 8192,
+            cores_pct: 25,
+        },
+        prestart: false,
+    }
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": message, "reason": reason, "code": code})
+}
+
+// ---------------------------------------------------------------------------------------------
+// (1) The request contract: every call of a launch, a stop and a reconciler pass, in order.
+// ---------------------------------------------------------------------------------------------
+
+type MockHandle = tower_test::mock::Handle<Request<kube::client::Body>, Response<Full<Bytes>>>;
+
+/// One expected request: what it must be, and what the API server answers.
+struct Expect {
+    method: Method,
+    path: String,
+    query: &'static [&'static str],
+    content_type: Option<&'static str>,
+    /// The body must equal this (JSON), when given.
+    body: Option<Value>,
+    answer: (u16, Value),
+}
+
+/// The scripted API server: answers `script` in order, asserting each request; returns the
+/// request bodies it saw.
+fn verifier(mut handle: MockHandle, script: Vec<Expect>) -> tokio::task::JoinHandle<Vec<Value>> {
+    tokio::spawn(async move {
+        let mut bodies = Vec::new();
+        for (i, expect) in script.into_iter().enumerate() {
+            let (request, send) =
+                tokio::time::timeout(Duration::from_secs(5), handle.next_request())
+                    .await
+                    .unwrap_or_else(|_| {
+                        panic!(
+                            "request #{i} ({} {}) never came",
+                            expect.method, expect.path
+                        )
+                    })
+                    .expect("the client is gone");
+            let what = format!("request #{i}: {} {}", request.method(), request.uri());
+            assert_eq!(request.method(), expect.method, "{what}");
+            assert_eq!(request.uri().path(), expect.path, "{what}");
+            let query: BTreeSet<&str> = request
+                .uri()
+                .query()
+                .unwrap_or("")
+                .split('&')
+                .filter(|p| !p.is_empty())
+                .collect();
+            assert_eq!(query, expect.query.iter().copied().collect(), "{what}");
+            let content_type = request
+                .headers()
+                .get("content-type")
+                .map(|v| v.to_str().unwrap().to_string());
+            assert_eq!(content_type.as_deref(), expect.content_type, "{what}");
+            let bytes = request.into_body().collect().await.unwrap().to_bytes();
+            let body: Value = if bytes.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_slice(&bytes)
+                    .unwrap_or_else(|e| panic!("{what}: body not JSON: {e}"))
+            };
+            if let Some(expected) = &expect.body {
+                assert_eq!(&body, expected, "{what}");
+            }
+            bodies.push(body);
+            let (code, answer) = expect.answer;
+            send.send_response(
+                Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from(answer.to_string())))
+                    .unwrap(),
+            );
+        }
+        bodies
+    })
+}
+
+const APPLY: &[&str] = &["force=true", "fieldManager=gpu-sandbox"];
+const CREATE: &[&str] = &["fieldManager=gpu-sandbox"];
+const APPLY_TYPE: Option<&str> = Some("application/apply-patch+yaml");
+const JSON_TYPE: Option<&str> = Some("application/json");
+
+fn apply(path: String, body: Value) -> Expect {
+    Expect {
+        method: Method::PATCH,
+        path,
+        query: APPLY,
+        content_type: APPLY_TYPE,
+        answer: (200, body.clone()),
+        body: Some(body),
+    }
+}
+
+fn get(path: String, answer: (u16, Value)) -> Expect {
+    Expect {
+        method: Method::GET,
+        path,
+        query: &[],
+        content_type: None,
+        body: None,
+        answer,
+    }
+}
+
+fn delete(path: String, answer: (u16, Value)) -> Expect {
+    Expect {
+        method: Method::DELETE,
+        path,
+        query: &[],
+        content_type: JSON_TYPE,
+        body: None,
+        answer,
+    }
+}
+
+fn to_json(value: impl serde::Serialize) -> Value {
+    serde_json::to_value(value).unwrap()
+}
+
+fn with_status(mut pod: Value, status: Value) -> Value {
+    pod["status"] = status;
+    pod
+}
+
+fn mock_runtime(config: KubeConfig) -> (KubeRuntime, MockHandle) {
+    let (service, handle) =
+        tower_test::mock::pair::<Request<kube::client::Body>, Response<Full<Bytes>>>();
+    let client = kube::Client::new(service, "default");
+    (KubeRuntime::new(client, config).with_timing(fast()), handle)
+}
+
+#[tokio::test]
+async fn launch_and_stop_send_exactly_these_requests() {
+    let config = KubeConfig::default();
+    let (runtime, handle) = mock_runtime(config.clone());
+    let launch = launch_for("alice", "0a1b2c3d4e5f60718293", EditorKind::JupyterLab);
+    let plan = UserPlan::new(&config, "alice");
+    let ns = "gsb-alice";
+    let core = format!("/api/v1/namespaces/{ns}");
+    let pod = serde_json::to_value(plan.session_pod(&launch)).unwrap();
+    let pod_path = format!("{core}/pods/session-0a1b2c3d4e5f60718293");
+    let secret_path = format!("{core}/secrets/session-0a1b2c3d4e5f60718293-token");
+    let script = vec![
+        apply(core.clone(), to_json(plan.namespace())),
+        apply(
+            format!("{core}/serviceaccounts/editor"),
+            to_json(plan.service_account()),
+        ),
+        apply(
+            format!("{core}/resourcequotas/sandbox-quota"),
+            to_json(plan.resource_quota()),
+        ),
+        apply(
+            format!("{core}/limitranges/sandbox-limits"),
+            to_json(plan.limit_range()),
+        ),
+        apply(
+            format!("/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies/sandbox-isolation"),
+            to_json(plan.network_policy()),
+        ),
+        // The workspace exists from an earlier session: 409 is fine.
+        Expect {
+            method: Method::POST,
+            path: format!("{core}/persistentvolumeclaims"),
+            query: CREATE,
+            content_type: JSON_TYPE,
+            body: Some(to_json(plan.workspace_pvc())),
+            answer: (
+                409,
+                status(
+                    409,
+                    "AlreadyExists",
+                    "persistentvolumeclaims \"workspace\" already exists",
+                ),
+            ),
+        },
+        // The token: its value is random, checked below against what the proxy gets.
+        Expect {
+            method: Method::PATCH,
+            path: secret_path.clone(),
+            query: APPLY,
+            content_type: APPLY_TYPE,
+            body: None,
+            answer: (
+                200,
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "session-0a1b2c3d4e5f60718293-token", "namespace": ns}}),
+            ),
+        },
+        Expect {
+            method: Method::POST,
+            path: format!("{core}/pods"),
+            query: CREATE,
+            content_type: JSON_TYPE,
+            body: Some(pod.clone()),
+            answer: (201, with_status(pod.clone(), json!({"phase": "Pending"}))),
+        },
+        // Placed, not ready: start() returns with the address.
+        get(
+            pod_path.clone(),
+            (200, with_status(pod.clone(), json!({"phase": "Pending"}))),
+        ),
+        get(
+            pod_path.clone(),
+            (
+                200,
+                with_status(
+                    pod.clone(),
+                    json!({"phase": "Pending", "podIP": "10.244.1.7",
+                "conditions": [{"type": "PodScheduled", "status": "True"}]}),
+                ),
+            ),
+        ),
+        // wait_ready: not yet, then ready.
+        get(
+            pod_path.clone(),
+            (
+                200,
+                with_status(
+                    pod.clone(),
+                    json!({"phase": "Running", "podIP": "10.244.1.7",
+            "conditions": [{"type": "Ready", "status": "False"}]}),
+                ),
+            ),
+        ),
+        get(
+            pod_path.clone(),
+            (
+                200,
+                with_status(
+                    pod.clone(),
+                    json!({"phase": "Running", "podIP": "10.244.1.7",
+            "conditions": [{"type": "Ready", "status": "True"}]}),
+                ),
+            ),
+        ),
+        // stop: the pod and its Secret; a Secret gone already is fine.
+        delete(pod_path.clone(), (200, pod.clone())),
+        delete(
+            secret_path.clone(),
+            (
+                404,
+                status(
+                    404,
+                    "NotFound",
+                    "secrets \"session-0a1b2c3d4e5f60718293-token\" not found",
+                ),
+            ),
+        ),
+    ];
+    let verifier = verifier(handle, script);
+    let running = runtime.start(&launch).await.expect("started");
+    assert_eq!(running.upstream, "10.244.1.7:8888");
+    let handle: PodHandle = serde_json::from_str(&running.handle).unwrap();
+    assert_eq!(
+        (
+            handle.namespace.as_str(),
+            handle.pod.as_str(),
+            handle.secret.as_str()
+        ),
+        (
+            ns,
+            "session-0a1b2c3d4e5f60718293",
+            "session-0a1b2c3d4e5f60718293-token"
+        )
+    );
+    runtime
+        .wait_ready(&launch, &running, Duration::from_secs(5))
+        .await
+        .expect("ready");
+    runtime.stop(&running.handle).await.expect("stopped");
+    let bodies = verifier.await.expect("every request as expected");
+    // The Secret carries exactly the token the proxy presents; the pod never does.
+    let secret = &bodies[6];
+    assert_eq!(secret["kind"], "Secret");
+    assert_eq!(
+        secret["metadata"]["labels"]["gpu-sandbox/session"],
+        "0a1b2c3d4e5f60718293"
+    );
+    let token: k8s_openapi::ByteString =
+        serde_json::from_value(secret["data"]["token"].clone()).unwrap();
+    assert_eq!(String::from_utf8(token.0).unwrap(), running.secret);
+    assert!(!bodies[7].to_string().contains(&running.secret));
+}
+
+#[tokio::test]
+async fn a_crashing_editor_fails_with_its_log_and_is_cleaned_up_by_start() {
+    let config = KubeConfig::default();
+    let (runtime, handle) = mock_runtime(config.clone());
+    let launch = launch_for("bob", "feedc0de", EditorKind::Marimo);
+    let plan = UserPlan::new(&config, "bob");
+    let core = "/api/v1/namespaces/gsb-bob".to_string();
+    let pod = serde_json::to_value(plan.session_pod(&launch)).unwrap();
+    let pod_path = format!("{core}/pods/session-feedc0de");
+    let ok = |v: Value| (200, v);
+    let mut script: Vec<Expect> = vec![
+        apply(
+            core.clone(),
+            serde_json::to_value(plan.namespace()).unwrap(),
+        ),
+        apply(
+            format!("{core}/serviceaccounts/editor"),
+            serde_json::to_value(plan.service_account()).unwrap(),
+        ),
+        apply(
+            format!("{core}/resourcequotas/sandbox-quota"),
+            serde_json::to_value(plan.resource_quota()).unwrap(),
+        ),
+        apply(
+            format!("{core}/limitranges/sandbox-limits"),
+            serde_json::to_value(plan.limit_range()).unwrap(),
+        ),
+        apply(
+            "/apis/networking.k8s.io/v1/namespaces/gsb-bob/networkpolicies/sandbox-isolation"
+                .into(),
+            serde_json::to_value(plan.network_policy()).unwrap(),
+        ),
+        Expect {
+            method: Method::POST,
+            path: format!("{core}/persistentvolumeclaims"),
+            query: CREATE,
+            content_type: JSON_TYPE,
+            body: None,
+            answer: ok(serde_json::to_value(plan.workspace_pvc()).unwrap()),
+        },
+        Expect {
+            method: Method::PATCH,
+            path: format!("{core}/secrets/session-feedc0de-token"),
+            query: APPLY,
+            content_type: APPLY_TYPE,
+            body: None,
+            answer: ok(
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "session-feedc0de-token"}}),
+            ),
+        },
+        Expect {
+            method: Method::POST,
+            path: format!("{core}/pods"),
+            query: CREATE,
+            content_type: JSON_TYPE,
+            body: Some(pod.clone()),
+            answer: ok(pod.clone()),
+        },
+        get(
+            pod_path.clone(),
+            ok(with_status(
+                pod.clone(),
+                json!({"phase": "Running", "podIP": "10.244.2.9",
+            "containerStatuses": [{"name": "editor", "image": "x", "imageID": "", "ready": false, "restartCount": 4,
+              "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"}}}]}),
+            )),
+        ),
+    ];
+    // The previous container's last lines, then the cleanup.
+    script.push(Expect {
+        method: Method::GET,
+        path: format!("{pod_path}/log"),
+        query: &["container=editor", "tailLines=20", "previous=true"],
+        content_type: None,
+        body: None,
+        answer: (200, json!("ModuleNotFoundError: No module named 'marimo'")),
+    });
+    script.push(delete(pod_path.clone(), ok(pod.clone())));
+    script.push(delete(
+        format!("{core}/secrets/session-feedc0de-token"),
+        ok(json!({"kind": "Status", "apiVersion": "v1", "status": "Success"})),
+    ));
+    let verifier = verifier(handle, script);
+    let error = runtime.start(&launch).await.expect_err("a crashing editor");
+    verifier.await.expect("every request as expected");
+    let message = error.user_message();
+    assert!(
+        message.contains("the editor keeps crashing (CrashLoopBackOff)"),
+        "{message}"
+    );
+    assert!(message.contains("No module named 'marimo'"), "{message}");
+}
+
+#[tokio::test]
+async fn a_reconciler_pass_deletes_orphans_and_ends_lost_sessions_with_a_refund() {
+    let config = KubeConfig::default();
+    let (runtime, handle) = mock_runtime(config.clone());
+    let app = TestApp::start(Some(Arc::new(runtime))).await;
+    let store = &app.service.store;
+    let (user_id, _) = app.user("carol").await;
+    // A ready session whose pod the cluster no longer has.
+    let (record, _) = store
+        .create_session(server::store::NewSession {
+            user_id: &user_id,
+            editor: EditorKind::JupyterLab,
+            slice_mib: 8192,
+            duration_minutes: 60,
+            price_per_hour: 1000,
+            hold: 1000,
+        })
+        .await
+        .unwrap();
+    let slots: Vec<String> = store
+        .pool()
+        .await
+        .unwrap()
+        .into_iter()
+        .flat_map(|(_, s)| s)
+        .map(|s| s.id)
+        .collect();
+    store
+        .assign_slot(&record.id, &slots)
+        .await
+        .unwrap()
+        .expect("a slot");
+    let lost = PodHandle {
+        namespace: "gsb-carol".into(),
+        pod: names::pod_name(&record.id),
+        secret: names::secret_name(&record.id),
+        ..PodHandle::default()
+    };
+    store
+        .set_runtime(&record.id, "10.244.3.3:8888", "tok", &lost.to_json())
+        .await
+        .unwrap();
+    store.mark_ready(&record.id, "ready").await.unwrap();
+    let (balance_before, held_before) = store.credits(&user_id).await.unwrap();
+    assert_eq!(held_before, 1000);
+
+    let orphan = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "session-deadbeef", "namespace": "gsb-dave",
+        "labels": {"app.kubernetes.io/managed-by": "gpu-sandbox", "gpu-sandbox/session": "deadbeef"}},
+        "status": {"phase": "Running"}});
+    let pod_path = format!("/api/v1/namespaces/gsb-carol/pods/{}", lost.pod);
+    let not_found = |what: &str| (404, status(404, "NotFound", &format!("{what} not found")));
+    let script = vec![
+        Expect {
+            method: Method::GET,
+            path: "/api/v1/pods".into(),
+            query: &[
+                "labelSelector=app.kubernetes.io%2Fmanaged-by%3Dgpu-sandbox%2Cgpu-sandbox%2Fsession",
+            ],
+            content_type: None,
+            body: None,
+            answer: (
+                200,
+                json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "7"}, "items": [orphan]}),
+            ),
+        },
+        delete(
+            "/api/v1/namespaces/gsb-dave/pods/session-deadbeef".into(),
+            (200, orphan.clone()),
+        ),
+        delete(
+            "/api/v1/namespaces/gsb-dave/secrets/session-deadbeef-token".into(),
+            not_found("secret"),
+        ),
+        // The second look before ending a session: really gone.
+        get(pod_path.clone(), not_found("pod")),
+        // The service's stop path: delete what is left, then settle.
+        delete(pod_path.clone(), not_found("pod")),
+        delete(
+            format!("/api/v1/namespaces/gsb-carol/secrets/{}", lost.secret),
+            (
+                200,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+            ),
+        ),
+    ];
+    let verifier = verifier(handle, script);
+    let report = reconcile::run_once(&app.service).await.expect("a pass");
+    verifier.await.expect("every request as expected");
+    assert_eq!(report.deleted_pods, vec!["session-deadbeef".to_string()]);
+    assert_eq!(report.lost_sessions, vec![record.id.clone()]);
+    let ended = store.session(&record.id).await.unwrap().unwrap();
+    assert_eq!(ended.state, app::domain::session::SessionState::Ended);
+    assert_eq!(
+        ended.end_reason,
+        Some(app::domain::session::EndReason::Lost)
+    );
+    let (balance, held) = store.credits(&user_id).await.unwrap();
+    assert_eq!(held, 0, "the hold is released");
+    assert!(
+        balance > balance_before - 1000,
+        "unused time refunded: {balance} vs {balance_before}"
+    );
+    let ledger = store.ledger(&user_id).await.unwrap();
+    assert!(
+        ledger
+            .iter()
+            .any(|e| e.kind == "refund" && e.session_id.as_deref() == Some(record.id.as_str()))
+    );
+    app.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// (2) A stateful fake API server: objects in memory, apply/create/get/list/delete, quota.
+// ---------------------------------------------------------------------------------------------
+
+/// What the fake scheduler does with a new pod.
+#[derive(Clone, Debug)]
+enum Fate {
+    /// Placed and ready at once.
+    Ready,
+    /// Never placed: the scheduler's message.
+    Unschedulable(String),
+    /// Refused at create with this HTTP status and message.
+    Refuse(u16, String),
+}
+
+#[derive(Default)]
+struct Cluster {
+    /// (resource, namespace, name) → object; namespace "" for cluster-scoped ones.
+    objects: BTreeMap<(String, String, String), Value>,
+    /// (method, resource) → count.
+    calls: BTreeMap<(String, String), usize>,
+    conflicts: usize,
+    next_ip: u32,
+    fate: Option<Fate>,
+}
+
+#[derive(Clone, Default)]
+struct FakeApi(Arc<Mutex<Cluster>>);
+
+impl FakeApi {
+    fn set_fate(&self, fate: Fate) {
+        self.0.lock().unwrap().fate = Some(fate);
+    }
+
+    fn names(&self, resource: &str) -> Vec<(String, String)> {
+        let cluster = self.0.lock().unwrap();
+        cluster
+            .objects
+            .keys()
+            .filter(|(r, _, _)| r == resource)
+            .map(|(_, ns, name)| (ns.clone(), name.clone()))
+            .collect()
+    }
+
+    fn remove(&self, resource: &str, ns: &str, name: &str) -> bool {
+        let mut cluster = self.0.lock().unwrap();
+        cluster
+            .objects
+            .remove(&(resource.to_string(), ns.to_string(), name.to_string()))
+            .is_some()
+    }
+
+    fn calls(&self, method: &str, resource: &str) -> usize {
+        let cluster = self.0.lock().unwrap();
+        cluster
+            .calls
+            .get(&(method.to_string(), resource.to_string()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn client(&self) -> kube::Client {
+        let state = self.clone();
+        let router = axum::Router::new().fallback(move |request: axum::extract::Request| {
+            let state = state.clone();
+            async move { state.handle(request).await }
+        });
+        kube::Client::new(router, "default")
+    }
+
+    async fn handle(&self, request: axum::extract::Request) -> axum::response::Response {
+        let method = request.method().clone();
+        let path = request.uri().path().to_string();
+        let query = request.uri().query().unwrap_or("").to_string();
+        let body = request.into_body().collect().await.unwrap().to_bytes();
+        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let (code, answer) = self.serve(&method, &path, &query, body);
+        let text = match &answer {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        Response::builder()
+            .status(code)
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(text))
+            .unwrap()
+    }
+
+    fn serve(&self, method: &Method, path: &str, query: &str, body: Value) -> (u16, Value) {
+        let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        // /api/v1/…  or  /apis/<group>/<version>/…
+        let rest: &[&str] = match parts.as_slice() {
+            ["api", "v1", rest @ ..] => rest,
+            ["apis", _, _, rest @ ..] => rest,
+            _ => return (404, status(404, "NotFound", "no such path")),
+        };
+        let (resource, ns, name, sub) = match rest {
+            ["namespaces", name] => ("namespaces", "", Some(*name), None),
+            ["namespaces", ns, resource] => (*resource, *ns, None, None),
+            ["namespaces", ns, resource, name] => (*resource, *ns, Some(*name), None),
+            ["namespaces", ns, resource, name, sub] => (*resource, *ns, Some(*name), Some(*sub)),
+            [resource] => (*resource, "*", None, None),
+            _ => return (404, status(404, "NotFound", "no such path")),
+        };
+        let mut cluster = self.0.lock().unwrap();
+        *cluster
+            .calls
+            .entry((method.to_string(), resource.to_string()))
+            .or_default() += 1;
+        let key = |name: &str| (resource.to_string(), ns.to_string(), name.to_string());
+        let not_found = |name: &str| {
+            (
+                404,
+                status(404, "NotFound", &format!("{resource} \"{name}\" not found")),
+            )
+        };
+        match (method.as_str(), name, sub) {
+            ("GET", Some(name), Some("log")) => {
+                let _ = name;
+                (200, Value::String("log line".into()))
+            }
+            ("PATCH", Some(name), None) => {
+                assert!(
+                    query.contains("fieldManager=gpu-sandbox") && query.contains("force=true"),
+                    "{query}"
+                );
+                let object = cluster
+                    .objects
+                    .entry(key(name))
+                    .or_insert_with(|| json!({}));
+                let status = object.get("status").cloned();
+                *object = body;
+                if let Some(status) = status {
+                    object["status"] = status;
+                }
+                (200, object.clone())
+            }
+            ("POST", None, None) => {
+                let name = body["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                if cluster.objects.contains_key(&key(&name)) {
+                    cluster.conflicts += 1;
+                    return (
+                        409,
+                        status(
+                            409,
+                            "AlreadyExists",
+                            &format!("{resource} \"{name}\" already exists"),
+                        ),
+                    );
+                }
+                let mut object = body;
+                if resource == "pods" {
+                    if let Some(refusal) = quota_refusal(&cluster, ns, &name) {
+                        return refusal;
+                    }
+                    match cluster.fate.clone().unwrap_or(Fate::Ready) {
+                        Fate::Refuse(code, message) => {
+                            let reason = if code == 422 { "Invalid" } else { "Forbidden" };
+                            return (code, status(code, reason, &message));
+                        }
+                        Fate::Unschedulable(message) => {
+                            object["status"] = json!({"phase": "Pending", "conditions": [
+                                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]});
+                        }
+                        Fate::Ready => {
+                            cluster.next_ip += 1;
+                            object["status"] = json!({"phase": "Running", "podIP": format!("10.244.0.{}", cluster.next_ip),
+                                "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]});
+                        }
+                    }
+                }
+                cluster.objects.insert(key(&name), object.clone());
+                (201, object)
+            }
+            ("GET", Some(name), None) => match cluster.objects.get(&key(name)) {
+                Some(object) => (200, object.clone()),
+                None => not_found(name),
+            },
+            ("DELETE", Some(name), None) => match cluster.objects.remove(&key(name)) {
+                Some(object) => (200, object),
+                None => not_found(name),
+            },
+            ("GET", None, None) => {
+                let selector = query
+                    .split('&')
+                    .find_map(|p| p.strip_prefix("labelSelector="))
+                    .map(|s| {
+                        s.replace("%2F", "/")
+                            .replace("%3D", "=")
+                            .replace("%2C", ",")
+                    })
+                    .unwrap_or_default();
+                let items: Vec<Value> = cluster
+                    .objects
+                    .iter()
+                    .filter(|((r, n, _), _)| r == resource && (ns == "*" || n == ns))
+                    .map(|(_, o)| o.clone())
+                    .filter(|o| matches_selector(o, &selector))
+                    .collect();
+                (
+                    200,
+                    json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": items}),
+                )
+            }
+            _ => (
+                405,
+                status(405, "MethodNotAllowed", "not supported by the fake"),
+            ),
+        }
+    }
+}
+
+/// The ResourceQuota's `pods` limit, as the API server's quota admission applies it.
+fn quota_refusal(cluster: &Cluster, ns: &str, name: &str) -> Option<(u16, Value)> {
+    let quota = cluster.objects.get(&(
+        "resourcequotas".to_string(),
+        ns.to_string(),
+        "sandbox-quota".to_string(),
+    ))?;
+    let limit: usize = quota["spec"]["hard"]["pods"].as_str()?.parse().ok()?;
+    let used = cluster
+        .objects
+        .keys()
+        .filter(|(r, n, _)| r == "pods" && n == ns)
+        .count();
+    (used >= limit).then(|| {
+        let message = format!(
+            "pods \"{name}\" is forbidden: exceeded quota: sandbox-quota, requested: pods=1, used: pods={used}, limited: pods={limit}"
+        );
+        (403, status(403, "Forbidden", &message))
+    })
+}
+
+fn matches_selector(object: &Value, selector: &str) -> bool {
+    selector.split(',').filter(|t| !t.is_empty()).all(|term| {
+        let labels = &object["metadata"]["labels"];
+        match term.split_once('=') {
+            Some((k, v)) => labels[k] == v,
+            None => !labels[term].is_null(),
+        }
+    })
+}
+
+/// A server whose editors run as pods in the fake cluster.
+async fn fake_app(max_pods_per_user: u32) -> (TestApp, FakeApi) {
+    let fake = FakeApi::default();
+    let kube_config = KubeConfig {
+        max_pods_per_user,
+        ..KubeConfig::default()
+    };
+    let runtime = KubeRuntime::new(fake.client(), kube_config.clone()).with_timing(fast());
+    let app = TestApp::start_with(Some(Arc::new(runtime)), |c| {
+        c.runtime = server::runtime::RuntimeKind::Kube;
+        c.kube = kube_config;
+    })
+    .await;
+    (app, fake)
+}
+
+async fn ended_detail(app: &TestApp, token: &str, id: &str) -> Value {
+    app.wait_for(token, id, |v| v["state"] == "ended").await
+}
+
+#[tokio::test]
+async fn concurrent_launches_for_several_users_share_nothing_and_all_start() {
+    let (app, fake) = fake_app(4).await;
+    let mut tokens = Vec::new();
+    for name in ["ann", "Ben", "chloé"] {
+        tokens.push(app.user(name).await.1);
+    }
+    let launches = tokens
+        .iter()
+        .flat_map(|t| [t.clone(), t.clone()])
+        .map(|token| {
+            let app = &app;
+            async move {
+                let id = app.launch_id(&token, "jupyterlab").await;
+                let view = app
+                    .wait_for(&token, &id, |v| {
+                        v["state"] == "ready" || v["state"] == "ended"
+                    })
+                    .await;
+                assert_eq!(view["state"], "ready", "{view}");
+                id
+            }
+        });
+    let ids = futures_util::future::join_all(launches).await;
+    assert_eq!(ids.len(), 6);
+    let namespaces: BTreeSet<String> = fake
+        .names("namespaces")
+        .into_iter()
+        .map(|(_, n)| n)
+        .collect();
+    assert_eq!(
+        namespaces,
+        [
+            "gsb-ann",
+            &names::namespace_of("gsb-", "Ben"),
+            &names::namespace_of("gsb-", "chloé")
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect()
+    );
+    for resource in [
+        "persistentvolumeclaims",
+        "resourcequotas",
+        "limitranges",
+        "networkpolicies",
+        "serviceaccounts",
+    ] {
+        let per_ns: Vec<String> = fake.names(resource).into_iter().map(|(ns, _)| ns).collect();
+        assert_eq!(per_ns.len(), 3, "{resource}: one per user, {per_ns:?}");
+    }
+    let pods: BTreeSet<String> = fake.names("pods").into_iter().map(|(_, n)| n).collect();
+    assert_eq!(pods, ids.iter().map(|id| names::pod_name(id)).collect());
+    assert_eq!(fake.names("secrets").len(), 6);
+    assert_eq!(
+        fake.calls("POST", "persistentvolumeclaims"),
+        6,
+        "a create per launch; 409s are fine"
+    );
+    // Stopping one removes its pod and Secret, nothing of the user's.
+    let stopped = app
+        .delete(&format!("/api/v1/sessions/{}", ids[0]), Some(&tokens[0]))
+        .await;
+    assert!(
+        stopped.status.is_success(),
+        "{}",
+        String::from_utf8_lossy(&stopped.body)
+    );
+    ended_detail(&app, &tokens[0], &ids[0]).await;
+    assert_eq!(fake.names("pods").len(), 5);
+    assert_eq!(fake.names("secrets").len(), 5);
+    assert_eq!(fake.names("persistentvolumeclaims").len(), 3);
+    assert_eq!(fake.names("namespaces").len(), 3);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_pod_that_vanishes_ends_its_session_as_lost_with_a_refund() {
+    let (app, fake) = fake_app(4).await;
+    let (user_id, token) = app.user("vera").await;
+    let id = app.launch_ready(&token, "marimo").await;
+    let (_, held) = app.service.store.credits(&user_id).await.unwrap();
+    assert!(held > 0);
+    // Nothing to do while all is well.
+    let report = reconcile::run_once(&app.service).await.unwrap();
+    assert_eq!(report, reconcile::Report::default());
+    assert!(fake.remove("pods", "gsb-vera", &names::pod_name(&id)));
+    let report = reconcile::run_once(&app.service).await.unwrap();
+    assert_eq!(report.lost_sessions, vec![id.clone()]);
+    let view = ended_detail(&app, &token, &id).await;
+    assert_eq!(view["end_reason"], "lost", "{view}");
+    assert!(
+        view["detail"].as_str().unwrap().contains("refunded"),
+        "{view}"
+    );
+    let (_, held) = app.service.store.credits(&user_id).await.unwrap();
+    assert_eq!(held, 0);
+    assert!(
+        fake.names("secrets").is_empty(),
+        "the stop path removed the Secret too"
+    );
+    // A second pass finds nothing left to do: ending is idempotent.
+    let report = reconcile::run_once(&app.service).await.unwrap();
+    assert_eq!(report, reconcile::Report::default());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_exceeded_quota_fails_the_launch_with_the_reason_and_refunds() {
+    let (app, _fake) = fake_app(1).await;
+    let (user_id, token) = app.user("quinn").await;
+    app.launch_ready(&token, "jupyterlab").await;
+    let second = app.launch_id(&token, "jupyterlab").await;
+    let view = ended_detail(&app, &token, &second).await;
+    assert_eq!(view["end_reason"], "failed");
+    let detail = view["detail"].as_str().unwrap();
+    assert!(detail.contains("exceeded quota: sandbox-quota"), "{detail}");
+    assert!(detail.contains("limited: pods=1"), "{detail}");
+    let (_, held) = app.service.store.credits(&user_id).await.unwrap();
+    let sessions = app.service.store.sessions_of(&user_id, 10).await.unwrap();
+    let live: Vec<_> = sessions.iter().filter(|s| s.state.is_live()).collect();
+    assert_eq!(live.len(), 1);
+    assert_eq!(
+        held,
+        app::domain::credits::price_for_minutes(live[0].price_per_hour, 30),
+        "only the first session still holds credits: the failed one was refunded"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_unschedulable_pod_fails_with_the_schedulers_reason() {
+    let (app, fake) = fake_app(4).await;
+    fake.set_fate(Fate::Unschedulable(
+        "0/3 nodes are available: 3 Insufficient nvidia.com/gpumem. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.".into(),
+    ));
+    let (_, token) = app.user("uma").await;
+    let id = app.launch_id(&token, "code-server").await;
+    let view = ended_detail(&app, &token, &id).await;
+    let detail = view["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("Insufficient nvidia.com/gpumem"),
+        "{detail}"
+    );
+    assert!(fake.names("pods").is_empty(), "the failed pod is deleted");
+    assert!(fake.names("secrets").is_empty(), "and its Secret");
+    assert_eq!(
+        fake.names("persistentvolumeclaims").len(),
+        1,
+        "the workspace stays"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_invalid_pod_fails_with_a_clear_message() {
+    let (app, fake) = fake_app(4).await;
+    fake.set_fate(Fate::Refuse(
+        422,
+        "Pod \"session-x\" is invalid: spec.containers[0].resources.limits[nvidia.com/gpumem]: Invalid value: \"8192\": must be less than or equal to nvidia.com/gpumem limit".into(),
+    ));
+    let (_, token) = app.user("ivy").await;
+    let id = app.launch_id(&token, "jupyterlab").await;
+    let view = ended_detail(&app, &token, &id).await;
+    let detail = view["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("The cluster rejected the editor pod: Pod \"session-x\" is invalid"),
+        "{detail}"
+    );
+    assert_eq!(view["end_reason"], "failed");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn starting_twice_is_harmless_409s_included() {
+    let fake = FakeApi::default();
+    let runtime = KubeRuntime::new(fake.client(), KubeConfig::default()).with_timing(fast());
+    let launch = launch_for("dora", "abc123", EditorKind::JupyterLab);
+    let first = runtime.start(&launch).await.expect("first");
+    let second = runtime
+        .start(&launch)
+        .await
+        .expect("second: the pod is there already");
+    assert_eq!(first.upstream, second.upstream);
+    assert_eq!(
+        fake.0.lock().unwrap().conflicts,
+        2,
+        "workspace and pod answered 409"
+    );
+    assert_eq!(fake.names("pods").len(), 1);
+    assert!(runtime.is_alive(&first.handle).await);
+    runtime.stop(&first.handle).await.unwrap();
+    runtime
+        .stop(&first.handle)
+        .await
+        .expect("stopping what is gone is fine");
+    assert!(!runtime.is_alive(&first.handle).await);
+}
+
+// ---------------------------------------------------------------------------------------------
+// GPU metrics through the runtime: HAMi's monitor endpoint served on loopback.
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn gpu_usage_joins_hamis_metrics_to_session_handles() {
+    let text = "hami_vgpu_memory_used_bytes{container=\"editor\",device_uuid=\"GPU-1\",namespace=\"gsb-ann\",pod=\"session-aa\",vdevice_index=\"0\"} 2147483648\n\
+                hami_container_device_utilization_ratio{container=\"editor\",device_uuid=\"GPU-1\",namespace=\"gsb-ann\",pod=\"session-aa\",vdevice_index=\"0\"} 42\n\
+                hami_container_last_kernel_elapsed_seconds{container=\"editor\",device_uuid=\"GPU-1\",namespace=\"gsb-ann\",pod=\"session-aa\",vdevice_index=\"0\"} 3\n";
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let metrics =
+        axum::Router::new().route("/metrics", axum::routing::get(move || async move { text }));
+    let server = tokio::spawn(async move { axum::serve(listener, metrics).await });
+    let config = KubeConfig {
+        metrics_url: format!("http://{addr}/metrics"),
+        ..KubeConfig::default()
+    };
+    let runtime = KubeRuntime::new(FakeApi::default().client(), config);
+    let handle = |pod: &str| {
+        PodHandle {
+            namespace: "gsb-ann".into(),
+            pod: pod.into(),
+            secret: format!("{pod}-token"),
+            ..PodHandle::default()
+        }
+        .to_json()
+    };
+    let usage = runtime
+        .gpu_usage(&[handle("session-aa"), handle("session-bb")])
+        .await;
+    assert_eq!(usage.len(), 1);
+    let seen = &usage[&handle("session-aa")];
+    assert_eq!((seen.memory_used_mib, seen.utilization_pct), (2048, 42));
+    assert!(seen.is_active(60.0));
+    server.abort();
+}
+
+// ---------------------------------------------------------------------------------------------
+// (3) A real cluster, on request only.
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn real_cluster_launch_and_stop_when_asked_for() {
+    if std::env::var_os("KUBECONFIG").is_none()
+        || std::env::var("SANDBOX_KUBE_E2E").as_deref() != Ok("1")
+    {
+        eprintln!(
+            "skipped: set KUBECONFIG and SANDBOX_KUBE_E2E=1 to run against a real cluster with HAMi"
+        );
+        return;
+    }
+    let client = kube::Client::try_default()
+        .await
+        .expect("a client from KUBECONFIG");
+    let config = KubeConfig {
+        server_namespace: std::env::var("SANDBOX_KUBE_E2E_SERVER_NAMESPACE")
+            .unwrap_or_else(|_| "default".into()),
+        session_priority_class: String::new(),
+        ..KubeConfig::default()
+    };
+    let runtime = KubeRuntime::new(client.clone(), config).with_timing(Timing {
+        start_timeout: Duration::from_secs(300),
+        ..Timing::default()
+    });
+    let suffix = format!(
+        "{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    );
+    let user = format!("e2e-{suffix}");
+    let launch = launch_for(&user, &suffix, EditorKind::JupyterLab);
+    let running = runtime.start(&launch).await.expect("started");
+    let ready = runtime
+        .wait_ready(&launch, &running, Duration::from_secs(600))
+        .await;
+    let alive = runtime.is_alive(&running.handle).await;
+    runtime.stop(&running.handle).await.expect("stopped");
+    let namespace = names::namespace_of("gsb-", &user);
+    let _ = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client)
+        .delete(&namespace, &Default::default())
+        .await;
+    ready.expect("ready");
+    assert!(alive);
+}
