@@ -785,11 +785,9 @@ async fn fake_app(max_pods_per_user: u32) -> (TestApp, FakeApi) {
         ..KubeConfig::default()
     };
     let runtime = KubeRuntime::new(fake.client(), kube_config.clone()).with_timing(fast());
-    let app = TestApp::start_with(Some(Arc::new(runtime)), |c| {
-        c.runtime = server::runtime::RuntimeKind::Kube;
-        c.kube = kube_config;
-    })
-    .await;
+    // The configuration stays `local`: the background tick must not run a reconciler pass of
+    // its own while a test runs one by hand.
+    let app = TestApp::start_with(Some(Arc::new(runtime)), |c| c.kube = kube_config).await;
     (app, fake)
 }
 
