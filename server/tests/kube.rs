@@ -1081,3 +1081,13 @@ async fn real_cluster_launch_and_stop_when_asked_for() {
     ready.expect("ready");
     assert!(alive);
 }
+
+/// A real cluster is reached over TLS: the client for an https API server must build (one
+/// crypto provider, a platform verifier), which the tests above never need.
+#[tokio::test]
+async fn a_tls_client_for_a_real_api_server_builds() {
+    let config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+    let client = kube::Client::try_from(config).expect("a TLS client");
+    let runtime = KubeRuntime::new(client, KubeConfig::default());
+    assert_eq!(runtime.config().field_manager, "gpu-sandbox");
+}
