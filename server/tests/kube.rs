@@ -786,11 +786,9 @@ async fn fake_app(max_pods_per_user: u32) -> (TestApp, FakeApi) {
         ..KubeConfig::default()
     };
     let runtime = KubeRuntime::new(fake.client(), kube_config.clone()).with_timing(fast());
-    let app = TestApp::start_with(Some(Arc::new(runtime)), |c| {
-        c.runtime = server::runtime::RuntimeKind::Kube;
-        c.kube = kube_config;
-    })
-    .await;
+    // The configuration stays `local`: the background tick must not run a reconciler pass of
+    // its own while a test runs one by hand.
+    let app = TestApp::start_with(Some(Arc::new(runtime)), |c| c.kube = kube_config).await;
     (app, fake)
 }
 
@@ -1083,4 +1081,14 @@ async fn real_cluster_launch_and_stop_when_asked_for() {
         .await;
     ready.expect("ready");
     assert!(alive);
+}
+
+/// A real cluster is reached over TLS: the client for an https API server must build (one
+/// crypto provider, a platform verifier), which the tests above never need.
+#[tokio::test]
+async fn a_tls_client_for_a_real_api_server_builds() {
+    let config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+    let client = kube::Client::try_from(config).expect("a TLS client");
+    let runtime = KubeRuntime::new(client, KubeConfig::default());
+    assert_eq!(runtime.config().field_manager, "gpu-sandbox");
 }
