@@ -182,12 +182,7 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
             let service = server::open_service(config)
                 .await
                 .map_err(|e| e.to_string())?;
-            let record = service
-                .store
-                .user_by_name(&user)
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| format!("no user named '{user}'"))?;
+            let record = user_named(&service, &user).await?;
             let (token, hash) = server::auth::new_api_token();
             let expires = days.map(|d| server::store::now_ms() + d as i64 * 86_400_000);
             service
@@ -205,12 +200,7 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
             let service = server::open_service(config)
                 .await
                 .map_err(|e| e.to_string())?;
-            let record = service
-                .store
-                .user_by_name(&name)
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| format!("no user named '{name}'"))?;
+            let record = user_named(&service, &name).await?;
             let balance = service
                 .store
                 .grant(&record.id, milli, None, "granted from the command line")
@@ -233,12 +223,7 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
             let service = server::open_service(config)
                 .await
                 .map_err(|e| e.to_string())?;
-            let record = service
-                .store
-                .user_by_name(&name)
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| format!("no user named '{name}'"))?;
+            let record = user_named(&service, &name).await?;
             let overrides = app::domain::quota::Overrides {
                 max_sessions,
                 max_gpu_mib,
@@ -302,4 +287,17 @@ async fn shutdown_signal() {
         _ = term => {},
     }
     tracing::info!("shutting down");
+}
+
+/// The account called `name`, or the error the command line prints.
+async fn user_named(
+    service: &server::service::Service,
+    name: &str,
+) -> Result<server::store::UserRecord, String> {
+    service
+        .store
+        .user_by_name(name)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no user named '{name}'"))
 }

@@ -706,18 +706,6 @@ impl Service {
         Ok(Some(route))
     }
 
-    /// Ends ready sessions whose time ran out. Runs every few seconds; safe to run anywhere.
-    pub async fn end_expired(&self) {
-        match self.store.expired_sessions(crate::store::now_ms()).await {
-            Ok(ids) => {
-                for id in ids {
-                    self.stop_session(&id, EndReason::Timer, None).await;
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "looking for expired sessions"),
-        }
-    }
-
     /// After a restart: re-adopt editors that still answer, end the rest with a refund.
     pub async fn recover(&self) -> Result<(), StoreError> {
         for record in self.store.live_sessions().await? {

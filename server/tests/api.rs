@@ -415,7 +415,7 @@ async fn a_session_whose_time_ran_out_is_ended_with_a_charge() {
         &id,
     )
     .await;
-    app.service.end_expired().await;
+    app.service.reap().await;
     let view = app
         .get(&format!("/api/v1/sessions/{id}"), Some(&token))
         .await

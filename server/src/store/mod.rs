@@ -622,15 +622,6 @@ impl Store {
         Ok(())
     }
 
-    /// Ready sessions whose end time has passed.
-    pub async fn expired_sessions(&self, now: i64) -> Result<Vec<String>> {
-        let rows = sqlx::query("SELECT id FROM sessions WHERE state = 'ready' AND ends_at <= $1")
-            .bind(now)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(|r| Ok(r.try_get("id")?)).collect()
-    }
-
     /// A progress step that does not change the state.
     pub async fn add_step(&self, session_id: &str, message: &str, progress: u8) -> Result<Step> {
         let mut w = self.begin_write().await?;
