@@ -8,7 +8,8 @@ Environment (set by run.sh):
   SERVER_BIN     the release binary          TOOLS      the editors (venv/, npm/)
   CHP_BIN        configurable-http-proxy     BENCH_OUT  where results and logs go
   BENCH_PYTHON   a Python with websockets, psutil (the stand-in WebSocket editor uses it)
-Knobs: BENCH_ONLY=cold,memory,http,ws  BENCH_COLD_N=10  BENCH_CS_N (code-server; default
+  HUB_VENV       JupyterHub 6.1.1 + JupyterLab, spawned beside the warm launches (empty: skipped)
+Knobs: BENCH_ONLY=cold,memory,http,ws,warm  BENCH_COLD_N=10  BENCH_CS_N (code-server; default
 BENCH_COLD_N)  BENCH_ROUNDS=3  BENCH_WRK_DUR=10s  BENCH_WS_N=2000  BENCH_WS_BLOCK=100
        BENCH_NGINX_PROXY=1 (nginx as a reverse proxy: the floor for any proxy here)
 """
@@ -42,6 +43,8 @@ WS_N = int(os.environ.get("BENCH_WS_N", 2000))
 WS_BLOCK = int(os.environ.get("BENCH_WS_BLOCK", 100))
 FLOOR = os.environ.get("BENCH_NGINX_PROXY", "1") == "1"
 SLICE = 8192
+# JupyterHub beside the warm launches (run.sh installs it); empty: without it.
+HUB_VENV = os.environ.get("HUB_VENV", "")
 
 PROGRAMS = {
     "jupyterlab": os.path.join(TOOLS, "venv/bin/jupyter-lab"),
@@ -836,6 +839,92 @@ def pct(values, q):
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
+class Hub:
+    """JupyterHub with its CHP (bench/hub_config.py): the peer's spawn, measured in our run."""
+
+    def __init__(self):
+        self.run = os.path.join(WORK, "hub")
+        os.makedirs(os.path.join(self.run, "homes"), exist_ok=True)
+        self.port, self.proxy_port, self.api_port = free_port(), free_port(), free_port()
+        self.service_token = secrets.token_hex(32)
+        self.env = dict(os.environ, BENCH_HUB_RUN=self.run, BENCH_HUB_VENV=HUB_VENV,
+                        BENCH_HUB_PORT=str(self.port), BENCH_HUB_PROXY_PORT=str(self.proxy_port),
+                        BENCH_HUB_PROXY_API_PORT=str(self.api_port), BENCH_HUB_CHP_TOKEN=secrets.token_hex(32),
+                        BENCH_HUB_SERVICE_TOKEN=self.service_token,
+                        PATH=f"{HUB_VENV}/bin:" + os.environ["PATH"])
+        self.token = None
+        self.proc = None
+
+    def start(self):
+        self.logf = open(os.path.join(LOGS, "jupyterhub.log"), "w")
+        self.proc = subprocess.Popen([f"{HUB_VENV}/bin/jupyterhub", "-f", os.path.join(HERE, "hub_config.py")],
+                                     cwd=self.run, env=self.env, stdout=self.logf, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = now() + 120
+        while True:
+            try:
+                if http_get(self.proxy_port, "/hub/api/")[0] == 200:
+                    break
+            except OSError:
+                pass
+            if self.proc.poll() is not None or now() > deadline:
+                raise RuntimeError(f"JupyterHub did not start (see {self.logf.name})")
+            time.sleep(0.1)
+        # The configured service token is hashed slowly on every request; an admin's
+        # generated token is what a script would use.
+        self.api("POST", "/users/benchadmin", token=self.service_token, ok=(201, 409))
+        self.token = self.api("POST", "/users/benchadmin/tokens", token=self.service_token,
+                              body={"note": "bench", "roles": ["admin"]}, ok=(201,))["token"]
+        self.api("POST", "/users/hubuser", ok=(201, 409))
+        return self
+
+    def api(self, method, path, body=None, token=None, ok=(200, 201)):
+        status, data = http_get(self.port, "/hub/api" + path, method=method, timeout=300,
+                                headers={"Authorization": f"token {token or self.token}"},
+                                body=body)
+        if status not in ok:
+            raise RuntimeError(f"hub {method} {path}: HTTP {status} {data[:300]!r}")
+        return json.loads(data) if data else None
+
+    def spawn(self):
+        """POST the server, then poll its /api/status through CHP until 200: the seconds."""
+        t0 = now()
+        self.api("POST", "/users/hubuser/server", ok=(201, 202))
+        hdr = {"Authorization": f"token {self.token}"}
+        deadline = t0 + 300
+        while True:
+            try:
+                if http_get(self.proxy_port, "/user/hubuser/api/status", headers=hdr)[0] == 200:
+                    break
+            except OSError:
+                pass
+            if now() > deadline:
+                raise RuntimeError(f"the hub's server did not answer (see {self.logf.name})")
+            time.sleep(0.01)
+        t1 = now()
+        self.api("DELETE", "/users/hubuser/server", ok=(202, 204))
+        while True:
+            user = self.api("GET", "/users/hubuser")
+            if not user.get("servers") and user.get("pending") is None:
+                break
+            time.sleep(0.05)
+        return t1 - t0
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        for pid_file in ("chp.pid",):
+            try:
+                with open(os.path.join(self.run, pid_file)) as f:
+                    os.kill(int(f.read().strip()), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+
+
 def bench_warm(results):
     avail = [e for e, p in PROGRAMS.items() if os.path.exists(p)]
     warm_cfg = "[" + ", ".join(f'{{ editor = "{e}", slice_mib = {SLICE}, count = 1 }}' for e in avail) + "]"
@@ -843,6 +932,11 @@ def bench_warm(results):
     cold = Server("coldpool").start()
     n = int(os.environ.get("BENCH_WARM_N", 10))
     out = {"n": n, "runs": {e: {"warm": [], "cold": []} for e in avail}, "misses": {e: 0 for e in avail}}
+    hub = None
+    if HUB_VENV and CHP_BIN and "jupyterlab" in avail:
+        hub = Hub().start()
+        out["runs"]["jupyterlab"]["hub"] = []
+        hub.spawn()  # warm-up, not counted: the first start fills the page cache
 
     def pool_has_warm(editor):
         for size in warm.api("GET", "/pool"):
@@ -875,24 +969,31 @@ def bench_warm(results):
     try:
         for i in range(n):
             for editor in avail:
-                order = (("warm", launch_warm), ("cold", launch_cold))
-                for side, fn in (order if i % 2 == 0 else order[::-1]):
+                order = [("warm", launch_warm), ("cold", launch_cold)]
+                if hub and editor == "jupyterlab":
+                    order.append(("hub", lambda _: hub.spawn()))
+                # rotate which side goes first, so that none always follows the same one
+                order = order[i % len(order):] + order[:i % len(order)]
+                for side, fn in order:
                     out["runs"][editor][side].append(fn(editor))
-                w, c = out["runs"][editor]["warm"][-1], out["runs"][editor]["cold"][-1]
-                log(f"  run {i + 1:2d} {editor:12s} warm {w:.3f} s  cold {c:.3f} s  (load {loadavg()})")
+                line = "  ".join(f"{side} {out['runs'][editor][side][-1]:.3f} s" for side, _ in sorted(order))
+                log(f"  run {i + 1:2d} {editor:12s} {line}  (load {loadavg()})")
     finally:
         warm.stop()
         cold.stop()
+        if hub:
+            hub.stop()
     out["summary"] = {
-        e: {"warm_p50_s": pct(r["warm"], 0.5), "warm_p95_s": pct(r["warm"], 0.95),
-            "cold_p50_s": pct(r["cold"], 0.5), "cold_p95_s": pct(r["cold"], 0.95),
+        e: {**{f"{side}_{q}_s": pct(r[side], v) for side in r for q, v in (("p50", 0.5), ("p95", 0.95))},
             "misses": out["misses"][e]}
         for e, r in out["runs"].items()
     }
     results["warm"] = out
     for e, s in out["summary"].items():
+        hub_part = (f" | JupyterHub spawn p50 {s['hub_p50_s']:.3f} s p95 {s['hub_p95_s']:.3f} s"
+                    if "hub_p50_s" in s else "")
         log(f"  {e:12s} warm p50 {s['warm_p50_s']:.3f} s p95 {s['warm_p95_s']:.3f} s | "
-            f"cold p50 {s['cold_p50_s']:.3f} s p95 {s['cold_p95_s']:.3f} s | warm misses {s['misses']}")
+            f"cold p50 {s['cold_p50_s']:.3f} s p95 {s['cold_p95_s']:.3f} s{hub_part} | warm misses {s['misses']}")
 
 
 def main():

@@ -3,7 +3,8 @@
 # WebSocket round trips, server memory, each beside its reference measured in the same run.
 #
 #   bash bench/run.sh                      # everything (5-10 minutes on 2 cores)
-#   BENCH_ONLY=http,ws bash bench/run.sh   # parts: cold, memory, http, ws
+#   BENCH_ONLY=http,ws bash bench/run.sh   # parts: cold, memory, http, ws, warm
+#   BENCH_ONLY=warm bash bench/run.sh      # warm vs cold launch vs JupyterHub's spawn (installs the hub)
 #   SKIP_BUILD=1 bash bench/run.sh        # use the release binary already built
 #   SERVER_BIN=/path/to/server bash bench/run.sh   # use that binary
 #   BENCH_COLD_N=10 BENCH_ROUNDS=3 BENCH_WRK_DUR=10s BENCH_WS_N=2000 BENCH_WS_BLOCK=100   # the defaults
@@ -52,6 +53,19 @@ if [ -z "${CHP_BIN+set}" ]; then
   fi
 fi
 
+# --- JupyterHub, the peer whose spawn the warm launches are measured beside (same versions as
+# the peer benchmark in /work/shared/bench); HUB_VENV= to skip it
+if [[ ",${BENCH_ONLY:-}," == *,warm,* ]] && [ -z "${HUB_VENV+set}" ]; then
+  HUB_VENV=$CACHE/hub/venv
+  if [ ! -x "$HUB_VENV/bin/jupyterhub-singleuser" ]; then
+    echo "==> pip: jupyterhub 6.1.1 and jupyterlab 4.6.6 into $HUB_VENV"
+    python3 -m venv "$HUB_VENV"
+    "$HUB_VENV/bin/pip" install -q jupyterhub==6.1.1 jupyterlab==4.6.6 \
+      || { echo "JupyterHub install failed; HUB_VENV= bash bench/run.sh runs without it"; exit 1; }
+  fi
+fi
+HUB_VENV=${HUB_VENV:-}
+
 # --- the server (release; the pages are not needed here)
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 if [ -n "${SERVER_BIN:-}" ]; then
@@ -81,6 +95,7 @@ trap 'rm -f "$BENCH_OUT/server"' EXIT
 } > "$BENCH_OUT/versions.txt"
 cat "$BENCH_OUT/versions.txt"
 
-export SERVER_BIN TOOLS CHP_BIN BENCH_OUT BENCH_PYTHON
+[ -z "$HUB_VENV" ] || echo "jupyterhub $("$HUB_VENV/bin/jupyterhub" --version 2>/dev/null)" >> "$BENCH_OUT/versions.txt"
+export SERVER_BIN TOOLS CHP_BIN BENCH_OUT BENCH_PYTHON HUB_VENV
 "$BENCH_PYTHON" "$ROOT/bench/bench.py"
 echo "(results: $BENCH_OUT/summary.txt, results.json, logs/)"

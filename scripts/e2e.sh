@@ -10,8 +10,30 @@ DATA=$(mktemp -d)
 PORT=${E2E_PORT:-3100}
 export SANDBOX_DATA_DIR="$DATA" SANDBOX_LISTEN="127.0.0.1:$PORT" SANDBOX_SITE_ROOT="${SANDBOX_SITE_ROOT:-$PWD/target/site}"
 export SANDBOX_LOG=${SANDBOX_LOG:-warn}
-echo "e2e-password" | "$BIN" user add e2e --password-stdin >/dev/null
-"$BIN" serve >"$DATA/server.log" 2>&1 &
+# The default pool, plus a card in 16 GB slices whose sessions count as idle after 40 s:
+# the idle test runs there while the other tests keep the default policy.
+cat >"$DATA/e2e.toml" <<'TOML'
+[[pool.gpus]]
+name = "virtual-0"
+model = "Virtual 48 GB"
+memory_mib = 49152
+slice_mib = 8192
+
+[[pool.gpus]]
+name = "virtual-1"
+model = "Virtual 32 GB"
+memory_mib = 32768
+slice_mib = 16384
+
+[[idle.per_slice]]
+slice_mib = 16384
+timeout_seconds = 40
+warn_seconds = 35
+TOML
+for user in e2e e2e-idle; do
+  echo "e2e-password" | "$BIN" --config "$DATA/e2e.toml" user add "$user" --password-stdin >/dev/null
+done
+"$BIN" --config "$DATA/e2e.toml" serve >"$DATA/server.log" 2>&1 &
 SERVER=$!
 cleanup() {
   kill -TERM "$SERVER" 2>/dev/null || true

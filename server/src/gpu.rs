@@ -2,7 +2,9 @@
 //! binds an editor to its slice.
 
 use crate::config::Config;
+use crate::runtime::GpuUsage;
 use app::domain::pool::GpuSpec;
+use std::collections::HashMap;
 
 /// How a slice's limits are held on the card.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,6 +95,146 @@ pub fn slice_env(
     env
 }
 
+/// One process's memory on a card, as NVML reports it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProcessMemory {
+    pub pid: u32,
+    pub bytes: u64,
+}
+
+/// One utilization sample of one process (NVML keeps a short history per card).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProcessSample {
+    pub pid: u32,
+    /// Microseconds since the Unix epoch.
+    pub timestamp_us: u64,
+    pub sm_pct: u32,
+}
+
+/// GPU use per editor. A process belongs to the editor whose leader is the process itself or
+/// its nearest such ancestor: kernels run in sessions of their own, so the process group is
+/// not enough. Utilization is the mean of each process's samples, summed over the editor's
+/// processes; the last kernel is the newest sample that used the SMs.
+pub fn usage_by_editor(
+    leaders: &HashMap<u32, String>,
+    parent_of: impl Fn(u32) -> Option<u32>,
+    memory: &[ProcessMemory],
+    samples: &[ProcessSample],
+    now_us: u64,
+) -> HashMap<String, GpuUsage> {
+    let mut owner_of = HashMap::<u32, Option<&String>>::new();
+    let mut owner = |pid: u32| -> Option<String> {
+        if let Some(known) = owner_of.get(&pid) {
+            return known.cloned();
+        }
+        let mut current = pid;
+        let mut found = None;
+        // A bounded walk: a process tree deeper than this is not one of ours.
+        for _ in 0..64 {
+            if let Some(handle) = leaders.get(&current) {
+                found = Some(handle);
+                break;
+            }
+            match parent_of(current) {
+                Some(parent) if parent > 1 && parent != current => current = parent,
+                _ => break,
+            }
+        }
+        owner_of.insert(pid, found);
+        found.cloned()
+    };
+    let mut usage = HashMap::<String, GpuUsage>::new();
+    for process in memory {
+        if let Some(handle) = owner(process.pid) {
+            usage.entry(handle).or_default().memory_used_mib += process.bytes / (1024 * 1024);
+        }
+    }
+    let mut per_process = HashMap::<u32, (u64, u32)>::new();
+    for sample in samples {
+        let Some(handle) = owner(sample.pid) else {
+            continue;
+        };
+        let entry = per_process.entry(sample.pid).or_default();
+        entry.0 += u64::from(sample.sm_pct);
+        entry.1 += 1;
+        let editor = usage.entry(handle).or_default();
+        if sample.sm_pct > 0 {
+            let ago = now_us.saturating_sub(sample.timestamp_us) as f64 / 1e6;
+            editor.last_kernel_seconds_ago = Some(
+                editor
+                    .last_kernel_seconds_ago
+                    .map_or(ago, |seen: f64| seen.min(ago)),
+            );
+        }
+    }
+    for (pid, (sum, count)) in per_process {
+        if let Some(handle) = owner(pid) {
+            let editor = usage.entry(handle).or_default();
+            let mean = (sum / u64::from(count.max(1))) as u32;
+            editor.utilization_pct = (editor.utilization_pct + mean).min(100);
+        }
+    }
+    usage
+}
+
+/// NVML's view of the processes on every card, sampled on demand. Each sample asks only for
+/// the utilization history since the previous one, so short bursts between samples count.
+pub struct NvmlSampler {
+    nvml: nvml_wrapper::Nvml,
+    last_seen_us: std::sync::Mutex<HashMap<u32, u64>>,
+}
+
+impl NvmlSampler {
+    /// None where there is no NVIDIA driver (as on a machine without a GPU).
+    pub fn open() -> Option<NvmlSampler> {
+        match nvml_wrapper::Nvml::init() {
+            Ok(nvml) => Some(NvmlSampler {
+                nvml,
+                last_seen_us: Default::default(),
+            }),
+            Err(e) => {
+                tracing::debug!(reason = %e, "no NVML: editors' GPU use is not sampled");
+                None
+            }
+        }
+    }
+
+    /// Every compute process's memory and the utilization samples since the last call.
+    pub fn sample(&self) -> (Vec<ProcessMemory>, Vec<ProcessSample>) {
+        let mut memory = Vec::new();
+        let mut samples = Vec::new();
+        let count = self.nvml.device_count().unwrap_or(0);
+        let mut last_seen = self.last_seen_us.lock().unwrap_or_else(|e| e.into_inner());
+        for index in 0..count {
+            let Ok(device) = self.nvml.device_by_index(index) else {
+                continue;
+            };
+            for process in device.running_compute_processes().unwrap_or_default() {
+                if let nvml_wrapper::enums::device::UsedGpuMemory::Used(bytes) =
+                    process.used_gpu_memory
+                {
+                    memory.push(ProcessMemory {
+                        pid: process.pid,
+                        bytes,
+                    });
+                }
+            }
+            let since = last_seen.get(&index).copied();
+            // NotFound means no sample since then: nothing ran.
+            for sample in device.process_utilization_stats(since).unwrap_or_default() {
+                let seen = last_seen.entry(index).or_default();
+                *seen = (*seen).max(sample.timestamp);
+                samples.push(ProcessSample {
+                    pid: sample.pid,
+                    timestamp_us: sample.timestamp,
+                    sm_pct: sample.sm_util,
+                });
+            }
+        }
+        (memory, samples)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,6 +279,117 @@ mod tests {
     fn a_virtual_gpu_hides_real_cards() {
         let env = slice_env(&gpu(None), 8192, 16, &Enforcement::None);
         assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), Some(""));
+    }
+
+    fn leaders() -> HashMap<u32, String> {
+        HashMap::from([(100, "lab".to_string()), (200, "mo".to_string())])
+    }
+
+    /// 100 (lab) → 110 (kernel, own session) → 111 (its child); 200 (mo) → 210; 300 is not ours.
+    fn parent_of(pid: u32) -> Option<u32> {
+        match pid {
+            110 => Some(100),
+            111 => Some(110),
+            210 => Some(200),
+            100 | 200 | 300 => Some(1),
+            _ => None,
+        }
+    }
+
+    const MIB: u64 = 1024 * 1024;
+
+    #[test]
+    fn memory_counts_for_the_editor_whose_process_tree_holds_it() {
+        let memory = [
+            ProcessMemory {
+                pid: 111,
+                bytes: 3000 * MIB,
+            },
+            ProcessMemory {
+                pid: 110,
+                bytes: 1000 * MIB,
+            },
+            ProcessMemory {
+                pid: 210,
+                bytes: 512 * MIB,
+            },
+            ProcessMemory {
+                pid: 300,
+                bytes: 9000 * MIB,
+            },
+        ];
+        let usage = usage_by_editor(&leaders(), parent_of, &memory, &[], 0);
+        assert_eq!(usage.len(), 2, "the stranger's memory is nobody's");
+        assert_eq!(usage["lab"].memory_used_mib, 4000);
+        assert_eq!(usage["mo"].memory_used_mib, 512);
+        assert!(!usage["lab"].is_active(60.0), "memory alone is not work");
+    }
+
+    #[test]
+    fn samples_make_an_editor_active_and_date_its_last_kernel() {
+        let now = 1_000_000_000;
+        let samples = [
+            ProcessSample {
+                pid: 111,
+                timestamp_us: now - 20_000_000,
+                sm_pct: 80,
+            },
+            ProcessSample {
+                pid: 111,
+                timestamp_us: now - 10_000_000,
+                sm_pct: 40,
+            },
+            ProcessSample {
+                pid: 110,
+                timestamp_us: now - 5_000_000,
+                sm_pct: 10,
+            },
+            ProcessSample {
+                pid: 210,
+                timestamp_us: now - 1_000_000,
+                sm_pct: 0,
+            },
+            ProcessSample {
+                pid: 300,
+                timestamp_us: now,
+                sm_pct: 100,
+            },
+        ];
+        let usage = usage_by_editor(&leaders(), parent_of, &[], &samples, now);
+        // 111 averages 60 %, 110 10 %: the editor used 70 % of its card.
+        assert_eq!(usage["lab"].utilization_pct, 70);
+        assert_eq!(usage["lab"].last_kernel_seconds_ago, Some(5.0));
+        assert!(usage["lab"].is_active(30.0));
+        assert_eq!(usage["mo"].utilization_pct, 0);
+        assert_eq!(usage["mo"].last_kernel_seconds_ago, None);
+        assert!(!usage["mo"].is_active(30.0), "idle samples are not work");
+        assert!(!usage.contains_key("stranger"));
+    }
+
+    #[test]
+    fn utilization_is_capped_and_loops_in_the_tree_end() {
+        let samples = [
+            ProcessSample {
+                pid: 100,
+                timestamp_us: 0,
+                sm_pct: 90,
+            },
+            ProcessSample {
+                pid: 110,
+                timestamp_us: 0,
+                sm_pct: 90,
+            },
+            ProcessSample {
+                pid: 7,
+                timestamp_us: 0,
+                sm_pct: 90,
+            },
+        ];
+        // 7's parent is itself: the walk stops instead of spinning.
+        let cyclic = |pid: u32| if pid == 7 { Some(7) } else { parent_of(pid) };
+        let usage = usage_by_editor(&leaders(), cyclic, &[], &samples, 0);
+        assert_eq!(usage["lab"].utilization_pct, 100);
+        assert_eq!(usage.len(), 1);
     }
 
     #[test]

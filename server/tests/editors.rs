@@ -288,3 +288,137 @@ async fn an_editor_that_never_answers_times_out_and_is_killed() {
     );
     app.stop().await;
 }
+
+/// Pre-started editors of every kind, taken over by a user: each must show that user's own files,
+/// which were bound to it after it started.
+#[tokio::test]
+async fn warm_editors_open_the_users_own_workspace() {
+    require("JupyterLab", "venv/bin/jupyter-lab");
+    require("marimo", "venv/bin/marimo");
+    require("code-server", "npm/node_modules/.bin/code-server");
+    let app = TestApp::start_with(None, |c| {
+        c.quotas.max_sessions = 3;
+        c.quotas.max_gpu_mib = 3 * 8192;
+        c.pool.warm = ["jupyterlab", "marimo", "code-server"]
+            .into_iter()
+            .map(|editor| server::config::WarmTarget {
+                editor: editor.into(),
+                slice_mib: 8192,
+                count: 1,
+            })
+            .collect();
+    })
+    .await;
+    let warm = tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            let warm = app.service.store.warm_editors().await.unwrap();
+            if warm.iter().filter(|w| w.ready).count() == 3 {
+                return warm;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("three warm editors within two minutes");
+    let (_, token) = app.user("wren").await;
+    let workspace = app.dir.path().join("workspaces/wren");
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::fs::write(workspace.join("notes.txt"), "mine").unwrap();
+
+    let launch_warm = async |editor: &str| {
+        let view = app.launch(&token, editor, 30).await.json();
+        assert_eq!(view["state"], "ready", "{editor} launches warm: {view}");
+        let id = view["id"].as_str().unwrap().to_string();
+        assert!(warm.iter().any(|w| w.id == id), "{editor} is a warm one");
+        id
+    };
+
+    // JupyterLab lists the user's file and saves new ones into the user's workspace.
+    let lab = launch_warm("jupyterlab").await;
+    let listing = app
+        .get(&format!("/s/{lab}/api/contents"), Some(&token))
+        .await;
+    listing.assert_status(StatusCode::OK);
+    let names = names_in(&listing.json()["content"]);
+    assert!(names.contains(&"notes.txt".to_string()), "{names:?}");
+    app.call(
+        Method::PUT,
+        &format!("/s/{lab}/api/contents/from-lab.txt"),
+        Some(&token),
+        Some(json!({ "type": "file", "format": "text", "content": "saved" })),
+    )
+    .await
+    .assert_status(StatusCode::CREATED);
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("from-lab.txt")).unwrap(),
+        "saved"
+    );
+
+    // marimo's file browser shows the same workspace.
+    let mo = launch_warm("marimo").await;
+    let page = app.get(&format!("/s/{mo}/"), Some(&token)).await;
+    page.assert_status(StatusCode::OK);
+    let page = String::from_utf8_lossy(&page.body).to_string();
+    let server_token = page
+        .split("data-token=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("marimo's page carries its server token")
+        .to_string();
+    let request = http::Request::post(app.url(&format!("/s/{mo}/api/files/list_files")))
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .header("marimo-server-token", server_token)
+        .body(http_body_util::Full::new(bytes::Bytes::from("{}")))
+        .unwrap();
+    let files = app.send(request).await;
+    files.assert_status(StatusCode::OK);
+    let names = names_in(&files.json()["files"]);
+    assert!(names.contains(&"notes.txt".to_string()), "{names:?}");
+    assert!(names.contains(&"from-lab.txt".to_string()), "{names:?}");
+
+    // code-server opens the folder it was started on, which now leads to the user's workspace.
+    let code = launch_warm("code-server").await;
+    let first = app.get(&format!("/s/{code}/"), Some(&token)).await;
+    first.assert_status(StatusCode::FOUND);
+    let location = first.headers["location"].to_str().unwrap().to_string();
+    let folder = location
+        .strip_prefix("./?folder=")
+        .map(percent_decode)
+        .expect("code-server names its folder");
+    assert_eq!(
+        std::fs::canonicalize(&folder).unwrap(),
+        std::fs::canonicalize(&workspace).unwrap(),
+        "code-server's folder {folder} leads to the user's workspace"
+    );
+    app.stop().await;
+}
+
+/// The `name` of each entry of a file listing.
+fn names_in(listing: &serde_json::Value) -> Vec<String> {
+    listing
+        .as_array()
+        .expect("a list of files")
+        .iter()
+        .map(|f| f["name"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let Ok(byte) = u8::from_str_radix(&text[i + 1..i + 3], 16)
+        {
+            out.push(byte);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}

@@ -81,6 +81,8 @@ pub struct LocalRuntime {
         hyper_util::client::legacy::connect::HttpConnector,
         http_body_util::Empty<bytes::Bytes>,
     >,
+    /// Opened on the first sample; None where there is no NVIDIA driver.
+    nvml: std::sync::OnceLock<Option<std::sync::Arc<crate::gpu::NvmlSampler>>>,
 }
 
 impl LocalRuntime {
@@ -98,6 +100,7 @@ impl LocalRuntime {
             tools,
             data_dir: absolute(data_dir),
             http,
+            nvml: std::sync::OnceLock::new(),
         }
     }
 
@@ -164,11 +167,20 @@ fn process_alive(pid: i32) -> bool {
 }
 
 /// Field 22 of /proc/<pid>/stat: when the process started, in clock ticks since boot.
-fn process_start_time(pid: i32) -> Option<u64> {
+/// Field `n` of /proc/<pid>/stat counted from the state (field 3) as 0.
+fn stat_field(pid: i32, n: usize) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses; fields after it are plain.
     let after_name = &stat[stat.rfind(')')? + 1..];
-    after_name.split_whitespace().nth(19)?.parse().ok()
+    after_name.split_whitespace().nth(n)?.parse().ok()
+}
+
+fn process_start_time(pid: i32) -> Option<u64> {
+    stat_field(pid, 19)
+}
+
+fn parent_pid(pid: u32) -> Option<u32> {
+    stat_field(pid as i32, 1).map(|ppid| ppid as u32)
 }
 
 fn signal_group(pid: i32, signal: i32) {
@@ -390,6 +402,36 @@ impl Runtime for LocalRuntime {
             .map(|h| h.alive())
             .unwrap_or(false)
     }
+
+    async fn gpu_usage(
+        &self,
+        handles: &[String],
+    ) -> std::collections::HashMap<String, super::GpuUsage> {
+        let sampler = self
+            .nvml
+            .get_or_init(|| crate::gpu::NvmlSampler::open().map(std::sync::Arc::new))
+            .clone();
+        let Some(sampler) = sampler else {
+            return Default::default();
+        };
+        let leaders: std::collections::HashMap<u32, String> = handles
+            .iter()
+            .filter_map(|raw| {
+                let handle: Handle = serde_json::from_str(raw).ok()?;
+                (handle.pid > 0).then(|| (handle.pid as u32, raw.clone()))
+            })
+            .collect();
+        tokio::task::spawn_blocking(move || {
+            let (memory, samples) = sampler.sample();
+            let now_us = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_micros() as u64)
+                .unwrap_or(0);
+            crate::gpu::usage_by_editor(&leaders, parent_pid, &memory, &samples, now_us)
+        })
+        .await
+        .unwrap_or_default()
+    }
 }
 
 /// Bytes in the files under `dir` (links not followed); a missing directory is empty.
@@ -414,6 +456,18 @@ fn directory_bytes(dir: &Path) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_parent_is_read_from_proc() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        assert_eq!(parent_pid(child.id()), Some(std::process::id()));
+        assert_eq!(parent_pid(u32::MAX), None, "no such process");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
 
     #[test]
     fn safe_names_are_distinct_and_plain() {

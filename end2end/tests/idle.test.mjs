@@ -1,0 +1,64 @@
+// An idle session: the countdown runs, the banner warns, "I'm here" resets it, then the reaper
+// ends it as idle. scripts/e2e.sh gives 16 GB slices a 40 s idle timeout with a 35 s warning.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { ARTIFACTS, BASE, PASSWORD, launchBrowser, signIn } from './helpers.mjs';
+
+// A user of its own, so the other tests' credits and quota are untouched.
+const USER = process.env.E2E_IDLE_USER ?? 'e2e-idle';
+
+mkdirSync(ARTIFACTS, { recursive: true });
+
+// "Idle in 0:37" → 37
+function seconds(text) {
+  const match = text.match(/(\d+):(\d\d)/);
+  assert.ok(match, `a countdown in "${text}"`);
+  return Number(match[1]) * 60 + Number(match[2]);
+}
+
+test('an idle session is warned, kept by "I\'m here", then ended as idle', async () => {
+  const browser = await launchBrowser();
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  try {
+    await signIn(page, USER, PASSWORD);
+    await page.waitForURL(`${BASE}/`);
+    await page.getByRole('radio', { name: /marimo/ }).check();
+    await page.getByRole('radio', { name: /^16 GB/ }).check();
+    await page.getByRole('button', { name: 'Launch' }).click();
+    await page.waitForURL(/\/sessions\/[0-9a-f]+$/);
+
+    const idle = page.getByTestId('idle-left');
+    await idle.waitFor({ timeout: 60_000 });
+    const first = seconds(await idle.innerText());
+    assert.ok(first <= 40 && first > 0, `counting down from the 40 s timeout: ${first}`);
+
+    const banner = page.getByTestId('idle-banner');
+    await banner.waitFor({ timeout: 30_000 });
+    assert.match(await banner.innerText(), /looks idle/);
+    const before = seconds(await idle.innerText());
+    assert.ok(before <= 35, `the banner shows within the warning time: ${before}`);
+    await page.screenshot({ path: `${ARTIFACTS}/idle-banner.png` });
+
+    await banner.getByRole('button', { name: "I'm here" }).click();
+    await page.waitForFunction(
+      (floor) => {
+        const text = document.querySelector('[data-testid=idle-left]')?.textContent ?? '';
+        const m = text.match(/(\d+):(\d\d)/);
+        return m && Number(m[1]) * 60 + Number(m[2]) > floor;
+      },
+      before + 2,
+      { timeout: 10_000 },
+    );
+
+    // Nobody works in it: the reaper ends it within its period after the timeout.
+    const ended = page.getByTestId('session-ended');
+    await ended.waitFor({ timeout: 90_000 });
+    assert.match(await ended.innerText(), /idle too long/);
+  } catch (error) {
+    await page.screenshot({ path: `${ARTIFACTS}/idle-failure.png` }).catch(() => {});
+    throw error;
+  } finally {
+    await browser.close();
+  }
+});
