@@ -3,7 +3,7 @@
 //! (`app::domain::{idle, quota, credits}`); this is where they meet the store and the runtime.
 
 use crate::editors;
-use crate::runtime::{EditorLaunch, SliceBinding};
+use crate::runtime::{EditorLaunch, RuntimeError, SliceBinding};
 use crate::service::Service;
 use crate::store::{WarmRecord, now_ms, queue_message};
 use app::domain::idle::Verdict;
@@ -163,6 +163,16 @@ impl Service {
         if !self.prestarts() {
             return;
         }
+        // Records still starting belong to a server process that died mid-start: forget them
+        // and stop whatever they had started.
+        for stale in self.store.warm_editors().await.unwrap_or_default() {
+            if !stale.ready && self.store.remove_warm(&stale.id).await.unwrap_or(false) {
+                tracing::info!(warm = %stale.id, "forgetting a pre-started editor a previous server left half-started");
+                if let Some(handle) = &stale.runtime_handle {
+                    let _ = self.runtime.stop(handle).await;
+                }
+            }
+        }
         let mut failed_at: std::collections::HashMap<(EditorKind, u64), tokio::time::Instant> =
             Default::default();
         loop {
@@ -242,53 +252,62 @@ impl Service {
             prestart: true,
         };
         let timeout = Duration::from_secs(self.config.sessions.ready_timeout_seconds);
-        let started = match self.runtime.start(&launch).await {
-            Ok(running) => match self.runtime.wait_ready(&launch, &running, timeout).await {
-                Ok(()) => Ok(running),
-                Err(e) => {
-                    let _ = self.runtime.stop(&running.handle).await;
-                    Err(e)
-                }
-            },
-            Err(e) => Err(e),
+        let running = match self.runtime.start(&launch).await {
+            Ok(running) => running,
+            Err(e) => return self.warm_failed(&record, e).await,
         };
-        match started {
-            Ok(running) => {
-                match self
-                    .store
-                    .warm_ready(
-                        &record.id,
-                        &running.upstream,
-                        &running.secret,
-                        &running.handle,
-                    )
-                    .await
-                {
-                    Ok(true) => {
-                        tracing::info!(warm = %record.id, editor = %record.editor, slot = %record.slot_id, "pre-started editor ready");
-                    }
-                    // A cold launch took the slot while this one started.
-                    _ => {
-                        let _ = self.runtime.stop(&running.handle).await;
-                    }
-                }
-                true
-            }
-            Err(e) => {
-                tracing::warn!(warm = %record.id, editor = %record.editor, error = %e, "pre-starting an editor failed");
-                let _ = self.store.remove_warm(&record.id).await;
-                false
-            }
+        // Kept at once, so that a shutdown in the middle of the start still stops it.
+        let kept = self
+            .store
+            .warm_started(&record.id, &running.handle)
+            .await
+            .unwrap_or(false);
+        if kept && let Err(e) = self.runtime.wait_ready(&launch, &running, timeout).await {
+            let _ = self.runtime.stop(&running.handle).await;
+            return self.warm_failed(&record, e).await;
         }
+        let ready = kept
+            && self
+                .store
+                .warm_ready(
+                    &record.id,
+                    &running.upstream,
+                    &running.secret,
+                    &running.handle,
+                )
+                .await
+                .unwrap_or(false);
+        if ready {
+            tracing::info!(warm = %record.id, editor = %record.editor, slot = %record.slot_id, "pre-started editor ready");
+        } else {
+            // A cold launch took the slot while this one started.
+            let _ = self.runtime.stop(&running.handle).await;
+        }
+        true
     }
 
-    /// On shutdown: stop every pre-started editor and give its slot back.
+    async fn warm_failed(&self, record: &WarmRecord, error: RuntimeError) -> bool {
+        tracing::warn!(warm = %record.id, editor = %record.editor, %error, "pre-starting an editor failed");
+        let _ = self.store.remove_warm(&record.id).await;
+        false
+    }
+
+    /// Stops every pre-started editor and returns once they are gone: at shutdown, tasks
+    /// spawned now would die with the process and leave the editors running.
     pub async fn stop_warm_pool(&self) {
+        let mut stops = Vec::new();
         for warm in self.store.warm_editors().await.unwrap_or_default() {
-            if self.store.remove_warm(&warm.id).await.unwrap_or(false) {
-                self.stop_warm(vec![warm]);
+            if self.store.remove_warm(&warm.id).await.unwrap_or(false)
+                && let Some(handle) = warm.runtime_handle
+            {
+                stops.push(async move {
+                    if let Err(e) = self.runtime.stop(&handle).await {
+                        tracing::warn!(warm = %warm.id, error = %e, "stopping a pre-started editor");
+                    }
+                });
             }
         }
+        futures_util::future::join_all(stops).await;
     }
 
     // ---- activity ----

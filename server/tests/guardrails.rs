@@ -268,6 +268,7 @@ async fn a_full_pool_queues_with_positions_and_starts_by_itself() {
 async fn a_warm_editor_launches_at_once_on_the_users_workspace_and_is_replaced() {
     let runtime = Arc::new(FakeRuntime {
         prestart: true,
+        stop_takes: Duration::from_millis(300),
         ..FakeRuntime::plain()
     });
     let app = TestApp::start_with(Some(runtime.clone()), |c| {
@@ -319,7 +320,56 @@ async fn a_warm_editor_launches_at_once_on_the_users_workspace_and_is_replaced()
     // Another editor kind starts cold, on a slot without a warm editor.
     let cold = app.launch(&token, "marimo", 30).await.json();
     assert_eq!(cold["state"], "starting");
-    assert_eq!(app.service.store.warm_editors().await.unwrap().len(), 2);
+    let warm: Vec<String> = app
+        .service
+        .store
+        .warm_editors()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|w| w.runtime_handle)
+        .collect();
+    assert_eq!(warm.len(), 2);
+    // Shutdown returns only once the pre-started editors are stopped.
+    app.stop().await;
+    let stopped = runtime.stopped.lock().unwrap().clone();
+    for handle in warm {
+        assert!(stopped.contains(&handle), "{handle} left running");
+    }
+}
+
+#[tokio::test]
+async fn a_shutdown_in_the_middle_of_a_warm_start_stops_that_editor() {
+    let runtime = Arc::new(FakeRuntime {
+        prestart: true,
+        never_ready: true,
+        ..FakeRuntime::plain()
+    });
+    let app = TestApp::start_with(Some(runtime.clone()), |c| {
+        c.pool.warm = vec![server::config::WarmTarget {
+            editor: "marimo".into(),
+            slice_mib: 8192,
+            count: 1,
+        }];
+    })
+    .await;
+    let handle = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let warm = app.service.store.warm_editors().await.unwrap();
+            if let Some(handle) = warm.iter().find_map(|w| w.runtime_handle.clone()) {
+                assert!(!warm[0].ready);
+                return handle;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("a warm editor starting");
+    app.stop().await;
+    assert!(
+        runtime.stopped.lock().unwrap().contains(&handle),
+        "the half-started editor is stopped"
+    );
 }
 
 #[tokio::test]

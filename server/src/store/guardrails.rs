@@ -426,6 +426,21 @@ impl Store {
         }))
     }
 
+    /// The editor's process exists: its handle is kept at once, so a shutdown in the middle of
+    /// its start still stops it. False when the record is gone or ready already.
+    pub async fn warm_started(&self, id: &str, handle: &str) -> Result<bool> {
+        let mut w = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE warm_editors SET runtime_handle = $1 WHERE id = $2 AND state = 'starting'",
+        )
+        .bind(handle)
+        .bind(id)
+        .execute(&mut *w.tx)
+        .await?;
+        w.tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// The editor answers: it may be handed out. False when a launch pushed it off its slot meanwhile.
     pub async fn warm_ready(
         &self,

@@ -300,6 +300,10 @@ pub struct FakeRuntime {
     /// Offers pre-started editors; `bound` records (session, user) of each workspace binding.
     pub prestart: bool,
     pub bound: std::sync::Mutex<Vec<(String, String)>>,
+    /// How long a stop takes, as a real editor's does.
+    pub stop_takes: Duration,
+    /// Started editors never answer.
+    pub never_ready: bool,
 }
 
 impl FakeRuntime {
@@ -315,6 +319,8 @@ impl FakeRuntime {
             busy: Default::default(),
             prestart: false,
             bound: Default::default(),
+            stop_takes: Duration::ZERO,
+            never_ready: false,
         }
     }
 
@@ -367,10 +373,14 @@ impl Runtime for FakeRuntime {
         _: &Running,
         _: Duration,
     ) -> Result<(), RuntimeError> {
+        if self.never_ready {
+            std::future::pending::<()>().await;
+        }
         Ok(())
     }
 
     async fn stop(&self, handle: &str) -> Result<(), RuntimeError> {
+        tokio::time::sleep(self.stop_takes).await;
         if let Some(task) = FAKE_TASKS.lock().unwrap().remove(handle) {
             task.abort();
         }
