@@ -22,6 +22,7 @@ use std::time::Duration;
 fn fast() -> Timing {
     Timing {
         poll: Duration::from_millis(5),
+        watch_seconds: 5,
         start_timeout: Duration::from_secs(5),
         unschedulable_grace: Duration::ZERO,
     }
@@ -58,7 +59,7 @@ type MockHandle = tower_test::mock::Handle<Request<kube::client::Body>, Response
 struct Expect {
     method: Method,
     path: String,
-    query: &'static [&'static str],
+    query: Vec<String>,
     content_type: Option<&'static str>,
     /// The body must equal this (JSON), when given.
     body: Option<Value>,
@@ -91,7 +92,11 @@ fn verifier(mut handle: MockHandle, script: Vec<Expect>) -> tokio::task::JoinHan
                 .split('&')
                 .filter(|p| !p.is_empty())
                 .collect();
-            assert_eq!(query, expect.query.iter().copied().collect(), "{what}");
+            assert_eq!(
+                query,
+                expect.query.iter().map(String::as_str).collect(),
+                "{what}"
+            );
             let content_type = request
                 .headers()
                 .get("content-type")
@@ -109,16 +114,25 @@ fn verifier(mut handle: MockHandle, script: Vec<Expect>) -> tokio::task::JoinHan
             }
             bodies.push(body);
             let (code, answer) = expect.answer;
+            // A string is sent as it is: a log, or a watch's lines of events.
+            let text = match answer {
+                Value::String(text) => text,
+                other => other.to_string(),
+            };
             send.send_response(
                 Response::builder()
                     .status(code)
                     .header("content-type", "application/json")
-                    .body(Full::new(Bytes::from(answer.to_string())))
+                    .body(Full::new(Bytes::from(text)))
                     .unwrap(),
             );
         }
         bodies
     })
+}
+
+fn q(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|p| p.to_string()).collect()
 }
 
 const APPLY: &[&str] = &["force=true", "fieldManager=gpu-sandbox"];
@@ -130,7 +144,7 @@ fn apply(path: String, body: Value) -> Expect {
     Expect {
         method: Method::PATCH,
         path,
-        query: APPLY,
+        query: q(APPLY),
         content_type: APPLY_TYPE,
         answer: (200, body.clone()),
         body: Some(body),
@@ -141,18 +155,46 @@ fn get(path: String, answer: (u16, Value)) -> Expect {
     Expect {
         method: Method::GET,
         path,
-        query: &[],
+        query: Vec::new(),
         content_type: None,
         body: None,
         answer,
     }
 }
 
+/// A watch of one pod from `version`, answered with these events (then the stream ends).
+fn watch(pods_path: String, pod: &str, version: &str, events: &[(&str, Value)]) -> Expect {
+    let query = vec![
+        "watch=true".to_string(),
+        "timeoutSeconds=5".to_string(),
+        "allowWatchBookmarks=true".to_string(),
+        format!("fieldSelector=metadata.name%3D{pod}"),
+        format!("resourceVersion={version}"),
+    ];
+    let lines: String = events
+        .iter()
+        .map(|(kind, object)| format!("{}\n", json!({"type": kind, "object": object})))
+        .collect();
+    Expect {
+        method: Method::GET,
+        path: pods_path,
+        query,
+        content_type: None,
+        body: None,
+        answer: (200, Value::String(lines)),
+    }
+}
+
+fn with_version(mut pod: Value, version: &str) -> Value {
+    pod["metadata"]["resourceVersion"] = json!(version);
+    pod
+}
+
 fn delete(path: String, answer: (u16, Value)) -> Expect {
     Expect {
         method: Method::DELETE,
         path,
-        query: &[],
+        query: Vec::new(),
         content_type: JSON_TYPE,
         body: None,
         answer,
@@ -208,7 +250,7 @@ async fn launch_and_stop_send_exactly_these_requests() {
         Expect {
             method: Method::POST,
             path: format!("{core}/persistentvolumeclaims"),
-            query: CREATE,
+            query: q(CREATE),
             content_type: JSON_TYPE,
             body: Some(to_json(plan.workspace_pvc())),
             answer: (
@@ -224,7 +266,7 @@ async fn launch_and_stop_send_exactly_these_requests() {
         Expect {
             method: Method::PATCH,
             path: secret_path.clone(),
-            query: APPLY,
+            query: q(APPLY),
             content_type: APPLY_TYPE,
             body: None,
             answer: (
@@ -235,49 +277,71 @@ async fn launch_and_stop_send_exactly_these_requests() {
         Expect {
             method: Method::POST,
             path: format!("{core}/pods"),
-            query: CREATE,
+            query: q(CREATE),
             content_type: JSON_TYPE,
             body: Some(pod.clone()),
             answer: (201, with_status(pod.clone(), json!({"phase": "Pending"}))),
         },
-        // Placed, not ready: start() returns with the address.
-        get(
-            pod_path.clone(),
-            (200, with_status(pod.clone(), json!({"phase": "Pending"}))),
-        ),
+        // Not placed yet: start() watches the pod from the version it saw, until it has an address.
         get(
             pod_path.clone(),
             (
                 200,
-                with_status(
-                    pod.clone(),
-                    json!({"phase": "Pending", "podIP": "10.244.1.7",
-                "conditions": [{"type": "PodScheduled", "status": "True"}]}),
-                ),
+                with_version(with_status(pod.clone(), json!({"phase": "Pending"})), "11"),
             ),
         ),
-        // wait_ready: not yet, then ready.
+        watch(
+            format!("{core}/pods"),
+            "session-0a1b2c3d4e5f60718293",
+            "11",
+            &[(
+                "MODIFIED",
+                with_version(
+                    with_status(
+                        pod.clone(),
+                        json!({"phase": "Pending", "podIP": "10.244.1.7",
+                            "conditions": [{"type": "PodScheduled", "status": "True"}]}),
+                    ),
+                    "12",
+                ),
+            )],
+        ),
+        // wait_ready: not yet, then the watch sees it become ready.
         get(
             pod_path.clone(),
             (
                 200,
-                with_status(
-                    pod.clone(),
-                    json!({"phase": "Running", "podIP": "10.244.1.7",
-            "conditions": [{"type": "Ready", "status": "False"}]}),
+                with_version(
+                    with_status(
+                        pod.clone(),
+                        json!({"phase": "Running", "podIP": "10.244.1.7",
+                            "conditions": [{"type": "Ready", "status": "False"}]}),
+                    ),
+                    "13",
                 ),
             ),
         ),
-        get(
-            pod_path.clone(),
-            (
-                200,
-                with_status(
-                    pod.clone(),
-                    json!({"phase": "Running", "podIP": "10.244.1.7",
-            "conditions": [{"type": "Ready", "status": "True"}]}),
+        watch(
+            format!("{core}/pods"),
+            "session-0a1b2c3d4e5f60718293",
+            "13",
+            &[
+                (
+                    "BOOKMARK",
+                    json!({"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": "14"}}),
                 ),
-            ),
+                (
+                    "MODIFIED",
+                    with_version(
+                        with_status(
+                            pod.clone(),
+                            json!({"phase": "Running", "podIP": "10.244.1.7",
+                                "conditions": [{"type": "Ready", "status": "True"}]}),
+                        ),
+                        "15",
+                    ),
+                ),
+            ],
         ),
         // stop: the pod and its Secret; a Secret gone already is fine.
         delete(pod_path.clone(), (200, pod.clone())),
@@ -363,7 +427,7 @@ async fn a_crashing_editor_fails_with_its_log_and_is_cleaned_up_by_start() {
         Expect {
             method: Method::POST,
             path: format!("{core}/persistentvolumeclaims"),
-            query: CREATE,
+            query: q(CREATE),
             content_type: JSON_TYPE,
             body: None,
             answer: ok(serde_json::to_value(plan.workspace_pvc()).unwrap()),
@@ -371,7 +435,7 @@ async fn a_crashing_editor_fails_with_its_log_and_is_cleaned_up_by_start() {
         Expect {
             method: Method::PATCH,
             path: format!("{core}/secrets/session-feedc0de-token"),
-            query: APPLY,
+            query: q(APPLY),
             content_type: APPLY_TYPE,
             body: None,
             answer: ok(
@@ -381,7 +445,7 @@ async fn a_crashing_editor_fails_with_its_log_and_is_cleaned_up_by_start() {
         Expect {
             method: Method::POST,
             path: format!("{core}/pods"),
-            query: CREATE,
+            query: q(CREATE),
             content_type: JSON_TYPE,
             body: Some(pod.clone()),
             answer: ok(pod.clone()),
@@ -400,7 +464,7 @@ async fn a_crashing_editor_fails_with_its_log_and_is_cleaned_up_by_start() {
     script.push(Expect {
         method: Method::GET,
         path: format!("{pod_path}/log"),
-        query: &["container=editor", "tailLines=20", "previous=true"],
+        query: q(&["container=editor", "tailLines=20", "previous=true"]),
         content_type: None,
         body: None,
         answer: (200, json!("ModuleNotFoundError: No module named 'marimo'")),
@@ -476,9 +540,9 @@ async fn a_reconciler_pass_deletes_orphans_and_ends_lost_sessions_with_a_refund(
         Expect {
             method: Method::GET,
             path: "/api/v1/pods".into(),
-            query: &[
+            query: q(&[
                 "labelSelector=app.kubernetes.io%2Fmanaged-by%3Dgpu-sandbox%2Cgpu-sandbox%2Fsession",
-            ],
+            ]),
             content_type: None,
             body: None,
             answer: (
@@ -541,6 +605,8 @@ async fn a_reconciler_pass_deletes_orphans_and_ends_lost_sessions_with_a_refund(
 enum Fate {
     /// Placed and ready at once.
     Ready,
+    /// Placed, not ready until the test says so ([`FakeApi::make_ready`]).
+    NotReady,
     /// Never placed: the scheduler's message.
     Unschedulable(String),
     /// Refused at create with this HTTP status and message.
@@ -556,6 +622,30 @@ struct Cluster {
     conflicts: usize,
     next_ip: u32,
     fate: Option<Fate>,
+    version: u64,
+    /// Pod changes, for watches: (namespace, name, event type, pod).
+    pod_events: Option<tokio::sync::broadcast::Sender<(String, String, &'static str, Value)>>,
+}
+
+impl Cluster {
+    fn pod_events(
+        &mut self,
+    ) -> &tokio::sync::broadcast::Sender<(String, String, &'static str, Value)> {
+        self.pod_events
+            .get_or_insert_with(|| tokio::sync::broadcast::channel(64).0)
+    }
+
+    /// The next resourceVersion, as the API server gives one to every write.
+    fn next_version(&mut self) -> String {
+        self.version += 1;
+        self.version.to_string()
+    }
+
+    fn pod_changed(&mut self, ns: &str, name: &str, kind: &'static str, pod: &Value) {
+        let _ = self
+            .pod_events()
+            .send((ns.to_string(), name.to_string(), kind, pod.clone()));
+    }
 }
 
 #[derive(Clone, Default)]
@@ -584,6 +674,76 @@ impl FakeApi {
             .is_some()
     }
 
+    /// Marks a pod ready, as the kubelet would once its probe passes.
+    fn make_ready(&self, ns: &str, name: &str) -> bool {
+        let mut cluster = self.0.lock().unwrap();
+        let key = ("pods".to_string(), ns.to_string(), name.to_string());
+        let Some(pod) = cluster.objects.get_mut(&key) else {
+            return false;
+        };
+        pod["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]);
+        let mut pod = pod.clone();
+        pod["metadata"]["resourceVersion"] = json!(cluster.next_version());
+        cluster.objects.insert(key, pod.clone());
+        cluster.pod_changed(ns, name, "MODIFIED", &pod);
+        true
+    }
+
+    /// A watch of one pod (`fieldSelector=metadata.name=…`): its state now, then its changes.
+    fn watch_pod(&self, path: &str, query: &str) -> axum::response::Response {
+        let ns = path
+            .split('/')
+            .skip_while(|p| *p != "namespaces")
+            .nth(1)
+            .unwrap_or_default()
+            .to_string();
+        let name = query
+            .split('&')
+            .find_map(|p| p.strip_prefix("fieldSelector=metadata.name%3D"))
+            .expect("our watches select one pod by name")
+            .to_string();
+        let (current, events) = {
+            let mut cluster = self.0.lock().unwrap();
+            *cluster
+                .calls
+                .entry(("GET".to_string(), "pods".to_string()))
+                .or_default() += 1;
+            let current = cluster
+                .objects
+                .get(&("pods".to_string(), ns.clone(), name.clone()))
+                .cloned();
+            (current, cluster.pod_events().subscribe())
+        };
+        let line = |kind: &str, pod: &Value| -> Result<Bytes, std::io::Error> {
+            Ok(Bytes::from(format!(
+                "{}\n",
+                json!({"type": kind, "object": pod})
+            )))
+        };
+        let first = futures_util::stream::iter(current.map(|pod| line("ADDED", &pod)));
+        let changes = futures_util::stream::unfold(events, move |mut events| {
+            let (ns, name) = (ns.clone(), name.clone());
+            async move {
+                loop {
+                    match events.recv().await {
+                        Ok((n, m, kind, pod)) if n == ns && m == name => {
+                            return Some((line(kind, &pod), events));
+                        }
+                        Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                    }
+                }
+            }
+        });
+        Response::builder()
+            .status(200)
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from_stream(
+                futures_util::StreamExt::chain(first, changes),
+            ))
+            .unwrap()
+    }
+
     fn calls(&self, method: &str, resource: &str) -> usize {
         let cluster = self.0.lock().unwrap();
         cluster
@@ -606,6 +766,9 @@ impl FakeApi {
         let method = request.method().clone();
         let path = request.uri().path().to_string();
         let query = request.uri().query().unwrap_or("").to_string();
+        if method == Method::GET && query.contains("watch=true") {
+            return self.watch_pod(&path, &query);
+        }
         let body = request.into_body().collect().await.unwrap().to_bytes();
         let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         let (code, answer) = self.serve(&method, &path, &query, body);
@@ -704,7 +867,16 @@ impl FakeApi {
                             object["status"] = json!({"phase": "Running", "podIP": format!("10.244.0.{}", cluster.next_ip),
                                 "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]});
                         }
+                        Fate::NotReady => {
+                            cluster.next_ip += 1;
+                            object["status"] = json!({"phase": "Running", "podIP": format!("10.244.0.{}", cluster.next_ip),
+                                "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}]});
+                        }
                     }
+                }
+                object["metadata"]["resourceVersion"] = json!(cluster.next_version());
+                if resource == "pods" {
+                    cluster.pod_changed(ns, &name, "ADDED", &object);
                 }
                 cluster.objects.insert(key(&name), object.clone());
                 (201, object)
@@ -714,7 +886,12 @@ impl FakeApi {
                 None => not_found(name),
             },
             ("DELETE", Some(name), None) => match cluster.objects.remove(&key(name)) {
-                Some(object) => (200, object),
+                Some(object) => {
+                    if resource == "pods" {
+                        cluster.pod_changed(ns, name, "DELETED", &object);
+                    }
+                    (200, object)
+                }
                 None => not_found(name),
             },
             ("GET", None, None) => {
@@ -900,6 +1077,33 @@ async fn a_pod_that_vanishes_ends_its_session_as_lost_with_a_refund() {
     // A second pass finds nothing left to do: ending is idempotent.
     let report = reconcile::run_once(&app.service).await.unwrap();
     assert_eq!(report, reconcile::Report::default());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_launch_watches_its_pod_and_is_ready_when_the_pod_is() {
+    let (app, fake) = fake_app(4).await;
+    fake.set_fate(Fate::NotReady);
+    let (_, token) = app.user("wally").await;
+    let id = app.launch_id(&token, "jupyterlab").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let view = app
+        .get(&format!("/api/v1/sessions/{id}"), Some(&token))
+        .await
+        .json();
+    assert_eq!(view["state"], "starting", "{view}");
+    // One look and one watch each for placement and readiness; polling every 5 ms (the test's
+    // `poll`) would have asked dozens of times by now.
+    let asked = fake.calls("GET", "pods");
+    assert!((2..=4).contains(&asked), "GETs of the pod: {asked}");
+    assert!(fake.make_ready("gsb-wally", &names::pod_name(&id)));
+    let view = tokio::time::timeout(
+        Duration::from_secs(5),
+        app.wait_for(&token, &id, |v| v["state"] == "ready"),
+    )
+    .await
+    .expect("ready soon after the pod is");
+    assert_eq!(view["state"], "ready");
     app.stop().await;
 }
 

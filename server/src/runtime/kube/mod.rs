@@ -10,8 +10,8 @@
 //!
 //! Writes are idempotent: server-side apply under our field manager for the per-user objects
 //! and the token Secret, create-or-409 for the workspace volume and the pod, deterministic
-//! names throughout. Waits poll the one pod under a timeout (a GET a second per launching
-//! session is cheap, and needs no watch machinery: kube's runtime crate is not compiled in).
+//! names throughout. Waits look at the one pod, then watch it (a field selector on its name)
+//! under a timeout, watching anew when a watch ends.
 
 pub mod config;
 pub mod hami;
@@ -25,11 +25,15 @@ pub use config::{KubeConfig, KubeImages};
 
 use super::{EditorLaunch, GpuUsage, Running, Runtime, RuntimeError};
 use app::domain::launch::EditorKind;
+use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{
     LimitRange, Namespace, PersistentVolumeClaim, Pod, ResourceQuota, Secret, ServiceAccount,
 };
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams, WatchEvent,
+    WatchParams,
+};
 use objects::UserPlan;
 use pods::Progress;
 use serde::{Deserialize, Serialize};
@@ -63,8 +67,10 @@ impl PodHandle {
 /// How often and how long the runtime waits on a pod.
 #[derive(Clone, Copy, Debug)]
 pub struct Timing {
-    /// Between two looks at a launching pod.
+    /// Between two looks at a launching pod where the API server refuses to watch it.
     pub poll: Duration,
+    /// The API server's timeout for one watch of a launching pod; the wait then watches anew.
+    pub watch_seconds: u32,
     /// How long `start` waits for the pod to be placed and get an address.
     pub start_timeout: Duration,
     /// How long an unschedulable pod (with no preemption under way) may stay so before the
@@ -76,9 +82,102 @@ impl Default for Timing {
     fn default() -> Self {
         Timing {
             poll: Duration::from_secs(1),
+            watch_seconds: 60,
             start_timeout: Duration::from_secs(120),
             unschedulable_grace: Duration::from_secs(20),
         }
+    }
+}
+
+/// What a wait on one launching pod has seen so far.
+struct PodWait {
+    grace: Duration,
+    /// Since when the scheduler has found no place, with no preemption under way.
+    unschedulable_since: Option<Instant>,
+    unschedulable_message: String,
+    /// The latest state, for a timeout's message.
+    last: String,
+}
+
+enum Look<T> {
+    Done(T),
+    Failed { message: String, crashed: bool },
+    Waiting,
+}
+
+impl PodWait {
+    fn new(grace: Duration) -> PodWait {
+        PodWait {
+            grace,
+            unschedulable_since: None,
+            unschedulable_message: String::new(),
+            last: "starting".into(),
+        }
+    }
+
+    fn look<T>(&mut self, pod: &Pod, done: &impl Fn(&Progress) -> Option<T>) -> Look<T> {
+        let progress = pods::assess(pod);
+        if let Some(value) = done(&progress) {
+            return Look::Done(value);
+        }
+        match progress {
+            Progress::Failed { message, crashed } => Look::Failed { message, crashed },
+            Progress::Unschedulable {
+                message,
+                preempting,
+            } => {
+                self.last = message.clone();
+                if preempting {
+                    self.unschedulable_since = None;
+                    return Look::Waiting;
+                }
+                self.unschedulable_since.get_or_insert_with(Instant::now);
+                self.unschedulable_message = message;
+                match self.grace_over() {
+                    Some(message) => Look::Failed {
+                        message,
+                        crashed: false,
+                    },
+                    None => Look::Waiting,
+                }
+            }
+            Progress::Waiting(why) => {
+                self.unschedulable_since = None;
+                self.last = why;
+                Look::Waiting
+            }
+            Progress::Placed(_) | Progress::Ready(_) => {
+                self.unschedulable_since = None;
+                self.last = "starting".into();
+                Look::Waiting
+            }
+        }
+    }
+
+    /// The scheduler's refusal, once it has lasted the grace period.
+    fn grace_over(&self) -> Option<String> {
+        let since = self.unschedulable_since?;
+        (since.elapsed() >= self.grace).then(|| {
+            format!(
+                "No GPU in the cluster can take this slice right now: {}",
+                self.unschedulable_message
+            )
+        })
+    }
+
+    /// When to stop waiting for the next event: the deadline, or the end of the grace period.
+    fn wake_at(&self, deadline: Instant) -> Instant {
+        match self.unschedulable_since {
+            Some(since) => deadline.min(since + self.grace),
+            None => deadline,
+        }
+    }
+}
+
+fn pod_deleted() -> RuntimeError {
+    RuntimeError::Failed {
+        message: "the editor's pod was deleted before it was ready".into(),
+        log_tail: String::new(),
     }
 }
 
@@ -294,7 +393,10 @@ impl KubeRuntime {
             .unwrap_or_default()
     }
 
-    /// Polls the pod until `done` says it got there, it fails, or `timeout` passes.
+    /// Waits until `done` says the pod got there, it fails, or `timeout` passes: one look, then
+    /// a watch on that one pod from the version seen. A watch may end at any time (the API
+    /// server's own timeout, a restart, 410 Gone); the wait then looks again and watches anew.
+    /// Where watching is refused, the looks repeat every `timing.poll`.
     async fn watch_pod<T>(
         &self,
         handle: &PodHandle,
@@ -302,73 +404,97 @@ impl KubeRuntime {
         what: &str,
         done: impl Fn(&Progress) -> Option<T>,
     ) -> Result<T, RuntimeError> {
-        let started = Instant::now();
-        let mut unschedulable_since: Option<Instant> = None;
-        let mut last: String;
+        let deadline = Instant::now() + timeout;
+        let mut wait = PodWait::new(self.timing.unschedulable_grace);
         loop {
-            match self.get_pod(handle).await {
-                Ok(Some(pod)) => {
-                    let progress = pods::assess(&pod);
-                    if let Some(value) = done(&progress) {
-                        return Ok(value);
+            let version = match self.get_pod(handle).await {
+                Ok(Some(pod)) => match wait.look(&pod, &done) {
+                    Look::Done(value) => return Ok(value),
+                    Look::Failed { message, crashed } => {
+                        return Err(self.failure(handle, message, crashed).await);
                     }
-                    match progress {
-                        Progress::Failed { message, crashed } => {
-                            let log_tail = if crashed {
-                                self.log_tail(handle).await
-                            } else {
-                                String::new()
-                            };
-                            return Err(RuntimeError::Failed { message, log_tail });
-                        }
-                        Progress::Unschedulable {
-                            message,
-                            preempting,
-                        } => {
-                            let since = *unschedulable_since.get_or_insert_with(Instant::now);
-                            if !preempting && since.elapsed() >= self.timing.unschedulable_grace {
-                                return Err(RuntimeError::Failed {
-                                    message: format!(
-                                        "No GPU in the cluster can take this slice right now: {message}"
-                                    ),
-                                    log_tail: String::new(),
-                                });
-                            }
-                            last = message;
-                        }
-                        Progress::Waiting(why) => {
-                            unschedulable_since = None;
-                            last = why;
-                        }
-                        Progress::Placed(_) | Progress::Ready(_) => {
-                            unschedulable_since = None;
-                            last = "starting".into();
-                        }
-                    }
-                }
-                Ok(None) => {
-                    return Err(RuntimeError::Failed {
-                        message: "the editor's pod was deleted before it was ready".into(),
-                        log_tail: String::new(),
-                    });
-                }
+                    // "0": any version, where an API server gave none.
+                    Look::Waiting => Some(
+                        pod.metadata
+                            .resource_version
+                            .clone()
+                            .unwrap_or_else(|| "0".into()),
+                    ),
+                },
+                Ok(None) => return Err(pod_deleted()),
                 // The API server may blink (an upgrade, a leader change): keep looking until the timeout.
                 Err(e) => {
                     tracing::warn!(pod = %handle.pod, error = %e, "looking at a launching pod");
-                    last = "the cluster did not answer".into();
+                    wait.last = "the cluster did not answer".into();
+                    None
+                }
+            };
+            let mut watched = false;
+            if let Some(version) = version {
+                let params = WatchParams::default()
+                    .fields(&format!("metadata.name={}", handle.pod))
+                    .timeout(self.timing.watch_seconds);
+                match self.pods(&handle.namespace).watch(&params, &version).await {
+                    Ok(events) => {
+                        watched = true;
+                        let mut events = std::pin::pin!(events);
+                        loop {
+                            let next =
+                                tokio::time::timeout_at(wait.wake_at(deadline), events.next())
+                                    .await;
+                            let pod = match next {
+                                Ok(Some(Ok(
+                                    WatchEvent::Added(pod) | WatchEvent::Modified(pod),
+                                ))) => pod,
+                                Ok(Some(Ok(WatchEvent::Deleted(_)))) => return Err(pod_deleted()),
+                                Ok(Some(Ok(WatchEvent::Bookmark(_)))) => continue,
+                                Err(_) => match wait.grace_over() {
+                                    Some(message) => {
+                                        return Err(self.failure(handle, message, false).await);
+                                    }
+                                    None => break,
+                                },
+                                // An error event (410 Gone) or the end: look again.
+                                Ok(Some(Ok(WatchEvent::Error(_)) | Err(_)) | None) => break,
+                            };
+                            match wait.look(&pod, &done) {
+                                Look::Done(value) => return Ok(value),
+                                Look::Failed { message, crashed } => {
+                                    return Err(self.failure(handle, message, crashed).await);
+                                }
+                                Look::Waiting => {}
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(pod = %handle.pod, error = %e, "watching a launching pod; looking again instead");
+                    }
                 }
             }
-            if started.elapsed() >= timeout {
+            if Instant::now() >= deadline {
                 return Err(RuntimeError::Failed {
                     message: format!(
-                        "the editor's pod {what} within {} s (last: {last})",
-                        timeout.as_secs()
+                        "the editor's pod {what} within {} s (last: {})",
+                        timeout.as_secs(),
+                        wait.last
                     ),
                     log_tail: String::new(),
                 });
             }
-            tokio::time::sleep(self.timing.poll).await;
+            if !watched {
+                tokio::time::sleep(self.timing.poll.min(deadline - Instant::now())).await;
+            }
         }
+    }
+
+    /// A launch failure; a crashed editor's last log lines go with it.
+    async fn failure(&self, handle: &PodHandle, message: String, crashed: bool) -> RuntimeError {
+        let log_tail = if crashed {
+            self.log_tail(handle).await
+        } else {
+            String::new()
+        };
+        RuntimeError::Failed { message, log_tail }
     }
 
     /// Deletes what a session started; what is gone already is fine.
