@@ -20,6 +20,7 @@ c.JupyterHub.cleanup_servers = True
 
 c.JupyterHub.authenticator_class = "dummy"
 c.Authenticator.allow_all = True
+c.Authenticator.admin_users = {"benchadmin"}
 c.JupyterHub.spawner_class = "jupyterhub.spawner.SimpleLocalProcessSpawner"
 c.SimpleLocalProcessSpawner.home_dir_template = f"{run}/homes/{{username}}"
 c.Spawner.cmd = [f"{venv}/bin/jupyterhub-singleuser"]
