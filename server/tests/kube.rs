@@ -674,6 +674,19 @@ impl FakeApi {
             .is_some()
     }
 
+    /// Adds annotations to an object, as HAMi's scheduler does to the pods it places.
+    fn annotate(&self, resource: &str, ns: &str, name: &str, annotations: Value) -> bool {
+        let mut cluster = self.0.lock().unwrap();
+        let key = (resource.to_string(), ns.to_string(), name.to_string());
+        let Some(object) = cluster.objects.get_mut(&key) else {
+            return false;
+        };
+        for (k, v) in annotations.as_object().unwrap() {
+            object["metadata"]["annotations"][k] = v.clone();
+        }
+        true
+    }
+
     /// Marks a pod ready, as the kubelet would once its probe passes.
     fn make_ready(&self, ns: &str, name: &str) -> bool {
         let mut cluster = self.0.lock().unwrap();
@@ -1104,6 +1117,71 @@ async fn a_launch_watches_its_pod_and_is_ready_when_the_pod_is() {
     .await
     .expect("ready soon after the pod is");
     assert_eq!(view["state"], "ready");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_pod_hami_put_on_another_card_moves_its_slot_there() {
+    let fake = FakeApi::default();
+    let kube_config = KubeConfig::default();
+    let runtime = KubeRuntime::new(fake.client(), kube_config.clone()).with_timing(fast());
+    let app = TestApp::start_with(Some(Arc::new(runtime)), |c| {
+        c.kube = kube_config;
+        // Declared by UUID, as HAMi names the cards.
+        c.pool.gpus = ["GPU-aaaa", "GPU-bbbb"]
+            .map(|name| server::config::DeclaredGpu {
+                name: name.into(),
+                model: "L40S".into(),
+                memory_mib: 49152,
+                slice_mib: 8192,
+            })
+            .to_vec();
+    })
+    .await;
+    let (_, token) = app.user("hank").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    let ours = app
+        .service
+        .store
+        .session(&id)
+        .await
+        .unwrap()
+        .unwrap()
+        .gpu_id
+        .unwrap();
+    let hamis = if ours == "GPU-aaaa" {
+        "GPU-bbbb"
+    } else {
+        "GPU-aaaa"
+    };
+    assert!(fake.annotate(
+        "pods",
+        "gsb-hank",
+        &names::pod_name(&id),
+        json!({"hami.io/vgpu-node": "gpu-node-1",
+               "hami.io/vgpu-devices-allocated": format!("{hamis},NVIDIA,8192,16:;")}),
+    ));
+    let report = reconcile::run_once(&app.service).await.unwrap();
+    assert_eq!(report.moved_slots, vec![id.clone()]);
+    assert_eq!(report.placements, vec![id.clone()]);
+    let record = app.service.store.session(&id).await.unwrap().unwrap();
+    assert_eq!(record.gpu_id.as_deref(), Some(hamis));
+    // The session holds one slot, on HAMi's card; the other card is whole again.
+    let held: Vec<String> = app
+        .service
+        .store
+        .pool()
+        .await
+        .unwrap()
+        .into_iter()
+        .flat_map(|(_, slots)| slots)
+        .filter(|slot| slot.session_id.as_deref() == Some(id.as_str()))
+        .map(|slot| slot.gpu_id)
+        .collect();
+    assert_eq!(held, vec![hamis.to_string()]);
+    // Once in step, a pass has nothing to do.
+    let report = reconcile::run_once(&app.service).await.unwrap();
+    assert_eq!(report, reconcile::Report::default());
     app.stop().await;
 }
 

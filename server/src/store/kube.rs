@@ -57,3 +57,84 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 }
+
+/// What [`Store::move_to_gpu`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SlotMove {
+    Moved {
+        from: String,
+        to: String,
+    },
+    /// The session's slot is on that card already.
+    Already,
+    /// The card is not in our pool (GPUs declared under names other than their UUIDs).
+    UnknownGpu,
+    /// Our books show that card full: the pool and HAMi disagree.
+    NoFreeSlot,
+    /// Not one slot (a whole-card burst holds several, and is placed by card anyway).
+    NotOneSlot,
+}
+
+impl Store {
+    /// HAMi put the session's pod on `gpu_id`, not on the card of the slot we gave it: move the
+    /// session to a free slot of its size on that card, so the pool shows what each card holds.
+    pub async fn move_to_gpu(&self, session_id: &str, gpu_id: &str) -> Result<SlotMove> {
+        let mut w = self.begin_write().await?;
+        let held = sqlx::query("SELECT id, gpu_id, slice_mib FROM slots WHERE session_id = $1")
+            .bind(session_id)
+            .fetch_all(&mut *w.tx)
+            .await?;
+        let [slot] = held.as_slice() else {
+            return Ok(SlotMove::NotOneSlot);
+        };
+        let from: String = slot.try_get("id")?;
+        let from_gpu: String = slot.try_get("gpu_id")?;
+        let slice_mib: i64 = slot.try_get("slice_mib")?;
+        if from_gpu == gpu_id {
+            return Ok(SlotMove::Already);
+        }
+        let known = sqlx::query("SELECT id FROM gpus WHERE id = $1")
+            .bind(gpu_id)
+            .fetch_optional(&mut *w.tx)
+            .await?;
+        if known.is_none() {
+            return Ok(SlotMove::UnknownGpu);
+        }
+        let free = sqlx::query(
+            "SELECT id FROM slots WHERE gpu_id = $1 AND slice_mib = $2 AND session_id IS NULL AND active = 1
+             AND id NOT IN (SELECT slot_id FROM warm_editors) ORDER BY id",
+        )
+        .bind(gpu_id)
+        .bind(slice_mib)
+        .fetch_all(&mut *w.tx)
+        .await?;
+        let now = super::now_ms();
+        for row in free {
+            let to: String = row.try_get("id")?;
+            let taken = sqlx::query(
+                "UPDATE slots SET session_id = $1, updated_at = $2 WHERE id = $3 AND session_id IS NULL",
+            )
+            .bind(session_id)
+            .bind(now)
+            .bind(&to)
+            .execute(&mut *w.tx)
+            .await?;
+            if taken.rows_affected() != 1 {
+                continue;
+            }
+            sqlx::query("UPDATE slots SET session_id = NULL, updated_at = $1 WHERE id = $2")
+                .bind(now)
+                .bind(&from)
+                .execute(&mut *w.tx)
+                .await?;
+            sqlx::query("UPDATE sessions SET slot_id = $1 WHERE id = $2")
+                .bind(&to)
+                .bind(session_id)
+                .execute(&mut *w.tx)
+                .await?;
+            w.tx.commit().await?;
+            return Ok(SlotMove::Moved { from, to });
+        }
+        Ok(SlotMove::NoFreeSlot)
+    }
+}

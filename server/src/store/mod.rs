@@ -11,7 +11,7 @@ mod records;
 
 pub use guardrails::*;
 pub use http_sessions::HttpSessionStore;
-pub use kube::ReconcileLock;
+pub use kube::{ReconcileLock, SlotMove};
 pub use records::*;
 
 use app::domain::launch::EditorKind;

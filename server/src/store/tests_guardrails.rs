@@ -378,7 +378,65 @@ async fn lease_has_one_holder(store: Store) {
     assert!(store.try_lease("short", "b", 60_000).await.unwrap());
 }
 
+/// The reconciler's correction: a session moves to a free slot of its size on HAMi's card.
+async fn a_session_moves_to_the_card_hami_chose(store: Store) {
+    cards_of_ten(&store, 2).await;
+    let ann = user(&store, "ann", 100_000).await;
+    let launched = store
+        .launch(plan(&ann.id, false, ROOMY, false))
+        .await
+        .unwrap();
+    let id = launched.record.id.clone();
+    let Placement::Slot { slot_id, .. } = launched.placement else {
+        panic!("a free slot");
+    };
+    let ours = store.session(&id).await.unwrap().unwrap().gpu_id.unwrap();
+    let other = if ours == "card0" { "card1" } else { "card0" };
+    assert_eq!(
+        store.move_to_gpu(&id, &ours).await.unwrap(),
+        SlotMove::Already
+    );
+    assert_eq!(
+        store.move_to_gpu(&id, "GPU-unknown").await.unwrap(),
+        SlotMove::UnknownGpu
+    );
+    let SlotMove::Moved { from, to } = store.move_to_gpu(&id, other).await.unwrap() else {
+        panic!("moved");
+    };
+    assert_eq!(from, slot_id);
+    let record = store.session(&id).await.unwrap().unwrap();
+    assert_eq!(record.gpu_id.as_deref(), Some(other));
+    assert_eq!(record.slot_id.as_deref(), Some(to.as_str()));
+    let held: Vec<String> = store
+        .pool()
+        .await
+        .unwrap()
+        .into_iter()
+        .flat_map(|(_, slots)| slots)
+        .filter(|s| s.session_id.as_deref() == Some(id.as_str()))
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(held, vec![to], "one slot, the new one");
+    // With every slot taken, a card cannot take it: the mismatch is reported, nothing moves.
+    for _ in 0..19 {
+        let filler = store
+            .launch(plan(&ann.id, false, ROOMY, false))
+            .await
+            .unwrap();
+        assert!(matches!(filler.placement, Placement::Slot { .. }));
+    }
+    assert_eq!(
+        store.move_to_gpu(&id, &ours).await.unwrap(),
+        SlotMove::NoFreeSlot
+    );
+    assert_eq!(
+        store.session(&id).await.unwrap().unwrap().gpu_id.as_deref(),
+        Some(other)
+    );
+}
+
 on_both_fns! {
+    a_session_moves_to_the_card_hami_chose => a_session_moves_to_the_card_hami_chose_sqlite, a_session_moves_to_the_card_hami_chose_postgres;
     thousand_launches_exactly_k => thousand_launches_exactly_k_sqlite, thousand_launches_exactly_k_postgres;
     five_hundred_launches_fifty_warm => five_hundred_launches_fifty_warm_sqlite, five_hundred_launches_fifty_warm_postgres;
     quotas_refuse_and_overrides_apply => quotas_refuse_and_overrides_apply_sqlite, quotas_refuse_and_overrides_apply_postgres;

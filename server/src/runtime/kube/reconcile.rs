@@ -8,7 +8,8 @@
 //!   refunded, used minutes charged) and publishes the end;
 //! - where HAMi placed a pod (its `hami.io/vgpu-node` and `hami.io/vgpu-devices-allocated`
 //!   annotations) is recorded in the session's runtime handle, so the node and card of every
-//!   session can be seen and the slot accounting checked against HAMi's.
+//!   session can be seen; where HAMi chose another card than our slot's, the session moves to a
+//!   free slot of its size on that card, so the pool shows what each card really holds.
 //!
 //! [`run_once`] lists the pods first and reads the database second: a pod created after the
 //! list cannot be mistaken for an orphan (its session is older than the pod), and a session
@@ -19,6 +20,7 @@
 
 use super::{KubeRuntime, PodHandle, pods};
 use crate::service::Service;
+use crate::store::SlotMove;
 use app::domain::session::{EndReason, SessionState};
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::{HashMap, HashSet};
@@ -31,6 +33,8 @@ pub struct SessionView {
     /// The runtime handle as stored, and parsed.
     pub raw_handle: Option<String>,
     pub handle: Option<PodHandle>,
+    /// The card of the slot our allocator gave it.
+    pub gpu_id: Option<String>,
 }
 
 /// One of our session pods as the reconciler sees it.
@@ -91,6 +95,8 @@ pub enum Action {
         old: String,
         new: String,
     },
+    /// HAMi put the pod on another card than our slot's: move the session's slot there.
+    MoveSlot { session_id: String, gpu_id: String },
 }
 
 pub const LOST_GONE: &str =
@@ -140,22 +146,31 @@ pub fn diff(sessions: &[SessionView], pods: &[PodView]) -> Vec<Action> {
                 ),
                 confirm: None,
             }),
-            Some(pod)
+            Some(pod) => {
                 if (pod.node.is_some() || !pod.gpus.is_empty())
-                    && (pod.node != handle.node || pod.gpus != handle.gpus) =>
-            {
-                let placed = PodHandle {
-                    node: pod.node.clone(),
-                    gpus: pod.gpus.clone(),
-                    ..handle.clone()
-                };
-                actions.push(Action::RecordPlacement {
-                    session_id: session.id.clone(),
-                    old: raw.clone(),
-                    new: placed.to_json(),
-                });
+                    && (pod.node != handle.node || pod.gpus != handle.gpus)
+                {
+                    let placed = PodHandle {
+                        node: pod.node.clone(),
+                        gpus: pod.gpus.clone(),
+                        ..handle.clone()
+                    };
+                    actions.push(Action::RecordPlacement {
+                        session_id: session.id.clone(),
+                        old: raw.clone(),
+                        new: placed.to_json(),
+                    });
+                }
+                if let ([card], Some(ours)) = (pod.gpus.as_slice(), &session.gpu_id)
+                    && card != ours
+                {
+                    actions.push(Action::MoveSlot {
+                        session_id: session.id.clone(),
+                        gpu_id: card.clone(),
+                    });
+                }
             }
-            _ => {}
+            None => {}
         }
     }
     actions
@@ -169,6 +184,8 @@ pub struct Report {
     pub deleted_pods: Vec<String>,
     pub lost_sessions: Vec<String>,
     pub placements: Vec<String>,
+    /// Sessions moved to a slot on the card HAMi chose.
+    pub moved_slots: Vec<String>,
 }
 
 /// One pass: list, diff, act. A no-op for runtimes other than kube.
@@ -215,6 +232,7 @@ async fn pass(service: &Service, kube: &KubeRuntime) -> Result<Report, String> {
             raw_handle: record.runtime_handle,
             id: record.id,
             state: record.state,
+            gpu_id: record.gpu_id,
         })
         .collect();
     let mut report = Report::default();
@@ -267,6 +285,24 @@ async fn pass(service: &Service, kube: &KubeRuntime) -> Result<Report, String> {
                     tracing::warn!(session = %session_id, error = %e, "recording a placement")
                 }
             },
+            Action::MoveSlot { session_id, gpu_id } => {
+                match service.store.move_to_gpu(&session_id, &gpu_id).await {
+                    Ok(SlotMove::Moved { from, to }) => {
+                        tracing::info!(session = %session_id, %from, %to, "moved a session's slot to the card HAMi chose");
+                        report.moved_slots.push(session_id);
+                    }
+                    Ok(SlotMove::NoFreeSlot) => {
+                        tracing::warn!(session = %session_id, gpu = %gpu_id, "HAMi placed a session on a card our pool shows full");
+                    }
+                    Ok(SlotMove::UnknownGpu) => {
+                        tracing::debug!(session = %session_id, gpu = %gpu_id, "HAMi's card is not in the pool (declare GPUs by UUID to follow it)");
+                    }
+                    Ok(SlotMove::Already | SlotMove::NotOneSlot) => {}
+                    Err(e) => {
+                        tracing::warn!(session = %session_id, error = %e, "moving a slot")
+                    }
+                }
+            }
         }
     }
     Ok(report)
@@ -302,6 +338,7 @@ mod tests {
             state,
             raw_handle: h.as_ref().map(PodHandle::to_json),
             handle: h,
+            gpu_id: Some("GPU-1".into()),
         }
     }
 
@@ -413,6 +450,32 @@ mod tests {
         );
         // Once recorded, nothing more to do.
         let sessions = [session("a", SessionState::Ready, Some(expected))];
+        assert_eq!(diff(&sessions, &[placed]), vec![]);
+    }
+
+    #[test]
+    fn a_pod_on_another_card_moves_its_session_there() {
+        let mut placed = pod("gsb-x", "a");
+        placed.gpus = vec!["GPU-2".into()];
+        let h = PodHandle {
+            gpus: vec!["GPU-2".into()],
+            ..handle("gsb-x", "session-a")
+        };
+        let sessions = [session("a", SessionState::Ready, Some(h))];
+        assert_eq!(
+            diff(&sessions, std::slice::from_ref(&placed)),
+            vec![Action::MoveSlot {
+                session_id: "a".into(),
+                gpu_id: "GPU-2".into()
+            }]
+        );
+        // A pod on two cards (a burst) is not one slot's business.
+        placed.gpus = vec!["GPU-2".into(), "GPU-3".into()];
+        let h = PodHandle {
+            gpus: placed.gpus.clone(),
+            ..handle("gsb-x", "session-a")
+        };
+        let sessions = [session("a", SessionState::Ready, Some(h))];
         assert_eq!(diff(&sessions, &[placed]), vec![]);
     }
 }
