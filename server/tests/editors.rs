@@ -96,7 +96,7 @@ async fn jupyterlab_runs_a_kernel_through_the_proxy() {
     assert_eq!(result, "2");
     socket.close(None).await.ok();
 
-    let session = app.service.store.session(&id).await.unwrap().unwrap();
+    let session = app.record(&id).await;
     let handle = session.runtime_handle.clone().unwrap();
     assert!(app.service.runtime.is_alive(&handle).await);
     let stopped = app
@@ -116,15 +116,7 @@ async fn a_server_restart_re_adopts_live_editors_and_shutdown_stops_them() {
     let app = TestApp::start_with(None, |c| c.sessions.stop_on_shutdown = false).await;
     let (_, owner) = app.user("kim").await;
     let id = app.launch_ready(&owner, "jupyterlab").await;
-    let handle = app
-        .service
-        .store
-        .session(&id)
-        .await
-        .unwrap()
-        .unwrap()
-        .runtime_handle
-        .unwrap();
+    let handle = app.record(&id).await.runtime_handle.unwrap();
     let database = app.service.config.database_url();
     let data_dir = app.service.config.data_dir.clone();
     let service = app.service.clone();

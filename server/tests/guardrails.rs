@@ -177,15 +177,7 @@ async fn a_killed_editor_is_detected_and_refunded() {
     .await;
     let (user_id, token) = app.user("kay").await;
     let id = app.launch_ready(&token, "jupyterlab").await;
-    let handle = app
-        .service
-        .store
-        .session(&id)
-        .await
-        .unwrap()
-        .unwrap()
-        .runtime_handle
-        .unwrap();
+    let handle = app.record(&id).await.runtime_handle.unwrap();
     let killed = tokio::time::Instant::now();
     FakeRuntime::crash(&handle);
     let view = ended(&app, &token, &id).await;

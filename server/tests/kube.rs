@@ -1140,15 +1140,7 @@ async fn a_pod_hami_put_on_another_card_moves_its_slot_there() {
     .await;
     let (_, token) = app.user("hank").await;
     let id = app.launch_ready(&token, "jupyterlab").await;
-    let ours = app
-        .service
-        .store
-        .session(&id)
-        .await
-        .unwrap()
-        .unwrap()
-        .gpu_id
-        .unwrap();
+    let ours = app.record(&id).await.gpu_id.unwrap();
     let hamis = if ours == "GPU-aaaa" {
         "GPU-bbbb"
     } else {
@@ -1164,7 +1156,7 @@ async fn a_pod_hami_put_on_another_card_moves_its_slot_there() {
     let report = reconcile::run_once(&app.service).await.unwrap();
     assert_eq!(report.moved_slots, vec![id.clone()]);
     assert_eq!(report.placements, vec![id.clone()]);
-    let record = app.service.store.session(&id).await.unwrap().unwrap();
+    let record = app.record(&id).await;
     assert_eq!(record.gpu_id.as_deref(), Some(hamis));
     // The session holds one slot, on HAMi's card; the other card is whole again.
     let held: Vec<String> = app

@@ -119,6 +119,16 @@ impl TestApp {
         }
     }
 
+    /// The session's record as the store has it.
+    pub async fn record(&self, id: &str) -> server::store::SessionRecord {
+        self.service
+            .store
+            .session(id)
+            .await
+            .expect("the store answers")
+            .expect("the session exists")
+    }
+
     /// A user with a password ("password123") and an API token.
     pub async fn user(&self, name: &str) -> (String, String) {
         let user = self
