@@ -1,7 +1,7 @@
 //! What an editor says about its own work. Jupyter reports each kernel's execution state, so a
 //! long job with no browser attached still counts as activity. marimo and code-server expose no
 //! busy state over HTTP (code-server's `/healthz` heartbeat moves with any open tab), so their
-//! work counts through GPU use and API traffic instead.
+//! work counts through CPU and GPU use (the runtime's) and API traffic instead.
 
 use crate::editors::UpstreamAuth;
 use app::domain::launch::EditorKind;

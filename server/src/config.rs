@@ -59,6 +59,9 @@ pub struct IdleConfig {
     pub reaper_period_ms: u64,
     /// How often editors and GPUs are asked whether they are busy.
     pub sample_seconds: u64,
+    /// An editor whose processes use at least this much of one core between two samples is
+    /// working (a job on the CPU); 0 turns the signal off.
+    pub busy_cpu_percent: u32,
     /// Different timeouts for some slice sizes, e.g. shorter for whole cards.
     pub per_slice: Vec<IdleOverride>,
 }
@@ -203,6 +206,7 @@ impl Default for Config {
                 open_tab_keeps_alive: false,
                 reaper_period_ms: 5000,
                 sample_seconds: 30,
+                busy_cpu_percent: 20,
                 per_slice: Vec::new(),
             },
             runtime: crate::runtime::RuntimeKind::Local,

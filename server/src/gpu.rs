@@ -122,27 +122,8 @@ pub fn usage_by_editor(
     samples: &[ProcessSample],
     now_us: u64,
 ) -> HashMap<String, GpuUsage> {
-    let mut owner_of = HashMap::<u32, Option<&String>>::new();
-    let mut owner = |pid: u32| -> Option<String> {
-        if let Some(known) = owner_of.get(&pid) {
-            return known.cloned();
-        }
-        let mut current = pid;
-        let mut found = None;
-        // A bounded walk: a process tree deeper than this is not one of ours.
-        for _ in 0..64 {
-            if let Some(handle) = leaders.get(&current) {
-                found = Some(handle);
-                break;
-            }
-            match parent_of(current) {
-                Some(parent) if parent > 1 && parent != current => current = parent,
-                _ => break,
-            }
-        }
-        owner_of.insert(pid, found);
-        found.cloned()
-    };
+    let mut owners = crate::runtime::procfs::Owners::new(leaders, parent_of);
+    let mut owner = |pid: u32| owners.of(pid);
     let mut usage = HashMap::<String, GpuUsage>::new();
     for process in memory {
         if let Some(handle) = owner(process.pid) {

@@ -327,6 +327,8 @@ impl Service {
             .filter_map(|r| r.runtime_handle.clone())
             .collect();
         let gpu = self.runtime.gpu_usage(&handles).await;
+        let cpu = self.runtime.cpu_load(&handles).await;
+        let cpu_floor = f64::from(self.config.idle.busy_cpu_percent) / 100.0;
         let within = self.config.idle.sample_seconds as f64 * 2.0;
         let probes = ready.iter().map(|record| async {
             let editor_busy = match (&record.upstream, &record.editor_token) {
@@ -344,7 +346,13 @@ impl Service {
             };
             let usage = record.runtime_handle.as_ref().and_then(|h| gpu.get(h));
             let gpu_busy = usage.is_some_and(|u| u.is_active(within));
-            let busy_at = (editor_busy == Some(true) || gpu_busy).then(now_ms);
+            let cpu_busy = cpu_floor > 0.0
+                && record
+                    .runtime_handle
+                    .as_ref()
+                    .and_then(|h| cpu.get(h))
+                    .is_some_and(|cores| *cores >= cpu_floor);
+            let busy_at = (editor_busy == Some(true) || gpu_busy || cpu_busy).then(now_ms);
             if let Err(e) = self
                 .store
                 .record_sample(&record.id, busy_at, usage.map(|u| u.memory_used_mib))

@@ -97,6 +97,20 @@ async fn a_busy_kernel_without_a_browser_is_not_idle() {
 }
 
 #[tokio::test]
+async fn a_job_on_the_cpu_without_a_browser_is_not_idle() {
+    let runtime = FakeRuntime::new();
+    // One core's worth: a marimo or code-server job, which no editor API reports.
+    runtime.cpu_centi_cores.store(100, Ordering::Relaxed);
+    let app = quick(runtime.clone(), false).await;
+    let (_, token) = app.user("cyd").await;
+    let id = app.launch_ready(&token, "marimo").await;
+    still_ready_after(&app, &token, &id, Duration::from_secs(5), async || {}).await;
+    // Background noise below the threshold (20 % of a core) is not work.
+    runtime.cpu_centi_cores.store(5, Ordering::Relaxed);
+    assert_eq!(ended(&app, &token, &id).await["end_reason"], "idle");
+}
+
+#[tokio::test]
 async fn an_open_tab_alone_does_not_hold_a_gpu_by_default() {
     let app = quick(FakeRuntime::new(), false).await;
     let (_, token) = app.user("tab").await;

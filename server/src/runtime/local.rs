@@ -83,6 +83,8 @@ pub struct LocalRuntime {
     >,
     /// Opened on the first sample; None where there is no NVIDIA driver.
     nvml: std::sync::OnceLock<Option<std::sync::Arc<crate::gpu::NvmlSampler>>>,
+    /// Each editor's CPU ticks at the previous [`Runtime::cpu_load`], and when.
+    cpu_seen: std::sync::Mutex<std::collections::HashMap<String, (Instant, u64)>>,
 }
 
 impl LocalRuntime {
@@ -101,6 +103,7 @@ impl LocalRuntime {
             data_dir: absolute(data_dir),
             http,
             nvml: std::sync::OnceLock::new(),
+            cpu_seen: Default::default(),
         }
     }
 
@@ -167,20 +170,22 @@ fn process_alive(pid: i32) -> bool {
 }
 
 /// Field 22 of /proc/<pid>/stat: when the process started, in clock ticks since boot.
-/// Field `n` of /proc/<pid>/stat counted from the state (field 3) as 0.
-fn stat_field(pid: i32, n: usize) -> Option<u64> {
+fn process_start_time(pid: i32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses; fields after it are plain.
     let after_name = &stat[stat.rfind(')')? + 1..];
-    after_name.split_whitespace().nth(n)?.parse().ok()
+    after_name.split_whitespace().nth(19)?.parse().ok()
 }
 
-fn process_start_time(pid: i32) -> Option<u64> {
-    stat_field(pid, 19)
-}
-
-fn parent_pid(pid: u32) -> Option<u32> {
-    stat_field(pid as i32, 1).map(|ppid| ppid as u32)
+/// The editors' leaders by pid, from their handles.
+fn leaders_of(handles: &[String]) -> std::collections::HashMap<u32, String> {
+    handles
+        .iter()
+        .filter_map(|raw| {
+            let handle: Handle = serde_json::from_str(raw).ok()?;
+            (handle.pid > 0).then(|| (handle.pid as u32, raw.clone()))
+        })
+        .collect()
 }
 
 fn signal_group(pid: i32, signal: i32) {
@@ -414,23 +419,53 @@ impl Runtime for LocalRuntime {
         let Some(sampler) = sampler else {
             return Default::default();
         };
-        let leaders: std::collections::HashMap<u32, String> = handles
-            .iter()
-            .filter_map(|raw| {
-                let handle: Handle = serde_json::from_str(raw).ok()?;
-                (handle.pid > 0).then(|| (handle.pid as u32, raw.clone()))
-            })
-            .collect();
+        let leaders = leaders_of(handles);
         tokio::task::spawn_blocking(move || {
             let (memory, samples) = sampler.sample();
+            let parents: std::collections::HashMap<u32, u32> = super::procfs::read_processes()
+                .into_iter()
+                .map(|p| (p.pid, p.ppid))
+                .collect();
             let now_us = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_micros() as u64)
                 .unwrap_or(0);
-            crate::gpu::usage_by_editor(&leaders, parent_pid, &memory, &samples, now_us)
+            crate::gpu::usage_by_editor(
+                &leaders,
+                |pid| parents.get(&pid).copied(),
+                &memory,
+                &samples,
+                now_us,
+            )
         })
         .await
         .unwrap_or_default()
+    }
+
+    async fn cpu_load(&self, handles: &[String]) -> std::collections::HashMap<String, f64> {
+        use super::procfs;
+        let leaders = leaders_of(handles);
+        let ticks = tokio::task::spawn_blocking(move || {
+            procfs::ticks_by_editor(&leaders, &procfs::read_processes())
+        })
+        .await
+        .unwrap_or_default();
+        let now = Instant::now();
+        let per_second = procfs::ticks_per_second();
+        let mut seen = self.cpu_seen.lock().unwrap_or_else(|e| e.into_inner());
+        let mut load = std::collections::HashMap::new();
+        for (handle, now_ticks) in &ticks {
+            if let Some((then, then_ticks)) = seen.get(handle) {
+                let seconds = now.duration_since(*then).as_secs_f64();
+                load.insert(
+                    handle.clone(),
+                    procfs::cores_between(*then_ticks, *now_ticks, per_second, seconds),
+                );
+            }
+        }
+        // Editors that ended are forgotten.
+        *seen = ticks.into_iter().map(|(h, t)| (h, (now, t))).collect();
+        load
     }
 }
 
@@ -457,16 +492,53 @@ fn directory_bytes(dir: &Path) -> u64 {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_process_parent_is_read_from_proc() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("5")
-            .spawn()
-            .unwrap();
-        assert_eq!(parent_pid(child.id()), Some(std::process::id()));
-        assert_eq!(parent_pid(u32::MAX), None, "no such process");
-        child.kill().unwrap();
-        child.wait().unwrap();
+    /// A handle for a process this test started, as `start` would record it.
+    fn handle_of(pid: u32) -> String {
+        serde_json::to_string(&Handle {
+            pid: pid as i32,
+            port: 0,
+            log: PathBuf::from("/dev/null"),
+            started: process_start_time(pid as i32),
+        })
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn cpu_load_counts_an_editors_whole_process_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let tools = ToolPaths {
+            jupyterlab: PathBuf::from("/nonexistent"),
+            marimo: PathBuf::from("/nonexistent"),
+            code_server: PathBuf::from("/nonexistent"),
+        };
+        let runtime = LocalRuntime::new(tools, dir.path());
+        // A "kernel" spinning in a child process of its own, and an editor that only sleeps.
+        let spawn = |script: &str| {
+            use std::os::unix::process::CommandExt;
+            std::process::Command::new("sh")
+                .args(["-c", script])
+                .process_group(0)
+                .spawn()
+                .unwrap()
+        };
+        let mut busy = spawn("sh -c 'while :; do :; done' & sleep 30");
+        let mut idle = spawn("sleep 30");
+        let handles = vec![handle_of(busy.id()), handle_of(idle.id())];
+        assert!(
+            runtime.cpu_load(&handles).await.is_empty(),
+            "the first call is the baseline"
+        );
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let load = runtime.cpu_load(&handles).await;
+        for child in [&busy, &idle] {
+            signal_group(child.id() as i32, libc::SIGKILL);
+        }
+        let _ = (busy.wait(), idle.wait());
+        assert!(
+            load[&handles[0]] > 0.3,
+            "the spinning child counts: {load:?}"
+        );
+        assert!(load[&handles[1]] < 0.05, "a sleeping editor: {load:?}");
     }
 
     #[test]

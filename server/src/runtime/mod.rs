@@ -2,6 +2,7 @@
 
 pub mod kube;
 mod local;
+pub mod procfs;
 
 pub use local::{LocalRuntime, ToolPaths};
 
@@ -141,6 +142,13 @@ pub trait Runtime: Send + Sync + 'static {
     /// GPU use per editor handle, one sample for all (the reaper asks once per tick).
     /// Editors missing from the answer have no GPU use the runtime can see.
     async fn gpu_usage(&self, handles: &[String]) -> std::collections::HashMap<String, GpuUsage> {
+        let _ = handles;
+        std::collections::HashMap::new()
+    }
+    /// CPU cores each editor's processes used on average since the previous call, where the
+    /// runtime can see them: a long job on the CPU with no browser attached is work too.
+    /// Editors missing from the answer: unknown (the first call only sets the baseline).
+    async fn cpu_load(&self, handles: &[String]) -> std::collections::HashMap<String, f64> {
         let _ = handles;
         std::collections::HashMap::new()
     }

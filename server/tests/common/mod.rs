@@ -314,6 +314,8 @@ pub struct FakeRuntime {
     pub stop_takes: Duration,
     /// Started editors never answer.
     pub never_ready: bool,
+    /// Cores every editor's processes use, in hundredths (as `cpu_load` reports them).
+    pub cpu_centi_cores: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl FakeRuntime {
@@ -331,6 +333,7 @@ impl FakeRuntime {
             bound: Default::default(),
             stop_takes: Duration::ZERO,
             never_ready: false,
+            cpu_centi_cores: Default::default(),
         }
     }
 
@@ -400,6 +403,14 @@ impl Runtime for FakeRuntime {
 
     async fn is_alive(&self, handle: &str) -> bool {
         FAKE_TASKS.lock().unwrap().contains_key(handle)
+    }
+
+    async fn cpu_load(&self, handles: &[String]) -> std::collections::HashMap<String, f64> {
+        let cores = f64::from(
+            self.cpu_centi_cores
+                .load(std::sync::atomic::Ordering::Relaxed),
+        ) / 100.0;
+        handles.iter().map(|h| (h.clone(), cores)).collect()
     }
 
     fn prestarts_editors(&self) -> bool {
