@@ -1366,3 +1366,159 @@ async fn a_tls_client_for_a_real_api_server_builds() {
     let runtime = KubeRuntime::new(client, KubeConfig::default());
     assert_eq!(runtime.config().field_manager, "gpu-sandbox");
 }
+
+// ---------------------------------------------------------------------------------------------
+// (4) The same session scenarios on both runtimes: real editor processes (marimo, the quickest
+// to start) on the local runtime, pods in the fake cluster on the kube runtime.
+// ---------------------------------------------------------------------------------------------
+
+/// A server on `runtime`, with a reaper quick enough for a test; and how to make one of its
+/// editors vanish behind its back (a killed process, a deleted pod).
+struct Harness {
+    app: TestApp,
+    /// Given the session's runtime handle.
+    vanish: Box<dyn Fn(&str) + Send + Sync>,
+}
+
+async fn harness(runtime: &str) -> Harness {
+    let quick = |c: &mut server::config::Config| {
+        c.idle.reaper_period_ms = 200;
+    };
+    match runtime {
+        "local" => {
+            let tools = common::tools_dir();
+            assert!(
+                tools.join("venv/bin/marimo").exists(),
+                "marimo is not installed in {}; run scripts/setup.sh",
+                tools.display()
+            );
+            let app = TestApp::start_with(None, quick).await;
+            Harness {
+                app,
+                vanish: Box::new(|handle| {
+                    let pid = serde_json::from_str::<Value>(handle).unwrap()["pid"]
+                        .as_i64()
+                        .unwrap();
+                    // SAFETY: killpg only sends a signal to the editor's own group.
+                    unsafe { libc::killpg(pid as i32, libc::SIGKILL) };
+                }),
+            }
+        }
+        _ => {
+            let fake = FakeApi::default();
+            let runtime =
+                KubeRuntime::new(fake.client(), KubeConfig::default()).with_timing(fast());
+            let app = TestApp::start_with(Some(Arc::new(runtime)), quick).await;
+            Harness {
+                app,
+                vanish: Box::new(move |handle| {
+                    let handle: PodHandle = serde_json::from_str(handle).unwrap();
+                    assert!(fake.remove("pods", &handle.namespace, &handle.pod));
+                }),
+            }
+        }
+    }
+}
+
+/// Launch, find it ready and alive, stop it: the editor is gone, the hold is settled to one
+/// minute's charge, the ledger sums to the balance.
+async fn launch_and_stop_settle_the_credits(runtime: &str) {
+    let Harness { app, .. } = harness(runtime).await;
+    let (user_id, token) = app.user("stella").await;
+    let (before, _) = app.service.store.credits(&user_id).await.unwrap();
+    let id = app.launch_ready(&token, "marimo").await;
+    let view = app
+        .get(&format!("/api/v1/sessions/{id}"), Some(&token))
+        .await
+        .json();
+    let price_per_hour = view["price_per_hour"].as_i64().expect("a price");
+    let handle = app.record(&id).await.runtime_handle.expect("a handle");
+    assert!(app.service.runtime.is_alive(&handle).await, "{runtime}");
+    let (_, held) = app.service.store.credits(&user_id).await.unwrap();
+    assert!(held > 0, "{runtime}: credits held while it runs");
+
+    let stopped = app
+        .delete(&format!("/api/v1/sessions/{id}"), Some(&token))
+        .await
+        .json();
+    assert_eq!(stopped["state"], "ended", "{runtime}");
+    assert_eq!(stopped["end_reason"], "user", "{runtime}");
+    assert!(
+        !app.service.runtime.is_alive(&handle).await,
+        "{runtime}: the editor is gone"
+    );
+    let (after, held) = app.service.store.credits(&user_id).await.unwrap();
+    assert_eq!(held, 0, "{runtime}");
+    let one_minute = (price_per_hour + 59) / 60;
+    assert_eq!(after, before - one_minute, "{runtime}: one minute charged");
+    let ledger: i64 = app
+        .service
+        .store
+        .ledger(&user_id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.amount)
+        .sum();
+    assert_eq!(ledger, after, "{runtime}: the ledger sums to the balance");
+    app.stop().await;
+}
+
+/// Two launches at once for one user: two editors, each alive, neither the other's.
+async fn concurrent_launches_get_their_own_editors(runtime: &str) {
+    let Harness { app, .. } = harness(runtime).await;
+    let (_, token) = app.user("connie").await;
+    let (a, b) = tokio::join!(
+        app.launch_ready(&token, "marimo"),
+        app.launch_ready(&token, "marimo")
+    );
+    assert_ne!(a, b);
+    let (ha, hb) = (
+        app.record(&a).await.runtime_handle.unwrap(),
+        app.record(&b).await.runtime_handle.unwrap(),
+    );
+    assert_ne!(ha, hb, "{runtime}: one editor each");
+    assert!(app.service.runtime.is_alive(&ha).await && app.service.runtime.is_alive(&hb).await);
+    for id in [&a, &b] {
+        app.delete(&format!("/api/v1/sessions/{id}"), Some(&token))
+            .await
+            .assert_status(http::StatusCode::OK);
+    }
+    assert!(!app.service.runtime.is_alive(&ha).await && !app.service.runtime.is_alive(&hb).await);
+    app.stop().await;
+}
+
+/// An editor that vanishes (a killed process, a deleted pod) ends its session within a few
+/// reaper periods, with everything held refunded but the minute used.
+async fn a_vanished_editor_ends_its_session_with_a_refund(runtime: &str) {
+    let Harness { app, vanish } = harness(runtime).await;
+    let (user_id, token) = app.user("vanya").await;
+    let id = app.launch_ready(&token, "marimo").await;
+    vanish(&app.record(&id).await.runtime_handle.unwrap());
+    let view = tokio::time::timeout(Duration::from_secs(10), ended_detail(&app, &token, &id))
+        .await
+        .expect("ended within 10 s");
+    assert_eq!(view["end_reason"], "crash", "{runtime}: {view}");
+    let (_, held) = app.service.store.credits(&user_id).await.unwrap();
+    assert_eq!(held, 0, "{runtime}");
+    app.stop().await;
+}
+
+macro_rules! on_both_runtimes {
+    ($($scenario:ident => $local:ident, $kube:ident;)*) => {$(
+        #[tokio::test]
+        async fn $local() {
+            $scenario("local").await;
+        }
+        #[tokio::test]
+        async fn $kube() {
+            $scenario("kube").await;
+        }
+    )*};
+}
+
+on_both_runtimes! {
+    launch_and_stop_settle_the_credits => launch_and_stop_settle_the_credits_local, launch_and_stop_settle_the_credits_kube;
+    concurrent_launches_get_their_own_editors => concurrent_launches_get_their_own_editors_local, concurrent_launches_get_their_own_editors_kube;
+    a_vanished_editor_ends_its_session_with_a_refund => a_vanished_editor_ends_its_session_with_a_refund_local, a_vanished_editor_ends_its_session_with_a_refund_kube;
+}
