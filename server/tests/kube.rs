@@ -493,30 +493,23 @@ async fn a_reconciler_pass_deletes_orphans_and_ends_lost_sessions_with_a_refund(
     let store = &app.service.store;
     let (user_id, _) = app.user("carol").await;
     // A ready session whose pod the cluster no longer has.
-    let (record, _) = store
-        .create_session(server::store::NewSession {
+    let an_hour = |_: &str| 1000;
+    let record = store
+        .launch(server::store::LaunchPlan {
             user_id: &user_id,
             editor: EditorKind::JupyterLab,
             slice_mib: 8192,
+            burst: false,
             duration_minutes: 60,
-            price_per_hour: 1000,
-            hold: 1000,
+            limits: app.service.config.default_limits(),
+            disk_mib: None,
+            price_on: &an_hour,
+            queue_price: 1000,
+            use_warm: false,
         })
         .await
-        .unwrap();
-    let slots: Vec<String> = store
-        .pool()
-        .await
-        .unwrap()
-        .into_iter()
-        .flat_map(|(_, s)| s)
-        .map(|s| s.id)
-        .collect();
-    store
-        .assign_slot(&record.id, &slots)
-        .await
-        .unwrap()
-        .expect("a slot");
+        .expect("launched on a free slot")
+        .record;
     let lost = PodHandle {
         namespace: "gsb-carol".into(),
         pod: names::pod_name(&record.id),

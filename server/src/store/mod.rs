@@ -474,7 +474,10 @@ impl Store {
 
     // ---- sessions ----
 
-    /// Checks the balance, holds the price and records the request, in one transaction.
+    /// Test set-up for the later life of a session (settling, stopping, transitions): holds
+    /// credits and records the request, as [`Store::launch`] does without choosing a slot. The
+    /// product launches only through [`Store::launch`].
+    #[cfg(test)]
     pub async fn create_session(&self, new: NewSession<'_>) -> Result<(SessionRecord, Vec<Step>)> {
         let now = now_ms();
         let id = new_id();
@@ -553,7 +556,9 @@ impl Store {
         Ok((record, steps))
     }
 
-    /// Takes the first of `candidates` that is still free, atomically; the session moves to starting.
+    /// Test set-up: puts a session from [`Store::create_session`] on the first of `candidates`
+    /// still free, atomically; the session moves to starting.
+    #[cfg(test)]
     pub async fn assign_slot(
         &self,
         session_id: &str,
@@ -832,6 +837,8 @@ impl LedgerKind {
     }
 }
 
+/// What [`Store::create_session`] records (test set-up).
+#[cfg(test)]
 pub struct NewSession<'a> {
     pub user_id: &'a str,
     pub editor: EditorKind,
