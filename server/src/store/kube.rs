@@ -73,6 +73,8 @@ pub enum SlotMove {
     NoFreeSlot,
     /// Not one slot (a whole-card burst holds several, and is placed by card anyway).
     NotOneSlot,
+    /// The session is no longer live.
+    Ended,
 }
 
 impl Store {
@@ -80,6 +82,11 @@ impl Store {
     /// session to a free slot of its size on that card, so the pool shows what each card holds.
     pub async fn move_to_gpu(&self, session_id: &str, gpu_id: &str) -> Result<SlotMove> {
         let mut w = self.begin_write().await?;
+        // The session's row first (locked on PostgreSQL): an end running meanwhile frees the
+        // session's slots after this commits, the new one included, or has already ended it.
+        if !super::state_in(&mut w, session_id).await?.is_live() {
+            return Ok(SlotMove::Ended);
+        }
         let held = sqlx::query("SELECT id, gpu_id, slice_mib FROM slots WHERE session_id = $1")
             .bind(session_id)
             .fetch_all(&mut *w.tx)
@@ -112,7 +119,7 @@ impl Store {
         for row in free {
             let to: String = row.try_get("id")?;
             let taken = sqlx::query(
-                "UPDATE slots SET session_id = $1, updated_at = $2 WHERE id = $3 AND session_id IS NULL",
+                "UPDATE slots SET session_id = $1, updated_at = $2 WHERE id = $3 AND session_id IS NULL AND active = 1",
             )
             .bind(session_id)
             .bind(now)

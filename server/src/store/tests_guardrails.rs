@@ -433,6 +433,16 @@ async fn a_session_moves_to_the_card_hami_chose(store: Store) {
         store.session(&id).await.unwrap().unwrap().gpu_id.as_deref(),
         Some(other)
     );
+    // An ended session is not moved anywhere.
+    store
+        .begin_stop(&id, app::domain::session::EndReason::User, None)
+        .await
+        .unwrap();
+    store.finish(&id).await.unwrap();
+    assert_eq!(
+        store.move_to_gpu(&id, &ours).await.unwrap(),
+        SlotMove::Ended
+    );
 }
 
 on_both_fns! {

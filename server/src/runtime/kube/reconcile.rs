@@ -286,6 +286,11 @@ async fn pass(service: &Service, kube: &KubeRuntime) -> Result<Report, String> {
                 }
             },
             Action::MoveSlot { session_id, gpu_id } => {
+                // A card the pool does not know (GPUs declared under other names): nothing to
+                // follow, and no write to make on every pass.
+                if !service.gpus.iter().any(|g| g.id == gpu_id) {
+                    continue;
+                }
                 match service.store.move_to_gpu(&session_id, &gpu_id).await {
                     Ok(SlotMove::Moved { from, to }) => {
                         tracing::info!(session = %session_id, %from, %to, "moved a session's slot to the card HAMi chose");
@@ -294,10 +299,12 @@ async fn pass(service: &Service, kube: &KubeRuntime) -> Result<Report, String> {
                     Ok(SlotMove::NoFreeSlot) => {
                         tracing::warn!(session = %session_id, gpu = %gpu_id, "HAMi placed a session on a card our pool shows full");
                     }
-                    Ok(SlotMove::UnknownGpu) => {
-                        tracing::debug!(session = %session_id, gpu = %gpu_id, "HAMi's card is not in the pool (declare GPUs by UUID to follow it)");
-                    }
-                    Ok(SlotMove::Already | SlotMove::NotOneSlot) => {}
+                    Ok(
+                        SlotMove::UnknownGpu
+                        | SlotMove::Already
+                        | SlotMove::NotOneSlot
+                        | SlotMove::Ended,
+                    ) => {}
                     Err(e) => {
                         tracing::warn!(session = %session_id, error = %e, "moving a slot")
                     }
