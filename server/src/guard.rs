@@ -175,7 +175,11 @@ impl Service {
         }
         let mut failed_at: std::collections::HashMap<(EditorKind, u64), tokio::time::Instant> =
             Default::default();
+        let mut closing = self.warm_closing.subscribe();
         loop {
+            if *closing.borrow_and_update() {
+                return;
+            }
             let warm = self.store.warm_editors().await.unwrap_or_default();
             let mut starts = Vec::new();
             for target in &self.config.pool.warm {
@@ -224,7 +228,10 @@ impl Service {
                     failed_at.insert(key, tokio::time::Instant::now());
                 }
             }
-            let _ = tokio::time::timeout(Duration::from_secs(30), self.warm_wake.notified()).await;
+            tokio::select! {
+                _ = tokio::time::timeout(Duration::from_secs(30), self.warm_wake.notified()) => {}
+                _ = closing.changed() => {}
+            }
         }
     }
 
@@ -257,26 +264,41 @@ impl Service {
             Err(e) => return self.warm_failed(&record, e).await,
         };
         // Kept at once, so that a shutdown in the middle of the start still stops it.
-        let kept = self
-            .store
-            .warm_started(&record.id, &running.handle)
-            .await
-            .unwrap_or(false);
-        if kept && let Err(e) = self.runtime.wait_ready(&launch, &running, timeout).await {
+        match self.store.warm_started(&record.id, &running.handle).await {
+            Ok(true) => {}
+            // A launch pushed it off its slot already (and stops what the record named).
+            Ok(false) => {
+                let _ = self.runtime.stop(&running.handle).await;
+                return true;
+            }
+            Err(e) => {
+                let _ = self.runtime.stop(&running.handle).await;
+                return self
+                    .warm_failed(&record, RuntimeError::Handle(e.to_string()))
+                    .await;
+            }
+        }
+        let mut closing = self.warm_closing.subscribe();
+        let answered = tokio::select! {
+            answered = self.runtime.wait_ready(&launch, &running, timeout) => answered,
+            _ = closing.wait_for(|closing| *closing) => {
+                Err(RuntimeError::Unavailable("the server is shutting down".into()))
+            }
+        };
+        if let Err(e) = answered {
             let _ = self.runtime.stop(&running.handle).await;
             return self.warm_failed(&record, e).await;
         }
-        let ready = kept
-            && self
-                .store
-                .warm_ready(
-                    &record.id,
-                    &running.upstream,
-                    &running.secret,
-                    &running.handle,
-                )
-                .await
-                .unwrap_or(false);
+        let ready = self
+            .store
+            .warm_ready(
+                &record.id,
+                &running.upstream,
+                &running.secret,
+                &running.handle,
+            )
+            .await
+            .unwrap_or(false);
         if ready {
             tracing::info!(warm = %record.id, editor = %record.editor, slot = %record.slot_id, "pre-started editor ready");
         } else {
@@ -286,9 +308,14 @@ impl Service {
         true
     }
 
+    /// Forgets a start that did not work out. Not a failure of the editor when the record was
+    /// gone already (a launch pushed it off its slot, which stopped it) or the server is closing.
     async fn warm_failed(&self, record: &WarmRecord, error: RuntimeError) -> bool {
+        let removed = self.store.remove_warm(&record.id).await.unwrap_or(true);
+        if !removed || *self.warm_closing.borrow() {
+            return true;
+        }
         tracing::warn!(warm = %record.id, editor = %record.editor, %error, "pre-starting an editor failed");
-        let _ = self.store.remove_warm(&record.id).await;
         false
     }
 

@@ -120,6 +120,10 @@ pub async fn run(
     let stopping = service.clone();
     let signal = async move {
         shutdown.await;
+        // The keeper first, and waited for: no editor starts after this, and none is left
+        // half-started without a record of it.
+        let _ = stopping.warm_closing.send(true);
+        let _ = warm_pool.await;
         stopping.flush_activity().await;
         if stopping.config.sessions.stop_on_shutdown {
             stopping
@@ -129,7 +133,6 @@ pub async fn run(
                 )
                 .await;
         }
-        warm_pool.abort();
         stopping.stop_warm_pool().await;
         // After the stops, so open progress streams show the end before they close.
         let _ = stopping.shutdown.send(true);

@@ -60,6 +60,8 @@ pub struct Service {
     pub instance: String,
     /// Wakes the warm-pool keeper.
     pub warm_wake: tokio::sync::Notify,
+    /// Set at shutdown: the warm-pool keeper starts nothing more and gives up waiting on starts.
+    pub warm_closing: tokio::sync::watch::Sender<bool>,
     /// Asks editors whether they are busy.
     pub probe_client: crate::activity::ProbeClient,
 }
@@ -86,6 +88,7 @@ impl Service {
             upstreams: Arc::default(),
             instance: crate::store::new_id(),
             warm_wake: tokio::sync::Notify::new(),
+            warm_closing: tokio::sync::watch::Sender::new(false),
             probe_client: crate::activity::probe_client(),
         }
     }
