@@ -429,6 +429,8 @@ impl KubeRuntime {
                     None
                 }
             };
+            // Whether a watch told anything: one that ends or fails at once (a proxy closing
+            // streams, an API server refusing) must not turn the wait into a hot loop.
             let mut watched = false;
             if let Some(version) = version {
                 let params = WatchParams::default()
@@ -436,7 +438,6 @@ impl KubeRuntime {
                     .timeout(self.timing.watch_seconds);
                 match self.pods(&handle.namespace).watch(&params, &version).await {
                     Ok(events) => {
-                        watched = true;
                         let mut events = std::pin::pin!(events);
                         loop {
                             let next =
@@ -457,6 +458,7 @@ impl KubeRuntime {
                                 // An error event (410 Gone) or the end: look again.
                                 Ok(Some(Ok(WatchEvent::Error(_)) | Err(_)) | None) => break,
                             };
+                            watched = true;
                             match wait.look(&pod, &done) {
                                 Look::Done(value) => return Ok(value),
                                 Look::Failed { message, crashed } => {
