@@ -177,13 +177,28 @@ fn process_start_time(pid: i32) -> Option<u64> {
     after_name.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// Every process below `leader`, with its start time (so a reused pid is not mistaken for it).
+fn descendants(leader: u32) -> Vec<(u32, u64)> {
+    let processes = super::procfs::read_processes();
+    let leaders = std::collections::HashMap::from([(leader, String::new())]);
+    let parents: std::collections::HashMap<u32, u32> =
+        processes.iter().map(|p| (p.pid, p.ppid)).collect();
+    let mut owners = super::procfs::Owners::new(&leaders, |pid| parents.get(&pid).copied());
+    processes
+        .iter()
+        .filter(|p| p.pid != leader && owners.of(p.pid).is_some())
+        .filter_map(|p| Some((p.pid, process_start_time(p.pid as i32)?)))
+        .collect()
+}
+
 /// The editors' leaders by pid, from their handles.
 fn leaders_of(handles: &[String]) -> std::collections::HashMap<u32, String> {
     handles
         .iter()
         .filter_map(|raw| {
             let handle: Handle = serde_json::from_str(raw).ok()?;
-            (handle.pid > 0).then(|| (handle.pid as u32, raw.clone()))
+            // A pid that now belongs to another process must not lend it its work.
+            (handle.pid > 0 && handle.alive()).then(|| (handle.pid as u32, raw.clone()))
         })
         .collect()
 }
@@ -387,13 +402,27 @@ impl Runtime for LocalRuntime {
             signal_group(handle.pid, libc::SIGKILL);
             return Ok(());
         }
+        // Kernels run in sessions of their own: note the whole tree now, while it hangs together,
+        // to end what the editor leaves behind.
+        let leader = handle.pid as u32;
+        let tree = tokio::task::spawn_blocking(move || descendants(leader))
+            .await
+            .unwrap_or_default();
         signal_group(handle.pid, libc::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(5);
         while process_alive(handle.pid) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        // Whatever is left of the group (kernels, language servers) goes too.
+        // Whatever is left of the group and the tree (kernels, language servers) goes too.
         signal_group(handle.pid, libc::SIGKILL);
+        for (pid, started) in tree {
+            if process_start_time(pid as i32) == Some(started) {
+                // SAFETY: a signal to a process of this editor's tree (same pid, same start).
+                unsafe {
+                    libc::kill(pid as i32, libc::SIGKILL);
+                }
+            }
+        }
         let deadline = Instant::now() + Duration::from_secs(2);
         while process_alive(handle.pid) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -412,10 +441,18 @@ impl Runtime for LocalRuntime {
         &self,
         handles: &[String],
     ) -> std::collections::HashMap<String, super::GpuUsage> {
-        let sampler = self
-            .nvml
-            .get_or_init(|| crate::gpu::NvmlSampler::open().map(std::sync::Arc::new))
-            .clone();
+        let sampler = match self.nvml.get() {
+            Some(sampler) => sampler.clone(),
+            None => {
+                // Loading the driver can take seconds: off the async threads.
+                let opened = tokio::task::spawn_blocking(|| {
+                    crate::gpu::NvmlSampler::open().map(std::sync::Arc::new)
+                })
+                .await
+                .unwrap_or(None);
+                self.nvml.get_or_init(|| opened).clone()
+            }
+        };
         let Some(sampler) = sampler else {
             return Default::default();
         };
@@ -503,42 +540,104 @@ mod tests {
         .unwrap()
     }
 
+    /// Process groups this test started, killed however the test ends.
+    struct Groups(Vec<u32>);
+
+    impl Drop for Groups {
+        fn drop(&mut self) {
+            for pid in &self.0 {
+                signal_group(*pid as i32, libc::SIGKILL);
+            }
+        }
+    }
+
+    /// Starts `script` in a process group of its own, reaped when it ends (as the runtime
+    /// reaps its editors); its pid.
+    fn spawn_group(script: &str) -> u32 {
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", script])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        std::thread::spawn(move || child.wait());
+        pid
+    }
+
+    fn runtime_in(dir: &Path) -> LocalRuntime {
+        let missing = PathBuf::from("/nonexistent");
+        let tools = ToolPaths {
+            jupyterlab: missing.clone(),
+            marimo: missing.clone(),
+            code_server: missing,
+        };
+        LocalRuntime::new(tools, dir)
+    }
+
     #[tokio::test]
     async fn cpu_load_counts_an_editors_whole_process_tree() {
         let dir = tempfile::tempdir().unwrap();
-        let tools = ToolPaths {
-            jupyterlab: PathBuf::from("/nonexistent"),
-            marimo: PathBuf::from("/nonexistent"),
-            code_server: PathBuf::from("/nonexistent"),
-        };
-        let runtime = LocalRuntime::new(tools, dir.path());
-        // A "kernel" spinning in a child process of its own, and an editor that only sleeps.
-        let spawn = |script: &str| {
-            use std::os::unix::process::CommandExt;
-            std::process::Command::new("sh")
-                .args(["-c", script])
-                .process_group(0)
-                .spawn()
-                .unwrap()
-        };
-        let mut busy = spawn("sh -c 'while :; do :; done' & sleep 30");
-        let mut idle = spawn("sleep 30");
-        let handles = vec![handle_of(busy.id()), handle_of(idle.id())];
+        let runtime = runtime_in(dir.path());
+        // A "kernel" spinning in a child process of its own (for 20 s at most), and an editor
+        // that only sleeps.
+        let busy = spawn_group("timeout 20 sh -c 'while :; do :; done' & sleep 30");
+        let idle = spawn_group("sleep 30");
+        let _groups = Groups(vec![busy, idle]);
+        let handles = vec![handle_of(busy), handle_of(idle)];
         assert!(
             runtime.cpu_load(&handles).await.is_empty(),
             "the first call is the baseline"
         );
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
         let load = runtime.cpu_load(&handles).await;
-        for child in [&busy, &idle] {
-            signal_group(child.id() as i32, libc::SIGKILL);
-        }
-        let _ = (busy.wait(), idle.wait());
+        // A whole core when it has one; other tests share the machine.
         assert!(
-            load[&handles[0]] > 0.3,
+            load[&handles[0]] > 0.2,
             "the spinning child counts: {load:?}"
         );
         assert!(load[&handles[1]] < 0.05, "a sleeping editor: {load:?}");
+    }
+
+    #[tokio::test]
+    async fn stop_ends_processes_that_left_the_editors_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = runtime_in(dir.path());
+        // Like a Jupyter kernel: a child in a session of its own, which a signal to the editor's
+        // group does not reach.
+        let editor_pid = spawn_group("setsid sleep 60 & wait");
+        let _groups = Groups(vec![editor_pid]);
+        let kernel = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if let Some((pid, _)) = descendants(editor_pid).first() {
+                    return *pid;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the kernel started");
+        assert_ne!(
+            unsafe { libc::getpgid(kernel as i32) },
+            editor_pid as i32,
+            "in a group of its own"
+        );
+        runtime.stop(&handle_of(editor_pid)).await.unwrap();
+        // A signal takes effect when the process next runs: a moment, not seconds.
+        let running = || {
+            let stat = std::fs::read_to_string(format!("/proc/{kernel}/stat")).unwrap_or_default();
+            stat.rsplit(')')
+                .next()
+                .and_then(|rest| rest.split_whitespace().next())
+                .is_some_and(|state| state != "Z" && state != "X")
+        };
+        for _ in 0..100 {
+            if !running() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the kernel {kernel} outlived its editor");
     }
 
     #[test]
