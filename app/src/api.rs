@@ -3,6 +3,7 @@
 //! Each one is thin: find the backend and the viewer, call one service function.
 //! The REST API in the server crate is the other door to the same functions.
 
+#[cfg(feature = "ssr")]
 use crate::domain::launch::LaunchRequest;
 use crate::error::AppError;
 use crate::model::{Dashboard, SessionView, Viewer};
