@@ -20,8 +20,15 @@ export async function launchBrowser() {
   });
 }
 
+// Waits until the page's wasm has taken over (frontend/src/lib.rs marks the body): typing into a
+// server-rendered form before that is lost when hydration attaches the inputs to their signals.
+export async function hydrated(page) {
+  await page.waitForSelector('body[data-hydrated]', { state: 'attached' });
+}
+
 export async function signIn(page, user = USER, password = PASSWORD) {
   await page.goto(`${BASE}/login`);
+  await hydrated(page);
   await page.getByLabel('User name').fill(user);
   await page.getByLabel('Password').fill(password);
   await page.getByRole('button', { name: 'Sign in' }).click();

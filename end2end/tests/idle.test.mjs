@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
-import { ARTIFACTS, BASE, PASSWORD, launchBrowser, signIn } from './helpers.mjs';
+import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, signIn } from './helpers.mjs';
 
 // A user of its own, so the other tests' credits and quota are untouched.
 const USER = process.env.E2E_IDLE_USER ?? 'e2e-idle';
@@ -23,10 +23,12 @@ test('an idle session is warned, kept by "I\'m here", then ended as idle', async
   try {
     await signIn(page, USER, PASSWORD);
     await page.waitForURL(`${BASE}/`);
+    await hydrated(page);
     await page.getByRole('radio', { name: /marimo/ }).check();
     await page.getByRole('radio', { name: /^16 GB/ }).check();
     await page.getByRole('button', { name: 'Launch' }).click();
     await page.waitForURL(/\/sessions\/[0-9a-f]+$/);
+    await hydrated(page);
 
     const idle = page.getByTestId('idle-left');
     await idle.waitFor({ timeout: 60_000 });

@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
-import { ARTIFACTS, BASE, PASSWORD, USER, launchBrowser, signIn } from './helpers.mjs';
+import { ARTIFACTS, BASE, PASSWORD, USER, hydrated, launchBrowser, signIn } from './helpers.mjs';
 
 mkdirSync(ARTIFACTS, { recursive: true });
 
@@ -30,6 +30,7 @@ test('launch JupyterLab, see it embedded, reload, stop it', async () => {
   try {
     await signIn(page);
     await page.waitForURL(`${BASE}/`);
+    await hydrated(page);
     const balance = page.getByTestId('credit-balance');
     await balance.waitFor();
     assert.equal(await balance.innerText(), '100');
@@ -57,6 +58,7 @@ test('launch JupyterLab, see it embedded, reload, stop it', async () => {
     await card.waitFor();
     assert.match(await card.innerText(), /ready/);
     await page.goto(sessionUrl);
+    await hydrated(page);
 
     await page.getByRole('button', { name: 'Stop' }).click();
     const ended = page.getByTestId('session-ended');

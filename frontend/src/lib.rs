@@ -5,4 +5,8 @@
 pub fn hydrate() {
     console_error_panic_hook::set_once();
     leptos::mount::hydrate_body(app::App);
+    // Buttons work from here on: browser tests wait for this before they type or click.
+    if let Some(body) = leptos::prelude::document().body() {
+        let _ = body.set_attribute("data-hydrated", "");
+    }
 }
