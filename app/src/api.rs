@@ -68,6 +68,18 @@ mod backend {
         current_viewer().await?.ok_or(AppError::Unauthenticated)
     }
 
+    /// A form the browser posted itself (before the page's wasm took over), rather than a call
+    /// from the page's code: the browser wants a page back, not data.
+    pub(super) fn is_plain_form_post() -> bool {
+        parts().is_ok_and(|parts| {
+            parts
+                .headers
+                .get(http::header::ACCEPT)
+                .and_then(|accept| accept.to_str().ok())
+                .is_some_and(|accept| accept.contains("text/html"))
+        })
+    }
+
     pub(super) async fn login(name: &str, password: &str) -> Result<Viewer, AppError> {
         backend()?.login(&parts()?, name, password).await
     }
@@ -83,8 +95,20 @@ pub async fn whoami() -> Result<Option<Viewer>, AppError> {
 }
 
 #[server]
-pub async fn login(name: String, password: String) -> Result<Viewer, AppError> {
-    backend::login(&name, &password).await
+pub async fn login(
+    name: String,
+    password: String,
+    next: Option<String>,
+) -> Result<Viewer, AppError> {
+    let viewer = backend::login(&name, &password).await?;
+    // Signed in before the page's script had loaded: send the browser on, as the page would.
+    if backend::is_plain_form_post() {
+        let to = next
+            .filter(|n| crate::ui::is_local_path(n))
+            .unwrap_or_else(|| "/".into());
+        leptos_axum::redirect(&to);
+    }
+    Ok(viewer)
 }
 
 #[server]

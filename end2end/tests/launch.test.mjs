@@ -24,6 +24,23 @@ test('an anonymous visitor is sent to sign in, and a wrong password gets one cle
   }
 });
 
+test('signing in works before (or without) the page script: the form posts itself', async () => {
+  const browser = await launchBrowser();
+  const page = await browser.newPage();
+  // No wasm at all: the server-rendered form is all there is.
+  await page.route('**/*.wasm', (route) => route.abort());
+  try {
+    await page.goto(`${BASE}/login`);
+    await page.getByLabel('User name').fill(USER);
+    await page.getByLabel('Password').fill(PASSWORD);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.waitForURL(`${BASE}/`);
+    await page.getByTestId('credit-balance').waitFor();
+  } finally {
+    await browser.close();
+  }
+});
+
 test('launch JupyterLab, see it embedded, reload, stop it', async () => {
   const browser = await launchBrowser();
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });

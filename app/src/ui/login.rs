@@ -35,6 +35,11 @@ pub fn LoginPage() -> impl IntoView {
                 <h1>"GPU Sandbox"</h1>
                 <p class="muted">"Sign in to launch a GPU workspace."</p>
                 <ActionForm action=login>
+                    <input
+                        type="hidden"
+                        name="next"
+                        value=move || query.read().get("next").unwrap_or_default()
+                    />
                     <label>
                         "User name"
                         <input name="name" autocomplete="username" required autofocus />
