@@ -182,6 +182,11 @@ initial_grant = "100000"
 [sessions]
 ready_timeout_seconds = 180
 
+# One benchmark user runs many sessions at once (the memory part has 10 ready).
+[quotas]
+max_sessions = 100
+max_gpu_mib = 10000000
+
 [editors]
 tools_dir = "{TOOLS}"
 
