@@ -114,66 +114,18 @@ impl Store {
             .as_ref()
             .map(|c| c.session_id.clone())
             .unwrap_or(fresh_id);
-        sqlx::query(
-            "INSERT INTO sessions (id, user_id, editor, slice_mib, duration_minutes, price_per_hour, state, created_at, last_activity_at, burst)
-             VALUES ($1, $2, $3, $4, $5, $6, 'requested', $7, $7, $8)",
-        )
-        .bind(&id)
-        .bind(plan.user_id)
-        .bind(plan.editor.as_str())
-        .bind(plan.slice_mib as i64)
-        .bind(plan.duration_minutes as i64)
-        .bind(per_hour)
-        .bind(now)
-        .bind(plan.burst as i64)
-        .execute(&mut *w.tx)
-        .await?;
-        let mut steps = vec![
-            insert_event(
-                &mut w,
-                &id,
-                SessionState::Requested,
-                "Launch requested",
-                5,
-                false,
-                now,
-            )
-            .await?,
-        ];
-        if hold > 0 {
-            insert_ledger(
-                &mut w,
-                plan.user_id,
-                LedgerKind::Hold,
-                -hold,
-                Some(&id),
-                "held for launch",
-                now,
-            )
-            .await?;
-        }
-        steps.push(
-            insert_event(
-                &mut w,
-                &id,
-                SessionState::Requested,
-                &format!(
-                    "Credits held: {} ({} an hour)",
-                    credits::format(hold),
-                    credits::format(per_hour)
-                ),
-                15,
-                false,
-                now,
-            )
-            .await?,
-        );
-        insert_audit(
+        let mut steps = insert_requested(
             &mut w,
-            Some(plan.user_id),
-            "session.launch",
-            &format!("session:{id}"),
-            plan.editor.as_str(),
+            &Requested {
+                id: &id,
+                user_id: plan.user_id,
+                editor: plan.editor,
+                slice_mib: plan.slice_mib,
+                duration_minutes: plan.duration_minutes,
+                price_per_hour: per_hour,
+                hold,
+                burst: plan.burst,
+            },
             now,
         )
         .await?;

@@ -490,61 +490,18 @@ impl Store {
                 needed: new.hold,
             });
         }
-        sqlx::query(
-            "INSERT INTO sessions (id, user_id, editor, slice_mib, duration_minutes, price_per_hour, state, created_at, last_activity_at)
-             VALUES ($1, $2, $3, $4, $5, $6, 'requested', $7, $7)",
-        )
-        .bind(&id)
-        .bind(new.user_id)
-        .bind(new.editor.as_str())
-        .bind(new.slice_mib as i64)
-        .bind(new.duration_minutes as i64)
-        .bind(new.price_per_hour)
-        .bind(now)
-        .execute(&mut *w.tx)
-        .await?;
-        let mut steps = vec![
-            insert_event(
-                &mut w,
-                &id,
-                SessionState::Requested,
-                "Launch requested",
-                5,
-                false,
-                now,
-            )
-            .await?,
-        ];
-        if new.hold > 0 {
-            insert_ledger(
-                &mut w,
-                new.user_id,
-                LedgerKind::Hold,
-                -new.hold,
-                Some(&id),
-                "held for launch",
-                now,
-            )
-            .await?;
-        }
-        steps.push(
-            insert_event(
-                &mut w,
-                &id,
-                SessionState::Requested,
-                &format!("Credits held: {}", app::domain::credits::format(new.hold)),
-                15,
-                false,
-                now,
-            )
-            .await?,
-        );
-        insert_audit(
+        let steps = insert_requested(
             &mut w,
-            Some(new.user_id),
-            "session.launch",
-            &format!("session:{id}"),
-            new.editor.as_str(),
+            &Requested {
+                id: &id,
+                user_id: new.user_id,
+                editor: new.editor,
+                slice_mib: new.slice_mib,
+                duration_minutes: new.duration_minutes,
+                price_per_hour: new.price_per_hour,
+                hold: new.hold,
+                burst: false,
+            },
             now,
         )
         .await?;
@@ -846,6 +803,83 @@ pub struct NewSession<'a> {
     pub duration_minutes: u32,
     pub price_per_hour: i64,
     pub hold: i64,
+}
+
+/// A launch as its transaction records it.
+struct Requested<'a> {
+    id: &'a str,
+    user_id: &'a str,
+    editor: EditorKind,
+    slice_mib: u64,
+    duration_minutes: u32,
+    price_per_hour: i64,
+    hold: i64,
+    burst: bool,
+}
+
+/// Records a requested session with its first steps, its hold on the user's credits and the
+/// audit event, inside the launch's transaction.
+async fn insert_requested(w: &mut WriteTx, r: &Requested<'_>, now: i64) -> Result<Vec<Step>> {
+    sqlx::query(
+        "INSERT INTO sessions (id, user_id, editor, slice_mib, duration_minutes, price_per_hour, state, created_at, last_activity_at, burst)
+         VALUES ($1, $2, $3, $4, $5, $6, 'requested', $7, $7, $8)",
+    )
+    .bind(r.id)
+    .bind(r.user_id)
+    .bind(r.editor.as_str())
+    .bind(r.slice_mib as i64)
+    .bind(r.duration_minutes as i64)
+    .bind(r.price_per_hour)
+    .bind(now)
+    .bind(r.burst as i64)
+    .execute(&mut *w.tx)
+    .await?;
+    let requested = insert_event(
+        w,
+        r.id,
+        SessionState::Requested,
+        "Launch requested",
+        5,
+        false,
+        now,
+    )
+    .await?;
+    if r.hold > 0 {
+        insert_ledger(
+            w,
+            r.user_id,
+            LedgerKind::Hold,
+            -r.hold,
+            Some(r.id),
+            "held for launch",
+            now,
+        )
+        .await?;
+    }
+    let held = insert_event(
+        w,
+        r.id,
+        SessionState::Requested,
+        &format!(
+            "Credits held: {} ({} an hour)",
+            app::domain::credits::format(r.hold),
+            app::domain::credits::format(r.price_per_hour)
+        ),
+        15,
+        false,
+        now,
+    )
+    .await?;
+    insert_audit(
+        w,
+        Some(r.user_id),
+        "session.launch",
+        &format!("session:{}", r.id),
+        r.editor.as_str(),
+        now,
+    )
+    .await?;
+    Ok(vec![requested, held])
 }
 
 async fn balance_in(w: &mut WriteTx, user_id: &str) -> Result<i64> {
