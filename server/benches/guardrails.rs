@@ -25,6 +25,22 @@ fn price(_: &str) -> i64 {
     1_000
 }
 
+/// An hour of JupyterLab on an 8 GB slice.
+fn plan(user_id: &str, use_warm: bool) -> LaunchPlan<'_> {
+    LaunchPlan {
+        user_id,
+        editor: EditorKind::JupyterLab,
+        slice_mib: SLICE,
+        burst: false,
+        duration_minutes: 60,
+        limits: ROOMY,
+        disk_mib: None,
+        price_on: &price,
+        queue_price: 1_000,
+        use_warm,
+    }
+}
+
 /// Editors that are always alive: the reaper's own cost, not a runtime's.
 struct AlwaysAlive;
 
@@ -128,23 +144,7 @@ async fn allocator(kind: &str, warm: bool) -> Option<f64> {
         .map(|_| {
             let store = store.clone();
             let user_id = user.id.clone();
-            tokio::spawn(async move {
-                store
-                    .launch(LaunchPlan {
-                        user_id: &user_id,
-                        editor: EditorKind::JupyterLab,
-                        slice_mib: SLICE,
-                        burst: false,
-                        duration_minutes: 60,
-                        limits: ROOMY,
-                        disk_mib: None,
-                        price_on: &price,
-                        queue_price: 1_000,
-                        use_warm: warm,
-                    })
-                    .await
-                    .is_ok()
-            })
+            tokio::spawn(async move { store.launch(plan(&user_id, warm)).await.is_ok() })
         })
         .collect();
     let mut ok = 0;
@@ -166,21 +166,7 @@ async fn reaper(kind: &str) -> Option<Vec<f64>> {
         .await
         .unwrap();
     for _ in 0..2000 {
-        let launched = store
-            .launch(LaunchPlan {
-                user_id: &user.id,
-                editor: EditorKind::JupyterLab,
-                slice_mib: SLICE,
-                burst: false,
-                duration_minutes: 60,
-                limits: ROOMY,
-                disk_mib: None,
-                price_on: &price,
-                queue_price: 1_000,
-                use_warm: false,
-            })
-            .await
-            .unwrap();
+        let launched = store.launch(plan(&user.id, false)).await.unwrap();
         store
             .mark_ready(&launched.record.id, "ready")
             .await
