@@ -1,25 +1,34 @@
-"""Benchmark stand-in for marimo: a WebSocket echo server under the session's base URL.
+"""Benchmark stand-in for marimo or code-server: a WebSocket echo server.
 
-Takes the arguments the server gives marimo and uses two of them: --port=P and --base-url=/s/<id>.
-Answers a plain GET of <base>/health with 200 (marimo's readiness path); every WebSocket
-handshake (e.g. <base>/ws) becomes an echo. Loopback only.
+As marimo (SANDBOX_EDITORS__MARIMO) it takes --port=P and --base-url=/s/<id> and answers a plain
+GET of <base>/health (marimo's readiness path). As code-server (SANDBOX_EDITORS__CODE_SERVER) it
+takes --socket=PATH, listens there as code-server would, and answers GET /healthz (the proxy
+strips code-server's prefix); it also listens on a TCP port of its own for the "direct"
+measurement. Every WebSocket handshake (e.g. <base>/ws) becomes an echo. Loopback only.
 """
 import asyncio
 import json
 import os
+import socket
 import sys
 
-from websockets.asyncio.server import serve
+from websockets.asyncio.server import serve, unix_serve
 
-port, base = None, None
+port, base, sock = None, None, None
 for arg in sys.argv[1:]:
     if arg.startswith("--port="):
         port = int(arg.split("=", 1)[1])
     elif arg.startswith("--base-url="):
         base = arg.split("=", 1)[1].rstrip("/")
-if port is None or base is None:
-    sys.exit("ws_editor: need --port= and --base-url=")
-HEALTH = base + "/health"
+    elif arg.startswith("--socket="):
+        sock = arg.split("=", 1)[1]
+if sock is None and (port is None or base is None):
+    sys.exit("ws_editor: need --socket=, or --port= and --base-url=")
+HEALTH = "/healthz" if sock else base + "/health"
+if port is None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
 
 
 def process_request(connection, request):
@@ -34,12 +43,16 @@ async def echo(ws):
 
 
 async def main():
-    run_dir = os.environ.get("JUPYTER_RUNTIME_DIR")
-    if run_dir:
-        with open(os.path.join(os.path.dirname(run_dir), "standin.json"), "w") as f:
-            json.dump({"port": port, "pid": os.getpid(), "base": base}, f)
-    async with serve(echo, "127.0.0.1", port, process_request=process_request,
-                     compression=None, max_size=2**20):
+    options = dict(process_request=process_request, compression=None, max_size=2**20)
+    async with serve(echo, "127.0.0.1", port, **options):
+        if sock:
+            if os.path.exists(sock):
+                os.unlink(sock)
+            server = await unix_serve(echo, sock, **options)
+        run_dir = os.environ.get("JUPYTER_RUNTIME_DIR")
+        if run_dir:
+            with open(os.path.join(os.path.dirname(run_dir), "standin.json"), "w") as f:
+                json.dump({"port": port, "socket": sock, "pid": os.getpid(), "base": base}, f)
         await asyncio.Future()
 
 

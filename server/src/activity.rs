@@ -5,23 +5,10 @@
 
 use crate::editors::UpstreamAuth;
 use app::domain::launch::EditorKind;
-use http_body_util::BodyExt;
 use std::time::Duration;
-
-pub type ProbeClient = hyper_util::client::legacy::Client<
-    hyper_util::client::legacy::connect::HttpConnector,
-    http_body_util::Empty<bytes::Bytes>,
->;
-
-pub fn probe_client() -> ProbeClient {
-    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(60))
-        .build_http()
-}
 
 /// Whether the editor is working now; `None` when it cannot tell (or did not answer).
 pub async fn editor_busy(
-    client: &ProbeClient,
     editor: EditorKind,
     upstream: &str,
     base_path: &str,
@@ -30,26 +17,17 @@ pub async fn editor_busy(
     if editor != EditorKind::JupyterLab {
         return None;
     }
-    let url = format!("http://{upstream}{base_path}api/kernels");
-    let request = match auth {
-        UpstreamAuth::Header(name, value) => http::Request::get(&url).header(*name, value),
-        UpstreamAuth::Cookie(name, value) => {
-            http::Request::get(&url).header("cookie", format!("{name}={value}"))
-        }
-    };
-    let request = request.body(http_body_util::Empty::new()).ok()?;
-    let response = tokio::time::timeout(Duration::from_secs(3), client.request(request))
-        .await
-        .ok()?
-        .ok()?;
-    if !response.status().is_success() {
+    let request = auth.request(&format!("{base_path}api/kernels"))?;
+    let (status, body) = tokio::time::timeout(
+        Duration::from_secs(3),
+        crate::upstream::fetch(upstream, request, 1 << 20),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    if !status.is_success() {
         return None;
     }
-    let body = tokio::time::timeout(Duration::from_secs(3), response.into_body().collect())
-        .await
-        .ok()?
-        .ok()?
-        .to_bytes();
     jupyter_kernels_busy(&body)
 }
 

@@ -11,6 +11,22 @@ pub enum UpstreamAuth {
     Cookie(&'static str, String),
 }
 
+impl UpstreamAuth {
+    /// A GET of `path` at the editor, with these credentials (the runtime's own probes).
+    pub fn request(
+        &self,
+        path: &str,
+    ) -> Option<http::Request<http_body_util::Empty<bytes::Bytes>>> {
+        let request = match self {
+            UpstreamAuth::Header(name, value) => http::Request::get(path).header(*name, value),
+            UpstreamAuth::Cookie(name, value) => {
+                http::Request::get(path).header("cookie", format!("{name}={value}"))
+            }
+        };
+        request.body(http_body_util::Empty::new()).ok()
+    }
+}
+
 /// How the proxy presents `secret` to this editor.
 pub fn upstream_auth(editor: EditorKind, secret: &str) -> UpstreamAuth {
     match editor {
@@ -36,56 +52,93 @@ pub fn readiness_path(editor: EditorKind, base_path: &str) -> String {
     }
 }
 
-/// Arguments after the program, for an editor on 127.0.0.1:`port` under `base_path` ("/s/<id>/").
-/// The secret is never among them (`ps` shows arguments to everyone): see [`secret_env`] and [`secret_stdin`].
-pub fn arguments(editor: EditorKind, port: u16, base_path: &str, workspace: &str) -> Vec<String> {
-    listen_arguments(editor, "127.0.0.1", port, base_path, workspace, "-")
+/// Where an editor listens.
+#[derive(Clone, Copy, Debug)]
+pub enum Listen<'a> {
+    Tcp {
+        host: &'a str,
+        port: u16,
+    },
+    /// A Unix socket: only the server's user may connect (mode 0600), and the hop to the editor
+    /// skips TCP.
+    Unix(&'a std::path::Path),
 }
 
-/// [`arguments`] for an editor on `host`:`port`; marimo reads its token from `marimo_token_file`
-/// ("-" is standard input). The kube runtime listens on the pod's address and mounts the token.
-pub fn listen_arguments(
+/// Whether the editor can listen on a Unix socket (marimo cannot).
+pub fn listens_on_unix_socket(editor: EditorKind) -> bool {
+    matches!(editor, EditorKind::JupyterLab | EditorKind::CodeServer)
+}
+
+/// Arguments after the program, for an editor listening at `listen` under `base_path`
+/// ("/s/<id>/"); marimo reads its token from `marimo_token_file` ("-" is standard input).
+/// The secret is never among them (`ps` shows arguments to everyone): see [`secret_env`] and
+/// [`secret_stdin`].
+pub fn arguments(
     editor: EditorKind,
-    host: &str,
-    port: u16,
+    listen: Listen<'_>,
     base_path: &str,
     workspace: &str,
     marimo_token_file: &str,
 ) -> Vec<String> {
     let s = |v: &str| v.to_string();
     match editor {
-        EditorKind::JupyterLab => vec![
-            s("--no-browser"),
-            format!("--ip={host}"),
-            format!("--port={port}"),
-            s("--port-retries=0"),
-            format!("--ServerApp.base_url={base_path}"),
-            format!("--ServerApp.root_dir={workspace}"),
-            s("--ServerApp.allow_root=True"),
-            s("--ServerApp.allow_remote_access=True"),
-            s("--LabApp.news_url=None"),
-            s("--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"),
-        ],
-        EditorKind::Marimo => vec![
-            s("edit"),
-            s("--headless"),
-            format!("--host={host}"),
-            format!("--port={port}"),
-            format!("--base-url={}", base_path.trim_end_matches('/')),
-            format!("--token-password-file={marimo_token_file}"),
-            s("--skip-update-check"),
-            s("--allow-origins=*"),
-            workspace.to_string(),
-        ],
-        EditorKind::CodeServer => vec![
-            format!("--bind-addr={host}:{port}"),
-            s("--auth=password"),
-            s("--disable-telemetry"),
-            s("--disable-update-check"),
-            s("--disable-workspace-trust"),
-            s("--disable-getting-started-override"),
-            workspace.to_string(),
-        ],
+        EditorKind::JupyterLab => [
+            vec![s("--no-browser")],
+            match listen {
+                Listen::Tcp { host, port } => vec![
+                    format!("--ip={host}"),
+                    format!("--port={port}"),
+                    s("--port-retries=0"),
+                ],
+                Listen::Unix(path) => vec![
+                    format!("--ServerApp.sock={}", path.display()),
+                    s("--ServerApp.sock_mode=0600"),
+                ],
+            },
+            vec![
+                format!("--ServerApp.base_url={base_path}"),
+                format!("--ServerApp.root_dir={workspace}"),
+                s("--ServerApp.allow_root=True"),
+                s("--ServerApp.allow_remote_access=True"),
+                s("--LabApp.news_url=None"),
+                s("--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"),
+            ],
+        ]
+        .concat(),
+        EditorKind::Marimo => {
+            let Listen::Tcp { host, port } = listen else {
+                unreachable!("marimo listens on TCP only (see listens_on_unix_socket)")
+            };
+            vec![
+                s("edit"),
+                s("--headless"),
+                format!("--host={host}"),
+                format!("--port={port}"),
+                format!("--base-url={}", base_path.trim_end_matches('/')),
+                format!("--token-password-file={marimo_token_file}"),
+                s("--skip-update-check"),
+                s("--allow-origins=*"),
+                workspace.to_string(),
+            ]
+        }
+        EditorKind::CodeServer => [
+            match listen {
+                Listen::Tcp { host, port } => vec![format!("--bind-addr={host}:{port}")],
+                Listen::Unix(path) => vec![
+                    format!("--socket={}", path.display()),
+                    s("--socket-mode=600"),
+                ],
+            },
+            vec![
+                s("--auth=password"),
+                s("--disable-telemetry"),
+                s("--disable-update-check"),
+                s("--disable-workspace-trust"),
+                s("--disable-getting-started-override"),
+                workspace.to_string(),
+            ],
+        ]
+        .concat(),
     }
 }
 
@@ -123,9 +176,45 @@ pub fn new_secret(editor: EditorKind) -> String {
 mod tests {
     use super::*;
 
+    const TCP: Listen<'static> = Listen::Tcp {
+        host: "127.0.0.1",
+        port: 4000,
+    };
+
+    #[test]
+    fn socket_editors_listen_on_their_socket_only_and_privately() {
+        let socket = std::path::Path::new("/data/run/abc/editor.sock");
+        let jupyter = arguments(
+            EditorKind::JupyterLab,
+            Listen::Unix(socket),
+            "/s/abc/",
+            "/ws",
+            "-",
+        );
+        assert!(jupyter.contains(&"--ServerApp.sock=/data/run/abc/editor.sock".to_string()));
+        assert!(jupyter.contains(&"--ServerApp.sock_mode=0600".to_string()));
+        assert!(
+            jupyter
+                .iter()
+                .all(|a| !a.starts_with("--port") && !a.starts_with("--ip"))
+        );
+        let code = arguments(
+            EditorKind::CodeServer,
+            Listen::Unix(socket),
+            "/s/abc/",
+            "/ws",
+            "-",
+        );
+        assert!(code.contains(&"--socket=/data/run/abc/editor.sock".to_string()));
+        assert!(code.contains(&"--socket-mode=600".to_string()));
+        assert!(code.iter().all(|a| !a.starts_with("--bind-addr")));
+        assert_eq!(code.last().map(String::as_str), Some("/ws"));
+        assert!(!listens_on_unix_socket(EditorKind::Marimo));
+    }
+
     #[test]
     fn jupyter_gets_its_base_url_and_token() {
-        let args = arguments(EditorKind::JupyterLab, 4000, "/s/abc/", "/ws");
+        let args = arguments(EditorKind::JupyterLab, TCP, "/s/abc/", "/ws", "-");
         assert!(args.contains(&"--ServerApp.base_url=/s/abc/".to_string()));
         assert_eq!(
             secret_env(EditorKind::JupyterLab, "tok"),
@@ -144,7 +233,7 @@ mod tests {
 
     #[test]
     fn marimo_base_url_has_no_trailing_slash() {
-        let args = arguments(EditorKind::Marimo, 4000, "/s/abc/", "/ws");
+        let args = arguments(EditorKind::Marimo, TCP, "/s/abc/", "/ws", "-");
         assert!(args.contains(&"--base-url=/s/abc".to_string()));
         assert_eq!(
             secret_stdin(EditorKind::Marimo, "tok").as_deref(),
@@ -157,7 +246,7 @@ mod tests {
     fn no_secret_is_ever_an_argument() {
         for editor in EditorKind::ALL {
             let secret = new_secret(editor);
-            let args = arguments(editor, 4000, "/s/abc/", "/ws");
+            let args = arguments(editor, TCP, "/s/abc/", "/ws", "-");
             assert!(args.iter().all(|a| !a.contains(&secret)), "{editor}");
         }
     }

@@ -361,7 +361,6 @@ impl Service {
             let editor_busy = match (&record.upstream, &record.editor_token) {
                 (Some(upstream), Some(token)) => {
                     crate::activity::editor_busy(
-                        &self.probe_client,
                         record.editor,
                         upstream,
                         &format!("/s/{}/", record.id),

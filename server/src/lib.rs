@@ -43,8 +43,6 @@ pub struct AppState(Arc<AppStateInner>);
 pub struct AppStateInner {
     pub service: Arc<Service>,
     pub leptos: LeptosOptions,
-    /// For upgrades (WebSocket): hyper-util's client hands the connection over after the 101.
-    pub client: proxy::ProxyClient,
 }
 
 impl std::ops::Deref for AppState {
@@ -74,7 +72,6 @@ pub fn leptos_options(config: &config::Config) -> LeptosOptions {
 pub fn router(service: Arc<Service>) -> Router {
     let state = AppState(Arc::new(AppStateInner {
         leptos: leptos_options(&service.config),
-        client: proxy::client(),
         service: service.clone(),
     }));
     let sessions = SessionManagerLayer::new(store::HttpSessionStore::new(service.store.clone()))

@@ -11,35 +11,19 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, StatusCode};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
-use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-
-pub type ProxyClient = Client<HttpConnector, Body>;
-
-pub fn client() -> ProxyClient {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(Duration::from_secs(5)));
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(60))
-        .pool_max_idle_per_host(128)
-        .build(connector)
-}
 
 /// Where a ready session's editor is, and when it was last used.
 pub struct Route {
     pub session_id: String,
     pub owner_id: String,
+    /// The editor's address (see [`crate::upstream`]).
     pub upstream: String,
-    /// `upstream`, parsed once.
-    authority: Option<http::uri::Authority>,
     pub auth: UpstreamAuth,
     pub strip_prefix: bool,
     last_activity: AtomicI64,
@@ -61,7 +45,6 @@ impl Route {
         Route {
             session_id,
             owner_id,
-            authority: upstream.parse().ok(),
             upstream,
             auth,
             strip_prefix,
@@ -332,19 +315,15 @@ pub async fn handle(State(state): State<AppState>, mut req: Request<Body>) -> Re
     let outgoing = Request::from_parts(parts, body);
 
     let sent = if upgrade {
-        state
-            .client
-            .request(outgoing)
+        crate::upstream::upgrade(&route.upstream, outgoing)
             .await
             .map(|r| r.map(Body::new))
-            .map_err(|e| e.to_string())
     } else {
         state
             .service
             .upstreams
             .send(&route.upstream, outgoing)
             .await
-            .map_err(|e| e.to_string())
     };
     let mut response = match sent {
         Ok(response) => response,
@@ -398,8 +377,8 @@ pub async fn handle(State(state): State<AppState>, mut req: Request<Body>) -> Re
     Response::from_parts(parts, body)
 }
 
-/// The editor's address for this request: the same path and query (the editor knows its base
-/// URL), or only what follows the prefix for editors that serve from "/".
+/// The request's target at the editor: the same path and query (the editor knows its base URL),
+/// or only what follows the prefix for editors that serve from "/".
 fn upstream_uri(route: &Route, original: &http::Uri, tail: &str) -> Option<http::Uri> {
     let path_and_query = if route.strip_prefix {
         let query = original
@@ -410,11 +389,7 @@ fn upstream_uri(route: &Route, original: &http::Uri, tail: &str) -> Option<http:
     } else {
         original.path_and_query()?.clone()
     };
-    let mut parts = http::uri::Parts::default();
-    parts.scheme = Some(http::uri::Scheme::HTTP);
-    parts.authority = Some(route.authority.clone()?);
-    parts.path_and_query = Some(path_and_query);
-    http::Uri::from_parts(parts).ok()
+    Some(http::Uri::from(path_and_query))
 }
 
 fn percent_encode(text: &str) -> String {
@@ -514,7 +489,7 @@ mod tests {
     }
 
     #[test]
-    fn upstream_addresses_keep_or_strip_the_prefix() {
+    fn upstream_targets_keep_or_strip_the_prefix() {
         let keep = Route::new(
             "s".into(),
             "u".into(),
@@ -526,7 +501,7 @@ mod tests {
         let strip = Route::new(
             "s".into(),
             "u".into(),
-            "127.0.0.1:9".into(),
+            "unix:/run/e.sock".into(),
             UpstreamAuth::Header("a", "b".into()),
             true,
             0,
@@ -534,11 +509,11 @@ mod tests {
         let original: http::Uri = "/s/abc/lab/tree?x=1&y=%20".parse().unwrap();
         assert_eq!(
             upstream_uri(&keep, &original, "/lab/tree").unwrap(),
-            "http://127.0.0.1:9/s/abc/lab/tree?x=1&y=%20"
+            "/s/abc/lab/tree?x=1&y=%20"
         );
         assert_eq!(
             upstream_uri(&strip, &original, "/lab/tree").unwrap(),
-            "http://127.0.0.1:9/lab/tree?x=1&y=%20"
+            "/lab/tree?x=1&y=%20"
         );
     }
 

@@ -62,8 +62,6 @@ pub struct Service {
     pub warm_wake: tokio::sync::Notify,
     /// Set at shutdown: the warm-pool keeper starts nothing more and gives up waiting on starts.
     pub warm_closing: tokio::sync::watch::Sender<bool>,
-    /// Asks editors whether they are busy.
-    pub probe_client: crate::activity::ProbeClient,
 }
 
 impl Service {
@@ -89,7 +87,6 @@ impl Service {
             instance: crate::store::new_id(),
             warm_wake: tokio::sync::Notify::new(),
             warm_closing: tokio::sync::watch::Sender::new(false),
-            probe_client: crate::activity::probe_client(),
         }
     }
 

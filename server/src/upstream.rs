@@ -1,5 +1,7 @@
 //! HTTP/1 connections to editors, driven by the task of the request that uses them.
 //!
+//! An editor's address is `host:port` or, for a local editor on a Unix socket, `unix:/path`.
+//!
 //! A pooled client (hyper-util's) runs every connection in a task of its own and hands each
 //! request over through a channel: two cross-task wake-ups per proxied request, which on a small
 //! machine cost more than the HTTP work itself. Here the request's own task polls the connection
@@ -19,9 +21,154 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpStream, UnixStream};
 
-type Connection = Pin<Box<http1::Connection<TokioIo<TcpStream>, Body>>>;
+type Connection = Pin<Box<http1::Connection<TokioIo<EditorStream>, Body>>>;
+
+/// How an editor's address names a Unix socket.
+pub const UNIX_PREFIX: &str = "unix:";
+
+/// A connection to an editor: TCP or a Unix socket.
+pub enum EditorStream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl EditorStream {
+    /// Connects to the editor at `address`, within five seconds.
+    pub async fn connect(address: &str) -> std::io::Result<EditorStream> {
+        let connecting = async {
+            match address.strip_prefix(UNIX_PREFIX) {
+                Some(path) => UnixStream::connect(path).await.map(EditorStream::Unix),
+                None => {
+                    let stream = TcpStream::connect(address).await?;
+                    stream.set_nodelay(true)?;
+                    Ok(EditorStream::Tcp(stream))
+                }
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(5), connecting)
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))?
+    }
+}
+
+impl AsyncRead for EditorStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            EditorStream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            EditorStream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for EditorStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            EditorStream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            EditorStream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            EditorStream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            EditorStream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            EditorStream::Tcp(s) => s.is_write_vectored(),
+            EditorStream::Unix(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            EditorStream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            EditorStream::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            EditorStream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            EditorStream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// On a direct connection the request line carries the path only (origin form).
+fn origin_form<B>(request: &mut Request<B>) {
+    if let Some(path_and_query) = request.uri().path_and_query().cloned() {
+        *request.uri_mut() = http::Uri::from(path_and_query);
+    }
+}
+
+/// One request on a connection of its own, its answer read whole (at most `limit` bytes): the
+/// runtime's readiness probes and the activity sampler.
+pub async fn fetch(
+    address: &str,
+    mut request: Request<http_body_util::Empty<Bytes>>,
+    limit: usize,
+) -> Result<(http::StatusCode, Bytes), UpstreamError> {
+    use http_body_util::BodyExt;
+    origin_form(&mut request);
+    let host = match address.strip_prefix(UNIX_PREFIX) {
+        Some(_) => http::HeaderValue::from_static("localhost"),
+        None => http::HeaderValue::from_str(address).map_err(|_| UpstreamError::Address)?,
+    };
+    request
+        .headers_mut()
+        .entry(http::header::HOST)
+        .or_insert(host);
+    let stream = EditorStream::connect(address).await?;
+    let (mut sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
+    // Its own task: an editor that closes after answering ends the connection before the answer
+    // is read here. It ends with the exchange (the sender is dropped) or with the editor.
+    tokio::spawn(connection);
+    let response = sender.send_request(request).await?;
+    let status = response.status();
+    let body = http_body_util::Limited::new(response.into_body(), limit)
+        .collect()
+        .await
+        .map_err(|e| match e.downcast::<hyper::Error>() {
+            Ok(e) => UpstreamError::Http(*e),
+            Err(_) => UpstreamError::TooLarge,
+        })?;
+    Ok((status, body.to_bytes()))
+}
+
+/// Sends an upgrade request (WebSocket) on a connection of its own, which stays open for the
+/// upgraded stream once the editor answers 101.
+pub async fn upgrade(
+    address: &str,
+    mut request: Request<Body>,
+) -> Result<Response<Incoming>, UpstreamError> {
+    origin_form(&mut request);
+    let stream = EditorStream::connect(address).await?;
+    let (mut sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.with_upgrades().await {
+            tracing::debug!(error = %e, "editor connection for an upgrade");
+        }
+    });
+    Ok(sender.send_request(request).await?)
+}
 
 struct Upstream {
     sender: http1::SendRequest<Body>,
@@ -50,12 +197,16 @@ pub enum UpstreamError {
     Connect(#[from] std::io::Error),
     #[error("{0}")]
     Http(#[from] hyper::Error),
+    #[error("not an editor address")]
+    Address,
+    #[error("the editor's answer is larger than expected")]
+    TooLarge,
 }
 
 impl UpstreamPool {
-    fn checkout(&self, authority: &str) -> Option<Upstream> {
+    fn checkout(&self, address: &str) -> Option<Upstream> {
         let mut idle = self.idle.lock().expect("upstream pool");
-        let list = idle.get_mut(authority)?;
+        let list = idle.get_mut(address)?;
         while let Some(mut upstream) = list.pop() {
             if upstream.usable() {
                 return Some(upstream);
@@ -75,8 +226,8 @@ impl UpstreamPool {
     }
 
     /// Forgets the idle connections to an editor that has stopped.
-    pub fn forget(&self, authority: &str) {
-        self.idle.lock().expect("upstream pool").remove(authority);
+    pub fn forget(&self, address: &str) {
+        self.idle.lock().expect("upstream pool").remove(address);
     }
 
     pub fn idle_count(&self) -> usize {
@@ -88,22 +239,16 @@ impl UpstreamPool {
             .sum()
     }
 
-    fn checkin(&self, authority: &str, upstream: Upstream) {
+    fn checkin(&self, address: &str, upstream: Upstream) {
         let mut idle = self.idle.lock().expect("upstream pool");
-        let list = idle.entry(authority.to_string()).or_default();
+        let list = idle.entry(address.to_string()).or_default();
         if list.len() < MAX_IDLE_PER_EDITOR {
             list.push(upstream);
         }
     }
 
-    async fn connect(authority: &str) -> Result<Upstream, UpstreamError> {
-        let stream = tokio::time::timeout(
-            std::time::Duration::from_secs(5),
-            TcpStream::connect(authority),
-        )
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
-        stream.set_nodelay(true)?;
+    async fn connect(address: &str) -> Result<Upstream, UpstreamError> {
+        let stream = EditorStream::connect(address).await?;
         let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
         Ok(Upstream {
             sender,
@@ -111,19 +256,16 @@ impl UpstreamPool {
         })
     }
 
-    /// Sends `request` to the editor at `authority` (host:port); the answer's body streams from it.
+    /// Sends `request` to the editor at `address`; the answer's body streams from it.
     pub async fn send(
         self: &Arc<Self>,
-        authority: &str,
+        address: &str,
         mut request: Request<Body>,
     ) -> Result<Response<Body>, UpstreamError> {
-        // On a direct connection the request line carries the path only (origin form).
-        if let Some(path_and_query) = request.uri().path_and_query().cloned() {
-            *request.uri_mut() = http::Uri::from(path_and_query);
-        }
-        let mut upstream = match self.checkout(authority) {
+        origin_form(&mut request);
+        let mut upstream = match self.checkout(address) {
             Some(upstream) => upstream,
-            None => Self::connect(authority).await?,
+            None => Self::connect(address).await?,
         };
         let mut answer = std::pin::pin!(upstream.sender.send_request(request));
         // The connection is driven here, in this task, until the answer's head arrives.
@@ -143,7 +285,7 @@ impl UpstreamPool {
             body,
             upstream: reusable.then_some(upstream),
             pool: Arc::clone(self),
-            authority: authority.to_string(),
+            address: address.to_string(),
         };
         Ok(Response::from_parts(parts, Body::new(body)))
     }
@@ -154,7 +296,7 @@ struct PooledBody {
     body: Incoming,
     upstream: Option<Upstream>,
     pool: Arc<UpstreamPool>,
-    authority: String,
+    address: String,
 }
 
 impl http_body::Body for PooledBody {
@@ -176,7 +318,7 @@ impl http_body::Body for PooledBody {
         if let Poll::Ready(None) = frame
             && let Some(upstream) = this.upstream.take()
         {
-            this.pool.checkin(&this.authority, upstream);
+            this.pool.checkin(&this.address, upstream);
         }
         frame
     }
@@ -197,7 +339,94 @@ impl Drop for PooledBody {
         if let Some(upstream) = self.upstream.take()
             && self.body.is_end_stream()
         {
-            self.pool.checkin(&self.authority, upstream);
+            self.pool.checkin(&self.address, upstream);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Answers one request with `answer`, then closes; returns the request's head.
+    async fn answer_once<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, answer: &str) -> String {
+        let mut head = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !head.ends_with(b"\r\n\r\n") {
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the request ended early");
+            head.extend_from_slice(&buf[..n]);
+        }
+        stream.write_all(answer.as_bytes()).await.unwrap();
+        stream.shutdown().await.unwrap();
+        String::from_utf8(head).unwrap()
+    }
+
+    fn get(path: &str) -> Request<http_body_util::Empty<Bytes>> {
+        Request::get(path)
+            .body(http_body_util::Empty::new())
+            .unwrap()
+    }
+
+    const CLOSING: &str = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+
+    #[tokio::test]
+    async fn fetches_over_a_unix_socket_from_an_editor_that_closes_after_answering() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("editor.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let editor = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            answer_once(stream, CLOSING).await
+        });
+        let address = format!("unix:{}", path.display());
+        let (status, body) = fetch(&address, get("http://ignored/s/x/api/status"), 64)
+            .await
+            .unwrap();
+        assert_eq!((status.as_u16(), &body[..]), (200, &b"ok"[..]));
+        let head = editor.await.unwrap().to_lowercase();
+        assert!(
+            head.starts_with("get /s/x/api/status http/1.1\r\n"),
+            "{head}"
+        );
+        assert!(head.contains("\r\nhost: localhost\r\n"), "{head}");
+    }
+
+    #[tokio::test]
+    async fn fetches_over_tcp_naming_the_editor_as_host_and_refuses_a_large_answer() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let editor = tokio::spawn(async move {
+            let mut heads = Vec::new();
+            for _ in 0..2 {
+                let (stream, _) = listener.accept().await.unwrap();
+                heads.push(answer_once(stream, CLOSING).await.to_lowercase());
+            }
+            heads
+        });
+        let (status, _) = fetch(&address, get("/health"), 64).await.unwrap();
+        assert_eq!(status.as_u16(), 200);
+        let too_large = fetch(&address, get("/health"), 1).await;
+        assert!(
+            matches!(too_large, Err(UpstreamError::TooLarge)),
+            "{too_large:?}"
+        );
+        let heads = editor.await.unwrap();
+        assert!(
+            heads[0].contains(&format!("\r\nhost: {address}\r\n")),
+            "{}",
+            heads[0]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_missing_socket_is_a_connect_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let address = format!("unix:{}", dir.path().join("gone.sock").display());
+        assert!(matches!(
+            fetch(&address, get("/"), 64).await,
+            Err(UpstreamError::Connect(_))
+        ));
     }
 }

@@ -36,6 +36,7 @@ async fn jupyterlab_runs_a_kernel_through_the_proxy() {
     let (_, owner) = app.user("jane").await;
     let (_, other) = app.user("mallory").await;
     let id = app.launch_ready(&owner, "jupyterlab").await;
+    let editor_socket = private_socket(&app, &id).await;
 
     let status = app.get(&format!("/s/{id}/api/status"), Some(&owner)).await;
     status.assert_status(StatusCode::OK);
@@ -107,7 +108,30 @@ async fn jupyterlab_runs_a_kernel_through_the_proxy() {
         !app.service.runtime.is_alive(&handle).await,
         "the editor's process group is gone"
     );
+    assert!(!editor_socket.exists(), "its socket is removed");
     app.stop().await;
+}
+
+/// The editor of session `id` listens on a Unix socket that only the server's user can reach.
+async fn private_socket(app: &TestApp, id: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let upstream = app.record(id).await.upstream.unwrap();
+    let path = std::path::PathBuf::from(
+        upstream
+            .strip_prefix("unix:")
+            .unwrap_or_else(|| panic!("{upstream} is not a socket")),
+    );
+    let meta = std::fs::metadata(&path).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(
+        meta.permissions().mode() & 0o777,
+        0o600,
+        "{}",
+        path.display()
+    );
+    let dir = std::fs::metadata(path.parent().unwrap()).unwrap();
+    assert_eq!(dir.permissions().mode() & 0o777, 0o700);
+    path
 }
 
 #[tokio::test]
@@ -186,6 +210,7 @@ async fn code_server_answers_through_the_proxy() {
     let app = TestApp::start(None).await;
     let (_, owner) = app.user("cody").await;
     let id = app.launch_ready(&owner, "code-server").await;
+    private_socket(&app, &id).await;
     // code-server first sends the browser to its workspace folder, relative to our prefix.
     let first = app.get(&format!("/s/{id}/"), Some(&owner)).await;
     first.assert_status(StatusCode::FOUND);

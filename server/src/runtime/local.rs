@@ -1,10 +1,12 @@
-//! Editors as local processes: one process group each, bound to 127.0.0.1 on a free port,
-//! logs in the data directory, a workspace directory per user kept across sessions.
+//! Editors as local processes: one process group each, listening on a Unix socket in the
+//! session's run directory (marimo, which has none, on a free port of 127.0.0.1), logs in the data
+//! directory, a workspace directory per user kept across sessions.
 
 use super::{EditorLaunch, Running, Runtime, RuntimeError};
 use crate::editors;
 use app::domain::launch::EditorKind;
 use serde::{Deserialize, Serialize};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -59,7 +61,11 @@ fn absolute(path: &Path) -> PathBuf {
 #[derive(Serialize, Deserialize)]
 struct Handle {
     pid: i32,
+    /// 0 for an editor on a Unix socket.
     port: u16,
+    /// The editor's Unix socket, if it has one.
+    #[serde(default)]
+    socket: Option<PathBuf>,
     log: PathBuf,
     /// The process's start time (clock ticks since boot), so a reused pid is not mistaken for it.
     #[serde(default)]
@@ -67,6 +73,13 @@ struct Handle {
 }
 
 impl Handle {
+    /// An editor killed before it could clean up leaves its socket file behind.
+    async fn remove_socket(&self) {
+        if let Some(socket) = &self.socket {
+            let _ = tokio::fs::remove_file(socket).await;
+        }
+    }
+
     /// Our editor still runs: the pid exists and is the same process we started.
     fn alive(&self) -> bool {
         process_alive(self.pid)
@@ -77,10 +90,6 @@ impl Handle {
 pub struct LocalRuntime {
     tools: ToolPaths,
     data_dir: PathBuf,
-    http: hyper_util::client::legacy::Client<
-        hyper_util::client::legacy::connect::HttpConnector,
-        http_body_util::Empty<bytes::Bytes>,
-    >,
     /// Opened on the first sample; None where there is no NVIDIA driver.
     nvml: std::sync::OnceLock<Option<std::sync::Arc<crate::gpu::NvmlSampler>>>,
     /// Each editor's CPU ticks at the previous [`Runtime::cpu_load`], and when.
@@ -95,13 +104,14 @@ impl LocalRuntime {
                 tracing::warn!(%editor, program = %program.display(), "editor not installed; shown as unavailable");
             }
         }
-        let http =
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .build_http();
+        let data_dir = absolute(data_dir);
+        let sample = data_dir.join("run").join("0".repeat(20));
+        if socket_path(EditorKind::JupyterLab, &sample).is_none() {
+            tracing::warn!(data_dir = %data_dir.display(), "the data directory's path is too long for Unix sockets; editors listen on ports of 127.0.0.1 instead");
+        }
         LocalRuntime {
             tools,
-            data_dir: absolute(data_dir),
-            http,
+            data_dir,
             nvml: std::sync::OnceLock::new(),
             cpu_seen: Default::default(),
         }
@@ -126,20 +136,16 @@ impl LocalRuntime {
         Ok(link)
     }
 
-    async fn probe(&self, url: &str, auth: &editors::UpstreamAuth) -> Option<u16> {
-        let mut request = http::Request::get(url);
-        request = match auth {
-            editors::UpstreamAuth::Header(name, value) => request.header(*name, value),
-            editors::UpstreamAuth::Cookie(name, value) => {
-                request.header("cookie", format!("{name}={value}"))
-            }
-        };
-        let request = request.body(http_body_util::Empty::new()).ok()?;
-        let response = tokio::time::timeout(Duration::from_secs(2), self.http.request(request))
-            .await
-            .ok()?
-            .ok()?;
-        Some(response.status().as_u16())
+    async fn probe(upstream: &str, path: &str, auth: &editors::UpstreamAuth) -> Option<u16> {
+        let request = auth.request(path)?;
+        let (status, _) = tokio::time::timeout(
+            Duration::from_secs(2),
+            crate::upstream::fetch(upstream, request, 64 * 1024),
+        )
+        .await
+        .ok()?
+        .ok()?;
+        Some(status.as_u16())
     }
 }
 
@@ -157,6 +163,13 @@ pub fn safe_name(name: &str) -> String {
         }
     }
     if out.is_empty() { "~".into() } else { out }
+}
+
+/// Where the editor listens, if on a Unix socket. A socket's path has room for 107 bytes
+/// (`sun_path` holds 108 with the final NUL); a deeper data directory gets a port instead.
+fn socket_path(editor: EditorKind, run_dir: &Path) -> Option<PathBuf> {
+    let socket = run_dir.join("editor.sock");
+    (editors::listens_on_unix_socket(editor) && socket.as_os_str().len() <= 107).then_some(socket)
 }
 
 fn free_port() -> std::io::Result<u16> {
@@ -253,19 +266,37 @@ impl Runtime for LocalRuntime {
         for dir in [&workspace, &run_dir, &log_dir] {
             tokio::fs::create_dir_all(dir).await?;
         }
+        // The editor's socket, runtime files and caches are the server user's alone.
+        tokio::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o700)).await?;
         let log_path = log_dir.join(format!("{}.log", launch.session_id));
         let log = std::fs::File::create(&log_path)?;
-        let port = free_port()?;
+        let socket = socket_path(launch.editor, &run_dir);
+        let port = match &socket {
+            Some(socket) => {
+                // Left by an editor that was killed; the new one could not bind over it.
+                let _ = tokio::fs::remove_file(socket).await;
+                0
+            }
+            None => free_port()?,
+        };
         // code-server's secret is an argon2 hash: tens of milliseconds, off the async threads.
         let editor = launch.editor;
         let secret = tokio::task::spawn_blocking(move || editors::new_secret(editor))
             .await
             .map_err(|e| RuntimeError::Handle(e.to_string()))?;
+        let listen = match &socket {
+            Some(socket) => editors::Listen::Unix(socket),
+            None => editors::Listen::Tcp {
+                host: "127.0.0.1",
+                port,
+            },
+        };
         let args = editors::arguments(
             launch.editor,
-            port,
+            listen,
             &launch.base_path,
             &workspace.to_string_lossy(),
+            "-",
         );
         let stdin_secret = editors::secret_stdin(launch.editor, &secret);
         let mut command = tokio::process::Command::new(program);
@@ -306,16 +337,21 @@ impl Runtime for LocalRuntime {
         tokio::spawn(async move {
             let _ = child.wait().await;
         });
-        tracing::info!(session = %launch.session_id, editor = %launch.editor, pid, port, "editor started");
+        let upstream = match &socket {
+            Some(socket) => format!("{}{}", crate::upstream::UNIX_PREFIX, socket.display()),
+            None => format!("127.0.0.1:{port}"),
+        };
+        tracing::info!(session = %launch.session_id, editor = %launch.editor, pid, %upstream, "editor started");
         let handle = serde_json::to_string(&Handle {
             pid,
             port,
+            socket,
             log: log_path,
             started: process_start_time(pid),
         })
         .map_err(|e| RuntimeError::Handle(e.to_string()))?;
         Ok(Running {
-            upstream: format!("127.0.0.1:{port}"),
+            upstream,
             secret,
             handle,
         })
@@ -329,16 +365,12 @@ impl Runtime for LocalRuntime {
     ) -> Result<(), RuntimeError> {
         let handle: Handle = serde_json::from_str(&running.handle)
             .map_err(|e| RuntimeError::Handle(e.to_string()))?;
-        let url = format!(
-            "http://{}{}",
-            running.upstream,
-            editors::readiness_path(launch.editor, &launch.base_path)
-        );
+        let path = editors::readiness_path(launch.editor, &launch.base_path);
         let auth = editors::upstream_auth(launch.editor, &running.secret);
         let started = Instant::now();
         let mut last_status = None;
         loop {
-            match self.probe(&url, &auth).await {
+            match Self::probe(&running.upstream, &path, &auth).await {
                 Some(status) if (200..300).contains(&status) => return Ok(()),
                 other => last_status = other.or(last_status),
             }
@@ -400,6 +432,7 @@ impl Runtime for LocalRuntime {
         if !process_alive(handle.pid) {
             // The leader is gone, but its group (kernels, language servers) may not be.
             signal_group(handle.pid, libc::SIGKILL);
+            handle.remove_socket().await;
             return Ok(());
         }
         // Kernels run in sessions of their own: note the whole tree now, while it hangs together,
@@ -427,6 +460,7 @@ impl Runtime for LocalRuntime {
         while process_alive(handle.pid) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        handle.remove_socket().await;
         tracing::info!(pid = handle.pid, "editor stopped");
         Ok(())
     }
@@ -534,6 +568,7 @@ mod tests {
         serde_json::to_string(&Handle {
             pid: pid as i32,
             port: 0,
+            socket: None,
             log: PathBuf::from("/dev/null"),
             started: process_start_time(pid as i32),
         })
@@ -661,6 +696,7 @@ mod tests {
         let ours = Handle {
             pid: me,
             port: 1,
+            socket: None,
             log: PathBuf::new(),
             started,
         };
@@ -670,6 +706,26 @@ mod tests {
             ..ours
         };
         assert!(!other.alive(), "same pid, different start time");
+    }
+
+    #[test]
+    fn editors_listen_on_a_socket_where_its_path_fits() {
+        let run = Path::new("/var/lib/sandbox/run/abc");
+        assert_eq!(
+            socket_path(EditorKind::JupyterLab, run),
+            Some(run.join("editor.sock"))
+        );
+        assert!(socket_path(EditorKind::CodeServer, run).is_some());
+        assert_eq!(
+            socket_path(EditorKind::Marimo, run),
+            None,
+            "marimo has no socket option"
+        );
+        let deep = Path::new("/").join("d".repeat(95));
+        assert_eq!(deep.join("editor.sock").as_os_str().len(), 108);
+        assert_eq!(socket_path(EditorKind::JupyterLab, &deep), None);
+        let fits = Path::new("/").join("d".repeat(94));
+        assert!(socket_path(EditorKind::JupyterLab, &fits).is_some());
     }
 
     #[test]

@@ -69,7 +69,7 @@ impl GpuUsage {
 /// A started editor.
 #[derive(Clone, Debug)]
 pub struct Running {
-    /// host:port the proxy forwards to.
+    /// Where the proxy forwards to: `host:port`, or `unix:/path` (see [`crate::upstream`]).
     pub upstream: String,
     /// The secret the proxy presents to the editor.
     pub secret: String,

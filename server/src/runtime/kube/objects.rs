@@ -347,10 +347,12 @@ impl<'a> UserPlan<'a> {
             image: Some(c.images.of(editor).to_string()),
             image_pull_policy: Some("IfNotPresent".into()),
             command: Some(vec![program(editor).into()]),
-            args: Some(crate::editors::listen_arguments(
+            args: Some(crate::editors::arguments(
                 editor,
-                "0.0.0.0",
-                c.editor_port,
+                crate::editors::Listen::Tcp {
+                    host: "0.0.0.0",
+                    port: c.editor_port,
+                },
                 &launch.base_path,
                 WORKSPACE_DIR,
                 &format!("{TOKEN_DIR}/{TOKEN_KEY}"),
