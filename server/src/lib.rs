@@ -27,7 +27,6 @@ pub mod upstream;
 
 use axum::Router;
 use axum::extract::FromRef;
-use axum::routing::any;
 use leptos::prelude::*;
 use leptos_axum::{LeptosRoutes, generate_route_list};
 use service::{PagesBackend, Service};
@@ -69,11 +68,91 @@ pub fn leptos_options(config: &config::Config) -> LeptosOptions {
 }
 
 /// The whole HTTP surface: pages and server functions, the REST API, the proxy, static files.
-pub fn router(service: Arc<Service>) -> Router {
-    let state = AppState(Arc::new(AppStateInner {
+/// It makes one [`Front`] per client connection.
+#[derive(Clone)]
+pub struct App {
+    state: AppState,
+    router: Router,
+}
+
+impl App {
+    pub fn new(service: Arc<Service>) -> App {
+        let state = router_state(&service);
+        let router = router(state.clone(), service);
+        App { state, router }
+    }
+}
+
+impl<'a, L> tower::Service<axum::serve::IncomingStream<'a, L>> for App
+where
+    L: axum::serve::Listener<Addr = std::net::SocketAddr>,
+{
+    type Response = Front;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Front, std::convert::Infallible>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, connection: axum::serve::IncomingStream<'a, L>) -> Self::Future {
+        let ip = connection.remote_addr().ip();
+        std::future::ready(Ok(Front {
+            state: self.state.clone(),
+            router: self.router.clone(),
+            forwarded_for: http::HeaderValue::from_str(&ip.to_string()).ok(),
+        }))
+    }
+}
+
+/// One client connection's requests. Proxied requests (`/s/…`, the hot path) go straight to the
+/// proxy, past the router's matching, path parameters and extensions; the client's address is
+/// formatted once per connection.
+#[derive(Clone)]
+pub struct Front {
+    state: AppState,
+    router: Router,
+    forwarded_for: Option<http::HeaderValue>,
+}
+
+type FrontFuture = std::pin::Pin<
+    Box<dyn Future<Output = Result<axum::response::Response, std::convert::Infallible>> + Send>,
+>;
+
+impl tower::Service<axum::extract::Request> for Front {
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = FrontFuture;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: axum::extract::Request) -> FrontFuture {
+        if request.uri().path().starts_with("/s/") {
+            let state = self.state.clone();
+            let forwarded_for = self.forwarded_for.clone();
+            Box::pin(async move { Ok(proxy::handle(state, forwarded_for, request).await) })
+        } else {
+            Box::pin(tower::ServiceExt::oneshot(self.router.clone(), request))
+        }
+    }
+}
+
+fn router_state(service: &Arc<Service>) -> AppState {
+    AppState(Arc::new(AppStateInner {
         leptos: leptos_options(&service.config),
         service: service.clone(),
-    }));
+    }))
+}
+
+fn router(state: AppState, service: Arc<Service>) -> Router {
     let sessions = SessionManagerLayer::new(store::HttpSessionStore::new(service.store.clone()))
         .with_name(auth::SESSION_COOKIE)
         .with_http_only(true)
@@ -91,10 +170,7 @@ pub fn router(service: Arc<Service>) -> Router {
             app::shell,
         ))
         .merge(rest::router());
-    Router::new()
-        .route("/s/{*rest}", any(proxy::handle))
-        .merge(pages.layer(sessions))
-        .with_state(state)
+    Router::new().merge(pages.layer(sessions)).with_state(state)
 }
 
 /// Serves until `shutdown` resolves; background work (activity flushing, ending expired
@@ -112,7 +188,7 @@ pub async fn run(
     });
     let background = tokio::spawn(background(service.clone()));
     let warm_pool = tokio::spawn(service.clone().keep_warm_pool());
-    let app = router(service.clone());
+    let app = App::new(service.clone());
     let (draining_tx, draining) = tokio::sync::oneshot::channel::<()>();
     let stopping = service.clone();
     let signal = async move {
@@ -135,11 +211,7 @@ pub async fn run(
         let _ = stopping.shutdown.send(true);
         let _ = draining_tx.send(());
     };
-    let serve = axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(signal);
+    let serve = axum::serve(listener, app).with_graceful_shutdown(signal);
     let deadline = async {
         if draining.await.is_ok() {
             tokio::time::sleep(DRAIN_TIMEOUT).await;

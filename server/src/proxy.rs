@@ -7,7 +7,6 @@ use crate::AppState;
 use crate::editors::UpstreamAuth;
 use crate::store::now_ms;
 use axum::body::Body;
-use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, StatusCode};
@@ -151,22 +150,26 @@ fn is_upgrade(headers: &HeaderMap) -> bool {
 
 /// Our own credentials never reach the editor: our cookie and our bearer token are removed.
 fn strip_our_credentials(headers: &mut HeaderMap) {
-    let cookies: Vec<String> = headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .map(str::trim)
-        .filter(|pair| {
-            !pair.is_empty() && !pair.starts_with(&format!("{}=", crate::auth::SESSION_COOKIE))
-        })
-        .map(str::to_string)
-        .collect();
-    headers.remove(header::COOKIE);
-    if !cookies.is_empty()
-        && let Ok(value) = HeaderValue::from_str(&cookies.join("; "))
-    {
-        headers.insert(header::COOKIE, value);
+    let ours = |pair: &str| {
+        pair.strip_prefix(crate::auth::SESSION_COOKIE)
+            .is_some_and(|rest| rest.starts_with('='))
+    };
+    if headers.contains_key(header::COOKIE) {
+        let cookies: Vec<&str> = headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .map(str::trim)
+            .filter(|pair| !pair.is_empty() && !ours(pair))
+            .collect();
+        let kept = (!cookies.is_empty())
+            .then(|| HeaderValue::from_str(&cookies.join("; ")).ok())
+            .flatten();
+        headers.remove(header::COOKIE);
+        if let Some(value) = kept {
+            headers.insert(header::COOKIE, value);
+        }
     }
     if crate::auth::bearer_token(headers).is_some() {
         headers.remove(header::AUTHORIZATION);
@@ -221,7 +224,12 @@ fn wants_html(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.contains("text/html"))
 }
 
-pub async fn handle(State(state): State<AppState>, mut req: Request<Body>) -> Response {
+/// Forwards `req` for its owner; `forwarded_for` is the client's address, sent on to the editor.
+pub async fn handle(
+    state: AppState,
+    forwarded_for: Option<HeaderValue>,
+    mut req: Request<Body>,
+) -> Response {
     let user = match state.service.auth.user(req.headers()).await {
         Ok(user) => user,
         Err(e) => {
@@ -291,14 +299,10 @@ pub async fn handle(State(state): State<AppState>, mut req: Request<Body>) -> Re
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     let upgrade_to = parts.headers.get(header::UPGRADE).cloned();
-    let client_ip = parts
-        .extensions
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|c| c.0.ip());
     strip_hop_by_hop(&mut parts.headers);
     strip_our_credentials(&mut parts.headers);
     add_editor_auth(&mut parts.headers, &route.auth);
-    if let Some(ip) = client_ip.and_then(|ip| HeaderValue::from_str(&ip.to_string()).ok()) {
+    if let Some(ip) = forwarded_for {
         parts.headers.insert("x-forwarded-for", ip);
     }
     parts

@@ -161,6 +161,11 @@ async fn launch_proxy_and_stop_with_owner_checks() {
     let status = app.get(&format!("/s/{id}/api/status"), Some(&owner)).await;
     status.assert_status(StatusCode::OK);
     assert_eq!(status.json()["saw_our_cookie"], false);
+    assert_eq!(
+        status.json()["forwarded_for"],
+        "127.0.0.1",
+        "the client's address"
+    );
     // The connection to the editor is kept for the next request, and reused by it.
     assert_eq!(app.service.upstreams.idle_count(), 1);
     let again = app.get(&format!("/s/{id}/api/status"), Some(&owner)).await;

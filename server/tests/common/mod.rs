@@ -474,9 +474,18 @@ fn fake_editor(
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("")
                     .contains("sandbox_session");
+                let forwarded_for = headers
+                    .get("x-forwarded-for")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
                 (
                     StatusCode::OK,
-                    serde_json::json!({ "ok": true, "saw_our_cookie": leaked }).to_string(),
+                    serde_json::json!({
+                        "ok": true,
+                        "saw_our_cookie": leaked,
+                        "forwarded_for": forwarded_for,
+                    })
+                    .to_string(),
                 )
             }),
         )
