@@ -23,6 +23,7 @@ import signal
 import socket
 import statistics
 import subprocess
+import tempfile
 import time
 
 import psutil
@@ -76,9 +77,25 @@ def free_port():
         return s.getsockname()[1]
 
 
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over a Unix socket (an editor's `editor.sock`)."""
+
+    def __init__(self, path, timeout):
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.socket_path)
+
+
 def http_get(port, path, headers=None, method="GET", body=None, timeout=10):
-    """One request on a fresh connection: (status, body bytes)."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    """One request on a fresh connection: (status, body bytes). `port` may be a socket's path."""
+    if isinstance(port, str):
+        conn = UnixHTTPConnection(port, timeout)
+    else:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         hdrs = dict(headers or {})
         data = None
@@ -106,7 +123,7 @@ def wait_200(port, path, headers=None, timeout=180, interval=0.01, check=None):
             last = type(e).__name__
         t = now()
         if t - start > timeout:
-            raise TimeoutError(f"127.0.0.1:{port}{path} not 200 after {timeout} s (last: {last})")
+            raise TimeoutError(f"{port}{path} not 200 after {timeout} s (last: {last})")
         if check and t - last_check > 0.5:
             last_check = t
             check()
@@ -302,22 +319,30 @@ slice_mib = {SLICE}
 # 1. Cold launch: through the product vs the editor started directly
 
 
-def mirror_arguments(editor, port, base, workspace):
+def mirror_arguments(editor, listen, base, workspace):
     """server/src/editors.rs::arguments, mirrored; checked against the product's real command line
-    during the warm-up (a difference is reported)."""
+    during the warm-up (a difference is reported). `listen` is a port, or a socket's path for the
+    editors that the local runtime puts on one (JupyterLab, code-server)."""
     if editor == "jupyterlab":
-        return ["--no-browser", "--ip=127.0.0.1", f"--port={port}", "--port-retries=0",
-                f"--ServerApp.base_url={base}",
+        where = ([f"--ServerApp.sock={listen}", "--ServerApp.sock_mode=0600"] if isinstance(listen, str)
+                 else ["--ip=127.0.0.1", f"--port={listen}", "--port-retries=0"])
+        return ["--no-browser", *where, f"--ServerApp.base_url={base}",
                 f"--ServerApp.root_dir={workspace}", "--ServerApp.allow_root=True",
                 "--ServerApp.allow_remote_access=True", "--LabApp.news_url=None",
                 "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     if editor == "marimo":
-        return ["edit", "--headless", "--host=127.0.0.1", f"--port={port}",
+        return ["edit", "--headless", "--host=127.0.0.1", f"--port={listen}",
                 f"--base-url={base.rstrip('/')}", "--token-password-file=-",
                 "--skip-update-check", "--allow-origins=*", workspace]
-    return [f"--bind-addr=127.0.0.1:{port}", "--auth=password", "--disable-telemetry",
+    where = ([f"--socket={listen}", "--socket-mode=600"] if isinstance(listen, str)
+             else [f"--bind-addr=127.0.0.1:{listen}"])
+    return [*where, "--auth=password", "--disable-telemetry",
             "--disable-update-check", "--disable-workspace-trust",
             "--disable-getting-started-override", workspace]
+
+
+# editors.rs::listens_on_unix_socket
+SOCKET_EDITORS = {"jupyterlab", "code-server"}
 
 
 def mirror_secret_env(editor, secret):
@@ -350,6 +375,7 @@ def normalize(args):
     out = []
     for a in args:
         a = re.sub(r"^(--port=|--bind-addr=127\.0\.0\.1:)\d+$", r"\1PORT", a)
+        a = re.sub(r"^(--ServerApp\.sock=|--socket=)/.*", r"\1SOCKET", a)
         a = re.sub(r"^(--ServerApp\.base_url=|--base-url=)/s/[^/]+", r"\1/s/ID", a)
         a = re.sub(r"^(--ServerApp\.root_dir=)/.*", r"\1WORKSPACE", a)
         if a.startswith("/") and os.path.isdir(a):
@@ -366,18 +392,21 @@ class Direct:
         self.workspace = os.path.join(self.dir, "workspace")
         os.makedirs(self.workspace, exist_ok=True)
         self.count = 0
+        # Sockets as the local runtime makes them, under a path short enough for one.
+        self.sockets = tempfile.mkdtemp(prefix="gsb-direct-")
 
     def start_and_wait(self, editor):
         self.count += 1
-        port = free_port()
+        port = (os.path.join(self.sockets, f"{self.count}.sock") if editor in SOCKET_EDITORS
+                else free_port())
         sid = f"direct-{self.count:04d}-{secrets.token_hex(8)}"  # any id: only the base path uses it
         base = f"/s/{sid}/"
         run_dir = os.path.join(self.dir, "run", sid)
         token = secrets.token_hex(24)
         secret = token
-        if editor == "code-server":  # the runtime hashes it (argon2id, the Rust crate's defaults)
+        if editor == "code-server":  # the runtime hashes it (editors.rs::code_server_hash)
             from argon2 import PasswordHasher
-            secret = PasswordHasher(time_cost=2, memory_cost=19456, parallelism=1).hash(token)
+            secret = PasswordHasher(time_cost=1, memory_cost=64, parallelism=1).hash(token)
         # the runtime clears the environment and passes on only these
         env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
         env.update(HOME=self.workspace, JUPYTER_RUNTIME_DIR=os.path.join(run_dir, "jupyter"),
@@ -456,7 +485,8 @@ def bench_cold(results):
             d = direct.start_and_wait(editor)
             out["warmup"][editor] = {"ours_s": ours["s"], "direct_s": d["s"]}
             real = normalize(ours["cmdline"])
-            mirror = normalize(mirror_arguments(editor, 1, "/s/x/", direct.workspace))
+            listen = "/x.sock" if editor in SOCKET_EDITORS else 1
+            mirror = normalize(mirror_arguments(editor, listen, "/s/x/", direct.workspace))
             same = real[-len(mirror):] == mirror
             same_env = ours["env_keys"] == direct.last_env_keys
             out["args_check"][editor] = {"same": same, "product": ours["cmdline"], "same_env": same_env,
@@ -480,6 +510,7 @@ def bench_cold(results):
                 log(f"  run {i + 1:2d} {editor:12s} ours {o:.3f} s  direct {d:.3f} s  diff {o - d:+.3f} s  (load {loadavg()})")
     finally:
         server.stop()
+        shutil.rmtree(direct.sockets, ignore_errors=True)
     out["load_end"] = loadavg()
     summary = {}
     for editor, runs in out["runs"].items():

@@ -279,7 +279,7 @@ impl Runtime for LocalRuntime {
             }
             None => free_port()?,
         };
-        // code-server's secret is an argon2 hash: tens of milliseconds, off the async threads.
+        // code-server's secret is an argon2 hash (cheap, but not free): off the async threads.
         let editor = launch.editor;
         let secret = tokio::task::spawn_blocking(move || editors::new_secret(editor))
             .await
