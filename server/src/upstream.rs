@@ -138,19 +138,33 @@ pub async fn fetch(
         .or_insert(host);
     let stream = EditorStream::connect(address).await?;
     let (mut sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
-    // Its own task: an editor that closes after answering ends the connection before the answer
-    // is read here. It ends with the exchange (the sender is dropped) or with the editor.
-    tokio::spawn(connection);
-    let response = sender.send_request(request).await?;
-    let status = response.status();
-    let body = http_body_util::Limited::new(response.into_body(), limit)
-        .collect()
-        .await
-        .map_err(|e| match e.downcast::<hyper::Error>() {
-            Ok(e) => UpstreamError::Http(*e),
-            Err(_) => UpstreamError::TooLarge,
-        })?;
-    Ok((status, body.to_bytes()))
+    let exchange = async {
+        let response = sender.send_request(request).await?;
+        let status = response.status();
+        let body = http_body_util::Limited::new(response.into_body(), limit)
+            .collect()
+            .await
+            .map_err(|e| match e.downcast::<hyper::Error>() {
+                Ok(e) => UpstreamError::Http(*e),
+                Err(_) => UpstreamError::TooLarge,
+            })?;
+        Ok((status, body.to_bytes()))
+    };
+    // Both driven here, so a caller's timeout drops the connection with the exchange.
+    let mut exchange = std::pin::pin!(exchange);
+    let mut connection = std::pin::pin!(connection);
+    let mut connected = true;
+    loop {
+        tokio::select! {
+            biased;
+            answer = &mut exchange => return answer,
+            // An editor may close right after answering: the answer is then read to its end.
+            ended = &mut connection, if connected => {
+                ended?;
+                connected = false;
+            }
+        }
+    }
 }
 
 /// Sends an upgrade request (WebSocket) on a connection of its own, which stays open for the
@@ -418,6 +432,30 @@ mod tests {
             "{}",
             heads[0]
         );
+    }
+
+    #[tokio::test]
+    async fn a_probe_given_up_on_closes_its_connection() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let hung = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = stream.read(&mut buf).await.unwrap();
+            // Never answers; the next read sees the probe's side close.
+            stream.read(&mut buf).await.unwrap()
+        });
+        let gave_up = tokio::time::timeout(
+            std::time::Duration::from_millis(200),
+            fetch(&address, get("/health"), 64),
+        )
+        .await;
+        assert!(gave_up.is_err(), "the editor never answers");
+        let read = tokio::time::timeout(std::time::Duration::from_secs(5), hung)
+            .await
+            .expect("the connection closes with the probe")
+            .unwrap();
+        assert_eq!(read, 0);
     }
 
     #[tokio::test]
