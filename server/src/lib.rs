@@ -100,19 +100,21 @@ where
 
     fn call(&mut self, connection: axum::serve::IncomingStream<'a, L>) -> Self::Future {
         let ip = connection.remote_addr().ip();
-        std::future::ready(Ok(Front {
+        std::future::ready(Ok(Front(Arc::new(Connection {
             state: self.state.clone(),
             router: self.router.clone(),
             forwarded_for: http::HeaderValue::from_str(&ip.to_string()).ok(),
-        }))
+        }))))
     }
 }
 
 /// One client connection's requests. Proxied requests (`/s/…`, the hot path) go straight to the
 /// proxy, past the router's matching, path parameters and extensions; the client's address is
-/// formatted once per connection.
+/// formatted once per connection. hyper clones it for every request: one `Arc`.
 #[derive(Clone)]
-pub struct Front {
+pub struct Front(Arc<Connection>);
+
+struct Connection {
     state: AppState,
     router: Router,
     forwarded_for: Option<http::HeaderValue>,
@@ -136,11 +138,13 @@ impl tower::Service<axum::extract::Request> for Front {
 
     fn call(&mut self, request: axum::extract::Request) -> FrontFuture {
         if request.uri().path().starts_with("/s/") {
-            let state = self.state.clone();
-            let forwarded_for = self.forwarded_for.clone();
-            Box::pin(async move { Ok(proxy::handle(state, forwarded_for, request).await) })
+            let connection = self.0.clone();
+            Box::pin(async move {
+                let forwarded_for = connection.forwarded_for.as_ref();
+                Ok(proxy::handle(&connection.state, forwarded_for, request).await)
+            })
         } else {
-            Box::pin(tower::ServiceExt::oneshot(self.router.clone(), request))
+            Box::pin(tower::ServiceExt::oneshot(self.0.router.clone(), request))
         }
     }
 }

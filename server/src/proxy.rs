@@ -226,8 +226,8 @@ fn wants_html(headers: &HeaderMap) -> bool {
 
 /// Forwards `req` for its owner; `forwarded_for` is the client's address, sent on to the editor.
 pub async fn handle(
-    state: AppState,
-    forwarded_for: Option<HeaderValue>,
+    state: &AppState,
+    forwarded_for: Option<&HeaderValue>,
     mut req: Request<Body>,
 ) -> Response {
     let user = match state.service.auth.user(req.headers()).await {
@@ -303,7 +303,7 @@ pub async fn handle(
     strip_our_credentials(&mut parts.headers);
     add_editor_auth(&mut parts.headers, &route.auth);
     if let Some(ip) = forwarded_for {
-        parts.headers.insert("x-forwarded-for", ip);
+        parts.headers.insert("x-forwarded-for", ip.clone());
     }
     parts
         .headers
