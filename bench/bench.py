@@ -10,7 +10,8 @@ Environment (set by run.sh):
   BENCH_PYTHON   a Python with websockets, psutil (the stand-in WebSocket editor uses it)
   HUB_VENV       JupyterHub 6.1.1 + JupyterLab, spawned beside the warm launches (empty: skipped)
 Knobs: BENCH_ONLY=cold,memory,http,ws,warm  BENCH_COLD_N=10  BENCH_CS_N (code-server; default
-BENCH_COLD_N)  BENCH_ROUNDS=3  BENCH_WRK_DUR=10s  BENCH_WS_N=2000  BENCH_WS_BLOCK=100
+BENCH_COLD_N)  BENCH_ROUNDS=3 (HTTP)  BENCH_WRK_DUR=10s  BENCH_WS_ROUNDS=9  BENCH_WS_N=2000
+       BENCH_WS_BLOCK=100
        BENCH_NGINX_PROXY=1 (nginx as a reverse proxy: the floor for any proxy here)
 """
 import http.client
@@ -42,6 +43,8 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", 3))
 WRK_DUR = os.environ.get("BENCH_WRK_DUR", "10s")
 WS_N = int(os.environ.get("BENCH_WS_N", 2000))
 WS_BLOCK = int(os.environ.get("BENCH_WS_BLOCK", 100))
+WS_ROUNDS = int(os.environ.get("BENCH_WS_ROUNDS", 9))
+WS_CLIENTS = ["raw", "websockets"]
 FLOOR = os.environ.get("BENCH_NGINX_PROXY", "1") == "1"
 SLICE = 8192
 # JupyterHub beside the warm launches (run.sh installs it); empty: without it.
@@ -149,6 +152,20 @@ def cpu_s(*pids):
             t = psutil.Process(pid).cpu_times()
             total += t.user + t.system
         except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def cpu_ns(*pids):
+    """CPU time of every thread of these processes, in nanoseconds (the scheduler's own count,
+    where cpu_s has clock-tick resolution)."""
+    total = 0
+    for pid in pids:
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0])
+        except FileNotFoundError:
             pass
     return total
 
@@ -588,18 +605,19 @@ class NginxProxy:
     """A floor for any reverse proxy on this machine: nginx (1 worker, upstream keep-alive) in front
     of the same two stand-ins, without auth or routing logic."""
 
-    def __init__(self, web_sid, web_upstream, ws_sid, ws_port):
+    def __init__(self, web_sid, web_upstream, ws_routes):
+        """ws_routes: (session id, upstream address) pairs relayed as WebSocket."""
         self.port = free_port()
         d = os.path.join(WORK, "nginx-proxy")
         os.makedirs(os.path.join(d, "tmp"), exist_ok=True)
         user = "user root;" if os.getuid() == 0 else ""
-        ws = f"""
-    location /s/{ws_sid}/ {{
-      proxy_pass http://ws; proxy_http_version 1.1; proxy_buffering off;
+        ws = "".join(f"""
+    location /s/{sid}/ {{
+      proxy_pass http://ws{i}; proxy_http_version 1.1; proxy_buffering off;
       proxy_set_header Host $host; proxy_set_header Upgrade $http_upgrade;
       proxy_set_header Connection "upgrade";
-    }}""" if ws_sid else ""
-        ws_up = f"upstream ws {{ server 127.0.0.1:{ws_port}; }}" if ws_sid else ""
+    }}""" for i, (sid, _) in enumerate(ws_routes))
+        ws_up = " ".join(f"upstream ws{i} {{ server {up}; }}" for i, (_, up) in enumerate(ws_routes))
         with open(os.path.join(d, "nginx.conf"), "w") as f:
             f.write(f"""{user}
 worker_processes 1;
@@ -691,9 +709,14 @@ def bench_standins(results):
             if echo:
                 chp.add_route(f"/s/{ws_sid}", f"http://127.0.0.1:{echo['port']}")
         if ONLY & {"http", "ws"} and FLOOR:
-            # Its upstream for HTTP is the stand-in's socket, as ours is; for WebSocket, marimo's port.
+            # Its upstreams are ours: the stand-in's socket for HTTP; for WebSocket, marimo's port
+            # and code-server's socket.
             web_upstream = f"unix:{nginx['socket']}" if nginx.get("socket") else f"127.0.0.1:{nginx['port']}"
-            floor = NginxProxy(web_sid, web_upstream, ws_sid, echo["port"] if echo else None)
+            ws_routes = []
+            if echo:
+                ws_routes = [(ws_sid, f"127.0.0.1:{echo['port']}"),
+                             (ws_sock_sid, f"unix:{server.standin(ws_sock_sid)['socket']}")]
+            floor = NginxProxy(web_sid, web_upstream, ws_routes)
 
         # --- 2. HTTP throughput: wrk direct vs ours vs CHP (vs nginx as a proxy), same nginx
         if "http" in ONLY:
@@ -759,45 +782,65 @@ def bench_standins(results):
                                "cmd": " ".join(cmd[:-2]) + " 'Authorization: Bearer <token>' URL"}
             results["after_http_rss_mib"] = rss_mib(pid)
 
-        # --- 3. WebSocket round trips: direct vs ours vs CHP (vs nginx as a proxy), interleaved
+        # --- 3. WebSocket round trips: direct vs ours vs CHP (vs nginx as a proxy), interleaved,
+        # by two clients (see ws_client.py): our raw one, and the peer benchmark's.
         if "ws" in ONLY:
             wpath = f"/s/{ws_sid}/ws"
+            spath = f"/s/{ws_sock_sid}/ws"
             bearer = [["Authorization", f"Bearer {server.token}"]]
             targets = [{"label": "direct", "url": f"ws://127.0.0.1:{echo['port']}{wpath}"},
                        {"label": "ours", "url": f"ws://127.0.0.1:{server.port}{wpath}", "headers": bearer},
-                       {"label": "ours-socket", "url": f"ws://127.0.0.1:{server.port}/s/{ws_sock_sid}/ws",
+                       {"label": "ours-socket", "url": f"ws://127.0.0.1:{server.port}{spath}",
                         "headers": bearer}]
             if chp:
                 targets.append({"label": "chp", "url": f"ws://127.0.0.1:{chp.port}{wpath}"})
             if floor:
                 targets.append({"label": "nginx-proxy", "url": f"ws://127.0.0.1:{floor.port}{wpath}"})
+                targets.append({"label": "nginx-socket", "url": f"ws://127.0.0.1:{floor.port}{spath}"})
             labels = [t["label"] for t in targets]
+            # Each proxy relays two of the targets (TCP and socket); its CPU time over a client's
+            # run, divided by the round trips it relayed, is its CPU per round trip.
+            relays = {"ours": [pid]}
+            if floor:
+                relays["nginx-proxy"] = floor.workers()
+            relay_ns = dict.fromkeys(relays, 0)
+            relayed = 0
             runs = []
-            for rnd in range(ROUNDS):
+            for rnd in range(WS_ROUNDS):
                 k = rnd % len(targets)  # rotate which target goes first
-                spec = {"n": WS_N, "block": WS_BLOCK, "targets": targets[k:] + targets[:k]}
-                p = subprocess.run([os.environ["BENCH_PYTHON"], os.path.join(HERE, "ws_client.py"),
-                                    json.dumps(spec)], capture_output=True, text=True, timeout=600)
-                if p.returncode != 0:
-                    raise RuntimeError(f"ws client: {p.stderr[-800:]}")
-                res = json.loads(p.stdout)
-                load = loadavg()
-                for label in labels:
-                    r = dict(res[label], label=label, round=rnd + 1, load=load)
-                    runs.append(r)
-                    log(f"  ws round {rnd + 1} {label:11s} median {r['median_us']:6.0f} us  p99 {r['p99_us']:6.0f} us  (load {load})")
+                # and which client: a client's run can leave the machine warmer for the next
+                for client in WS_CLIENTS[rnd % 2:] + WS_CLIENTS[:rnd % 2]:
+                    spec = {"n": WS_N, "block": WS_BLOCK, "client": client,
+                            "targets": targets[k:] + targets[:k]}
+                    before = {name: cpu_ns(*pids) for name, pids in relays.items()}
+                    p = subprocess.run([os.environ["BENCH_PYTHON"], os.path.join(HERE, "ws_client.py"),
+                                        json.dumps(spec)], capture_output=True, text=True, timeout=600)
+                    if p.returncode != 0:
+                        raise RuntimeError(f"ws client: {p.stderr[-800:]}")
+                    for name, pids in relays.items():
+                        relay_ns[name] += cpu_ns(*pids) - before[name]
+                    relayed += 2 * (WS_N + 100)  # two targets each, with the warm-up
+                    res = json.loads(p.stdout)
+                    load = loadavg()
+                    for label in labels:
+                        r = dict(res[label], label=label, client=client, round=rnd + 1, load=load)
+                        runs.append(r)
+                        log(f"  ws round {rnd + 1} {client:10s} {label:12s} median {r['median_us']:6.0f} us"
+                            f"  p99 {r['p99_us']:6.0f} us  (load {load})")
             summ = {}
-            for label in labels:
-                rr = [r for r in runs if r["label"] == label]
-                summ[label] = {"median_us": med([r["median_us"] for r in rr]),
-                               "p99_us": med([r["p99_us"] for r in rr])}
-            by = {(r["round"], r["label"]): r["median_us"] for r in runs}
-            for label in labels:
-                if label != "direct":
-                    added = [by[(i, label)] - by[(i, "direct")] for i in range(1, ROUNDS + 1)]
-                    summ[label]["added_us_per_round"] = added
-                    summ[label]["added_us"] = med(added)
-            results["ws"] = {"runs": runs, "summary": summ, "n": WS_N}
+            for client in WS_CLIENTS:
+                by = {(r["round"], r["label"]): r["median_us"] for r in runs if r["client"] == client}
+                cs = summ[client] = {}
+                for label in labels:
+                    cs[label] = {"median_us": med([by[(i, label)] for i in range(1, WS_ROUNDS + 1)]),
+                                 "p99_us": med([r["p99_us"] for r in runs
+                                                if r["client"] == client and r["label"] == label])}
+                    if label != "direct":
+                        added = [by[(i, label)] - by[(i, "direct")] for i in range(1, WS_ROUNDS + 1)]
+                        cs[label]["added_us_per_round"] = added
+                        cs[label]["added_us"] = med(added)
+            results["ws"] = {"runs": runs, "summary": summ, "n": WS_N, "clients": WS_CLIENTS,
+                             "cpu_us_per_round_trip": {k: v / relayed / 1000 for k, v in relay_ns.items()}}
         results["end_rss_mib"] = rss_mib(pid)
         results["end_hwm_mib"] = hwm_mib(pid)
     finally:
@@ -853,24 +896,37 @@ def summary_table(results):
         rows.append(("proxy CPU per request", f"{h['ours']['proxy_cpu_us_per_req']:.0f} us",
                      "; ".join(f"{k} {h[k]['proxy_cpu_us_per_req']:.0f} us" for k in ("chp", "nginx-proxy") if k in h),
                      "", "", ""))
-    w = results.get("ws", {}).get("summary")
-    if w:
-        added = w["ours"]["added_us"]
-        rows.append((f"WebSocket RTT added (median of {ROUNDS} rounds)", f"{added:+.0f} us",
-                     f"TCP to the editor (marimo): direct {w['direct']['median_us']:.0f} us, ours {w['ours']['median_us']:.0f} us"
-                     + (f", CHP {w['chp']['median_us']:.0f} us ({w['chp']['added_us']:+.0f} us)" if "chp" in w else ""),
-                     "<= 30 us", verdict(added <= 30), "CHP adds 89-164 us"))
-        if "ours-socket" in w:
-            added = w["ours-socket"]["added_us"]
-            rows.append(("  Unix socket to the editor", f"{added:+.0f} us",
-                         f"JupyterLab, code-server: ours {w['ours-socket']['median_us']:.0f} us; rounds "
-                         + ", ".join(f"{x:+.0f}" for x in w["ours-socket"]["added_us_per_round"]),
-                         "<= 30 us", verdict(added <= 30), ""))
+    ws = results.get("ws", {}).get("summary")
+    cpu = results.get("ws", {}).get("cpu_us_per_round_trip")
+    if cpu:
+        rows.append(("proxy CPU per WebSocket round trip", f"{cpu['ours']:.1f} us",
+                     "; ".join(f"{k} {v:.1f} us" for k, v in cpu.items() if k != "ours"), "", "", ""))
+    for client in (ws or {}):
+        w = ws[client]
+        primary = client == "raw"
+        rows.append((f"WebSocket RTT added, {client} client (median of {WS_ROUNDS} rounds)", "",
+                     f"direct {w['direct']['median_us']:.0f} us" + (
+                         "; one thread, one send and one recv per round trip" if primary else
+                         "; the peer benchmark's client, with a thread hand-off of its own per message"),
+                     "", "", ""))
+        for label, what in (("ours-socket", "Unix socket to the editor (JupyterLab, code-server)"),
+                            ("ours", "TCP to the editor (marimo)")):
+            added = w[label]["added_us"]
+            chp = (f"; CHP {w['chp']['added_us']:+.0f} us" if label == "ours" and "chp" in w else "")
+            rows.append((f"  {what}", f"{added:+.0f} us",
+                         f"ours {w[label]['median_us']:.0f} us{chp}; rounds "
+                         + ", ".join(f"{x:+.0f}" for x in w[label]["added_us_per_round"]),
+                         "<= 30 us", verdict(added <= 30),
+                         "CHP adds 89-164 us" if label == "ours" and not primary else ""))
         if "nginx-proxy" in w:
-            rows.append(("  floor: nginx as reverse proxy", f"{w['nginx-proxy']['added_us']:+.0f} us",
-                         "rounds " + ", ".join(f"{x:+.0f}" for x in w["nginx-proxy"]["added_us_per_round"])
-                         + "; ours " + ", ".join(f"{x:+.0f}" for x in w["ours"]["added_us_per_round"]),
-                         "", "", ""))
+            # Paired by round, ours minus nginx cancels what the machine's state adds to both.
+            paired = {ours: med([a - b for a, b in zip(w[ours]["added_us_per_round"],
+                                                       w[nginx]["added_us_per_round"])])
+                      for ours, nginx in (("ours-socket", "nginx-socket"), ("ours", "nginx-proxy"))}
+            rows.append(("  floor: nginx as reverse proxy",
+                         f"{w['nginx-socket']['added_us']:+.0f} / {w['nginx-proxy']['added_us']:+.0f} us",
+                         f"socket / TCP; ours minus nginx, paired by round: {paired['ours-socket']:+.0f} / "
+                         f"{paired['ours']:+.0f} us", "", "", ""))
     m = results.get("memory")
     if m:
         rows.append(("server RSS idle", f"{m['idle_rss_mib']:.1f} MiB", "", "<= 30 MB",
@@ -1060,7 +1116,7 @@ def main():
     os.makedirs(WORK, exist_ok=True)
     results = {"load_before": loadavg(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                "cpus": os.cpu_count(), "knobs": {"cold_n": COLD_N, "cs_n": CS_N, "rounds": ROUNDS,
-                                                  "wrk_dur": WRK_DUR, "ws_n": WS_N, "ws_block": WS_BLOCK}}
+                                                  "wrk_dur": WRK_DUR, "ws_rounds": WS_ROUNDS, "ws_n": WS_N, "ws_block": WS_BLOCK}}
     log(f"== load before: {results['load_before']}")
     try:
         if "cold" in ONLY:

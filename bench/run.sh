@@ -7,7 +7,7 @@
 #   BENCH_ONLY=warm bash bench/run.sh      # warm vs cold launch vs JupyterHub's spawn (installs the hub)
 #   SKIP_BUILD=1 bash bench/run.sh        # use the release binary already built
 #   SERVER_BIN=/path/to/server bash bench/run.sh   # use that binary
-#   BENCH_COLD_N=10 BENCH_ROUNDS=3 BENCH_WRK_DUR=10s BENCH_WS_N=2000 BENCH_WS_BLOCK=100   # the defaults
+#   BENCH_COLD_N=10 BENCH_ROUNDS=3 BENCH_WRK_DUR=10s BENCH_WS_ROUNDS=9 BENCH_WS_N=2000 BENCH_WS_BLOCK=100   # the defaults
 #   BENCH_CS_N=5 bash bench/run.sh        # fewer code-server launches (default: BENCH_COLD_N)
 #
 # Needs: the editors (scripts/setup.sh; SANDBOX_EDITORS__TOOLS_DIR or .tools or
