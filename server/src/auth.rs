@@ -176,12 +176,10 @@ impl Authenticator {
             .retain(|_, (user, _)| user.id != user_id);
     }
 
-    /// Forgets a cookie at once (logout), rather than when the cache entry expires.
+    /// Forgets a cookie at once (logout, or its id cycled at sign-in), rather than when the
+    /// cache entry expires. The cache is keyed by the cookie's value itself.
     pub fn forget_cookie(&self, cookie: &str) {
-        self.cache
-            .lock()
-            .expect("auth cache")
-            .remove(&format!("c:{cookie}"));
+        self.cache.lock().expect("auth cache").remove(cookie);
     }
 }
 

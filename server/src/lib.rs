@@ -81,6 +81,15 @@ impl App {
         let router = router(state.clone(), service);
         App { state, router }
     }
+
+    /// The service for one client connection from `client`; tests drive it with `oneshot`.
+    pub fn front(&self, client: std::net::IpAddr) -> Front {
+        Front(Arc::new(Connection {
+            state: self.state.clone(),
+            router: self.router.clone(),
+            forwarded_for: http::HeaderValue::from_str(&client.to_string()).ok(),
+        }))
+    }
 }
 
 impl<'a, L> tower::Service<axum::serve::IncomingStream<'a, L>> for App
@@ -99,12 +108,7 @@ where
     }
 
     fn call(&mut self, connection: axum::serve::IncomingStream<'a, L>) -> Self::Future {
-        let ip = connection.remote_addr().ip();
-        std::future::ready(Ok(Front(Arc::new(Connection {
-            state: self.state.clone(),
-            router: self.router.clone(),
-            forwarded_for: http::HeaderValue::from_str(&ip.to_string()).ok(),
-        }))))
+        std::future::ready(Ok(self.front(connection.remote_addr().ip())))
     }
 }
 

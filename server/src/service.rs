@@ -843,7 +843,12 @@ impl app::api::Backend for PagesBackend {
             .extensions
             .get::<tower_sessions::Session>()
             .ok_or(AppError::Internal)?;
-        self.0.login(session, name, password).await
+        let viewer = self.0.login(session, name, password).await?;
+        // The id the browser came with is gone from the store; gone from the cache too.
+        if let Some(cookie) = auth::session_cookie(&request.headers) {
+            self.0.auth.forget_cookie(cookie);
+        }
+        Ok(viewer)
     }
 
     async fn logout(&self, request: &http::request::Parts) -> Result<(), AppError> {

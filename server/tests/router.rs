@@ -1,0 +1,219 @@
+//! The whole HTTP surface driven in-process with `oneshot`: one request at a time through the
+//! same per-connection service the listener uses, no socket in between.
+
+mod common;
+
+use axum::body::Body;
+use common::{FakeRuntime, TestApp};
+use http::{HeaderMap, Method, Request, StatusCode, header};
+use http_body_util::BodyExt;
+use leptos::server_fn::ServerFn;
+use serde_json::json;
+use tower::ServiceExt;
+
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+
+    /// The session cookie this answer sets, with its attributes.
+    fn session_cookie(&self) -> Option<String> {
+        self.headers
+            .get_all(header::SET_COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find(|v| v.starts_with("sandbox_session="))
+            .map(str::to_string)
+    }
+}
+
+fn cookie_value(set_cookie: &str) -> String {
+    set_cookie
+        .split(';')
+        .next()
+        .and_then(|pair| pair.split_once('='))
+        .map(|(_, value)| value.to_string())
+        .expect("a name=value pair")
+}
+
+async fn send(app: &TestApp, request: Request<Body>) -> Answer {
+    let front = server::App::new(app.service.clone()).front("127.0.0.1".parse().unwrap());
+    let response = front.oneshot(request).await.expect("infallible");
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.expect("body").to_bytes();
+    Answer {
+        status: parts.status,
+        headers: parts.headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+fn get(path: &str) -> http::request::Builder {
+    Request::builder().method(Method::GET).uri(path)
+}
+
+/// Signs in through the pages' server function, as the page's script does.
+async fn sign_in(app: &TestApp, name: &str, cookie: Option<&str>) -> Answer {
+    let mut request = Request::builder()
+        .method(Method::POST)
+        .uri(app::api::Login::PATH)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::ACCEPT, "application/json");
+    if let Some(cookie) = cookie {
+        request = request.header(header::COOKIE, format!("sandbox_session={cookie}"));
+    }
+    let form = format!("name={name}&password=password123");
+    send(app, request.body(Body::from(form)).unwrap()).await
+}
+
+async fn me_with_cookie(app: &TestApp, cookie: &str) -> StatusCode {
+    let request = get("/api/v1/me")
+        .header(header::COOKIE, format!("sandbox_session={cookie}"))
+        .body(Body::empty())
+        .unwrap();
+    send(app, request).await.status
+}
+
+#[tokio::test]
+async fn api_errors_are_json_with_a_fitting_status() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (_, token) = app.user("ada").await;
+
+    let anonymous = send(&app, get("/api/v1/me").body(Body::empty()).unwrap()).await;
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(anonymous.json()["error"], "unauthenticated");
+    assert!(anonymous.json()["message"].as_str().unwrap().len() > 10);
+
+    let malformed = Request::builder()
+        .method(Method::POST)
+        .uri("/api/v1/sessions")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from("{\"editor\": \"jupyterlab\","))
+        .unwrap();
+    let malformed = send(&app, malformed).await;
+    assert_eq!(
+        malformed.status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        malformed.body
+    );
+    assert!(malformed.json()["error"].is_string());
+
+    let missing = get("/api/v1/sessions/no-such-session")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(Body::empty())
+        .unwrap();
+    let missing = send(&app, missing).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert_eq!(missing.json()["error"], "not_found");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_proxy_sends_strangers_to_sign_in_and_hides_other_users_sessions() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (_, owner) = app.user("owner").await;
+    let (_, other) = app.user("other").await;
+    let launch = Request::builder()
+        .method(Method::POST)
+        .uri("/api/v1/sessions")
+        .header(header::AUTHORIZATION, format!("Bearer {owner}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(
+            json!({"editor": "jupyterlab", "slice_mib": 8192, "duration_minutes": 30}).to_string(),
+        ))
+        .unwrap();
+    let launched = send(&app, launch).await;
+    assert_eq!(launched.status, StatusCode::CREATED, "{}", launched.body);
+    let id = launched.json()["id"].as_str().unwrap().to_string();
+
+    let browser = get(&format!("/s/{id}/lab"))
+        .header(header::ACCEPT, "text/html,application/xhtml+xml")
+        .body(Body::empty())
+        .unwrap();
+    let browser = send(&app, browser).await;
+    assert_eq!(browser.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        browser.headers[header::LOCATION],
+        format!("/login?next=/s/{id}/lab").as_str()
+    );
+    let script = send(
+        &app,
+        get(&format!("/s/{id}/lab")).body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(script.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(script.json()["error"], "unauthenticated");
+
+    let as_other = |path: String| {
+        get(&path)
+            .header(header::AUTHORIZATION, format!("Bearer {other}"))
+            .body(Body::empty())
+            .unwrap()
+    };
+    let theirs = send(&app, as_other(format!("/s/{id}/lab"))).await;
+    let nobodys = send(&app, as_other("/s/no-such-session/lab".into())).await;
+    assert_eq!(theirs.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        (theirs.status, theirs.body),
+        (nobodys.status, nobodys.body),
+        "another user's session looks exactly like one that does not exist"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn signing_in_cycles_the_session_id_and_signing_out_revokes_it_at_once() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    app.user("ada").await;
+
+    let first = sign_in(&app, "ada", None).await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.body);
+    let set_cookie = first.session_cookie().expect("a session cookie");
+    let attributes = set_cookie.to_ascii_lowercase();
+    assert!(attributes.contains("httponly"), "{set_cookie}");
+    assert!(attributes.contains("samesite=lax"), "{set_cookie}");
+    assert!(attributes.contains("path=/"), "{set_cookie}");
+    let first_id = cookie_value(&set_cookie);
+    assert_eq!(me_with_cookie(&app, &first_id).await, StatusCode::OK);
+
+    // Signing in again from a browser that holds an id: the id changes, the old one is dead.
+    let second = sign_in(&app, "ada", Some(&first_id)).await;
+    assert_eq!(second.status, StatusCode::OK, "{}", second.body);
+    let second_id = cookie_value(&second.session_cookie().expect("a new session cookie"));
+    assert_ne!(second_id, first_id);
+    assert_eq!(
+        me_with_cookie(&app, &first_id).await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(me_with_cookie(&app, &second_id).await, StatusCode::OK);
+
+    // Within the credential cache's lifetime: logout must not wait for it.
+    let logout = Request::builder()
+        .method(Method::POST)
+        .uri(app::api::Logout::PATH)
+        .header(header::COOKIE, format!("sandbox_session={second_id}"))
+        .header(header::ACCEPT, "application/json")
+        .body(Body::empty())
+        .unwrap();
+    let logout = send(&app, logout).await;
+    assert_eq!(logout.status, StatusCode::OK, "{}", logout.body);
+    assert_eq!(
+        me_with_cookie(&app, &second_id).await,
+        StatusCode::UNAUTHORIZED,
+        "the cookie stops working the moment its owner signs out"
+    );
+    let proxied = get("/s/anything/")
+        .header(header::COOKIE, format!("sandbox_session={second_id}"))
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(send(&app, proxied).await.status, StatusCode::UNAUTHORIZED);
+    app.stop().await;
+}
