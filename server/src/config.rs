@@ -87,6 +87,7 @@ pub struct WarmTarget {
 #[serde(deny_unknown_fields)]
 pub struct CreditsConfig {
     /// Credits every new account starts with, e.g. "100" or "12.5".
+    #[serde(deserialize_with = "amount")]
     pub initial_grant: String,
 }
 
@@ -123,6 +124,7 @@ pub struct PoolConfig {
     /// HAMi-core's libvgpu.so; when set, slices on real GPUs are enforced through it.
     pub hami_core_library: String,
     /// Credits per slice-hour when no price below matches, per GiB of slice.
+    #[serde(deserialize_with = "amount")]
     pub default_price_per_gib_hour: String,
     pub gpus: Vec<DeclaredGpu>,
     pub prices: Vec<Price>,
@@ -148,7 +150,34 @@ pub struct Price {
     pub model: String,
     pub slice_mib: u64,
     /// Credits per hour, e.g. "1" or "0.5".
+    #[serde(deserialize_with = "amount")]
     pub per_hour: String,
+}
+
+/// Amounts of credits are decimal text ("12.5"), parsed exactly later; but a number written
+/// bare (`initial_grant = 50` in the file, `SANDBOX_CREDITS__INITIAL_GRANT=50` in the
+/// environment) arrives as a number, and means the same.
+fn amount<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    struct Amount;
+    impl serde::de::Visitor<'_> for Amount {
+        type Value = String;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an amount of credits such as \"12.5\"")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+    }
+    deserializer.deserialize_any(Amount)
 }
 
 impl Default for Config {
@@ -502,5 +531,28 @@ mod tests {
         std::fs::write(&file, "colour = \"blue\"\n").unwrap();
         let err = Config::load(Some(&file)).unwrap_err().to_string();
         assert!(err.contains("colour"), "{err}");
+    }
+
+    #[test]
+    fn amounts_may_be_written_as_bare_numbers() {
+        let dir = std::env::temp_dir().join(format!("sandbox-amounts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("numbers.toml");
+        std::fs::write(
+            &file,
+            "[credits]\ninitial_grant = 50\n[pool]\ndefault_price_per_gib_hour = 0.25\n\
+             [[pool.prices]]\nmodel = \"*\"\nslice_mib = 8192\nper_hour = 3\n",
+        )
+        .unwrap();
+        let config = Config::load(Some(&file)).unwrap();
+        assert_eq!(config.credits.initial_grant, "50");
+        assert_eq!(config.pool.default_price_per_gib_hour, "0.25");
+        assert_eq!(config.pool.prices[0].per_hour, "3");
+
+        std::fs::write(&file, "[credits]\ninitial_grant = true\n").unwrap();
+        let err = Config::load(Some(&file)).unwrap_err().to_string();
+        assert!(err.contains("credits.initial_grant"), "{err}");
+        assert!(err.contains("amount of credits"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

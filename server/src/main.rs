@@ -253,14 +253,11 @@ async fn serve(config: Config) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     if let Some(password) = service.ensure_admin().await.map_err(|e| e.to_string())? {
         let file = data_dir.join("initial-admin-password");
-        let _ = std::fs::write(&file, format!("{password}\n"));
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let _ = std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600));
-        }
         println!("\n  First run: created the account 'admin' with password: {password}");
-        println!("  (also saved in {})\n", file.display());
+        match save_private(&file, &format!("{password}\n")) {
+            Ok(()) => println!("  (also saved in {})\n", file.display()),
+            Err(e) => eprintln!("  (could not save it in {}: {e})\n", file.display()),
+        }
     }
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -269,6 +266,19 @@ async fn serve(config: Config) -> Result<(), String> {
     server::run(listener, service, shutdown_signal())
         .await
         .map_err(|e| e.to_string())
+}
+
+/// Writes a file only its owner can read, from the moment it exists.
+fn save_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options.open(path)?.write_all(text.as_bytes())
 }
 
 async fn shutdown_signal() {

@@ -136,3 +136,86 @@ fn invalid_configuration_stops_the_server_naming_the_key() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("key `listen`"));
 }
+
+/// Starts `serve` and returns it with the lines it printed up to "serving on".
+fn serve_until_ready(
+    data: &std::path::Path,
+    config: &std::path::Path,
+) -> (std::process::Child, Vec<String>) {
+    use std::io::BufRead;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_server"))
+        .args(["--config", config.to_str().unwrap(), "serve"])
+        .env("SANDBOX_DATA_DIR", data)
+        .env("SANDBOX_LOG", "error")
+        .env("SANDBOX_LISTEN", format!("127.0.0.1:{port}"))
+        .env_remove("SANDBOX_DATABASE_URL")
+        // Bare numbers, as a shell would pass them, and over the file's values.
+        .env("SANDBOX_CREDITS__INITIAL_GRANT", "50")
+        .env("SANDBOX_POOL__DEFAULT_PRICE_PER_GIB_HOUR", "0.5")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("server binary");
+    let mut lines = Vec::new();
+    for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        let ready = line.contains("serving on");
+        lines.push(line);
+        if ready {
+            return (child, lines);
+        }
+    }
+    panic!("the server stopped before serving: {lines:?}");
+}
+
+fn terminate(mut child: std::process::Child) {
+    let pid = child.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(child.wait().unwrap().success(), "a clean exit on SIGTERM");
+}
+
+#[test]
+fn the_first_run_creates_an_admin_once_and_the_environment_beats_the_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("sandbox.toml");
+    std::fs::write(
+        &config,
+        "[credits]\ninitial_grant = \"7\"\n[pool]\nwarm = []\n",
+    )
+    .unwrap();
+
+    let (child, lines) = serve_until_ready(data.path(), &config);
+    terminate(child);
+    let announced = lines
+        .iter()
+        .find_map(|l| {
+            l.split("created the account 'admin' with password: ")
+                .nth(1)
+        })
+        .unwrap_or_else(|| panic!("the password is printed: {lines:?}"))
+        .trim()
+        .to_string();
+    assert!(announced.len() >= 12, "{announced}");
+    let saved = data.path().join("initial-admin-password");
+    assert_eq!(std::fs::read_to_string(&saved).unwrap().trim(), announced);
+    let mode = std::fs::metadata(&saved).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "only its owner may read the password");
+
+    // The grant came from the environment (50), not the file (7).
+    let (code, out, err) = server(data.path(), &["credits", "grant", "admin", "1"], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("admin now has 51 credits"), "{out}");
+
+    // An account exists now: the next start creates none and prints no password.
+    let (child, lines) = serve_until_ready(data.path(), &config);
+    terminate(child);
+    assert!(lines.iter().all(|l| !l.contains("First run")), "{lines:?}");
+    let (code, out, _) = server(data.path(), &["user", "add", "admin"], None);
+    assert_ne!(code, 0, "{out}");
+}
