@@ -170,7 +170,9 @@ fn serve_until_ready(
             return (child, lines);
         }
     }
-    panic!("the server stopped before serving: {lines:?}");
+    let _ = child.kill();
+    let status = child.wait();
+    panic!("the server stopped before serving ({status:?}): {lines:?}");
 }
 
 fn terminate(mut child: std::process::Child) {
