@@ -2,6 +2,7 @@
 
 mod common;
 
+use app::domain::session::{EndReason, SessionState};
 use common::{FakeRuntime, TestApp};
 use http::{Method, Request, StatusCode};
 use http_body_util::Full;
@@ -520,4 +521,77 @@ async fn shutdown_ends_open_streams_and_stops_editors() {
         record.end_reason,
         Some(app::domain::session::EndReason::Admin)
     );
+}
+
+#[tokio::test]
+async fn a_restart_adopts_live_editors_and_ends_the_rest_with_a_refund() {
+    let runtime = FakeRuntime::new();
+    let keep_editors = |c: &mut server::config::Config| {
+        c.sessions.stop_on_shutdown = false;
+        c.quotas.max_sessions = 3;
+        c.quotas.max_gpu_mib = 3 * 8192;
+    };
+    let app = TestApp::start_with(Some(runtime.clone()), keep_editors).await;
+    let (user_id, token) = app.user("rue").await;
+    let alive = app.launch_ready(&token, "jupyterlab").await;
+    let crashed = app.launch_ready(&token, "jupyterlab").await;
+    let starting = app.launch_ready(&token, "jupyterlab").await;
+    let (_, held) = app.service.store.credits(&user_id).await.unwrap();
+    assert_eq!(held, 3 * 500);
+    let crashed_handle = app.record(&crashed).await.runtime_handle.unwrap();
+    let starting_handle = app.record(&starting).await.runtime_handle.unwrap();
+    // The server went down while this one was still starting; that editor went down too.
+    app.sql(
+        "UPDATE sessions SET state = 'starting' WHERE id = ?",
+        &starting,
+    )
+    .await;
+    let database = app.service.config.database_url();
+    let data_dir = app.service.config.data_dir.clone();
+    let _data = app.stop().await;
+    FakeRuntime::crash(&crashed_handle);
+
+    let again = TestApp::start_with(Some(runtime.clone()), |c| {
+        keep_editors(c);
+        c.database_url = database.clone();
+        c.data_dir = data_dir.clone();
+    })
+    .await;
+    again.service.recover().await.unwrap();
+
+    let kept = again.record(&alive).await;
+    assert_eq!(kept.state, SessionState::Ready);
+    let proxied = again
+        .get(&format!("/s/{alive}/api/status"), Some(&token))
+        .await;
+    assert_eq!(proxied.status, StatusCode::OK, "the proxy reaches it again");
+
+    let gone = again.record(&crashed).await;
+    assert_eq!(gone.state, SessionState::Ended);
+    assert_eq!(gone.end_reason, Some(EndReason::Crash));
+    let cut_short = again.record(&starting).await;
+    assert_eq!(cut_short.state, SessionState::Ended);
+    assert_eq!(cut_short.end_reason, Some(EndReason::Failed));
+    assert!(
+        cut_short.detail.unwrap_or_default().contains("refunded"),
+        "the user is told"
+    );
+    assert!(
+        !again.service.runtime.is_alive(&starting_handle).await,
+        "no editor is left running for a session that ended"
+    );
+    let (_, held) = again.service.store.credits(&user_id).await.unwrap();
+    assert_eq!(held, 500, "only the adopted session still holds credits");
+    let free = again
+        .service
+        .store
+        .pool()
+        .await
+        .unwrap()
+        .iter()
+        .flat_map(|(_, slots)| slots)
+        .filter(|s| s.session_id.is_none())
+        .count();
+    assert_eq!(free, 5, "the two ended sessions' slots are free again");
+    again.stop().await;
 }
