@@ -735,6 +735,27 @@ impl Service {
                 }
             }
         }
+        // A server that died between starting an editor and recording it left that editor
+        // to nobody: whatever no live session or ready pre-started editor owns is stopped.
+        let mut owned: std::collections::HashSet<String> = self
+            .store
+            .live_sessions()
+            .await?
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        owned.extend(
+            self.store
+                .warm_editors()
+                .await?
+                .into_iter()
+                .filter(|w| w.ready)
+                .map(|w| w.id),
+        );
+        let stopped = self.runtime.sweep(&owned).await;
+        if stopped > 0 {
+            tracing::warn!(stopped, "stopped editors left running by a previous server");
+        }
         Ok(())
     }
 

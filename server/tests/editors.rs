@@ -100,6 +100,9 @@ async fn jupyterlab_runs_a_kernel_through_the_proxy() {
     let session = app.record(&id).await;
     let handle = session.runtime_handle.clone().unwrap();
     assert!(app.service.runtime.is_alive(&handle).await);
+    // Kept beside the socket too, for a server that dies before recording it.
+    let kept_handle = editor_socket.with_file_name("handle.json");
+    assert_eq!(std::fs::read_to_string(&kept_handle).unwrap(), handle);
     let stopped = app
         .delete(&format!("/api/v1/sessions/{id}"), Some(&owner))
         .await;
@@ -109,6 +112,7 @@ async fn jupyterlab_runs_a_kernel_through_the_proxy() {
         "the editor's process group is gone"
     );
     assert!(!editor_socket.exists(), "its socket is removed");
+    assert!(!kept_handle.exists(), "and its handle's copy");
     app.stop().await;
 }
 

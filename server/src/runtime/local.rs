@@ -70,13 +70,24 @@ struct Handle {
     /// The process's start time (clock ticks since boot), so a reused pid is not mistaken for it.
     #[serde(default)]
     started: Option<u64>,
+    /// Where the handle is also kept, beside the editor's socket and runtime files.
+    #[serde(default)]
+    run_dir: Option<PathBuf>,
 }
 
+/// The handle's copy in the editor's run directory: what a server that died before it could
+/// record the editor leaves for the next one to find.
+const HANDLE_FILE: &str = "handle.json";
+
 impl Handle {
-    /// An editor killed before it could clean up leaves its socket file behind.
-    async fn remove_socket(&self) {
+    /// Removes what the editor leaves once it is gone: its socket file (an editor that was
+    /// killed cannot remove it) and the handle's copy.
+    async fn tidy(&self) {
         if let Some(socket) = &self.socket {
             let _ = tokio::fs::remove_file(socket).await;
+        }
+        if let Some(run_dir) = &self.run_dir {
+            let _ = tokio::fs::remove_file(run_dir.join(HANDLE_FILE)).await;
         }
     }
 
@@ -348,8 +359,10 @@ impl Runtime for LocalRuntime {
             socket,
             log: log_path,
             started: process_start_time(pid),
+            run_dir: Some(run_dir.clone()),
         })
         .map_err(|e| RuntimeError::Handle(e.to_string()))?;
+        tokio::fs::write(run_dir.join(HANDLE_FILE), &handle).await?;
         Ok(Running {
             upstream,
             secret,
@@ -427,12 +440,13 @@ impl Runtime for LocalRuntime {
             serde_json::from_str(handle).map_err(|e| RuntimeError::Handle(e.to_string()))?;
         if process_alive(handle.pid) && !handle.alive() {
             // The pid now belongs to another process: ours is long gone, leave this one alone.
+            handle.tidy().await;
             return Ok(());
         }
         if !process_alive(handle.pid) {
             // The leader is gone, but its group (kernels, language servers) may not be.
             signal_group(handle.pid, libc::SIGKILL);
-            handle.remove_socket().await;
+            handle.tidy().await;
             return Ok(());
         }
         // Kernels run in sessions of their own: note the whole tree now, while it hangs together,
@@ -460,9 +474,39 @@ impl Runtime for LocalRuntime {
         while process_alive(handle.pid) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        handle.remove_socket().await;
+        handle.tidy().await;
         tracing::info!(pid = handle.pid, "editor stopped");
         Ok(())
+    }
+
+    async fn sweep(&self, owned: &std::collections::HashSet<String>) -> usize {
+        let Ok(mut entries) = tokio::fs::read_dir(self.data_dir.join("run")).await else {
+            return 0;
+        };
+        let mut stopped = 0;
+        while let Ok(Some(entry)) = entries.next_entry().await {
+            let launch_id = entry.file_name().to_string_lossy().into_owned();
+            if owned.contains(&launch_id) {
+                continue;
+            }
+            let file = entry.path().join(HANDLE_FILE);
+            let Ok(raw) = tokio::fs::read_to_string(&file).await else {
+                continue;
+            };
+            match serde_json::from_str::<Handle>(&raw) {
+                Ok(handle) if handle.alive() => {
+                    tracing::warn!(launch = %launch_id, pid = handle.pid, "stopping an editor that no session owns");
+                    if self.stop(&raw).await.is_ok() {
+                        stopped += 1;
+                    }
+                }
+                // Its editor is gone already.
+                _ => {
+                    let _ = tokio::fs::remove_file(&file).await;
+                }
+            }
+        }
+        stopped
     }
 
     async fn is_alive(&self, handle: &str) -> bool {
@@ -571,6 +615,7 @@ mod tests {
             socket: None,
             log: PathBuf::from("/dev/null"),
             started: process_start_time(pid as i32),
+            run_dir: None,
         })
         .unwrap()
     }
@@ -679,6 +724,46 @@ mod tests {
         panic!("the kernel {kernel} outlived its editor");
     }
 
+    #[tokio::test]
+    async fn the_sweep_stops_only_editors_that_nothing_owns() {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = runtime_in(dir.path());
+        let owned = spawn_group("sleep 60");
+        let orphan = spawn_group("sleep 60");
+        let _groups = Groups(vec![owned, orphan]);
+        let gone = spawn_group("true");
+        // Written where `start` writes them, as a server that died right after would leave them.
+        let place = |launch: &str, pid: u32| {
+            let run_dir = dir.path().join("run").join(launch);
+            std::fs::create_dir_all(&run_dir).unwrap();
+            let mut handle: Handle = serde_json::from_str(&handle_of(pid)).unwrap();
+            handle.run_dir = Some(run_dir.clone());
+            std::fs::write(
+                run_dir.join(HANDLE_FILE),
+                serde_json::to_string(&handle).unwrap(),
+            )
+            .unwrap();
+            run_dir.join(HANDLE_FILE)
+        };
+        let owned_file = place("owned", owned);
+        let orphan_file = place("orphan", orphan);
+        while process_alive(gone as i32) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let gone_file = place("gone", gone);
+
+        let keep = std::collections::HashSet::from(["owned".to_string()]);
+        assert_eq!(runtime.sweep(&keep).await, 1, "only the orphan is stopped");
+        assert!(!process_alive(orphan as i32), "the orphan is gone");
+        assert!(process_alive(owned as i32), "an owned editor is left alone");
+        assert!(owned_file.exists());
+        assert!(
+            !orphan_file.exists() && !gone_file.exists(),
+            "handles of gone editors go"
+        );
+        assert_eq!(runtime.sweep(&keep).await, 0, "nothing is left to stop");
+    }
+
     #[test]
     fn safe_names_are_distinct_and_plain() {
         assert_eq!(safe_name("alice"), "alice");
@@ -699,6 +784,7 @@ mod tests {
             socket: None,
             log: PathBuf::new(),
             started,
+            run_dir: None,
         };
         assert!(ours.alive());
         let other = Handle {

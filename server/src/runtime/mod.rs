@@ -123,6 +123,13 @@ pub trait Runtime: Send + Sync + 'static {
     async fn stop(&self, handle: &str) -> Result<(), RuntimeError>;
     /// Whether it still runs.
     async fn is_alive(&self, handle: &str) -> bool;
+
+    /// Stops editors this runtime started that none of `owned` (launch ids: live sessions and
+    /// pre-started editors) accounts for, i.e. what a server that died between starting an
+    /// editor and recording it left running; how many it stopped.
+    async fn sweep(&self, _owned: &std::collections::HashSet<String>) -> usize {
+        0
+    }
     /// Whether editors can be started ahead of demand and given a workspace later.
     fn prestarts_editors(&self) -> bool {
         false
