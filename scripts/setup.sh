@@ -53,12 +53,18 @@ fi
 # --- Editors ----------------------------------------------------------------------------------
 if [ ! -x "$TOOLS/venv/bin/jupyter-lab" ] || [ ! -x "$TOOLS/venv/bin/marimo" ]; then
   say "installing JupyterLab and marimo into $TOOLS/venv"
-  python3 -m venv "$TOOLS/venv"
-  "$TOOLS/venv/bin/pip" install -q --upgrade pip >"$TOOLS/logs/pip.log" 2>&1 || true
-  "$TOOLS/venv/bin/pip" install -q "jupyterlab==4.6.6" >>"$TOOLS/logs/pip.log" 2>&1 \
-    || echo "warning: JupyterLab install failed (see $TOOLS/logs/pip.log); it will show as unavailable"
-  "$TOOLS/venv/bin/pip" install -q "marimo==0.25.2" >>"$TOOLS/logs/pip.log" 2>&1 \
-    || echo "warning: marimo install failed (see $TOOLS/logs/pip.log); it will show as unavailable"
+  # Debian splits venv's pip bootstrap into its own package.
+  python3 -c 'import ensurepip' >/dev/null 2>&1 || apt_install python3-venv || true
+  if python3 -m venv "$TOOLS/venv" >"$TOOLS/logs/venv.log" 2>&1; then
+    "$TOOLS/venv/bin/pip" install -q --upgrade pip >"$TOOLS/logs/pip.log" 2>&1 || true
+    "$TOOLS/venv/bin/pip" install -q "jupyterlab==4.6.6" >>"$TOOLS/logs/pip.log" 2>&1 \
+      || echo "warning: JupyterLab install failed (see $TOOLS/logs/pip.log); it will show as unavailable"
+    "$TOOLS/venv/bin/pip" install -q "marimo==0.25.2" >>"$TOOLS/logs/pip.log" 2>&1 \
+      || echo "warning: marimo install failed (see $TOOLS/logs/pip.log); it will show as unavailable"
+  else
+    echo "warning: no Python venv (see $TOOLS/logs/venv.log; Debian: apt install python3-venv);" \
+      "JupyterLab and marimo will show as unavailable"
+  fi
 fi
 
 if [ ! -x "$TOOLS/npm/node_modules/.bin/code-server" ] && [ "${SKIP_CODE_SERVER:-0}" != 1 ]; then
