@@ -217,3 +217,56 @@ async fn signing_in_cycles_the_session_id_and_signing_out_revokes_it_at_once() {
     assert_eq!(send(&app, proxied).await.status, StatusCode::UNAUTHORIZED);
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_missing_editor_is_shown_unavailable_with_the_reason_and_refused() {
+    // The real local runtime, told code-server lives where nothing is installed.
+    let app = TestApp::start_with(None, |c| {
+        c.editors.code_server = "/nonexistent/code-server".into();
+    })
+    .await;
+    let (user_id, token) = app.user("ada").await;
+
+    let signed_in = sign_in(&app, "ada", None).await;
+    let cookie = cookie_value(&signed_in.session_cookie().expect("a session cookie"));
+    let dashboard = Request::builder()
+        .method(Method::POST)
+        .uri(app::api::LoadDashboard::PATH)
+        .header(header::COOKIE, format!("sandbox_session={cookie}"))
+        .header(header::ACCEPT, "application/json")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::empty())
+        .unwrap();
+    let dashboard = send(&app, dashboard).await;
+    assert_eq!(dashboard.status, StatusCode::OK, "{}", dashboard.body);
+    let editors = dashboard.json()["editors"].clone();
+    let code_server = editors
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "code-server" || e["label"] == "code-server")
+        .unwrap_or_else(|| panic!("{editors}"))
+        .clone();
+    let reason = code_server["unavailable"].as_str().unwrap_or_default();
+    assert!(reason.contains("not installed"), "{code_server}");
+
+    let launch = Request::builder()
+        .method(Method::POST)
+        .uri("/api/v1/sessions")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(
+            json!({"editor": "code-server", "slice_mib": 8192, "duration_minutes": 30}).to_string(),
+        ))
+        .unwrap();
+    let refused = send(&app, launch).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.body);
+    let message = refused.json()["message"].as_str().unwrap().to_string();
+    assert!(
+        message.contains("(code-server) is unavailable") && message.contains("not installed"),
+        "{message}"
+    );
+    let (_, held) = app.service.store.credits(&user_id).await.unwrap();
+    assert_eq!(held, 0, "nothing is held for a launch that cannot run");
+    app.stop().await;
+}
