@@ -86,6 +86,9 @@ pub fn slice_env(
         env.push(("CUDA_VISIBLE_DEVICES".into(), String::new()));
         return env;
     };
+    // The index is NVML's, which counts cards in PCI bus order; CUDA counts fastest first
+    // unless told otherwise, which on a mixed host names another card.
+    env.push(("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()));
     env.push(("CUDA_VISIBLE_DEVICES".into(), index.to_string()));
     if let Enforcement::HamiCore(library) = enforcement {
         env.push(("LD_PRELOAD".into(), library.clone()));
@@ -253,6 +256,7 @@ mod tests {
     fn without_enforcement_only_the_card_is_chosen() {
         let env = slice_env(&gpu(Some(0)), 8192, 16, &Enforcement::None);
         assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), Some("0"));
+        assert_eq!(get(&env, "CUDA_DEVICE_ORDER"), Some("PCI_BUS_ID"));
         assert_eq!(get(&env, "LD_PRELOAD"), None);
     }
 
@@ -260,6 +264,7 @@ mod tests {
     fn a_virtual_gpu_hides_real_cards() {
         let env = slice_env(&gpu(None), 8192, 16, &Enforcement::None);
         assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), Some(""));
+        assert_eq!(get(&env, "CUDA_DEVICE_ORDER"), None);
     }
 
     fn leaders() -> HashMap<u32, String> {
