@@ -26,9 +26,34 @@ test('an idle session is warned, kept by "I\'m here", then ended as idle', async
     await hydrated(page);
     await page.getByRole('radio', { name: /marimo/ }).check();
     await page.getByRole('radio', { name: /^16 GB/ }).check();
+    // What the launch page shows while the editor starts (a cold start: no warm editor here),
+    // recorded as it changes: the page moves to the session without reloading.
+    await page.evaluate(() => {
+      window.progressSeen = [];
+      new MutationObserver(() => {
+        const card = document.querySelector('[data-testid=launch-progress]');
+        if (card) {
+          const bar = card.querySelector('[role=progressbar]');
+          window.progressSeen.push({
+            value: Number(bar?.getAttribute('aria-valuenow') ?? -1),
+            steps: [...card.querySelectorAll('.steps li')].map((li) => li.textContent),
+            heading: card.querySelector('h2')?.textContent ?? '',
+          });
+        }
+      }).observe(document.body, { subtree: true, childList: true, attributes: true, characterData: true });
+    });
     await page.getByRole('button', { name: 'Launch' }).click();
     await page.waitForURL(/\/sessions\/[0-9a-f]+$/);
     await hydrated(page);
+    await page.frameLocator('[data-testid=editor-frame]').locator('body').waitFor({ timeout: 60_000 });
+    const seen = await page.evaluate(() => window.progressSeen);
+    assert.ok(seen.length > 0, 'the launch page showed its progress');
+    assert.ok(seen.some((s) => /Starting marimo/.test(s.heading)), JSON.stringify(seen));
+    assert.ok(seen.some((s) => s.value > 0 && s.value < 100), `a partial bar: ${JSON.stringify(seen)}`);
+    assert.ok(
+      seen.some((s) => s.steps.some((step) => /Waiting for marimo to answer/.test(step))),
+      `the steps stream in: ${JSON.stringify(seen)}`,
+    );
 
     const idle = page.getByTestId('idle-left');
     await idle.waitFor({ timeout: 60_000 });

@@ -1,4 +1,4 @@
-// Sign in, launch JupyterLab, use it inside the page's iframe, reload, stop it.
+// Sign in, launch JupyterLab, use it inside the page's iframe, reload, sign out and back in, stop it.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
@@ -41,7 +41,7 @@ test('signing in works before (or without) the page script: the form posts itsel
   }
 });
 
-test('launch JupyterLab, see it embedded, reload, stop it', async () => {
+test('launch JupyterLab, see it embedded, reload, reopen after signing in again, stop it', async () => {
   const browser = await launchBrowser();
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
   try {
@@ -74,7 +74,24 @@ test('launch JupyterLab, see it embedded, reload, stop it', async () => {
     const card = page.getByTestId('session-card').first();
     await card.waitFor();
     assert.match(await card.innerText(), /ready/);
-    await page.goto(sessionUrl);
+
+    // Signing out shuts the editor to this browser at once; signing in again reopens it.
+    const editorUrl = await page.evaluate(async (url) => {
+      const id = url.split('/').pop();
+      const view = await fetch(`/api/v1/sessions/${id}`).then((r) => r.json());
+      return view.url;
+    }, sessionUrl);
+    assert.match(editorUrl, /^\/s\/[0-9a-f]+\//);
+    await hydrated(page);
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.waitForURL('**/login');
+    await page.goto(`${BASE}${editorUrl}`);
+    await page.waitForURL(/\/login\?next=/);
+    await signIn(page);
+    await page.waitForURL(`${BASE}/`);
+    await page.getByTestId('session-card').first().getByRole('link', { name: 'Open' }).click();
+    await page.waitForURL(sessionUrl);
+    await frame.locator('.jp-LabShell, #jp-main-dock-panel').first().waitFor({ timeout: 60_000 });
     await hydrated(page);
 
     await page.getByRole('button', { name: 'Stop' }).click();
