@@ -44,6 +44,37 @@ async fn jupyterlab_runs_a_kernel_through_the_proxy() {
     let lab = app.get(&format!("/s/{id}/lab"), Some(&owner)).await;
     assert_eq!(lab.status, StatusCode::OK);
     assert!(String::from_utf8_lossy(&lab.body).contains("JupyterLab"));
+    // Only our own pages may frame it.
+    assert_eq!(lab.headers["x-frame-options"], "SAMEORIGIN");
+    assert!(
+        lab.headers
+            .get_all("content-security-policy")
+            .iter()
+            .any(|v| v == "frame-ancestors 'self'"),
+        "{:?}",
+        lab.headers
+    );
+
+    // Reached without us, the editor refuses: only the proxy knows its token.
+    let upstream = app.record(&id).await.upstream.unwrap();
+    let direct = http::Request::get(format!("/s/{id}/api/contents"))
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let (direct_status, _) = server::upstream::fetch(&upstream, direct, 64 * 1024)
+        .await
+        .expect("the editor answers");
+    assert_eq!(direct_status, StatusCode::FORBIDDEN);
+
+    // A file saved in the workspace, to find again in the next session.
+    let saved = app
+        .call(
+            Method::PUT,
+            &format!("/s/{id}/api/contents/kept.txt"),
+            Some(&owner),
+            Some(json!({ "type": "file", "format": "text", "content": "still here" })),
+        )
+        .await;
+    assert!(saved.status.is_success(), "{:?}", saved.body);
 
     // The same requests from another user find nothing.
     let theirs = app.get(&format!("/s/{id}/api/status"), Some(&other)).await;
@@ -113,6 +144,21 @@ async fn jupyterlab_runs_a_kernel_through_the_proxy() {
     );
     assert!(!editor_socket.exists(), "its socket is removed");
     assert!(!kept_handle.exists(), "and its handle's copy");
+
+    // The next session, a new editor process, opens the same workspace; another user's does not.
+    let next = app.launch_ready(&owner, "jupyterlab").await;
+    let file = app
+        .get(&format!("/s/{next}/api/contents/kept.txt"), Some(&owner))
+        .await;
+    file.assert_status(StatusCode::OK);
+    assert_eq!(file.json()["content"], "still here");
+    app.delete(&format!("/api/v1/sessions/{next}"), Some(&owner))
+        .await;
+    let theirs = app.launch_ready(&other, "jupyterlab").await;
+    let missing = app
+        .get(&format!("/s/{theirs}/api/contents/kept.txt"), Some(&other))
+        .await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
     app.stop().await;
 }
 
