@@ -445,7 +445,60 @@ async fn a_session_moves_to_the_card_hami_chose(store: Store) {
     );
 }
 
+/// The database's choice of slot is the domain's rule (`rank_free_slots`: the busiest card
+/// first, then the lowest slot id), checked at every step of a long run of launches and stops.
+async fn slot_choice_follows_the_domain_rule(store: Store) {
+    use app::domain::pool::{SlotUse, rank_free_slots};
+    cards_of_ten(&store, 3).await;
+    let alice = user(&store, "alice", 1_000_000_000).await;
+    let mut live: Vec<String> = Vec::new();
+    // A fixed pseudo-random walk: mostly launches, some stops, so cards fill unevenly.
+    let mut seed: u64 = 0x5eed;
+    let mut next = move || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        seed >> 33
+    };
+    for step in 0..120 {
+        let stop = !live.is_empty() && (live.len() >= 28 || next() % 3 == 0);
+        if stop {
+            let id = live.remove((next() as usize) % live.len());
+            store.begin_stop(&id, EndReason::User, None).await.unwrap();
+            store.finish(&id).await.unwrap();
+            continue;
+        }
+        let uses: Vec<SlotUse> = store
+            .pool()
+            .await
+            .unwrap()
+            .into_iter()
+            .flat_map(|(_, slots)| slots)
+            .map(|s| SlotUse {
+                free: s.session_id.is_none(),
+                slot_id: s.id,
+                gpu_id: s.gpu_id,
+                slice_mib: s.slice_mib,
+            })
+            .collect();
+        let expected = rank_free_slots(&uses, SLICE)
+            .first()
+            .map(|s| s.slot_id.clone());
+        let launched = store
+            .launch(plan(&alice.id, false, ROOMY, false))
+            .await
+            .unwrap();
+        assert!(matches!(launched.placement, Placement::Slot { .. }));
+        assert_eq!(
+            launched.record.slot_id, expected,
+            "step {step}: the store and the domain rule disagree"
+        );
+        live.push(launched.record.id);
+    }
+}
+
 on_both_fns! {
+    slot_choice_follows_the_domain_rule => slot_choice_follows_the_domain_rule_sqlite, slot_choice_follows_the_domain_rule_postgres;
     a_session_moves_to_the_card_hami_chose => a_session_moves_to_the_card_hami_chose_sqlite, a_session_moves_to_the_card_hami_chose_postgres;
     thousand_launches_exactly_k => thousand_launches_exactly_k_sqlite, thousand_launches_exactly_k_postgres;
     five_hundred_launches_fifty_warm => five_hundred_launches_fifty_warm_sqlite, five_hundred_launches_fifty_warm_postgres;
