@@ -246,6 +246,7 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
 }
 
 async fn serve(config: Config) -> Result<(), String> {
+    let shutdown = shutdown_signal().map_err(|e| format!("cannot listen for signals: {e}"))?;
     let listen = config.listen_addr();
     let data_dir = config.data_dir.clone();
     let service = server::build_service(config)
@@ -263,7 +264,7 @@ async fn serve(config: Config) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     println!("  GPU Sandbox is serving on http://{listen}");
-    server::run(listener, service, shutdown_signal())
+    server::run(listener, service, shutdown)
         .await
         .map_err(|e| e.to_string())
 }
@@ -281,22 +282,19 @@ fn save_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     options.open(path)?.write_all(text.as_bytes())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let term = async {
-        if let Ok(mut term) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        {
-            term.recv().await;
+/// Ctrl-C or SIGTERM, listened for from the moment this returns: a signal that comes while the
+/// server is still starting is kept for it, rather than killing it before it can clean up.
+fn shutdown_signal() -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => {},
+            _ = interrupt.recv() => {},
         }
-    };
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
-    }
-    tracing::info!("shutting down");
+        tracing::info!("shutting down");
+    })
 }
 
 /// The account called `name`, or the error the command line prints.

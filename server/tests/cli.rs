@@ -141,7 +141,7 @@ fn invalid_configuration_stops_the_server_naming_the_key() {
 fn serve_until_ready(
     data: &std::path::Path,
     config: &std::path::Path,
-) -> (std::process::Child, Vec<String>) {
+) -> (std::process::Child, Vec<String>, u16) {
     use std::io::BufRead;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -167,7 +167,7 @@ fn serve_until_ready(
         let ready = line.contains("serving on");
         lines.push(line);
         if ready {
-            return (child, lines);
+            return (child, lines, port);
         }
     }
     let _ = child.kill();
@@ -175,10 +175,25 @@ fn serve_until_ready(
     panic!("the server stopped before serving ({status:?}): {lines:?}");
 }
 
+/// A plain HTTP/1.1 GET with a bearer token; the whole answer as text.
+fn get_with_token(port: u16, path: &str, token: &str) -> String {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+}
+
 fn terminate(mut child: std::process::Child) {
     let pid = child.id().to_string();
     Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    assert!(child.wait().unwrap().success(), "a clean exit on SIGTERM");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "a clean exit on SIGTERM: {status:?}");
 }
 
 #[test]
@@ -192,8 +207,15 @@ fn the_first_run_creates_an_admin_once_and_the_environment_beats_the_file() {
     )
     .unwrap();
 
-    let (child, lines) = serve_until_ready(data.path(), &config);
+    let (child, lines, port) = serve_until_ready(data.path(), &config);
+    // A token made on the command line works against the running server.
+    let (code, token, err) = server(data.path(), &["token", "create", "--user", "admin"], None);
+    assert_eq!(code, 0, "{err}");
+    let me = get_with_token(port, "/api/v1/me", token.trim());
     terminate(child);
+    assert!(me.starts_with("HTTP/1.1 200"), "{me}");
+    assert!(me.contains("\"name\":\"admin\""), "{me}");
+    assert!(me.contains("\"role\":\"admin\""), "{me}");
     let announced = lines
         .iter()
         .find_map(|l| {
@@ -215,9 +237,31 @@ fn the_first_run_creates_an_admin_once_and_the_environment_beats_the_file() {
     assert!(out.contains("admin now has 51 credits"), "{out}");
 
     // An account exists now: the next start creates none and prints no password.
-    let (child, lines) = serve_until_ready(data.path(), &config);
+    let (child, lines, _) = serve_until_ready(data.path(), &config);
     terminate(child);
     assert!(lines.iter().all(|l| !l.contains("First run")), "{lines:?}");
     let (code, out, _) = server(data.path(), &["user", "add", "admin"], None);
     assert_ne!(code, 0, "{out}");
+}
+
+#[test]
+fn migrate_creates_the_database_and_can_run_again() {
+    let data = tempfile::tempdir().unwrap();
+    let (code, _, err) = server(data.path(), &["migrate"], None);
+    assert_eq!(code, 0, "{err}");
+    let database = std::fs::read_dir(data.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| e.file_name().to_string_lossy().ends_with(".db"))
+        .expect("a SQLite file in the data directory");
+    assert!(database.metadata().unwrap().len() > 0);
+    let (code, _, err) = server(data.path(), &["migrate"], None);
+    assert_eq!(code, 0, "a second run finds nothing to do: {err}");
+    let (code, out, err) = server(
+        data.path(),
+        &["user", "add", "ada", "--password-stdin"],
+        Some("a-long-password\n"),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("created ada"), "the schema is usable: {out}");
 }
