@@ -7,6 +7,7 @@ use common::{FakeRuntime, TestApp};
 use http::{Method, Request, StatusCode};
 use http_body_util::Full;
 use serde_json::json;
+use std::time::Duration;
 
 fn launch_body(editor: &str, slice_mib: u64, minutes: u32) -> serde_json::Value {
     json!({ "editor": editor, "slice_mib": slice_mib, "duration_minutes": minutes })
@@ -594,4 +595,30 @@ async fn a_restart_adopts_live_editors_and_ends_the_rest_with_a_refund() {
         .count();
     assert_eq!(free, 5, "the two ended sessions' slots are free again");
     again.stop().await;
+}
+
+#[tokio::test]
+async fn responses_stream_through_the_proxy_as_the_editor_sends_them() {
+    use http_body_util::BodyExt;
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (_, token) = app.user("sam").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    let request = Request::get(app.url(&format!("/s/{id}/stream")))
+        .header("authorization", format!("Bearer {token}"))
+        .body(Full::default())
+        .unwrap();
+    let response = app.open(request).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body();
+    // The editor holds its last line back until the first one has reached us.
+    let first = tokio::time::timeout(Duration::from_secs(5), body.frame())
+        .await
+        .expect("the first line arrives while the editor still holds the rest")
+        .expect("a frame")
+        .expect("data");
+    assert_eq!(first.into_data().unwrap(), "first\n");
+    common::STREAM_GATE.notify_one();
+    let rest = body.collect().await.unwrap().to_bytes();
+    assert_eq!(rest, "last\n");
+    app.stop().await;
 }

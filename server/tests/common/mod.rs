@@ -163,6 +163,14 @@ impl TestApp {
         format!("http://{}{path}", self.addr)
     }
 
+    /// The answer as it arrives: its body is read by the caller.
+    pub async fn open(
+        &self,
+        request: Request<Full<Bytes>>,
+    ) -> hyper::Response<hyper::body::Incoming> {
+        self.client.request(request).await.expect("request")
+    }
+
     pub async fn send(&self, request: Request<Full<Bytes>>) -> Response {
         let response = self.client.request(request).await.expect("request");
         let (parts, body) = response.into_parts();
@@ -426,6 +434,10 @@ impl Runtime for FakeRuntime {
     }
 }
 
+/// Lets the stand-in's `stream` route send its last line.
+pub static STREAM_GATE: std::sync::LazyLock<tokio::sync::Notify> =
+    std::sync::LazyLock::new(tokio::sync::Notify::new);
+
 static FAKE_TASKS: std::sync::LazyLock<
     std::sync::Mutex<std::collections::HashMap<String, tokio::task::JoinHandle<()>>>,
 > = std::sync::LazyLock::new(Default::default);
@@ -493,6 +505,28 @@ fn fake_editor(
             &format!("{base}close"),
             // An editor that closes the connection after each answer.
             get(|| async { ([("connection", "close")], "closing") }),
+        )
+        .route(
+            &format!("{base}stream"),
+            // A first line at once, the last only when the test says so.
+            get(|| async {
+                let lines = futures_util::stream::unfold(0u8, |step| async move {
+                    let line: &'static [u8] = match step {
+                        0 => b"first\n",
+                        1 => {
+                            let _ = tokio::time::timeout(
+                                Duration::from_secs(10),
+                                STREAM_GATE.notified(),
+                            )
+                            .await;
+                            b"last\n"
+                        }
+                        _ => return None,
+                    };
+                    Some((Ok::<_, std::io::Error>(Bytes::from_static(line)), step + 1))
+                });
+                axum::body::Body::from_stream(lines)
+            }),
         )
         .route(
             &format!("{base}upload"),
