@@ -270,3 +270,71 @@ async fn a_missing_editor_is_shown_unavailable_with_the_reason_and_refused() {
     assert_eq!(held, 0, "nothing is held for a launch that cannot run");
     app.stop().await;
 }
+
+/// Calls a server function as the page's script does, signed in with `cookie`.
+async fn server_fn(app: &TestApp, path: &str, cookie: &str, form: &str) -> Answer {
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri(path)
+        .header(header::COOKIE, format!("sandbox_session={cookie}"))
+        .header(header::ACCEPT, "application/json")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from(form.to_string()))
+        .unwrap();
+    send(app, request).await
+}
+
+#[tokio::test]
+async fn server_functions_act_only_on_the_callers_own_sessions() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (_, owner) = app.user("owner").await;
+    app.user("other").await;
+    let launch = Request::builder()
+        .method(Method::POST)
+        .uri("/api/v1/sessions")
+        .header(header::AUTHORIZATION, format!("Bearer {owner}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(
+            json!({"editor": "jupyterlab", "slice_mib": 8192, "duration_minutes": 30}).to_string(),
+        ))
+        .unwrap();
+    let id = send(&app, launch).await.json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let other = sign_in(&app, "other", None).await;
+    let other = cookie_value(&other.session_cookie().unwrap());
+    let owner_cookie = sign_in(&app, "owner", None).await;
+    let owner_cookie = cookie_value(&owner_cookie.session_cookie().unwrap());
+    let form = format!("id={id}");
+
+    for path in [app::api::GetSession::PATH, app::api::StopSession::PATH] {
+        let refused = server_fn(&app, path, &other, &form).await;
+        assert!(!refused.status.is_success(), "{path}: {}", refused.body);
+        assert_eq!(refused.json()["error"], "not_found", "{path}");
+    }
+    let still = app.record(&id).await;
+    assert_ne!(
+        still.state,
+        app::domain::session::SessionState::Ended,
+        "another user's stop changed nothing"
+    );
+
+    let seen = server_fn(&app, app::api::GetSession::PATH, &owner_cookie, &form).await;
+    assert_eq!(seen.status, StatusCode::OK, "{}", seen.body);
+    assert_eq!(seen.json()["id"], id.as_str());
+    let stopped = server_fn(&app, app::api::StopSession::PATH, &owner_cookie, &form).await;
+    assert_eq!(stopped.status, StatusCode::OK, "{}", stopped.body);
+    assert_eq!(stopped.json()["state"], "ended");
+
+    let anonymous = Request::builder()
+        .method(Method::POST)
+        .uri(app::api::GetSession::PATH)
+        .header(header::ACCEPT, "application/json")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from(form.clone()))
+        .unwrap();
+    let anonymous = send(&app, anonymous).await;
+    assert_eq!(anonymous.json()["error"], "unauthenticated");
+    app.stop().await;
+}
