@@ -72,6 +72,20 @@ async fn sign_in(app: &TestApp, name: &str, cookie: Option<&str>) -> Answer {
     send(app, request.body(Body::from(form)).unwrap()).await
 }
 
+/// `POST /api/v1/sessions` for a 30-minute 8 GB session of `editor`, with a bearer token.
+async fn launch(app: &TestApp, token: &str, editor: &str) -> Answer {
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri("/api/v1/sessions")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(
+            json!({"editor": editor, "slice_mib": 8192, "duration_minutes": 30}).to_string(),
+        ))
+        .unwrap();
+    send(app, request).await
+}
+
 async fn me_with_cookie(app: &TestApp, cookie: &str) -> StatusCode {
     let request = get("/api/v1/me")
         .header(header::COOKIE, format!("sandbox_session={cookie}"))
@@ -121,16 +135,7 @@ async fn the_proxy_sends_strangers_to_sign_in_and_hides_other_users_sessions() {
     let app = TestApp::start(Some(FakeRuntime::new())).await;
     let (_, owner) = app.user("owner").await;
     let (_, other) = app.user("other").await;
-    let launch = Request::builder()
-        .method(Method::POST)
-        .uri("/api/v1/sessions")
-        .header(header::AUTHORIZATION, format!("Bearer {owner}"))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(
-            json!({"editor": "jupyterlab", "slice_mib": 8192, "duration_minutes": 30}).to_string(),
-        ))
-        .unwrap();
-    let launched = send(&app, launch).await;
+    let launched = launch(&app, &owner, "jupyterlab").await;
     assert_eq!(launched.status, StatusCode::CREATED, "{}", launched.body);
     let id = launched.json()["id"].as_str().unwrap().to_string();
 
@@ -250,16 +255,7 @@ async fn a_missing_editor_is_shown_unavailable_with_the_reason_and_refused() {
     let reason = code_server["unavailable"].as_str().unwrap_or_default();
     assert!(reason.contains("not installed"), "{code_server}");
 
-    let launch = Request::builder()
-        .method(Method::POST)
-        .uri("/api/v1/sessions")
-        .header(header::AUTHORIZATION, format!("Bearer {token}"))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(
-            json!({"editor": "code-server", "slice_mib": 8192, "duration_minutes": 30}).to_string(),
-        ))
-        .unwrap();
-    let refused = send(&app, launch).await;
+    let refused = launch(&app, &token, "code-server").await;
     assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.body);
     let message = refused.json()["message"].as_str().unwrap().to_string();
     assert!(
@@ -289,16 +285,7 @@ async fn server_functions_act_only_on_the_callers_own_sessions() {
     let app = TestApp::start(Some(FakeRuntime::new())).await;
     let (_, owner) = app.user("owner").await;
     app.user("other").await;
-    let launch = Request::builder()
-        .method(Method::POST)
-        .uri("/api/v1/sessions")
-        .header(header::AUTHORIZATION, format!("Bearer {owner}"))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(
-            json!({"editor": "jupyterlab", "slice_mib": 8192, "duration_minutes": 30}).to_string(),
-        ))
-        .unwrap();
-    let id = send(&app, launch).await.json()["id"]
+    let id = launch(&app, &owner, "jupyterlab").await.json()["id"]
         .as_str()
         .unwrap()
         .to_string();
