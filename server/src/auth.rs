@@ -99,6 +99,9 @@ pub struct Authenticator {
     store: Store,
     sessions: HttpSessionStore,
     cache: Mutex<FastMap<String, (Arc<UserRecord>, Instant)>>,
+    /// Counts forgets (logout, a locked user), so that a lookup that was already under way
+    /// when one happened does not put back what was just forgotten.
+    forgets: std::sync::atomic::AtomicU64,
 }
 
 impl Authenticator {
@@ -107,6 +110,7 @@ impl Authenticator {
             store,
             sessions,
             cache: Mutex::new(FastMap::default()),
+            forgets: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -121,6 +125,7 @@ impl Authenticator {
         if let Some(hit) = self.cached(key) {
             return Ok(Some(hit));
         }
+        let forgets = self.forgets.load(std::sync::atomic::Ordering::Acquire);
         let user = if is_token {
             self.store.user_by_token_hash(&token_hash(key)).await?
         } else {
@@ -131,6 +136,9 @@ impl Authenticator {
         // cannot grow the cache.
         if let Some(found) = &user {
             let mut cache = self.cache.lock().expect("auth cache");
+            if self.forgets.load(std::sync::atomic::Ordering::Acquire) != forgets {
+                return Ok(user);
+            }
             if cache.len() >= CACHE_CAPACITY {
                 cache.retain(|_, (_, at)| at.elapsed() < CACHE_TTL);
                 if cache.len() >= CACHE_CAPACITY {
@@ -170,16 +178,19 @@ impl Authenticator {
 
     /// Forgets everything cached for a user (locked, role changed), on this replica at once.
     pub fn forget_user(&self, user_id: &str) {
-        self.cache
-            .lock()
-            .expect("auth cache")
-            .retain(|_, (user, _)| user.id != user_id);
+        let mut cache = self.cache.lock().expect("auth cache");
+        cache.retain(|_, (user, _)| user.id != user_id);
+        self.forgets
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
     /// Forgets a cookie at once (logout, or its id cycled at sign-in), rather than when the
     /// cache entry expires. The cache is keyed by the cookie's value itself.
     pub fn forget_cookie(&self, cookie: &str) {
-        self.cache.lock().expect("auth cache").remove(cookie);
+        let mut cache = self.cache.lock().expect("auth cache");
+        cache.remove(cookie);
+        self.forgets
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 

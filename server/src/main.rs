@@ -246,12 +246,17 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
 }
 
 async fn serve(config: Config) -> Result<(), String> {
-    let shutdown = shutdown_signal().map_err(|e| format!("cannot listen for signals: {e}"))?;
+    let mut shutdown =
+        Box::pin(shutdown_signal().map_err(|e| format!("cannot listen for signals: {e}"))?);
     let listen = config.listen_addr();
     let data_dir = config.data_dir.clone();
-    let service = server::build_service(config)
-        .await
-        .map_err(|e| e.to_string())?;
+    // Start-up adopts or stops the editors it finds: two servers on one data directory would
+    // each stop the other's.
+    let _lock = lock_data_dir(&data_dir)?;
+    let service = tokio::select! {
+        built = server::build_service(config) => built.map_err(|e| e.to_string())?,
+        _ = &mut shutdown => return Err("stopped during start-up".into()),
+    };
     if let Some(password) = service.ensure_admin().await.map_err(|e| e.to_string())? {
         let file = data_dir.join("initial-admin-password");
         println!("\n  First run: created the account 'admin' with password: {password}");
@@ -263,23 +268,49 @@ async fn serve(config: Config) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    println!("  GPU Sandbox is serving on http://{listen}");
+    let bound = listener.local_addr().unwrap_or(listen);
+    println!("  GPU Sandbox is serving on http://{bound}");
     server::run(listener, service, shutdown)
         .await
         .map_err(|e| e.to_string())
 }
 
-/// Writes a file only its owner can read, from the moment it exists.
+/// Writes a file only its owner can read, from the moment it exists (and one that existed
+/// already is made so before it is written).
 fn save_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.write_all(text.as_bytes())
+}
+
+/// Holds `data_dir/server.lock` for as long as the returned file lives; another `serve` on the
+/// same directory is refused with a clear message.
+fn lock_data_dir(data_dir: &std::path::Path) -> Result<std::fs::File, String> {
+    use std::os::fd::AsRawFd;
+    std::fs::create_dir_all(data_dir)
+        .map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
+    let path = data_dir.join("server.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    // SAFETY: flock on a descriptor this function owns; released when the file is closed.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(format!(
+            "another server is already running on the data directory {}",
+            data_dir.display()
+        ));
     }
-    options.open(path)?.write_all(text.as_bytes())
+    Ok(file)
 }
 
 /// Ctrl-C or SIGTERM, listened for from the moment this returns: a signal that comes while the

@@ -829,13 +829,16 @@ impl Service {
         session: &tower_sessions::Session,
         cookie: Option<&str>,
     ) -> Result<(), AppError> {
-        if let Some(cookie) = cookie {
-            self.auth.forget_cookie(cookie);
-        }
+        // The record first: a lookup after this finds nobody, and one already under way sees
+        // the forget below and does not cache what it found.
         session.flush().await.map_err(|e| {
             tracing::error!(error = %e, "ending the session");
             AppError::Internal
-        })
+        })?;
+        if let Some(cookie) = cookie {
+            self.auth.forget_cookie(cookie);
+        }
+        Ok(())
     }
 }
 

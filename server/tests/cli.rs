@@ -137,48 +137,90 @@ fn invalid_configuration_stops_the_server_naming_the_key() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("key `listen`"));
 }
 
-/// Starts `serve` and returns it with the lines it printed up to "serving on".
+/// Starts `serve` on a port of its choosing; returns it with the lines it printed up to
+/// "serving on", and that port.
 fn serve_until_ready(
     data: &std::path::Path,
     config: &std::path::Path,
 ) -> (std::process::Child, Vec<String>, u16) {
+    let (mut child, lines) = start_serve(data, config);
+    let Some(ready) = lines.last().filter(|l| l.contains("serving on")) else {
+        let _ = child.kill();
+        let status = child.wait();
+        panic!("the server stopped before serving ({status:?}): {lines:?}");
+    };
+    let port = ready
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("a port in {ready:?}"));
+    (child, lines, port)
+}
+
+/// Starts `serve` and reads what it prints until it serves, exits, or a minute passes.
+fn start_serve(
+    data: &std::path::Path,
+    config: &std::path::Path,
+) -> (std::process::Child, Vec<String>) {
     use std::io::BufRead;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_server"))
         .args(["--config", config.to_str().unwrap(), "serve"])
         .env("SANDBOX_DATA_DIR", data)
         .env("SANDBOX_LOG", "error")
-        .env("SANDBOX_LISTEN", format!("127.0.0.1:{port}"))
+        .env("SANDBOX_LISTEN", "127.0.0.1:0")
         .env_remove("SANDBOX_DATABASE_URL")
         // Bare numbers, as a shell would pass them, and over the file's values.
         .env("SANDBOX_CREDITS__INITIAL_GRANT", "50")
         .env("SANDBOX_POOL__DEFAULT_PRICE_PER_GIB_HOUR", "0.5")
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("server binary");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    for output in [
+        Box::new(stdout) as Box<dyn std::io::Read + Send>,
+        Box::new(stderr),
+    ] {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(output).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    drop(tx);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let mut lines = Vec::new();
-    for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines() {
-        let line = line.unwrap();
-        let ready = line.contains("serving on");
-        lines.push(line);
-        if ready {
-            return (child, lines, port);
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                let ready = line.contains("serving on");
+                lines.push(line);
+                if ready {
+                    break;
+                }
+            }
+            // Both outputs closed: it exited.
+            Err(_) => break,
         }
     }
-    let _ = child.kill();
-    let status = child.wait();
-    panic!("the server stopped before serving ({status:?}): {lines:?}");
+    (child, lines)
 }
 
-/// A plain HTTP/1.1 GET with a bearer token; the whole answer as text.
-fn get_with_token(port: u16, path: &str, token: &str) -> String {
+/// A plain HTTP/1.1 GET with a bearer token to the server `child`; the whole answer as text.
+fn get_with_token(child: &mut std::process::Child, port: u16, path: &str, token: &str) -> String {
     use std::io::Read;
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap_or_else(|e| {
+        panic!(
+            "connecting to port {port}: {e}; the server: {:?}",
+            child.try_wait()
+        )
+    });
     write!(
         stream,
         "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
@@ -207,11 +249,11 @@ fn the_first_run_creates_an_admin_once_and_the_environment_beats_the_file() {
     )
     .unwrap();
 
-    let (child, lines, port) = serve_until_ready(data.path(), &config);
+    let (mut child, lines, port) = serve_until_ready(data.path(), &config);
     // A token made on the command line works against the running server.
     let (code, token, err) = server(data.path(), &["token", "create", "--user", "admin"], None);
     assert_eq!(code, 0, "{err}");
-    let me = get_with_token(port, "/api/v1/me", token.trim());
+    let me = get_with_token(&mut child, port, "/api/v1/me", token.trim());
     terminate(child);
     assert!(me.starts_with("HTTP/1.1 200"), "{me}");
     assert!(me.contains("\"name\":\"admin\""), "{me}");
@@ -238,6 +280,15 @@ fn the_first_run_creates_an_admin_once_and_the_environment_beats_the_file() {
 
     // An account exists now: the next start creates none and prints no password.
     let (child, lines, _) = serve_until_ready(data.path(), &config);
+    // A second server on the same data directory would stop the first one's editors: refused.
+    let (mut second, said) = start_serve(data.path(), &config);
+    let status = second.wait().unwrap();
+    assert!(!status.success(), "{said:?}");
+    assert!(
+        said.iter()
+            .any(|l| l.contains("another server is already running on the data directory")),
+        "{said:?}"
+    );
     terminate(child);
     assert!(lines.iter().all(|l| !l.contains("First run")), "{lines:?}");
     let (code, out, _) = server(data.path(), &["user", "add", "admin"], None);

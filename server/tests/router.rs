@@ -135,9 +135,13 @@ async fn the_proxy_sends_strangers_to_sign_in_and_hides_other_users_sessions() {
     let app = TestApp::start(Some(FakeRuntime::new())).await;
     let (_, owner) = app.user("owner").await;
     let (_, other) = app.user("other").await;
-    let launched = launch(&app, &owner, "jupyterlab").await;
-    assert_eq!(launched.status, StatusCode::CREATED, "{}", launched.body);
-    let id = launched.json()["id"].as_str().unwrap().to_string();
+    // Ready, so that the owner reaches it and a refusal is the owner check, not a missing route.
+    let id = app.launch_ready(&owner, "jupyterlab").await;
+    let owners = get(&format!("/s/{id}/api/status"))
+        .header(header::AUTHORIZATION, format!("Bearer {owner}"))
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(send(&app, owners).await.status, StatusCode::OK);
 
     let browser = get(&format!("/s/{id}/lab"))
         .header(header::ACCEPT, "text/html,application/xhtml+xml")

@@ -362,7 +362,11 @@ impl Runtime for LocalRuntime {
             run_dir: Some(run_dir.clone()),
         })
         .map_err(|e| RuntimeError::Handle(e.to_string()))?;
-        tokio::fs::write(run_dir.join(HANDLE_FILE), &handle).await?;
+        // Only a safety net for the next start: the editor runs, and the caller gets its handle,
+        // even if the copy cannot be written.
+        if let Err(e) = tokio::fs::write(run_dir.join(HANDLE_FILE), &handle).await {
+            tracing::warn!(session = %launch.session_id, error = %e, "keeping the editor's handle beside it");
+        }
         Ok(Running {
             upstream,
             secret,
@@ -494,13 +498,17 @@ impl Runtime for LocalRuntime {
                 continue;
             };
             match serde_json::from_str::<Handle>(&raw) {
-                Ok(handle) if handle.alive() => {
-                    tracing::warn!(launch = %launch_id, pid = handle.pid, "stopping an editor that no session owns");
-                    if self.stop(&raw).await.is_ok() {
+                // Without its start time a pid alone could name another process by now.
+                Ok(handle) if handle.started.is_some() => {
+                    let alive = handle.alive();
+                    if alive {
+                        tracing::warn!(launch = %launch_id, pid = handle.pid, "stopping an editor that no session owns");
+                    }
+                    // Also when its leader is gone: what is left of its group goes too.
+                    if self.stop(&raw).await.is_ok() && alive {
                         stopped += 1;
                     }
                 }
-                // Its editor is gone already.
                 _ => {
                     let _ = tokio::fs::remove_file(&file).await;
                 }
