@@ -17,6 +17,7 @@ BENCH_COLD_N)  BENCH_ROUNDS=3 (HTTP)  BENCH_WRK_DUR=10s  BENCH_WS_ROUNDS=9  BENC
 import http.client
 import json
 import os
+import random
 import re
 import secrets
 import shutil
@@ -152,20 +153,6 @@ def cpu_s(*pids):
             t = psutil.Process(pid).cpu_times()
             total += t.user + t.system
         except psutil.NoSuchProcess:
-            pass
-    return total
-
-
-def cpu_ns(*pids):
-    """CPU time of every thread of these processes, in nanoseconds (the scheduler's own count,
-    where cpu_s has clock-tick resolution)."""
-    total = 0
-    for pid in pids:
-        try:
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                    total += int(f.read().split()[0])
-        except FileNotFoundError:
             pass
     return total
 
@@ -799,26 +786,31 @@ def bench_standins(results):
                 targets.append({"label": "nginx-socket", "url": f"ws://127.0.0.1:{floor.port}{spath}"})
             labels = [t["label"] for t in targets]
             # Each proxy relays two of the targets (TCP and socket); its CPU time over a client's
-            # run, divided by the round trips it relayed, is its CPU per round trip.
+            # run (user + system of the whole process, exited threads included), divided by the
+            # round trips it relayed, is its CPU per round trip. The server's own background work
+            # in that time (a tick every few seconds) is counted too, a small overstatement.
             relays = {"ours": [pid]}
             if floor:
                 relays["nginx-proxy"] = floor.workers()
-            relay_ns = dict.fromkeys(relays, 0)
+            relay_s = dict.fromkeys(relays, 0.0)
             relayed = 0
+            # A new order of the targets every round (seeded: the same in every run), so that
+            # no target always follows the same neighbour.
+            order = random.Random(20261130)
             runs = []
             for rnd in range(WS_ROUNDS):
-                k = rnd % len(targets)  # rotate which target goes first
-                # and which client: a client's run can leave the machine warmer for the next
+                shuffled = order.sample(targets, len(targets))
+                # The clients alternate which goes first: a client's run can leave the machine
+                # warmer for the next.
                 for client in WS_CLIENTS[rnd % 2:] + WS_CLIENTS[:rnd % 2]:
-                    spec = {"n": WS_N, "block": WS_BLOCK, "client": client,
-                            "targets": targets[k:] + targets[:k]}
-                    before = {name: cpu_ns(*pids) for name, pids in relays.items()}
+                    spec = {"n": WS_N, "block": WS_BLOCK, "client": client, "targets": shuffled}
+                    before = {name: cpu_s(*pids) for name, pids in relays.items()}
                     p = subprocess.run([os.environ["BENCH_PYTHON"], os.path.join(HERE, "ws_client.py"),
                                         json.dumps(spec)], capture_output=True, text=True, timeout=600)
                     if p.returncode != 0:
                         raise RuntimeError(f"ws client: {p.stderr[-800:]}")
                     for name, pids in relays.items():
-                        relay_ns[name] += cpu_ns(*pids) - before[name]
+                        relay_s[name] += cpu_s(*pids) - before[name]
                     relayed += 2 * (WS_N + 100)  # two targets each, with the warm-up
                     res = json.loads(p.stdout)
                     load = loadavg()
@@ -840,7 +832,7 @@ def bench_standins(results):
                         cs[label]["added_us_per_round"] = added
                         cs[label]["added_us"] = med(added)
             results["ws"] = {"runs": runs, "summary": summ, "n": WS_N, "clients": WS_CLIENTS,
-                             "cpu_us_per_round_trip": {k: v / relayed / 1000 for k, v in relay_ns.items()}}
+                             "cpu_us_per_round_trip": {k: v / relayed * 1e6 for k, v in relay_s.items()}}
         results["end_rss_mib"] = rss_mib(pid)
         results["end_hwm_mib"] = hwm_mib(pid)
     finally:

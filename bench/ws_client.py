@@ -34,12 +34,15 @@ WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 class RawClient:
     """A minimal RFC 6455 client for unfragmented 100-byte text echoes."""
 
+    FRAMES = 512  # masked frames prepared ahead, each with its own key, used in turn
+
     def __init__(self, url, headers):
         u = urlparse(url)
         self.sock = socket.create_connection((u.hostname, u.port), timeout=10)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         key = base64.b64encode(os.urandom(16))
-        request = (f"GET {u.path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\n"
+        target = u.path + (f"?{u.query}" if u.query else "")
+        request = (f"GET {target} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\n"
                    "Upgrade: websocket\r\nConnection: Upgrade\r\n"
                    f"Sec-WebSocket-Key: {key.decode()}\r\nSec-WebSocket-Version: 13\r\n"
                    + "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n")
@@ -56,27 +59,63 @@ class RawClient:
             raise RuntimeError(f"{url}: not a WebSocket handshake: {head[:300]!r}")
         if rest:
             raise RuntimeError(f"{url}: unexpected bytes after the handshake")
-        payload = MSG.encode()
-        mask = os.urandom(4)
-        # Client frames must be masked; the same masked frame is sent every time, so the loop
-        # measures the path, not Python's byte twiddling.
-        self.frame = (bytes([0x81, 0x80 | len(payload)]) + mask
-                      + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
-        self.echo = bytes([0x81, len(payload)]) + payload
+        self.payload = MSG.encode()
+        # Client frames are masked with a fresh key each (RFC 6455 5.3); prepared here so the
+        # loop measures the path, not Python's byte twiddling.
+        self.frames = [self.masked(0x1, self.payload) for _ in range(self.FRAMES)]
+        self.sent = 0
+        self.buf = b""
         self.sock.settimeout(None)
 
-    def round_trip(self):
-        self.sock.sendall(self.frame)
-        got = self.sock.recv(len(self.echo))
-        while len(got) < len(self.echo):
-            more = self.sock.recv(len(self.echo) - len(got))
+    @staticmethod
+    def masked(opcode, payload):
+        assert len(payload) < 126
+        mask = os.urandom(4)
+        return (bytes([0x80 | opcode, 0x80 | len(payload)]) + mask
+                + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+
+    def fill(self, n):
+        """Until the buffer holds n bytes; one recv() per echo in the usual case."""
+        while len(self.buf) < n:
+            more = self.sock.recv(65536)
             if not more:
                 raise RuntimeError("connection closed mid-frame")
-            got += more
-        if got != self.echo:
-            raise RuntimeError(f"unexpected reply {got[:20]!r}")
+            self.buf += more
+
+    def read_frame(self):
+        """(opcode, payload) of the next unmasked server frame."""
+        self.fill(2)
+        b0, b1 = self.buf[0], self.buf[1]
+        if b1 & 0x80:
+            raise RuntimeError("a masked frame from the server")
+        length, start = b1 & 0x7F, 2
+        if length == 126:
+            self.fill(4)
+            length, start = int.from_bytes(self.buf[2:4], "big"), 4
+        elif length == 127:
+            self.fill(10)
+            length, start = int.from_bytes(self.buf[2:10], "big"), 10
+        self.fill(start + length)
+        payload, self.buf = self.buf[start:start + length], self.buf[start + length:]
+        return b0 & 0x0F, payload
+
+    def round_trip(self):
+        self.sock.sendall(self.frames[self.sent % self.FRAMES])
+        self.sent += 1
+        while True:
+            opcode, payload = self.read_frame()
+            if opcode == 0x9:  # a ping (the server's keepalive): answer, keep waiting
+                self.sock.sendall(self.masked(0xA, payload))
+                continue
+            if opcode == 0x1 and payload == self.payload:
+                return
+            raise RuntimeError(f"unexpected frame {opcode:#x} {payload[:20]!r}")
 
     def close(self):
+        try:
+            self.sock.sendall(self.masked(0x8, (1000).to_bytes(2, "big")))
+        except OSError:
+            pass
         self.sock.close()
 
 
