@@ -185,11 +185,11 @@ fn start_serve(
     ] {
         let tx = tx.clone();
         std::thread::spawn(move || {
+            // Read to the end even when nobody listens any more: a closed pipe would make the
+            // server's next line fail.
             for line in std::io::BufReader::new(output).lines() {
                 let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
+                let _ = tx.send(line);
             }
         });
     }
