@@ -95,6 +95,15 @@ pub fn router() -> Router<AppState> {
         .route("/quota", get(quota))
         .route("/pool", get(pool))
         .fallback(|| async { ApiError(AppError::NotFound) })
+        .method_not_allowed_fallback(|| async {
+            (
+                http::StatusCode::METHOD_NOT_ALLOWED,
+                Json(serde_json::json!({
+                    "error": "method_not_allowed",
+                    "message": "this path does not take that method",
+                })),
+            )
+        })
         .layer(axum::extract::DefaultBodyLimit::max(16 * 1024));
     Router::new().nest("/api/v1", v1)
 }

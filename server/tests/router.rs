@@ -127,6 +127,21 @@ async fn api_errors_are_json_with_a_fitting_status() {
     let missing = send(&app, missing).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
     assert_eq!(missing.json()["error"], "not_found");
+
+    let wrong_method = Request::builder()
+        .method(Method::PUT)
+        .uri("/api/v1/sessions")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(Body::empty())
+        .unwrap();
+    let wrong_method = send(&app, wrong_method).await;
+    assert_eq!(wrong_method.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(wrong_method.json()["error"], "method_not_allowed");
+    let unknown = get("/api/v1/no-such-thing")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(send(&app, unknown).await.json()["error"], "not_found");
     app.stop().await;
 }
 
