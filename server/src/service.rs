@@ -708,6 +708,7 @@ impl Service {
 
     /// After a restart: re-adopt editors that still answer, end the rest with a refund.
     pub async fn recover(&self) -> Result<(), StoreError> {
+        let mut owned = std::collections::HashSet::new();
         for record in self.store.live_sessions().await? {
             let alive = match &record.runtime_handle {
                 Some(handle) => self.runtime.is_alive(handle).await,
@@ -716,6 +717,7 @@ impl Service {
             match record.state {
                 SessionState::Ready if alive => {
                     tracing::info!(session = %record.id, "re-adopted a running editor");
+                    owned.insert(record.id);
                 }
                 SessionState::Ready => {
                     self.stop_session(
@@ -736,14 +738,7 @@ impl Service {
             }
         }
         // A server that died between starting an editor and recording it left that editor
-        // to nobody: whatever no live session or ready pre-started editor owns is stopped.
-        let mut owned: std::collections::HashSet<String> = self
-            .store
-            .live_sessions()
-            .await?
-            .into_iter()
-            .map(|r| r.id)
-            .collect();
+        // to nobody: whatever no adopted session or ready pre-started editor owns is stopped.
         owned.extend(
             self.store
                 .warm_editors()

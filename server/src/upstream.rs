@@ -119,6 +119,25 @@ fn origin_form<B>(request: &mut Request<B>) {
     }
 }
 
+/// A new HTTP/1 connection to the editor at `address`; the caller drives it.
+async fn handshake<B>(
+    address: &str,
+) -> Result<
+    (
+        http1::SendRequest<B>,
+        http1::Connection<TokioIo<EditorStream>, B>,
+    ),
+    UpstreamError,
+>
+where
+    B: http_body::Body + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let stream = EditorStream::connect(address).await?;
+    Ok(http1::handshake(TokioIo::new(stream)).await?)
+}
+
 /// One request on a connection of its own, its answer read whole (at most `limit` bytes): the
 /// runtime's readiness probes and the activity sampler.
 pub async fn fetch(
@@ -136,8 +155,7 @@ pub async fn fetch(
         .headers_mut()
         .entry(http::header::HOST)
         .or_insert(host);
-    let stream = EditorStream::connect(address).await?;
-    let (mut sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
+    let (mut sender, connection) = handshake(address).await?;
     let exchange = async {
         let response = sender.send_request(request).await?;
         let status = response.status();
@@ -174,8 +192,7 @@ pub async fn upgrade(
     mut request: Request<Body>,
 ) -> Result<Response<Incoming>, UpstreamError> {
     origin_form(&mut request);
-    let stream = EditorStream::connect(address).await?;
-    let (mut sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
+    let (mut sender, connection) = handshake(address).await?;
     tokio::spawn(async move {
         if let Err(e) = connection.with_upgrades().await {
             tracing::debug!(error = %e, "editor connection for an upgrade");
@@ -262,8 +279,7 @@ impl UpstreamPool {
     }
 
     async fn connect(address: &str) -> Result<Upstream, UpstreamError> {
-        let stream = EditorStream::connect(address).await?;
-        let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
+        let (sender, connection) = handshake(address).await?;
         Ok(Upstream {
             sender,
             connection: Box::pin(connection),

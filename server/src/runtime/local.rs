@@ -242,6 +242,50 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
+/// Ends the editor's process group and what left it, then what it leaves on disk.
+async fn stop_editor(handle: &Handle) {
+    end_processes(handle).await;
+    handle.tidy().await;
+}
+
+async fn end_processes(handle: &Handle) {
+    if process_alive(handle.pid) && !handle.alive() {
+        // The pid now belongs to another process: ours is long gone, leave this one alone.
+        return;
+    }
+    if !process_alive(handle.pid) {
+        // The leader is gone, but its group (kernels, language servers) may not be.
+        signal_group(handle.pid, libc::SIGKILL);
+        return;
+    }
+    // Kernels run in sessions of their own: note the whole tree now, while it hangs together,
+    // to end what the editor leaves behind.
+    let leader = handle.pid as u32;
+    let tree = tokio::task::spawn_blocking(move || descendants(leader))
+        .await
+        .unwrap_or_default();
+    signal_group(handle.pid, libc::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while process_alive(handle.pid) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Whatever is left of the group and the tree (kernels, language servers) goes too.
+    signal_group(handle.pid, libc::SIGKILL);
+    for (pid, started) in tree {
+        if process_start_time(pid as i32) == Some(started) {
+            // SAFETY: a signal to a process of this editor's tree (same pid, same start).
+            unsafe {
+                libc::kill(pid as i32, libc::SIGKILL);
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while process_alive(handle.pid) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tracing::info!(pid = handle.pid, "editor stopped");
+}
+
 #[async_trait::async_trait]
 impl Runtime for LocalRuntime {
     fn availability(&self) -> Vec<(EditorKind, Result<(), String>)> {
@@ -282,26 +326,27 @@ impl Runtime for LocalRuntime {
         let log_path = log_dir.join(format!("{}.log", launch.session_id));
         let log = std::fs::File::create(&log_path)?;
         let socket = socket_path(launch.editor, &run_dir);
-        let port = match &socket {
+        let (port, upstream, listen) = match &socket {
             Some(socket) => {
                 // Left by an editor that was killed; the new one could not bind over it.
                 let _ = tokio::fs::remove_file(socket).await;
-                0
+                let upstream = format!("{}{}", crate::upstream::UNIX_PREFIX, socket.display());
+                (0, upstream, editors::Listen::Unix(socket))
             }
-            None => free_port()?,
+            None => {
+                let port = free_port()?;
+                let listen = editors::Listen::Tcp {
+                    host: "127.0.0.1",
+                    port,
+                };
+                (port, format!("127.0.0.1:{port}"), listen)
+            }
         };
         // code-server's secret is an argon2 hash (cheap, but not free): off the async threads.
         let editor = launch.editor;
         let secret = tokio::task::spawn_blocking(move || editors::new_secret(editor))
             .await
             .map_err(|e| RuntimeError::Handle(e.to_string()))?;
-        let listen = match &socket {
-            Some(socket) => editors::Listen::Unix(socket),
-            None => editors::Listen::Tcp {
-                host: "127.0.0.1",
-                port,
-            },
-        };
         let args = editors::arguments(
             launch.editor,
             listen,
@@ -348,10 +393,6 @@ impl Runtime for LocalRuntime {
         tokio::spawn(async move {
             let _ = child.wait().await;
         });
-        let upstream = match &socket {
-            Some(socket) => format!("{}{}", crate::upstream::UNIX_PREFIX, socket.display()),
-            None => format!("127.0.0.1:{port}"),
-        };
         tracing::info!(session = %launch.session_id, editor = %launch.editor, pid, %upstream, "editor started");
         let handle = serde_json::to_string(&Handle {
             pid,
@@ -442,44 +483,7 @@ impl Runtime for LocalRuntime {
     async fn stop(&self, handle: &str) -> Result<(), RuntimeError> {
         let handle: Handle =
             serde_json::from_str(handle).map_err(|e| RuntimeError::Handle(e.to_string()))?;
-        if process_alive(handle.pid) && !handle.alive() {
-            // The pid now belongs to another process: ours is long gone, leave this one alone.
-            handle.tidy().await;
-            return Ok(());
-        }
-        if !process_alive(handle.pid) {
-            // The leader is gone, but its group (kernels, language servers) may not be.
-            signal_group(handle.pid, libc::SIGKILL);
-            handle.tidy().await;
-            return Ok(());
-        }
-        // Kernels run in sessions of their own: note the whole tree now, while it hangs together,
-        // to end what the editor leaves behind.
-        let leader = handle.pid as u32;
-        let tree = tokio::task::spawn_blocking(move || descendants(leader))
-            .await
-            .unwrap_or_default();
-        signal_group(handle.pid, libc::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while process_alive(handle.pid) && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        // Whatever is left of the group and the tree (kernels, language servers) goes too.
-        signal_group(handle.pid, libc::SIGKILL);
-        for (pid, started) in tree {
-            if process_start_time(pid as i32) == Some(started) {
-                // SAFETY: a signal to a process of this editor's tree (same pid, same start).
-                unsafe {
-                    libc::kill(pid as i32, libc::SIGKILL);
-                }
-            }
-        }
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while process_alive(handle.pid) && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        handle.tidy().await;
-        tracing::info!(pid = handle.pid, "editor stopped");
+        stop_editor(&handle).await;
         Ok(())
     }
 
@@ -505,9 +509,8 @@ impl Runtime for LocalRuntime {
                         tracing::warn!(launch = %launch_id, pid = handle.pid, "stopping an editor that no session owns");
                     }
                     // Also when its leader is gone: what is left of its group goes too.
-                    if self.stop(&raw).await.is_ok() && alive {
-                        stopped += 1;
-                    }
+                    stop_editor(&handle).await;
+                    stopped += usize::from(alive);
                 }
                 _ => {
                     let _ = tokio::fs::remove_file(&file).await;
