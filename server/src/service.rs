@@ -706,7 +706,8 @@ impl Service {
         Ok(Some(route))
     }
 
-    /// After a restart: re-adopt editors that still answer, end the rest with a refund.
+    /// After a restart: re-adopt editors that still answer, end the rest with a refund. Queued
+    /// sessions keep their place in line; they have no editor yet, so nothing of theirs was lost.
     pub async fn recover(&self) -> Result<(), StoreError> {
         let mut owned = std::collections::HashSet::new();
         for record in self.store.live_sessions().await? {
@@ -719,6 +720,7 @@ impl Service {
                     tracing::info!(session = %record.id, "re-adopted a running editor");
                     owned.insert(record.id);
                 }
+                SessionState::Queued => {}
                 SessionState::Ready => {
                     self.stop_session(
                         &record.id,

@@ -271,6 +271,73 @@ async fn a_full_pool_queues_with_positions_and_starts_by_itself() {
 }
 
 #[tokio::test]
+async fn queued_sessions_keep_their_place_across_a_restart() {
+    let runtime = FakeRuntime::new();
+    let two_slices_kept_on_shutdown = |c: &mut server::config::Config| {
+        c.idle.reaper_period_ms = REAPER_MS;
+        c.pool.gpus[0].memory_mib = 16384;
+        c.sessions.stop_on_shutdown = false;
+    };
+    let app = TestApp::start_with(Some(runtime.clone()), two_slices_kept_on_shutdown).await;
+    let mut users = Vec::new();
+    for name in ["q1", "q2", "q3", "q4"] {
+        users.push(app.user(name).await);
+    }
+    let first = app.launch_ready(&users[0].1, "jupyterlab").await;
+    app.launch_ready(&users[1].1, "jupyterlab").await;
+    let third = app.launch(&users[2].1, "jupyterlab", 30).await.json();
+    let fourth = app.launch(&users[3].1, "marimo", 30).await.json();
+    let (third, fourth) = (
+        third["id"].as_str().unwrap().to_string(),
+        fourth["id"].as_str().unwrap().to_string(),
+    );
+    let held_before = app.service.store.credits(&users[2].0).await.unwrap().1;
+    assert!(held_before > 0, "a queued launch holds its credits");
+    let database = app.service.config.database_url();
+    let data_dir = app.service.config.data_dir.clone();
+    let _data = app.stop().await;
+
+    let again = TestApp::start_with(Some(runtime), |c| {
+        two_slices_kept_on_shutdown(c);
+        c.database_url = database.clone();
+        c.data_dir = data_dir.clone();
+    })
+    .await;
+    again.service.recover().await.unwrap();
+    for (id, token, position) in [(&third, &users[2].1, 1), (&fourth, &users[3].1, 2)] {
+        let view = again
+            .get(&format!("/api/v1/sessions/{id}"), Some(token))
+            .await
+            .json();
+        assert_eq!(
+            (view["state"].as_str(), view["queue_position"].as_u64()),
+            (Some("queued"), Some(position)),
+            "still in line after the restart: {view}"
+        );
+    }
+    assert_eq!(
+        again.service.store.credits(&users[2].0).await.unwrap().1,
+        held_before,
+        "the hold stays while the session waits"
+    );
+
+    // The line moves as before: a freed slot goes to the head of it.
+    again
+        .delete(&format!("/api/v1/sessions/{first}"), Some(&users[0].1))
+        .await
+        .assert_status(StatusCode::OK);
+    let started = again
+        .wait_for(&users[2].1, &third, |v| v["state"] == "ready")
+        .await;
+    assert!(started["steps"].to_string().contains("Your turn"));
+    let moved = again
+        .wait_for(&users[3].1, &fourth, |v| v["queue_position"] == 1)
+        .await;
+    assert_eq!(moved["state"], "queued");
+    again.stop().await;
+}
+
+#[tokio::test]
 async fn a_warm_editor_launches_at_once_on_the_users_workspace_and_is_replaced() {
     let runtime = Arc::new(FakeRuntime {
         prestart: true,
