@@ -654,7 +654,7 @@ def bench_standins(results):
     env = {"SANDBOX_EDITORS__JUPYTERLAB": os.path.join(HERE, "standins/nginx-editor.sh"),
            "SANDBOX_EDITORS__MARIMO": ws_editor, "SANDBOX_EDITORS__CODE_SERVER": ws_editor}
     server = Server("standins", env).start()
-    chp = floor = None
+    chp = floor = polled_server = None
     try:
         pid = server.proc.pid
         # --- 4. memory: idle, then with 10 ready sessions
@@ -687,6 +687,14 @@ def bench_standins(results):
             ws_sock_sid = server.launch("code-server")["id"]
             server.wait_session(ws_sock_sid, "healthz", timeout=60)
             assert server.standin(ws_sock_sid)["socket"], "the code-server stand-in listens on a socket"
+            # The same proxy with WebSocket busy polling on (100 us; off by default), side by
+            # side: what the polling buys.
+            polled_server = Server("standins-polled",
+                              dict(env, SANDBOX_PROXY__WEBSOCKET_BUSY_POLL_US="100")).start()
+            polled_sid = polled_server.launch("marimo")["id"]
+            polled_server.wait_session(polled_sid, "health", timeout=60)
+            polled_sock_sid = polled_server.launch("code-server")["id"]
+            polled_server.wait_session(polled_sock_sid, "healthz", timeout=60)
         nginx = server.standin(web_sid)
         echo = server.standin(ws_sid) if ws_sid else None
         if ("http" in ONLY or "ws" in ONLY) and CHP_BIN:
@@ -778,7 +786,11 @@ def bench_standins(results):
             targets = [{"label": "direct", "url": f"ws://127.0.0.1:{echo['port']}{wpath}"},
                        {"label": "ours", "url": f"ws://127.0.0.1:{server.port}{wpath}", "headers": bearer},
                        {"label": "ours-socket", "url": f"ws://127.0.0.1:{server.port}{spath}",
-                        "headers": bearer}]
+                        "headers": bearer},
+                       {"label": "polled", "headers": [["Authorization", f"Bearer {polled_server.token}"]],
+                        "url": f"ws://127.0.0.1:{polled_server.port}/s/{polled_sid}/ws"},
+                       {"label": "polled-socket", "headers": [["Authorization", f"Bearer {polled_server.token}"]],
+                        "url": f"ws://127.0.0.1:{polled_server.port}/s/{polled_sock_sid}/ws"}]
             if chp:
                 targets.append({"label": "chp", "url": f"ws://127.0.0.1:{chp.port}{wpath}"})
             if floor:
@@ -789,7 +801,7 @@ def bench_standins(results):
             # run (user + system of the whole process, exited threads included), divided by the
             # round trips it relayed, is its CPU per round trip. The server's own background work
             # in that time (a tick every few seconds) is counted too, a small overstatement.
-            relays = {"ours": [pid]}
+            relays = {"ours": [pid], "polled": [polled_server.proc.pid]}
             if floor:
                 relays["nginx-proxy"] = floor.workers()
             relay_s = dict.fromkeys(relays, 0.0)
@@ -840,6 +852,8 @@ def bench_standins(results):
             chp.stop()
         if floor:
             floor.stop()
+        if polled_server:
+            polled_server.stop()
         server.stop()
 
 
@@ -910,15 +924,20 @@ def summary_table(results):
                          + ", ".join(f"{x:+.0f}" for x in w[label]["added_us_per_round"]),
                          "<= 30 us", verdict(added <= 30),
                          "CHP adds 89-164 us" if label == "ours" and not primary else ""))
+        def compared(title, socket, tcp, minuend, subtrahend, what):
+            """A row for another relay: what it adds over the socket and TCP, and a difference
+            paired by round, which cancels what the machine's state adds to both."""
+            paired = [med([a - b for a, b in zip(w[x]["added_us_per_round"], w[y]["added_us_per_round"])])
+                      for x, y in zip(minuend, subtrahend)]
+            rows.append((title, f"{w[socket]['added_us']:+.0f} / {w[tcp]['added_us']:+.0f} us",
+                         f"socket / TCP; {what}, paired by round: {paired[0]:+.0f} / {paired[1]:+.0f} us",
+                         "", "", ""))
+        if "polled" in w:
+            compared("  ours with busy polling on (100 us)", "polled-socket", "polled",
+                     ("polled-socket", "polled"), ("ours-socket", "ours"), "this minus ours (off)")
         if "nginx-proxy" in w:
-            # Paired by round, ours minus nginx cancels what the machine's state adds to both.
-            paired = {ours: med([a - b for a, b in zip(w[ours]["added_us_per_round"],
-                                                       w[nginx]["added_us_per_round"])])
-                      for ours, nginx in (("ours-socket", "nginx-socket"), ("ours", "nginx-proxy"))}
-            rows.append(("  floor: nginx as reverse proxy",
-                         f"{w['nginx-socket']['added_us']:+.0f} / {w['nginx-proxy']['added_us']:+.0f} us",
-                         f"socket / TCP; ours minus nginx, paired by round: {paired['ours-socket']:+.0f} / "
-                         f"{paired['ours']:+.0f} us", "", "", ""))
+            compared("  floor: nginx as reverse proxy", "nginx-socket", "nginx-proxy",
+                     ("ours-socket", "ours"), ("nginx-socket", "nginx-proxy"), "ours minus nginx")
     m = results.get("memory")
     if m:
         rows.append(("server RSS idle", f"{m['idle_rss_mib']:.1f} MiB", "", "<= 30 MB",

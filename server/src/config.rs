@@ -29,6 +29,7 @@ pub struct Config {
     pub pool: PoolConfig,
     pub quotas: QuotasConfig,
     pub idle: IdleConfig,
+    pub proxy: ProxyConfig,
     /// Where editors run: "local" processes or "kube" pods.
     pub runtime: crate::runtime::RuntimeKind,
     pub kube: crate::runtime::kube::KubeConfig,
@@ -44,6 +45,16 @@ pub struct QuotasConfig {
     pub max_minutes: u32,
     /// Workspace size above which launches are refused.
     pub max_disk_mib: u64,
+}
+
+/// The reverse proxy to the editors.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyConfig {
+    /// After passing a WebSocket message to the editor, how long to keep polling for its
+    /// answer before sleeping (microseconds; 0, the default: off). Trades CPU for latency where
+    /// the editor answers within it: see `crate::relay`.
+    pub websocket_busy_poll_us: u64,
 }
 
 /// The reaper and what counts as activity.
@@ -238,11 +249,17 @@ impl Default for Config {
                 busy_cpu_percent: 20,
                 per_slice: Vec::new(),
             },
+            proxy: ProxyConfig {
+                websocket_busy_poll_us: 0,
+            },
             runtime: crate::runtime::RuntimeKind::Local,
             kube: crate::runtime::kube::KubeConfig::default(),
         }
     }
 }
+
+/// Longer than this, busy polling would mostly burn CPU: answers that slow pay a wake-up anyway.
+const MAX_BUSY_POLL_US: u64 = 1000;
 
 /// A configuration that cannot be used, naming the key.
 #[derive(Debug, thiserror::Error)]
@@ -315,6 +332,12 @@ impl Config {
             return bad(
                 "sessions.default_minutes",
                 format!("must lie between {} and {}", s.min_minutes, s.max_minutes),
+            );
+        }
+        if self.proxy.websocket_busy_poll_us > MAX_BUSY_POLL_US {
+            return bad(
+                "proxy.websocket_busy_poll_us",
+                format!("must be at most {MAX_BUSY_POLL_US} (microseconds; 0 turns it off)"),
             );
         }
         if s.ready_timeout_seconds == 0 {
@@ -501,6 +524,11 @@ mod tests {
         config.sessions.default_minutes = 1000;
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("sessions.default_minutes"), "{err}");
+
+        let mut config = Config::default();
+        config.proxy.websocket_busy_poll_us = 5000;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("proxy.websocket_busy_poll_us"), "{err}");
 
         let mut config = Config::default();
         config.credits.initial_grant = "lots".into();

@@ -19,6 +19,7 @@ pub mod events;
 pub mod gpu;
 pub mod guard;
 pub mod proxy;
+pub mod relay;
 pub mod rest;
 pub mod runtime;
 pub mod service;

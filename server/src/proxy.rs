@@ -5,17 +5,19 @@
 
 use crate::AppState;
 use crate::editors::UpstreamAuth;
+use crate::relay;
 use crate::store::now_ms;
+use crate::upstream::EditorStream;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, StatusCode};
+use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
-use std::pin::Pin;
+use std::sync::LazyLock;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use std::time::Duration;
 
 /// Where a ready session's editor is, and when it was last used.
 pub struct Route {
@@ -345,22 +347,14 @@ pub async fn handle(
         if let Some(client_upgrade) = client_upgrade {
             let upstream_upgrade = hyper::upgrade::on(&mut response);
             let route = route.clone();
+            let busy_poll =
+                Duration::from_micros(state.service.config.proxy.websocket_busy_poll_us);
             tokio::spawn(async move {
                 let (Ok(client), Ok(upstream)) = tokio::join!(client_upgrade, upstream_upgrade)
                 else {
                     return;
                 };
-                let mut client = Tracked {
-                    inner: TokioIo::new(client),
-                    route: route.clone(),
-                    api,
-                };
-                let mut upstream = Tracked {
-                    inner: TokioIo::new(upstream),
-                    route,
-                    api,
-                };
-                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                relay_upgraded(client, upstream, route, api, busy_poll).await;
             });
         }
         let (parts, _) = response.into_parts();
@@ -408,45 +402,48 @@ fn percent_encode(text: &str) -> String {
     out
 }
 
-/// Upgraded traffic, counted as activity as it flows.
-struct Tracked<T> {
-    inner: T,
+/// Connections busy-polling at once (see [`crate::relay`]): one per two cores, at least one.
+static SPIN_LIMIT: LazyLock<relay::SpinLimit> = LazyLock::new(|| {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    relay::SpinLimit::new((cores / 2).max(1))
+});
+
+/// Relays an upgraded connection until both sides have ended it; bytes either way count as
+/// activity.
+async fn relay_upgraded(
+    client: Upgraded,
+    upstream: Upgraded,
     route: Arc<Route>,
     api: bool,
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for Tracked<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            if self.api {
-                self.route.touch_api();
-            } else {
-                self.route.touch();
-            }
+    busy_poll: Duration,
+) {
+    // Always our own connection type (`upstream::upgrade`); the relay polls its socket.
+    let editor = match upstream.downcast::<TokioIo<EditorStream>>() {
+        Ok(editor) => editor,
+        Err(_) => {
+            tracing::error!(session = %route.session_id, "an upgraded editor connection of an unknown type");
+            return;
         }
-        poll
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, data)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+    };
+    let mut client = TokioIo::new(client);
+    let mut editor_stream = editor.io.into_inner();
+    let relayed = relay::relay(
+        &mut client,
+        &mut editor_stream,
+        &editor.read_buf,
+        busy_poll,
+        &SPIN_LIMIT,
+        || {
+            if api {
+                route.touch_api();
+            } else {
+                route.touch();
+            }
+        },
+    )
+    .await;
+    if let Err(e) = relayed {
+        tracing::debug!(session = %route.session_id, error = %e, "upgraded connection ended");
     }
 }
 

@@ -54,6 +54,15 @@ impl EditorStream {
     }
 }
 
+impl std::os::fd::AsFd for EditorStream {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            EditorStream::Tcp(s) => s.as_fd(),
+            EditorStream::Unix(s) => s.as_fd(),
+        }
+    }
+}
+
 impl AsyncRead for EditorStream {
     fn poll_read(
         self: Pin<&mut Self>,

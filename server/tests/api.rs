@@ -254,9 +254,21 @@ async fn launch_proxy_and_stop_with_owner_checks() {
 
 #[tokio::test]
 async fn websocket_frames_pass_through_the_proxy() {
+    websocket_frames_pass_with_busy_polling(0).await;
+}
+
+#[tokio::test]
+async fn websocket_frames_pass_through_the_proxy_that_busy_polls() {
+    websocket_frames_pass_with_busy_polling(100).await;
+}
+
+async fn websocket_frames_pass_with_busy_polling(busy_poll_us: u64) {
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message;
-    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let app = TestApp::start_with(Some(FakeRuntime::new()), |c| {
+        c.proxy.websocket_busy_poll_us = busy_poll_us;
+    })
+    .await;
     let (_, owner) = app.user("fay").await;
     let (_, other) = app.user("gus").await;
     let id = app.launch_ready(&owner, "marimo").await;

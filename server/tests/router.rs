@@ -1,5 +1,6 @@
 //! The whole HTTP surface driven in-process with `oneshot`: one request at a time through the
-//! same per-connection service the listener uses, no socket in between.
+//! same per-connection service the listener uses, no socket in between (and one test serving that
+//! service on a socket of its own, for a WebSocket).
 
 mod common;
 
@@ -342,5 +343,52 @@ async fn server_functions_act_only_on_the_callers_own_sessions() {
         .unwrap();
     let anonymous = send(&app, anonymous).await;
     assert_eq!(anonymous.json()["error"], "unauthenticated");
+    app.stop().await;
+}
+
+/// The per-connection service relays WebSockets whatever serves it: here hyper's own HTTP/1
+/// connection rather than `axum::serve`, so nothing depends on how the listener wraps sockets.
+#[tokio::test]
+async fn a_websocket_relays_through_the_per_connection_service_on_any_server() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (_, token) = app.user("wes").await;
+    let id = app.launch_ready(&token, "marimo").await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let front = server::App::new(app.service.clone()).front("127.0.0.1".parse().unwrap());
+    let serving = tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+            front.clone().oneshot(request.map(Body::new))
+        });
+        hyper::server::conn::http1::Builder::new()
+            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+            .with_upgrades()
+            .await
+    });
+
+    let mut request = format!("ws://{addr}/s/{id}/ws")
+        .into_client_request()
+        .unwrap();
+    request.headers_mut().insert(
+        header::AUTHORIZATION,
+        format!("Bearer {token}").parse().unwrap(),
+    );
+    let (mut socket, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("the upgrade goes through");
+    for i in 0..20 {
+        socket
+            .send(Message::text(format!("hello {i}")))
+            .await
+            .unwrap();
+        let echo = socket.next().await.unwrap().unwrap();
+        assert_eq!(echo.into_text().unwrap().as_str(), format!("hello {i}"));
+    }
+    socket.close(None).await.ok();
+    drop(socket);
+    serving.await.unwrap().ok();
     app.stop().await;
 }
