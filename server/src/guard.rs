@@ -80,6 +80,11 @@ impl Service {
 
     /// Gives freed slots to the queue, oldest first, and tells the rest their new place in line.
     pub async fn dispatch_queue(self: &Arc<Self>) {
+        // Shutting down: slots freed by the shutdown's own stops are not handed out, or the
+        // queue's head would start an editor only to be cut short; it keeps its place instead.
+        if *self.warm_closing.borrow() {
+            return;
+        }
         let price_on = |gpu_id: &str, slice_mib: u64| self.price_on(gpu_id, slice_mib);
         let dispatched = match self.store.dispatch_queued(&price_on).await {
             Ok(dispatched) => dispatched,

@@ -402,10 +402,11 @@ fn percent_encode(text: &str) -> String {
     out
 }
 
-/// Connections busy-polling at once (see [`crate::relay`]): one per two cores, at least one.
+/// Connections busy-polling at once (see [`crate::relay`]): one per two cores, so none on a
+/// single core, where a poll would stall every other task and the editor it waits for.
 static SPIN_LIMIT: LazyLock<relay::SpinLimit> = LazyLock::new(|| {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    relay::SpinLimit::new((cores / 2).max(1))
+    relay::SpinLimit::new(cores / 2)
 });
 
 /// Relays an upgraded connection until both sides have ended it; bytes either way count as

@@ -151,7 +151,14 @@ impl Pipe {
                 (self.start, self.end) = (0, n);
                 Ok(n)
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                Ok(0)
+            }
             Err(e) => Err(e),
         }
     }
@@ -159,7 +166,9 @@ impl Pipe {
 
 /// Relays between the browser's stream and the editor's socket until both directions have
 /// ended. `editor_pending` is what hyper read from the editor past its 101, sent first.
-/// `traffic` is called whenever bytes arrive from either side.
+/// `traffic` is called whenever bytes arrive from either side. Busy polling reads the editor's
+/// descriptor directly, so `editor` must be a plain socket that keeps no read buffer of its own
+/// (tokio's TCP and Unix streams; not TLS or a buffered reader).
 pub async fn relay<C, E>(
     client: &mut C,
     editor: &mut E,
@@ -192,7 +201,12 @@ where
                 }
                 continue;
             }
-            if polling.still_waiting() {
+            // Worth asking only while the question has reached the editor and its answer has
+            // room to go: otherwise nothing could be taken now, whatever the editor does.
+            let can_take = to_editor.is_empty() && to_client.is_empty() && !to_client.eof;
+            if !can_take {
+                polling.cancel();
+            } else if polling.still_waiting() {
                 if to_client.take_now(editor_fd)? > 0 {
                     traffic();
                     polling.answered();
@@ -233,14 +247,23 @@ impl<'a> Polling<'a> {
         if self.window.is_zero() {
             return;
         }
-        let until = Instant::now() + self.window;
-        if let Some((_, permit)) = self.now.take() {
-            self.now = Some((until, permit));
-        } else if self.skip > 0 {
+        // An open window is not extended: a stream of messages the editor does not answer
+        // would otherwise keep the thread for as long as it lasts.
+        if self.now.is_some() {
+            return;
+        }
+        if self.skip > 0 {
             self.skip -= 1;
         } else {
+            let until = Instant::now() + self.window;
             self.now = limit.start().map(|permit| (until, permit));
         }
+    }
+
+    /// Ends an open window without counting it against the editor: the relay could not have
+    /// taken an answer anyway (the browser is slow to read, say).
+    fn cancel(&mut self) {
+        self.now = None;
     }
 
     fn answered(&mut self) {
@@ -334,33 +357,34 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn busy_polling_waits_for_the_editors_answer_and_ends_with_it() {
         static LIMIT_ONE: SpinLimit = SpinLimit::new(1);
-        let settle = || tokio::time::sleep(Duration::from_millis(50));
+        // Waits (up to 10 s, far less than the window) for the number of polling connections.
+        let polling_becomes = |n: usize| async move {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while LIMIT_ONE.spinning.load(Ordering::Relaxed) != n {
+                assert!(
+                    Instant::now() < deadline,
+                    "polling connections never became {n}"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
         let (mut client, mut editor, task, _) =
-            relayed(Duration::from_secs(5), &LIMIT_ONE, b"").await;
+            relayed(Duration::from_secs(30), &LIMIT_ONE, b"").await;
         client.write_all(b"question").await.unwrap();
         let mut got = [0; 8];
         editor.read_exact(&mut got).await.unwrap();
-        settle().await;
-        assert_eq!(
-            LIMIT_ONE.spinning.load(Ordering::Relaxed),
-            1,
-            "polling for the answer"
-        );
+        polling_becomes(1).await;
         editor.write_all(b"answer").await.unwrap();
         let mut back = [0; 6];
         client.read_exact(&mut back).await.unwrap();
         assert_eq!(&back, b"answer");
-        settle().await;
-        assert_eq!(
-            LIMIT_ONE.spinning.load(Ordering::Relaxed),
-            0,
-            "done when answered"
-        );
+        // Well before the 30 s window would end.
+        polling_becomes(0).await;
         // The editor speaking first starts nothing: the browser is a network away.
         editor.write_all(b"news").await.unwrap();
         let mut news = [0; 4];
         client.read_exact(&mut news).await.unwrap();
-        settle().await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(LIMIT_ONE.spinning.load(Ordering::Relaxed), 0);
         drop((client, editor));
         task.await.unwrap().unwrap();
@@ -472,6 +496,21 @@ mod tests {
             0,
             "a zero window never polls"
         );
+    }
+
+    #[test]
+    fn an_open_window_is_not_extended_and_a_cancelled_one_counts_no_miss() {
+        static LIMIT_ONE: SpinLimit = SpinLimit::new(1);
+        let mut polling = Polling::new(Duration::from_secs(5));
+        polling.asked(&LIMIT_ONE);
+        let until = polling.now.as_ref().map(|(until, _)| *until);
+        std::thread::sleep(Duration::from_millis(2));
+        polling.asked(&LIMIT_ONE);
+        assert_eq!(polling.now.as_ref().map(|(u, _)| *u), until);
+        polling.cancel();
+        assert_eq!(LIMIT_ONE.spinning.load(Ordering::Relaxed), 0, "permit back");
+        polling.asked(&LIMIT_ONE);
+        assert!(polling.now.is_some(), "no back-off after a cancel");
     }
 
     #[test]

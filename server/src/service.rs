@@ -60,7 +60,8 @@ pub struct Service {
     pub instance: String,
     /// Wakes the warm-pool keeper.
     pub warm_wake: tokio::sync::Notify,
-    /// Set at shutdown: the warm-pool keeper starts nothing more and gives up waiting on starts.
+    /// Set at shutdown: the warm-pool keeper starts nothing more and gives up waiting on starts,
+    /// and the queue is not dispatched.
     pub warm_closing: tokio::sync::watch::Sender<bool>,
 }
 
@@ -707,9 +708,11 @@ impl Service {
     }
 
     /// After a restart: re-adopt editors that still answer, end the rest with a refund. Queued
-    /// sessions keep their place in line; they have no editor yet, so nothing of theirs was lost.
+    /// sessions keep their place in line (they have no editor yet, so nothing of theirs was
+    /// lost), unless the pool no longer has their size.
     pub async fn recover(&self) -> Result<(), StoreError> {
         let mut owned = std::collections::HashSet::new();
+        let catalog = self.catalog(&self.store.pool().await?);
         for record in self.store.live_sessions().await? {
             let alive = match &record.runtime_handle {
                 Some(handle) => self.runtime.is_alive(handle).await,
@@ -720,7 +723,23 @@ impl Service {
                     tracing::info!(session = %record.id, "re-adopted a running editor");
                     owned.insert(record.id);
                 }
-                SessionState::Queued => {}
+                SessionState::Queued => {
+                    // The pool may have changed while the server was down; a size it no longer
+                    // has would wait for ever.
+                    let sizes = if record.burst {
+                        &catalog.burst_sizes
+                    } else {
+                        &catalog.slice_sizes
+                    };
+                    if !sizes.contains(&record.slice_mib) {
+                        let detail = format!(
+                            "the pool no longer has {} slices; your credits were refunded",
+                            app::domain::pool::format_mib(record.slice_mib)
+                        );
+                        self.stop_session(&record.id, EndReason::Failed, Some(&detail))
+                            .await;
+                    }
+                }
                 SessionState::Ready => {
                     self.stop_session(
                         &record.id,
@@ -757,9 +776,10 @@ impl Service {
     }
 
     /// On shutdown (when configured): stop every editor, so nothing is orphaned.
+    /// Queued sessions have no editor yet: they keep their place for the next start.
     pub async fn stop_all(&self, reason: EndReason, detail: &str) {
         if let Ok(live) = self.store.live_sessions().await {
-            for record in live {
+            for record in live.iter().filter(|r| r.state != SessionState::Queued) {
                 self.stop_session(&record.id, reason, Some(detail)).await;
             }
         }

@@ -5,6 +5,7 @@
 
 mod common;
 
+use app::domain::session::SessionState;
 use common::{FakeRuntime, TestApp};
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -334,6 +335,70 @@ async fn queued_sessions_keep_their_place_across_a_restart() {
         .wait_for(&users[3].1, &fourth, |v| v["queue_position"] == 1)
         .await;
     assert_eq!(moved["state"], "queued");
+    again.stop().await;
+}
+
+/// With the default `stop_on_shutdown`, a shutdown ends the running sessions but not the queue,
+/// and gives the slots it frees to nobody; a size the pool no longer has after the restart ends
+/// the wait with a refund.
+#[tokio::test]
+async fn a_shutdown_keeps_the_queue_and_a_size_gone_after_it_refunds() {
+    let two_slices = |c: &mut server::config::Config| {
+        c.idle.reaper_period_ms = REAPER_MS;
+        c.pool.gpus[0].memory_mib = 16384;
+    };
+    let app = TestApp::start_with(Some(FakeRuntime::new()), two_slices).await;
+    let mut users = Vec::new();
+    for name in ["s1", "s2", "s3"] {
+        users.push(app.user(name).await);
+    }
+    let running = app.launch_ready(&users[0].1, "jupyterlab").await;
+    app.launch_ready(&users[1].1, "jupyterlab").await;
+    let waiting = app.launch(&users[2].1, "jupyterlab", 30).await.json();
+    let waiting = waiting["id"].as_str().unwrap().to_string();
+    let (balance, held) = app.service.store.credits(&users[2].0).await.unwrap();
+    assert!(held > 0);
+    let service = app.service.clone();
+    let database = app.service.config.database_url();
+    let data_dir = app.service.config.data_dir.clone();
+    let _data = app.stop().await;
+    let stopped = service.store.session(&running).await.unwrap().unwrap();
+    assert_eq!(
+        stopped.state,
+        SessionState::Ended,
+        "running sessions end at shutdown"
+    );
+    let kept = service.store.session(&waiting).await.unwrap().unwrap();
+    assert_eq!(
+        kept.state,
+        SessionState::Queued,
+        "the queue is kept, not started"
+    );
+    drop(service);
+
+    // The card is now cut into 4 GB slices: no 8 GB slice will ever free up.
+    let again = TestApp::start_with(Some(FakeRuntime::new()), |c| {
+        two_slices(c);
+        c.pool.gpus[0].slice_mib = 4096;
+        c.database_url = database.clone();
+        c.data_dir = data_dir.clone();
+    })
+    .await;
+    again.service.recover().await.unwrap();
+    let view = ended(&again, &users[2].1, &waiting).await;
+    assert_eq!(view["end_reason"], "failed");
+    assert!(
+        view["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no longer has 8 GB"),
+        "{view}"
+    );
+    assert_eq!(
+        again.service.store.credits(&users[2].0).await.unwrap(),
+        (balance + held, 0),
+        "every credit back"
+    );
     again.stop().await;
 }
 
