@@ -82,7 +82,7 @@ impl Service {
     pub async fn dispatch_queue(self: &Arc<Self>) {
         // Shutting down: slots freed by the shutdown's own stops are not handed out, or the
         // queue's head would start an editor only to be cut short; it keeps its place instead.
-        if *self.warm_closing.borrow() {
+        if *self.closing.borrow() {
             return;
         }
         let price_on = |gpu_id: &str, slice_mib: u64| self.price_on(gpu_id, slice_mib);
@@ -180,7 +180,7 @@ impl Service {
         }
         let mut failed_at: std::collections::HashMap<(EditorKind, u64), tokio::time::Instant> =
             Default::default();
-        let mut closing = self.warm_closing.subscribe();
+        let mut closing = self.closing.subscribe();
         loop {
             if *closing.borrow_and_update() {
                 return;
@@ -283,7 +283,7 @@ impl Service {
                     .await;
             }
         }
-        let mut closing = self.warm_closing.subscribe();
+        let mut closing = self.closing.subscribe();
         let answered = tokio::select! {
             answered = self.runtime.wait_ready(&launch, &running, timeout) => answered,
             _ = closing.wait_for(|closing| *closing) => {
@@ -317,7 +317,7 @@ impl Service {
     /// gone already (a launch pushed it off its slot, which stopped it) or the server is closing.
     async fn warm_failed(&self, record: &WarmRecord, error: RuntimeError) -> bool {
         let removed = self.store.remove_warm(&record.id).await.unwrap_or(true);
-        if !removed || *self.warm_closing.borrow() {
+        if !removed || *self.closing.borrow() {
             return true;
         }
         tracing::warn!(warm = %record.id, editor = %record.editor, %error, "pre-starting an editor failed");

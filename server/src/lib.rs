@@ -204,7 +204,7 @@ pub async fn run(
         shutdown.await;
         // The keeper first, and waited for: no editor starts after this, and none is left
         // half-started without a record of it.
-        let _ = stopping.warm_closing.send(true);
+        let _ = stopping.closing.send(true);
         let _ = warm_pool.await;
         stopping.flush_activity().await;
         if stopping.config.sessions.stop_on_shutdown {

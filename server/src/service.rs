@@ -62,7 +62,7 @@ pub struct Service {
     pub warm_wake: tokio::sync::Notify,
     /// Set at shutdown: the warm-pool keeper starts nothing more and gives up waiting on starts,
     /// and the queue is not dispatched.
-    pub warm_closing: tokio::sync::watch::Sender<bool>,
+    pub closing: tokio::sync::watch::Sender<bool>,
 }
 
 impl Service {
@@ -87,7 +87,7 @@ impl Service {
             upstreams: Arc::default(),
             instance: crate::store::new_id(),
             warm_wake: tokio::sync::Notify::new(),
-            warm_closing: tokio::sync::watch::Sender::new(false),
+            closing: tokio::sync::watch::Sender::new(false),
         }
     }
 

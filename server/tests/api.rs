@@ -263,8 +263,6 @@ async fn websocket_frames_pass_through_the_proxy_that_busy_polls() {
 }
 
 async fn websocket_frames_pass_with_busy_polling(busy_poll_us: u64) {
-    use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::Message;
     let app = TestApp::start_with(Some(FakeRuntime::new()), |c| {
         c.proxy.websocket_busy_poll_us = busy_poll_us;
     })
@@ -278,14 +276,7 @@ async fn websocket_frames_pass_with_busy_polling(busy_poll_us: u64) {
         .websocket(&path, &owner)
         .await
         .expect("websocket through the proxy");
-    for i in 0..20 {
-        socket
-            .send(Message::text(format!("ping {i}")))
-            .await
-            .unwrap();
-        let echo = socket.next().await.unwrap().unwrap();
-        assert_eq!(echo.into_text().unwrap().as_str(), format!("ping {i}"));
-    }
+    common::assert_echoes(&mut socket, 20).await;
     socket.close(None).await.ok();
 
     match app.websocket(&path, &other).await {
@@ -559,15 +550,13 @@ async fn a_restart_adopts_live_editors_and_ends_the_rest_with_a_refund() {
         &starting,
     )
     .await;
-    let database = app.service.config.database_url();
-    let data_dir = app.service.config.data_dir.clone();
+    let same_store = app.same_store();
     let _data = app.stop().await;
     FakeRuntime::crash(&crashed_handle);
 
     let again = TestApp::start_with(Some(runtime.clone()), |c| {
         keep_editors(c);
-        c.database_url = database.clone();
-        c.data_dir = data_dir.clone();
+        same_store(c);
     })
     .await;
     again.service.recover().await.unwrap();

@@ -191,8 +191,7 @@ async fn a_server_restart_re_adopts_live_editors_and_shutdown_stops_them() {
     let (_, owner) = app.user("kim").await;
     let id = app.launch_ready(&owner, "jupyterlab").await;
     let handle = app.record(&id).await.runtime_handle.unwrap();
-    let database = app.service.config.database_url();
-    let data_dir = app.service.config.data_dir.clone();
+    let same_store = app.same_store();
     let service = app.service.clone();
     let _data = app.stop().await;
     assert!(
@@ -201,11 +200,7 @@ async fn a_server_restart_re_adopts_live_editors_and_shutdown_stops_them() {
     );
 
     // A new server on the same database adopts it; the proxy reaches it again.
-    let again = TestApp::start_with(None, |c| {
-        c.database_url = database.clone();
-        c.data_dir = data_dir.clone();
-    })
-    .await;
+    let again = TestApp::start_with(None, same_store).await;
     again.service.recover().await.unwrap();
     let token = {
         let user = again

@@ -294,14 +294,12 @@ async fn queued_sessions_keep_their_place_across_a_restart() {
     );
     let held_before = app.service.store.credits(&users[2].0).await.unwrap().1;
     assert!(held_before > 0, "a queued launch holds its credits");
-    let database = app.service.config.database_url();
-    let data_dir = app.service.config.data_dir.clone();
+    let same_store = app.same_store();
     let _data = app.stop().await;
 
     let again = TestApp::start_with(Some(runtime), |c| {
         two_slices_kept_on_shutdown(c);
-        c.database_url = database.clone();
-        c.data_dir = data_dir.clone();
+        same_store(c);
     })
     .await;
     again.service.recover().await.unwrap();
@@ -359,8 +357,7 @@ async fn a_shutdown_keeps_the_queue_and_a_size_gone_after_it_refunds() {
     let (balance, held) = app.service.store.credits(&users[2].0).await.unwrap();
     assert!(held > 0);
     let service = app.service.clone();
-    let database = app.service.config.database_url();
-    let data_dir = app.service.config.data_dir.clone();
+    let same_store = app.same_store();
     let _data = app.stop().await;
     let stopped = service.store.session(&running).await.unwrap().unwrap();
     assert_eq!(
@@ -380,8 +377,7 @@ async fn a_shutdown_keeps_the_queue_and_a_size_gone_after_it_refunds() {
     let again = TestApp::start_with(Some(FakeRuntime::new()), |c| {
         two_slices(c);
         c.pool.gpus[0].slice_mib = 4096;
-        c.database_url = database.clone();
-        c.data_dir = data_dir.clone();
+        same_store(c);
     })
     .await;
     again.service.recover().await.unwrap();

@@ -350,8 +350,6 @@ async fn server_functions_act_only_on_the_callers_own_sessions() {
 /// connection rather than `axum::serve`, so nothing depends on how the listener wraps sockets.
 #[tokio::test]
 async fn a_websocket_relays_through_the_per_connection_service_on_any_server() {
-    use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
     let app = TestApp::start(Some(FakeRuntime::new())).await;
     let (_, token) = app.user("wes").await;
     let id = app.launch_ready(&token, "marimo").await;
@@ -369,24 +367,10 @@ async fn a_websocket_relays_through_the_per_connection_service_on_any_server() {
             .await
     });
 
-    let mut request = format!("ws://{addr}/s/{id}/ws")
-        .into_client_request()
-        .unwrap();
-    request.headers_mut().insert(
-        header::AUTHORIZATION,
-        format!("Bearer {token}").parse().unwrap(),
-    );
-    let (mut socket, _) = tokio_tungstenite::connect_async(request)
+    let mut socket = common::websocket_at(addr, &format!("/s/{id}/ws"), &token)
         .await
         .expect("the upgrade goes through");
-    for i in 0..20 {
-        socket
-            .send(Message::text(format!("hello {i}")))
-            .await
-            .unwrap();
-        let echo = socket.next().await.unwrap().unwrap();
-        assert_eq!(echo.into_text().unwrap().as_str(), format!("hello {i}"));
-    }
+    common::assert_echoes(&mut socket, 20).await;
     socket.close(None).await.ok();
     drop(socket);
     serving.await.unwrap().ok();

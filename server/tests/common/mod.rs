@@ -120,6 +120,17 @@ impl TestApp {
     }
 
     /// The session's record as the store has it.
+    /// Points another server at this one's database and data directory: a restart, once this
+    /// one has stopped.
+    pub fn same_store(&self) -> impl Fn(&mut Config) + use<> {
+        let database = self.service.config.database_url();
+        let data_dir = self.service.config.data_dir.clone();
+        move |c| {
+            c.database_url = database.clone();
+            c.data_dir = data_dir.clone();
+        }
+    }
+
     pub async fn record(&self, id: &str) -> server::store::SessionRecord {
         self.service
             .store
@@ -220,25 +231,8 @@ impl TestApp {
     }
 
     /// A WebSocket to `path` through the proxy, as the owner of `token`.
-    pub async fn websocket(
-        &self,
-        path: &str,
-        token: &str,
-    ) -> Result<
-        tokio_tungstenite::WebSocketStream<
-            tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
-        >,
-        tokio_tungstenite::tungstenite::Error,
-    > {
-        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-        let mut request = format!("ws://{}{path}", self.addr).into_client_request()?;
-        request.headers_mut().insert(
-            "authorization",
-            format!("Bearer {token}").parse().expect("header"),
-        );
-        tokio_tungstenite::connect_async(request)
-            .await
-            .map(|(socket, _)| socket)
+    pub async fn websocket(&self, path: &str, token: &str) -> Result<WebSocket, WsError> {
+        websocket_at(self.addr, path, token).await
     }
 
     /// Polls the session until `done` holds for it (90 s at most).
@@ -585,5 +579,34 @@ impl Drop for TestApp {
                 }
             }
         }
+    }
+}
+
+pub type WebSocket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+pub type WsError = tokio_tungstenite::tungstenite::Error;
+
+/// A WebSocket to `path` on the server at `addr`, with `token` as the bearer.
+pub async fn websocket_at(addr: SocketAddr, path: &str, token: &str) -> Result<WebSocket, WsError> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = format!("ws://{addr}{path}").into_client_request()?;
+    request.headers_mut().insert(
+        "authorization",
+        format!("Bearer {token}").parse().expect("header"),
+    );
+    tokio_tungstenite::connect_async(request)
+        .await
+        .map(|(socket, _)| socket)
+}
+
+/// Sends `n` text messages one at a time through an echo and checks each answer.
+pub async fn assert_echoes(socket: &mut WebSocket, n: usize) {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    for i in 0..n {
+        let text = format!("message {i}");
+        socket.send(Message::text(text.clone())).await.unwrap();
+        let echo = socket.next().await.unwrap().unwrap();
+        assert_eq!(echo.into_text().unwrap().as_str(), text);
     }
 }
