@@ -52,6 +52,20 @@ mod backend {
         ) -> Result<SessionView, AppError>;
     }
 
+    /// Answers an error with its own status (server functions otherwise answer every error
+    /// with 500); the body is the error either way.
+    pub(super) fn answered<T>(result: Result<T, AppError>) -> Result<T, AppError> {
+        if let Err(e) = &result
+            && let Some(response) = use_context::<leptos_axum::ResponseOptions>()
+        {
+            response.set_status(
+                http::StatusCode::from_u16(e.status())
+                    .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
+            );
+        }
+        result
+    }
+
     pub(super) fn backend() -> Result<Arc<dyn Backend>, AppError> {
         use_context::<Arc<dyn Backend>>().ok_or(AppError::Internal)
     }
@@ -91,7 +105,7 @@ mod backend {
 
 #[server]
 pub async fn whoami() -> Result<Option<Viewer>, AppError> {
-    backend::current_viewer().await
+    backend::answered(backend::current_viewer().await)
 }
 
 #[server]
@@ -100,26 +114,36 @@ pub async fn login(
     password: String,
     next: Option<String>,
 ) -> Result<Viewer, AppError> {
-    let viewer = backend::login(&name, &password).await?;
-    // Signed in before the page's script had loaded: send the browser on, as the page would.
-    if backend::is_plain_form_post() {
-        let to = next
-            .filter(|n| crate::ui::is_local_path(n))
-            .unwrap_or_else(|| "/".into());
-        leptos_axum::redirect(&to);
-    }
-    Ok(viewer)
+    backend::answered(
+        async {
+            let viewer = backend::login(&name, &password).await?;
+            // Signed in before the page's script had loaded: send the browser on as the page would.
+            if backend::is_plain_form_post() {
+                let to = next
+                    .filter(|n| crate::ui::is_local_path(n))
+                    .unwrap_or_else(|| "/".into());
+                leptos_axum::redirect(&to);
+            }
+            Ok(viewer)
+        }
+        .await,
+    )
 }
 
 #[server]
 pub async fn logout() -> Result<(), AppError> {
-    backend::logout().await
+    backend::answered(backend::logout().await)
 }
 
 #[server]
 pub async fn load_dashboard() -> Result<Dashboard, AppError> {
-    let viewer = backend::require_viewer().await?;
-    backend::backend()?.dashboard(&viewer).await
+    backend::answered(
+        async {
+            let viewer = backend::require_viewer().await?;
+            backend::backend()?.dashboard(&viewer).await
+        }
+        .await,
+    )
 }
 
 #[server]
@@ -128,36 +152,61 @@ pub async fn launch(
     slice_mib: u64,
     duration_minutes: u32,
 ) -> Result<SessionView, AppError> {
-    let viewer = backend::require_viewer().await?;
-    let request = LaunchRequest {
-        editor,
-        slice_mib,
-        duration_minutes,
-    };
-    backend::backend()?.launch(&viewer, request).await
+    backend::answered(
+        async {
+            let viewer = backend::require_viewer().await?;
+            let request = LaunchRequest {
+                editor,
+                slice_mib,
+                duration_minutes,
+            };
+            backend::backend()?.launch(&viewer, request).await
+        }
+        .await,
+    )
 }
 
 #[server]
 pub async fn get_session(id: String) -> Result<SessionView, AppError> {
-    let viewer = backend::require_viewer().await?;
-    backend::backend()?.session(&viewer, &id).await
+    backend::answered(
+        async {
+            let viewer = backend::require_viewer().await?;
+            backend::backend()?.session(&viewer, &id).await
+        }
+        .await,
+    )
 }
 
 #[server]
 pub async fn stop_session(id: String) -> Result<SessionView, AppError> {
-    let viewer = backend::require_viewer().await?;
-    backend::backend()?.stop(&viewer, &id).await
+    backend::answered(
+        async {
+            let viewer = backend::require_viewer().await?;
+            backend::backend()?.stop(&viewer, &id).await
+        }
+        .await,
+    )
 }
 
 /// A visible page says the person is (`input`) or may be there; returns the session's new countdowns.
 #[server]
 pub async fn heartbeat(id: String, input: bool) -> Result<SessionView, AppError> {
-    let viewer = backend::require_viewer().await?;
-    backend::backend()?.heartbeat(&viewer, &id, input).await
+    backend::answered(
+        async {
+            let viewer = backend::require_viewer().await?;
+            backend::backend()?.heartbeat(&viewer, &id, input).await
+        }
+        .await,
+    )
 }
 
 #[server]
 pub async fn extend_session(id: String, minutes: u32) -> Result<SessionView, AppError> {
-    let viewer = backend::require_viewer().await?;
-    backend::backend()?.extend(&viewer, &id, minutes).await
+    backend::answered(
+        async {
+            let viewer = backend::require_viewer().await?;
+            backend::backend()?.extend(&viewer, &id, minutes).await
+        }
+        .await,
+    )
 }

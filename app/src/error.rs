@@ -72,6 +72,16 @@ impl leptos::server_fn::error::FromServerFnError for AppError {
     type Encoder = leptos::server_fn::codec::JsonEncoding;
 
     fn from_server_fn_error(value: leptos::server_fn::error::ServerFnErrorErr) -> Self {
-        AppError::Transport(value.to_string())
+        use leptos::server_fn::error::ServerFnErrorErr;
+        match value {
+            // On the server: a call whose fields are missing or malformed is bad input.
+            ServerFnErrorErr::Args(e) => {
+                AppError::Invalid(format!("the request's fields are malformed: {e}"))
+            }
+            ServerFnErrorErr::MissingArg(name) => {
+                AppError::Invalid(format!("the request lacks the field `{name}`"))
+            }
+            other => AppError::Transport(other.to_string()),
+        }
     }
 }

@@ -90,6 +90,31 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && token.starts_with(TOKEN_PREFIX)).then_some(token)
 }
 
+/// Whether a browser sent this request from another origin: by its Fetch Metadata, or else by
+/// `Origin` against the host it was sent to. Non-browser clients send neither and pass; their
+/// credentials (tokens) are not something another site can make a browser send.
+pub fn from_foreign_origin(headers: &HeaderMap) -> bool {
+    if let Some(site) = headers.get("sec-fetch-site") {
+        return !matches!(site.as_bytes(), b"same-origin" | b"none");
+    }
+    let Some(origin) = headers.get(http::header::ORIGIN) else {
+        return false;
+    };
+    // "null" (sandboxed frames, some redirects) has no authority and is foreign.
+    let Some((_, authority)) = origin.to_str().unwrap_or("").split_once("://") else {
+        return true;
+    };
+    let sent_to = |name: &str| {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|host| host.trim().eq_ignore_ascii_case(authority))
+    };
+    // Behind a reverse proxy that rewrites Host, the browser's host arrives as X-Forwarded-Host.
+    !(sent_to("host") || sent_to("x-forwarded-host"))
+}
+
 /// A fast hasher for the in-memory tables on the proxy's path (keys are not attacker-chosen
 /// in a way that matters: only known credentials and session ids are stored).
 pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
@@ -99,9 +124,37 @@ pub struct Authenticator {
     store: Store,
     sessions: HttpSessionStore,
     cache: Mutex<FastMap<String, (Arc<UserRecord>, Instant)>>,
-    /// Counts forgets (logout, a locked user), so that a lookup that was already under way
-    /// when one happened does not put back what was just forgotten.
-    forgets: std::sync::atomic::AtomicU64,
+    /// Counts forgets (logout, a locked user): a lookup that was already under way when one
+    /// happened does not put back what was just forgotten, and open WebSockets check their
+    /// credential again at once.
+    forgets: tokio::sync::watch::Sender<u64>,
+}
+
+/// A request's credential, kept by a connection that outlives the request (a WebSocket) to be
+/// checked again later.
+#[derive(Clone)]
+pub struct Credential {
+    key: String,
+    is_token: bool,
+}
+
+impl Credential {
+    pub fn of(headers: &HeaderMap) -> Option<Credential> {
+        let (key, is_token) = credential_key(headers)?;
+        Some(Credential {
+            key: key.to_string(),
+            is_token,
+        })
+    }
+}
+
+/// The bearer token, or else our session cookie: (its value, whether it is a token).
+fn credential_key(headers: &HeaderMap) -> Option<(&str, bool)> {
+    match (bearer_token(headers), session_cookie(headers)) {
+        (Some(token), _) => Some((token, true)),
+        (None, Some(cookie)) => Some((cookie, false)),
+        (None, None) => None,
+    }
 }
 
 impl Authenticator {
@@ -110,22 +163,41 @@ impl Authenticator {
             store,
             sessions,
             cache: Mutex::new(FastMap::default()),
-            forgets: std::sync::atomic::AtomicU64::new(0),
+            forgets: tokio::sync::watch::Sender::new(0),
         }
     }
 
     /// The user behind a request's bearer token or session cookie; locked users count as nobody.
     pub async fn user(&self, headers: &HeaderMap) -> Result<Option<Arc<UserRecord>>, StoreError> {
+        match credential_key(headers) {
+            Some((key, is_token)) => self.resolve(key, is_token).await,
+            None => Ok(None),
+        }
+    }
+
+    /// The user a kept credential stands for now: nobody once it was revoked or its user locked.
+    pub async fn user_of(
+        &self,
+        credential: &Credential,
+    ) -> Result<Option<Arc<UserRecord>>, StoreError> {
+        self.resolve(&credential.key, credential.is_token).await
+    }
+
+    /// Changes whenever something was forgotten on this replica (see [`Self::forget_user`]).
+    pub fn forgets(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.forgets.subscribe()
+    }
+
+    async fn resolve(
+        &self,
+        key: &str,
+        is_token: bool,
+    ) -> Result<Option<Arc<UserRecord>>, StoreError> {
         // Keyed by the credential itself: tokens start with "gsb_", session ids never do.
-        let (key, is_token) = match (bearer_token(headers), session_cookie(headers)) {
-            (Some(token), _) => (token, true),
-            (None, Some(cookie)) => (cookie, false),
-            (None, None) => return Ok(None),
-        };
         if let Some(hit) = self.cached(key) {
             return Ok(Some(hit));
         }
-        let forgets = self.forgets.load(std::sync::atomic::Ordering::Acquire);
+        let forgets = *self.forgets.borrow();
         let user = if is_token {
             self.store.user_by_token_hash(&token_hash(key)).await?
         } else {
@@ -136,7 +208,7 @@ impl Authenticator {
         // cannot grow the cache.
         if let Some(found) = &user {
             let mut cache = self.cache.lock().expect("auth cache");
-            if self.forgets.load(std::sync::atomic::Ordering::Acquire) != forgets {
+            if *self.forgets.borrow() != forgets {
                 return Ok(user);
             }
             if cache.len() >= CACHE_CAPACITY {
@@ -180,8 +252,7 @@ impl Authenticator {
     pub fn forget_user(&self, user_id: &str) {
         let mut cache = self.cache.lock().expect("auth cache");
         cache.retain(|_, (user, _)| user.id != user_id);
-        self.forgets
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.forgets.send_modify(|n| *n += 1);
     }
 
     /// Forgets a cookie at once (logout, or its id cycled at sign-in), rather than when the
@@ -189,8 +260,7 @@ impl Authenticator {
     pub fn forget_cookie(&self, cookie: &str) {
         let mut cache = self.cache.lock().expect("auth cache");
         cache.remove(cookie);
-        self.forgets
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.forgets.send_modify(|n| *n += 1);
     }
 }
 
@@ -204,6 +274,45 @@ mod tests {
         assert!(verify_password("correct horse", &hash));
         assert!(!verify_password("wrong horse", &hash));
         assert!(!verify_password("correct horse", "not a hash"));
+    }
+
+    #[test]
+    fn only_browser_requests_from_elsewhere_are_foreign() {
+        let with = |pairs: &[(&'static str, &'static str)]| {
+            let mut headers = HeaderMap::new();
+            for (name, value) in pairs {
+                headers.append(*name, value.parse().unwrap());
+            }
+            from_foreign_origin(&headers)
+        };
+        // Scripts and old browsers' navigations.
+        assert!(!with(&[("host", "gpu.example:3000")]));
+        // Fetch Metadata decides when a browser sends it.
+        assert!(!with(&[("sec-fetch-site", "same-origin")]));
+        assert!(!with(&[("sec-fetch-site", "none")]));
+        assert!(with(&[("sec-fetch-site", "cross-site")]));
+        assert!(with(&[("sec-fetch-site", "same-site")]));
+        assert!(with(&[
+            ("sec-fetch-site", "cross-site"),
+            ("host", "gpu.example"),
+            ("origin", "https://gpu.example"),
+        ]));
+        // Otherwise Origin against Host (or the host a front proxy forwarded).
+        assert!(!with(&[
+            ("host", "gpu.example:3000"),
+            ("origin", "http://GPU.example:3000")
+        ]));
+        assert!(with(&[
+            ("host", "gpu.example:3000"),
+            ("origin", "http://evil.example")
+        ]));
+        assert!(with(&[("host", "gpu.example"), ("origin", "null")]));
+        assert!(with(&[("origin", "https://gpu.example")]));
+        assert!(!with(&[
+            ("host", "sandbox:3000"),
+            ("x-forwarded-host", "gpu.example"),
+            ("origin", "https://gpu.example"),
+        ]));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::service::Service;
 use crate::store::{WarmRecord, now_ms, queue_message};
 use app::domain::idle::Verdict;
 use app::domain::launch::EditorKind;
-use app::domain::session::{EndReason, SessionState};
+use app::domain::session::{self, EndReason, SessionState};
 use app::error::AppError;
 use app::model::{SessionView, Viewer};
 use std::sync::Arc;
@@ -74,8 +74,49 @@ impl Service {
                 self.stop_session(&record.id, reason, detail).await;
             }
         }
+        self.finish_overdue(&live, now).await;
         self.dispatch_queue().await;
         self.check_warm_pool().await;
+    }
+
+    /// Launches and stops that nothing drives any more (their task met a database error, or ran
+    /// on a replica that died) would hold their slot and credits for ever: failed launches end
+    /// with a refund, unfinished stops are driven again.
+    async fn finish_overdue(self: &Arc<Self>, live: &[crate::store::SessionRecord], now: i64) {
+        let ready_timeout_ms = (self.config.sessions.ready_timeout_seconds * 1000) as i64;
+        for record in live
+            .iter()
+            .filter(|r| matches!(r.state, SessionState::Starting | SessionState::Stopping))
+        {
+            let since = match self.store.steps(&record.id).await {
+                Ok(steps) => steps
+                    .iter()
+                    .filter(|step| step.state == record.state)
+                    .map(|step| step.at_ms)
+                    .min()
+                    .unwrap_or(record.created_at),
+                Err(e) => {
+                    tracing::warn!(session = %record.id, error = %e, "reaper: reading steps");
+                    continue;
+                }
+            };
+            if !session::overdue(record.state, since, now, ready_timeout_ms) {
+                continue;
+            }
+            tracing::warn!(session = %record.id, state = %record.state, "reaper finishes an overdue session");
+            if record.state == SessionState::Starting {
+                self.stop_session(
+                    &record.id,
+                    EndReason::Failed,
+                    Some("the editor did not start in time; your credits were refunded"),
+                )
+                .await;
+            } else {
+                let reason = record.end_reason.unwrap_or(EndReason::Admin);
+                self.stop_session(&record.id, reason, record.detail.as_deref())
+                    .await;
+            }
+        }
     }
 
     /// Gives freed slots to the queue, oldest first, and tells the rest their new place in line.

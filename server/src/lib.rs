@@ -179,7 +179,22 @@ fn router(state: AppState, service: Arc<Service>) -> Router {
             app::shell,
         ))
         .merge(rest::router());
-    Router::new().merge(pages.layer(sessions)).with_state(state)
+    Router::new()
+        .merge(pages.layer(sessions))
+        .layer(axum::middleware::from_fn(refuse_cross_site))
+        .with_state(state)
+}
+
+/// Another site must not make a signed-in browser act here: sign in as someone else, launch,
+/// stop. Reads pass; the REST API's callers are scripts, which send no Origin.
+async fn refuse_cross_site(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if !request.method().is_safe() && auth::from_foreign_origin(request.headers()) {
+        return proxy::cross_site_refused();
+    }
+    next.run(request).await
 }
 
 /// Serves until `shutdown` resolves; background work (activity flushing, ending expired
@@ -204,7 +219,7 @@ pub async fn run(
         shutdown.await;
         // The keeper first, and waited for: no editor starts after this, and none is left
         // half-started without a record of it.
-        let _ = stopping.closing.send(true);
+        stopping.closing.send_replace(true);
         let _ = warm_pool.await;
         stopping.flush_activity().await;
         if stopping.config.sessions.stop_on_shutdown {
@@ -217,7 +232,7 @@ pub async fn run(
         }
         stopping.stop_warm_pool().await;
         // After the stops, so open progress streams show the end before they close.
-        let _ = stopping.shutdown.send(true);
+        stopping.shutdown.send_replace(true);
         let _ = draining_tx.send(());
     };
     let serve = axum::serve(listener, app).with_graceful_shutdown(signal);

@@ -72,6 +72,11 @@ enum UserCommand {
         #[arg(long)]
         password_stdin: bool,
     },
+    /// Lock an account: it cannot sign in, and its sign-ins, tokens and open editor connections
+    /// stop working within seconds, on every server of this database.
+    Lock { name: String },
+    /// Unlock an account.
+    Unlock { name: String },
 }
 
 #[derive(Subcommand)]
@@ -174,6 +179,25 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
             } else {
                 println!("created {} ({})", user.name, role.as_str());
             }
+            Ok(())
+        }
+        Command::User {
+            command: command @ (UserCommand::Lock { .. } | UserCommand::Unlock { .. }),
+        } => {
+            let (name, locked) = match command {
+                UserCommand::Lock { name } => (name, true),
+                UserCommand::Unlock { name } => (name, false),
+                UserCommand::Add { .. } => unreachable!("matched above"),
+            };
+            let service = server::open_service(config)
+                .await
+                .map_err(|e| e.to_string())?;
+            let user = user_named(&service, &name).await?;
+            service
+                .set_locked(&user.id, locked)
+                .await
+                .map_err(|e| e.to_string())?;
+            println!("{name} is {}", if locked { "locked" } else { "unlocked" });
             Ok(())
         }
         Command::Token {

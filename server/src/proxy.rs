@@ -210,6 +210,15 @@ fn json_error(status: StatusCode, code: &str, message: &str) -> Response {
         .into_response()
 }
 
+/// A state-changing request a browser sent from another site (see [`crate::auth::from_foreign_origin`]).
+pub(crate) fn cross_site_refused() -> Response {
+    json_error(
+        StatusCode::FORBIDDEN,
+        "cross_site",
+        "requests from other sites are refused; open the sandbox's own page",
+    )
+}
+
 /// What the caller sees when our side failed; the cause is logged where it happened.
 fn internal_error() -> Response {
     json_error(
@@ -232,6 +241,13 @@ pub async fn handle(
     forwarded_for: Option<&HeaderValue>,
     mut req: Request<Body>,
 ) -> Response {
+    // Another site must not make a signed-in browser change things in the editor, or open its
+    // kernels: editors trust us and skip their own cross-site checks for what we forward.
+    if (!req.method().is_safe() || is_upgrade(req.headers()))
+        && crate::auth::from_foreign_origin(req.headers())
+    {
+        return cross_site_refused();
+    }
     let user = match state.service.auth.user(req.headers()).await {
         Ok(user) => user,
         Err(e) => {
@@ -299,6 +315,10 @@ pub async fn handle(
 
     let upgrade = is_upgrade(req.headers());
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    // An upgraded connection outlives this request: it is checked again while it lasts.
+    let credential = upgrade
+        .then(|| crate::auth::Credential::of(req.headers()))
+        .flatten();
     let (mut parts, body) = req.into_parts();
     let upgrade_to = parts.headers.get(header::UPGRADE).cloned();
     strip_hop_by_hop(&mut parts.headers);
@@ -349,12 +369,22 @@ pub async fn handle(
             let route = route.clone();
             let busy_poll =
                 Duration::from_micros(state.service.config.proxy.websocket_busy_poll_us);
+            let service = state.service.clone();
             tokio::spawn(async move {
                 let (Ok(client), Ok(upstream)) = tokio::join!(client_upgrade, upstream_upgrade)
                 else {
                     return;
                 };
-                relay_upgraded(client, upstream, route, api, busy_poll).await;
+                let relay = relay_upgraded(client, upstream, route.clone(), api, busy_poll);
+                let Some(credential) = credential else {
+                    return relay.await;
+                };
+                tokio::select! {
+                    () = relay => {}
+                    () = until_revoked(&service.auth, &credential, &route.owner_id) => {
+                        tracing::info!(session = %route.session_id, "closed a WebSocket whose sign-in ended");
+                    }
+                }
             });
         }
         let (parts, _) = response.into_parts();
@@ -408,6 +438,35 @@ static SPIN_LIMIT: LazyLock<relay::SpinLimit> = LazyLock::new(|| {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     relay::SpinLimit::new(cores / 2)
 });
+
+/// How often an open WebSocket's credential is checked again, for changes on other replicas
+/// (those on this one are seen at once): a lock, a logout, a revoked token.
+const RECHECK_CREDENTIAL: Duration = Duration::from_secs(10);
+
+/// Returns once `credential` no longer stands for `owner_id`. A failing database keeps the
+/// connection: it is the editor's work the user would lose.
+async fn until_revoked(
+    auth: &crate::auth::Authenticator,
+    credential: &crate::auth::Credential,
+    owner_id: &str,
+) {
+    let mut forgets = auth.forgets();
+    loop {
+        tokio::select! {
+            changed = forgets.changed() => {
+                if changed.is_err() {
+                    tokio::time::sleep(RECHECK_CREDENTIAL).await;
+                }
+            }
+            () = tokio::time::sleep(RECHECK_CREDENTIAL) => {}
+        }
+        match auth.user_of(credential).await {
+            Ok(Some(user)) if user.id == owner_id => {}
+            Ok(_) => return,
+            Err(e) => tracing::warn!(error = %e, "checking a WebSocket's credential again"),
+        }
+    }
+}
 
 /// Relays an upgraded connection until both sides have ended it; bytes either way count as
 /// activity.

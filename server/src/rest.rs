@@ -69,8 +69,15 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         match Json::<T>::from_request(req, state).await {
             Ok(Json(value)) => Ok(ApiJson(value)),
-            Err(JsonRejection::BytesRejection(_)) => Err(ApiError(AppError::TooLarge(
-                "the request body is too large (at most 16 KiB)".into(),
+            Err(JsonRejection::BytesRejection(rejection))
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE =>
+            {
+                Err(ApiError(AppError::TooLarge(
+                    "the request body is too large (at most 16 KiB)".into(),
+                )))
+            }
+            Err(JsonRejection::BytesRejection(_)) => Err(ApiError(AppError::Invalid(
+                "the request body could not be read".into(),
             ))),
             Err(JsonRejection::MissingJsonContentType(_)) => Err(ApiError(AppError::Invalid(
                 "send JSON with Content-Type: application/json".into(),
@@ -79,6 +86,22 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<
                 "malformed JSON: {}",
                 rejection.body_text()
             )))),
+        }
+    }
+}
+
+/// A session id from the path; one that is not even text is a clear 400 like any bad input.
+pub struct SessionId(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for SessionId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(id)) => Ok(SessionId(id)),
+            Err(_) => Err(ApiError(AppError::Invalid(
+                "the session id in the path is not valid".into(),
+            ))),
         }
     }
 }
@@ -180,7 +203,7 @@ async fn create_session(
 async fn get_session(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
-    Path(id): Path<String>,
+    SessionId(id): SessionId,
 ) -> ApiResult<Json<ApiSession>> {
     Ok(Json(state.service.session(&viewer, &id).await?.into()))
 }
@@ -188,7 +211,7 @@ async fn get_session(
 async fn delete_session(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
-    Path(id): Path<String>,
+    SessionId(id): SessionId,
 ) -> ApiResult<Json<ApiSession>> {
     Ok(Json(state.service.stop(&viewer, &id).await?.into()))
 }
@@ -204,7 +227,7 @@ struct HeartbeatBody {
 async fn heartbeat(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
-    Path(id): Path<String>,
+    SessionId(id): SessionId,
     ApiJson(body): ApiJson<HeartbeatBody>,
 ) -> ApiResult<Json<ApiSession>> {
     state.service.heartbeat(&viewer, &id, body.input).await?;
@@ -220,7 +243,7 @@ struct ExtendBody {
 async fn extend(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
-    Path(id): Path<String>,
+    SessionId(id): SessionId,
     ApiJson(body): ApiJson<ExtendBody>,
 ) -> ApiResult<Json<ApiSession>> {
     Ok(Json(
@@ -251,7 +274,7 @@ async fn quota(
 async fn session_events(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
-    Path(id): Path<String>,
+    SessionId(id): SessionId,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     state.service.check_owner(&viewer, &id).await?;
     // Subscribe before reading the history, so nothing falls between the two.

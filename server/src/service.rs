@@ -356,6 +356,12 @@ impl Service {
         viewer: &Viewer,
         request: LaunchRequest,
     ) -> Result<SessionView, AppError> {
+        // Shutting down: an editor started now would outlive the server's stops.
+        if *self.closing.borrow() {
+            return Err(AppError::Unavailable(
+                "the server is restarting; launch again in a minute".into(),
+            ));
+        }
         let pool = self.store.pool().await?;
         let valid = launch::validate(&request, &self.catalog(&pool)).map_err(AppError::Invalid)?;
         // From here on the work runs in its own task: a client that disconnects mid-request

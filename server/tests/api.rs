@@ -111,6 +111,10 @@ async fn bad_launches_get_clear_errors_and_write_nothing() {
     let response = app.send(request).await;
     assert_eq!(response.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(response.json()["error"], "too_large");
+    // A session id that is not text: the same JSON error as any bad input.
+    let response = app.get("/api/v1/sessions/%FF", Some(&token)).await;
+    assert_eq!(response.status, StatusCode::BAD_REQUEST);
+    assert_eq!(response.json()["error"], "invalid");
 
     assert_eq!(
         session_count(&app, &user_id).await,
@@ -288,6 +292,77 @@ async fn websocket_frames_pass_with_busy_polling(busy_poll_us: u64) {
     app.stop().await;
 }
 
+/// Waits for the proxy to end `socket` (a close, an error or the end of the stream).
+async fn ends_within(socket: &mut common::WebSocket, within: Duration, why: &str) {
+    use futures_util::StreamExt;
+    tokio::time::timeout(within, async {
+        loop {
+            match socket.next().await {
+                None | Some(Err(_)) => return,
+                Some(Ok(message)) if message.is_close() => return,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the WebSocket stayed open: {why}"));
+}
+
+#[tokio::test]
+async fn an_open_websocket_ends_when_its_user_is_locked() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let mut sockets = Vec::new();
+    for name in ["liz", "max"] {
+        let (user_id, token) = app.user(name).await;
+        let id = app.launch_ready(&token, "marimo").await;
+        let mut socket = app
+            .websocket(&format!("/s/{id}/ws"), &token)
+            .await
+            .expect("websocket through the proxy");
+        common::assert_echoes(&mut socket, 3).await;
+        sockets.push((user_id, socket));
+    }
+    let (liz, mut liz_socket) = sockets.remove(0);
+    let (max, mut max_socket) = sockets.remove(0);
+
+    app.service.set_locked(&liz, true).await.unwrap();
+    ends_within(
+        &mut liz_socket,
+        Duration::from_secs(3),
+        "locked on this server",
+    )
+    .await;
+    // Locked by another replica: only the database knows, and the periodic check finds it.
+    app.sql("UPDATE users SET locked = 1 WHERE id = $1", &max)
+        .await;
+    ends_within(&mut max_socket, Duration::from_secs(20), "locked elsewhere").await;
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_launch_while_the_server_shuts_down_is_refused() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (user_id, token) = app.user("sid").await;
+    // What a shutdown sets first: from here on no editor may start.
+    app.service.closing.send_replace(true);
+    let refused = app.launch(&token, "jupyterlab", 30).await;
+    refused.assert_status(StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        refused.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("restarting"),
+        "{}",
+        refused.json()
+    );
+    assert_eq!(session_count(&app, &user_id).await, 0);
+    assert_eq!(
+        app.service.store.credits(&user_id).await.unwrap(),
+        (100_000, 0)
+    );
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn a_failed_start_refunds_and_says_why() {
     let runtime = std::sync::Arc::new(FakeRuntime {
@@ -299,20 +374,9 @@ async fn a_failed_start_refunds_and_says_why() {
     let created = app.launch(&token, "jupyterlab", 60).await;
     assert_eq!(created.status, StatusCode::CREATED);
     let id = created.json()["id"].as_str().unwrap().to_string();
-    let view = app.wait_for(&token, &id, |v| v["state"] == "ended").await;
-    assert_eq!(view["state"], "ended");
-    assert_eq!(view["end_reason"], "failed");
-    assert!(
-        view["detail"]
-            .as_str()
-            .unwrap()
-            .contains("Traceback: something broke"),
-        "{view}"
-    );
-    assert_eq!(
-        app.service.store.credits(&user_id).await.unwrap(),
-        (100_000, 0)
-    );
+    let before = (100_000, 0);
+    app.assert_fails_free(&token, &id, "Traceback: something broke", &user_id, before)
+        .await;
     app.stop().await;
 }
 

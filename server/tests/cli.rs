@@ -296,6 +296,48 @@ fn the_first_run_creates_an_admin_once_and_the_environment_beats_the_file() {
 }
 
 #[test]
+fn an_account_locked_from_the_command_line_loses_access_on_the_running_server() {
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("sandbox.toml");
+    std::fs::write(&config, "[pool]\nwarm = []\n").unwrap();
+    let (code, _, err) = server(
+        data.path(),
+        &["user", "add", "ida", "--password-stdin"],
+        Some("a-long-password\n"),
+    );
+    assert_eq!(code, 0, "{err}");
+    let (_, token, _) = server(data.path(), &["token", "create", "--user", "ida"], None);
+    let token = token.trim().to_string();
+    let (mut child, _, port) = serve_until_ready(data.path(), &config);
+    // The running server caches who a token is for a few seconds: wait for the answer.
+    let mut answer_becomes = |status: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let me = get_with_token(&mut child, port, "/api/v1/me", &token);
+            if me.starts_with(status) {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "still: {me}");
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    };
+    answer_becomes("HTTP/1.1 200");
+    let (code, out, err) = server(data.path(), &["user", "lock", "ida"], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("ida is locked"), "{out}");
+    answer_becomes("HTTP/1.1 401");
+    let (code, out, _) = server(data.path(), &["user", "unlock", "ida"], None);
+    assert_eq!(code, 0);
+    assert!(out.contains("ida is unlocked"), "{out}");
+    answer_becomes("HTTP/1.1 200");
+    terminate(child);
+
+    let (code, _, err) = server(data.path(), &["user", "lock", "nobody"], None);
+    assert_ne!(code, 0);
+    assert!(err.contains("no user named 'nobody'"), "{err}");
+}
+
+#[test]
 fn migrate_creates_the_database_and_can_run_again() {
     let data = tempfile::tempdir().unwrap();
     let (code, _, err) = server(data.path(), &["migrate"], None);

@@ -195,6 +195,84 @@ async fn the_proxy_sends_strangers_to_sign_in_and_hides_other_users_sessions() {
 }
 
 #[tokio::test]
+async fn requests_another_site_makes_a_browser_send_are_refused() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (_, token) = app.user("cyd").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    let refused = |answer: &Answer| {
+        assert_eq!(answer.status, StatusCode::FORBIDDEN, "{}", answer.body);
+        assert_eq!(answer.json()["error"], "cross_site");
+    };
+
+    // Login CSRF: another site signing the browser in as someone else.
+    let login = |site: &'static str, origin: &'static str| {
+        Request::builder()
+            .method(Method::POST)
+            .uri(app::api::Login::PATH)
+            .header(header::HOST, "sandbox.example")
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header("sec-fetch-site", site)
+            .header(header::ORIGIN, origin)
+            .body(Body::from("name=cyd&password=password123"))
+            .unwrap()
+    };
+    let cross = send(&app, login("cross-site", "https://evil.example")).await;
+    refused(&cross);
+    assert_eq!(cross.session_cookie(), None, "no sign-in happened");
+    let ours = send(&app, login("same-origin", "http://sandbox.example")).await;
+    assert_eq!(ours.status, StatusCode::OK, "{}", ours.body);
+    assert!(ours.session_cookie().is_some());
+    // Without Fetch Metadata (older browsers), Origin against Host decides.
+    let old_browser = Request::builder()
+        .method(Method::DELETE)
+        .uri(format!("/api/v1/sessions/{id}"))
+        .header(header::HOST, "sandbox.example")
+        .header(header::ORIGIN, "https://evil.example")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(Body::empty())
+        .unwrap();
+    refused(&send(&app, old_browser).await);
+
+    // The editor: no cross-site writes, no cross-site WebSocket (a kernel), reads pass.
+    let to_editor = |method: Method, origin: &'static str| {
+        Request::builder()
+            .method(method)
+            .uri(format!("/s/{id}/upload"))
+            .header(header::HOST, "sandbox.example")
+            .header(header::ORIGIN, origin)
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .body(Body::from("data"))
+            .unwrap()
+    };
+    refused(&send(&app, to_editor(Method::POST, "https://evil.example")).await);
+    let same = send(&app, to_editor(Method::POST, "http://sandbox.example")).await;
+    assert_eq!(same.status, StatusCode::OK, "{}", same.body);
+    let websocket = get(&format!("/s/{id}/ws"))
+        .header(header::HOST, "sandbox.example")
+        .header("sec-fetch-site", "cross-site")
+        .header(header::CONNECTION, "upgrade")
+        .header(header::UPGRADE, "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(Body::empty())
+        .unwrap();
+    refused(&send(&app, websocket).await);
+    let read = get(&format!("/s/{id}/api/status"))
+        .header("sec-fetch-site", "cross-site")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(send(&app, read).await.status, StatusCode::OK);
+
+    let view = app
+        .get(&format!("/api/v1/sessions/{id}"), Some(&token))
+        .await;
+    assert_eq!(view.json()["state"], "ready", "nothing refused took effect");
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn signing_in_cycles_the_session_id_and_signing_out_revokes_it_at_once() {
     let app = TestApp::start(Some(FakeRuntime::new())).await;
     app.user("ada").await;
@@ -317,7 +395,12 @@ async fn server_functions_act_only_on_the_callers_own_sessions() {
 
     for path in [app::api::GetSession::PATH, app::api::StopSession::PATH] {
         let refused = server_fn(&app, path, &other, &form).await;
-        assert!(!refused.status.is_success(), "{path}: {}", refused.body);
+        assert_eq!(
+            refused.status,
+            StatusCode::NOT_FOUND,
+            "{path}: {}",
+            refused.body
+        );
         assert_eq!(refused.json()["error"], "not_found", "{path}");
     }
     let still = app.record(&id).await;
@@ -342,7 +425,16 @@ async fn server_functions_act_only_on_the_callers_own_sessions() {
         .body(Body::from(form.clone()))
         .unwrap();
     let anonymous = send(&app, anonymous).await;
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
     assert_eq!(anonymous.json()["error"], "unauthenticated");
+    let malformed = server_fn(
+        &app,
+        app::api::ExtendSession::PATH,
+        &owner_cookie,
+        &format!("id={id}&minutes=lots"),
+    )
+    .await;
+    assert_eq!(malformed.json()["error"], "invalid", "{}", malformed.body);
     app.stop().await;
 }
 

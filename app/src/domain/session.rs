@@ -91,6 +91,25 @@ impl SessionState {
     }
 }
 
+/// How long past the readiness timeout a session may stay `starting` before the reaper ends it:
+/// by then the task that launched it has given up or is gone (a database error, a replica that
+/// died mid-launch).
+pub const STARTING_GRACE_MS: i64 = 60_000;
+/// How long a stop may take (an editor's graceful stop, a pod's termination) before the reaper
+/// drives it again.
+pub const STOPPING_GRACE_MS: i64 = 120_000;
+
+/// Whether a session that entered its passing state (`starting`, `stopping`) at `since_ms` has
+/// been in it too long and needs the reaper.
+pub fn overdue(state: SessionState, since_ms: i64, now_ms: i64, ready_timeout_ms: i64) -> bool {
+    let waited = now_ms - since_ms;
+    match state {
+        SessionState::Starting => waited > ready_timeout_ms + STARTING_GRACE_MS,
+        SessionState::Stopping => waited > STOPPING_GRACE_MS,
+        _ => false,
+    }
+}
+
 impl fmt::Display for SessionState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -122,6 +141,12 @@ impl EndReason {
 
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|reason| reason.as_str() == s)
+    }
+
+    /// Whether the time since the editor was ready is charged. A launch that failed is not,
+    /// even when it failed after a pre-started editor was handed over (binding the workspace).
+    pub fn charges_time(self) -> bool {
+        self != Self::Failed
     }
 
     /// A sentence for the person whose session ended.
@@ -199,6 +224,30 @@ mod tests {
         assert!(Ready.next(Event::Finish).is_err());
         assert!(Stopping.next(Event::EditorReady).is_err());
         assert!(Queued.next(Event::Enqueue).is_err());
+    }
+
+    #[test]
+    fn only_passing_states_become_overdue_and_only_after_their_grace() {
+        let timeout = 180_000;
+        let starting_limit = timeout + STARTING_GRACE_MS;
+        assert!(!overdue(Starting, 0, starting_limit, timeout));
+        assert!(overdue(Starting, 0, starting_limit + 1, timeout));
+        assert!(!overdue(Stopping, 0, STOPPING_GRACE_MS, timeout));
+        assert!(overdue(Stopping, 0, STOPPING_GRACE_MS + 1, timeout));
+        for state in [Requested, Queued, Ready, Ended] {
+            assert!(!overdue(state, 0, i64::MAX / 2, timeout), "{state}");
+        }
+    }
+
+    #[test]
+    fn only_failed_launches_go_uncharged() {
+        for reason in EndReason::ALL {
+            assert_eq!(
+                reason.charges_time(),
+                reason != EndReason::Failed,
+                "{reason:?}"
+            );
+        }
     }
 
     #[test]

@@ -948,13 +948,22 @@ async fn settle_in(w: &mut WriteTx, session_id: &str, now: i64) -> Result<()> {
         .bind(session_id)
         .execute(&mut *w.tx)
         .await?;
-    let row = sqlx::query("SELECT user_id, price_per_hour, ready_at FROM sessions WHERE id = $1")
-        .bind(session_id)
-        .fetch_one(&mut *w.tx)
-        .await?;
+    let row = sqlx::query(
+        "SELECT user_id, price_per_hour, ready_at, end_reason FROM sessions WHERE id = $1",
+    )
+    .bind(session_id)
+    .fetch_one(&mut *w.tx)
+    .await?;
     let user_id: String = row.try_get("user_id")?;
     let per_hour: i64 = row.try_get("price_per_hour")?;
-    let ready_at: Option<i64> = row.try_get("ready_at")?;
+    let end_reason: Option<String> = row.try_get("end_reason")?;
+    let charged = end_reason
+        .as_deref()
+        .and_then(EndReason::parse)
+        .is_none_or(EndReason::charges_time);
+    let ready_at: Option<i64> = row
+        .try_get::<Option<i64>, _>("ready_at")?
+        .filter(|_| charged);
     let hold_row = sqlx::query(
         "SELECT CAST(COALESCE(SUM(-amount), 0) AS BIGINT) AS held FROM credit_ledger WHERE session_id = $1 AND kind = 'hold'",
     )

@@ -259,6 +259,29 @@ impl TestApp {
         }
     }
 
+    /// Waits for session `id` to end `failed`, its detail saying `why`, and checks that its user
+    /// (`user_id`) has exactly the credits `before` it: a failed launch costs nothing.
+    pub async fn assert_fails_free(
+        &self,
+        token: &str,
+        id: &str,
+        why: &str,
+        user_id: &str,
+        before: (i64, i64),
+    ) {
+        let view = self.wait_for(token, id, |v| v["state"] == "ended").await;
+        assert_eq!(view["end_reason"], "failed", "{view}");
+        assert!(
+            view["detail"].as_str().unwrap_or_default().contains(why),
+            "{view}"
+        );
+        assert_eq!(
+            self.service.store.credits(user_id).await.unwrap(),
+            before,
+            "a failed launch costs nothing"
+        );
+    }
+
     /// `POST /api/v1/sessions` for an 8 GB slice.
     pub async fn launch(&self, token: &str, editor: &str, minutes: u32) -> Response {
         let body =
@@ -312,6 +335,8 @@ pub struct FakeRuntime {
     /// Offers pre-started editors; `bound` records (session, user) of each workspace binding.
     pub prestart: bool,
     pub bound: std::sync::Mutex<Vec<(String, String)>>,
+    /// Binding a user's workspace to a pre-started editor fails.
+    pub fail_bind: bool,
     /// How long a stop takes, as a real editor's does.
     pub stop_takes: Duration,
     /// Started editors never answer.
@@ -333,6 +358,7 @@ impl FakeRuntime {
             busy: Default::default(),
             prestart: false,
             bound: Default::default(),
+            fail_bind: false,
             stop_takes: Duration::ZERO,
             never_ready: false,
             cpu_centi_cores: Default::default(),
@@ -420,6 +446,12 @@ impl Runtime for FakeRuntime {
     }
 
     async fn bind_workspace(&self, launch_id: &str, user_name: &str) -> Result<(), RuntimeError> {
+        if self.fail_bind {
+            return Err(RuntimeError::Failed {
+                message: "the workspace volume is missing".into(),
+                log_tail: String::new(),
+            });
+        }
         self.bound
             .lock()
             .unwrap()
