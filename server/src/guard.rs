@@ -16,6 +16,9 @@ use std::time::Duration;
 
 /// The lease that makes one replica the reaper at a time.
 const REAPER_LEASE: &str = "reaper";
+/// A server's instance lease lasts at least this long, so that a busy moment does not make the
+/// others think it died.
+const INSTANCE_LEASE_MIN_MS: u64 = 15_000;
 
 /// Waits after a failed warm start before trying that editor again.
 const WARM_RETRY: Duration = Duration::from_secs(60);
@@ -25,6 +28,35 @@ impl Service {
     /// workspace to one afterwards.
     pub fn prestarts(&self) -> bool {
         !self.config.pool.warm.is_empty() && self.runtime.prestarts_editors()
+    }
+
+    /// The lease that says this server lives: another server starting up leaves the launches
+    /// this one drives alone while it is held.
+    fn instance_lease(instance: &str) -> String {
+        format!("instance:{instance}")
+    }
+
+    /// Renews this server's instance lease; every background tick calls it.
+    pub async fn keep_alive(&self) {
+        let ttl = (self.config.idle.reaper_period_ms * 3).max(INSTANCE_LEASE_MIN_MS) as i64;
+        let lease = Self::instance_lease(&self.instance);
+        if let Err(e) = self.store.try_lease(&lease, &self.instance, ttl).await {
+            tracing::warn!(error = %e, "renewing this server's lease");
+        }
+    }
+
+    /// Gives the instance lease up at shutdown: the next server to start need not wait for it to
+    /// run out before it ends the launches this one left.
+    pub async fn release_instance(&self) {
+        let lease = Self::instance_lease(&self.instance);
+        if let Err(e) = self.store.release_lease(&lease, &self.instance).await {
+            tracing::warn!(error = %e, "releasing this server's lease");
+        }
+    }
+
+    /// Whether the server `instance` still lives (holds its lease).
+    pub async fn instance_alive(&self, instance: &str) -> Result<bool, crate::store::StoreError> {
+        self.store.lease_held(&Self::instance_lease(instance)).await
     }
 
     /// One reaper pass. Only the lease holder reaps, so two replicas never both end one session;
@@ -143,6 +175,7 @@ impl Service {
             let Ok(Some(user)) = self.store.user_by_id(&record.user_id).await else {
                 continue;
             };
+            self.drive(&d.session_id).await;
             let service = Arc::clone(self);
             let session_id = d.session_id.clone();
             tokio::spawn(async move { service.run_launch(&session_id, &user.name).await });

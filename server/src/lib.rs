@@ -231,6 +231,7 @@ pub async fn run(
                 .await;
         }
         stopping.stop_warm_pool().await;
+        stopping.release_instance().await;
         // After the stops, so open progress streams show the end before they close.
         stopping.shutdown.send_replace(true);
         let _ = draining_tx.send(());
@@ -269,6 +270,7 @@ async fn background(service: Arc<Service>) {
     let mut reconciled = tokio::time::Instant::now();
     loop {
         tick.tick().await;
+        service.keep_alive().await;
         // Activity first, so the reaper judges on what the proxy saw up to now.
         service.flush_activity().await;
         if sampled.elapsed() >= sample_every {
@@ -349,6 +351,8 @@ pub async fn build_service(config: config::Config) -> anyhow_lite::Result<Arc<Se
         .sync_pool()
         .await
         .map_err(anyhow_lite::wrap("pool"))?;
+    // Alive before recovering, so that no other server takes this one's launches for orphans.
+    service.keep_alive().await;
     service
         .recover()
         .await

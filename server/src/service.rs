@@ -417,6 +417,7 @@ impl Service {
                     self.events.publish(&id, step);
                 }
                 self.stop_warm(evicted);
+                self.drive(&id).await;
                 let service = Arc::clone(self);
                 let session_id = id.clone();
                 let user_name = viewer.name.clone();
@@ -429,6 +430,14 @@ impl Service {
             }
         }
         self.view(&id).await
+    }
+
+    /// Marks this server as the one driving `session_id`'s launch. Until it is marked, a server
+    /// that starts up leaves the launch to the reaper's overdue rule rather than end it.
+    pub(crate) async fn drive(&self, session_id: &str) {
+        if let Err(e) = self.store.set_driver(session_id, &self.instance).await {
+            tracing::warn!(session = session_id, error = %e, "recording who drives a launch");
+        }
     }
 
     pub(crate) async fn run_launch(&self, session_id: &str, user_name: &str) {
@@ -755,6 +764,17 @@ impl Service {
                     .await;
                 }
                 _ => {
+                    // Several servers may share the database: a launch another live server
+                    // drives is its to finish. One nobody marked yet is left to the reaper.
+                    let driver_alive = match &record.driver {
+                        Some(driver) => self.instance_alive(driver).await?,
+                        None => true,
+                    };
+                    if driver_alive {
+                        tracing::info!(session = %record.id, driver = ?record.driver, "left a launch another server drives");
+                        owned.insert(record.id);
+                        continue;
+                    }
                     self.stop_session(
                         &record.id,
                         EndReason::Failed,

@@ -456,6 +456,56 @@ async fn launches_and_stops_that_nothing_drives_are_finished_by_the_reaper() {
 }
 
 #[tokio::test]
+async fn a_server_starting_up_leaves_alone_the_launches_a_live_server_drives() {
+    let runtime = Arc::new(FakeRuntime {
+        never_ready: true,
+        ..FakeRuntime::plain()
+    });
+    let first = TestApp::start_with(Some(runtime), |c| {
+        c.sessions.ready_timeout_seconds = 600;
+    })
+    .await;
+    let (user_id, token) = first.user("ray").await;
+    let before = first.service.store.credits(&user_id).await.unwrap();
+    let id = first.launch_id(&token, "jupyterlab").await;
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while first.record(&id).await.driver.as_deref() != Some(first.service.instance.as_str()) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the first server drives the launch");
+
+    // A second server on the same database starts while the first one lives.
+    let second = TestApp::start_with(Some(FakeRuntime::new()), first.same_store()).await;
+    second.service.recover().await.unwrap();
+    assert_eq!(
+        second.record(&id).await.state,
+        SessionState::Starting,
+        "the launch is the first server's to finish"
+    );
+    // Its driver died without a word (no lease): the next server to start ends it, refunded.
+    first
+        .sql(
+            "UPDATE sessions SET driver = 'a-server-that-died' WHERE id = $1",
+            &id,
+        )
+        .await;
+    second.service.recover().await.unwrap();
+    second
+        .assert_fails_free(
+            &token,
+            &id,
+            "restarted before the editor was ready",
+            &user_id,
+            before,
+        )
+        .await;
+    second.stop().await;
+    first.stop().await;
+}
+
+#[tokio::test]
 async fn a_warm_launch_whose_workspace_cannot_be_bound_costs_nothing() {
     let runtime = Arc::new(FakeRuntime {
         prestart: true,

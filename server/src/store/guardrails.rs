@@ -633,6 +633,38 @@ impl Store {
         .await?;
         Ok(done.rows_affected() == 1)
     }
+
+    /// Whether someone holds the lease `name` now.
+    pub async fn lease_held(&self, name: &str) -> Result<bool> {
+        let row = sqlx::query("SELECT expires_at FROM leases WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(match row {
+            Some(row) => row.try_get::<i64, _>("expires_at")? >= now_ms(),
+            None => false,
+        })
+    }
+
+    /// Gives the lease `name` up, if `holder` has it.
+    pub async fn release_lease(&self, name: &str, holder: &str) -> Result<()> {
+        sqlx::query("DELETE FROM leases WHERE name = $1 AND holder = $2")
+            .bind(name)
+            .bind(holder)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Records which server drives a starting session's launch.
+    pub async fn set_driver(&self, session_id: &str, instance: &str) -> Result<()> {
+        sqlx::query("UPDATE sessions SET driver = $1 WHERE id = $2")
+            .bind(instance)
+            .bind(session_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
 }
 
 /// The step a queued session shows: what it waits for and its place in line.

@@ -376,6 +376,19 @@ async fn lease_has_one_holder(store: Store) {
     assert!(store.try_lease("other", "b", 60_000).await.unwrap());
     assert!(store.try_lease("short", "a", -1).await.unwrap());
     assert!(store.try_lease("short", "b", 60_000).await.unwrap());
+    // Held while unexpired; given up only by its holder.
+    assert!(store.lease_held("reaper").await.unwrap());
+    assert!(!store.lease_held("nobody-took-it").await.unwrap());
+    store.try_lease("expired", "a", -1).await.unwrap();
+    assert!(!store.lease_held("expired").await.unwrap());
+    store.release_lease("reaper", "b").await.unwrap();
+    assert!(
+        store.lease_held("reaper").await.unwrap(),
+        "b does not hold it"
+    );
+    store.release_lease("reaper", "a").await.unwrap();
+    assert!(!store.lease_held("reaper").await.unwrap());
+    assert!(store.try_lease("reaper", "b", 60_000).await.unwrap());
 }
 
 /// The reconciler's correction: a session moves to a free slot of its size on HAMi's card.
