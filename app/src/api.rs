@@ -55,7 +55,10 @@ mod backend {
     /// Answers an error with its own status (server functions otherwise answer every error
     /// with 500); the body is the error either way.
     pub(super) fn answered<T>(result: Result<T, AppError>) -> Result<T, AppError> {
+        // A form the browser posted itself is answered with a redirect back to its page
+        // (carrying the error), which a status of ours would break.
         if let Err(e) = &result
+            && !is_plain_form_post()
             && let Some(response) = use_context::<leptos_axum::ResponseOptions>()
         {
             response.set_status(

@@ -124,10 +124,18 @@ pub struct Authenticator {
     store: Store,
     sessions: HttpSessionStore,
     cache: Mutex<FastMap<String, (Arc<UserRecord>, Instant)>>,
-    /// Counts forgets (logout, a locked user): a lookup that was already under way when one
-    /// happened does not put back what was just forgotten, and open WebSockets check their
-    /// credential again at once.
-    forgets: tokio::sync::watch::Sender<u64>,
+    /// Counts forgets (logout, a locked user), so that a lookup that was already under way
+    /// when one happened does not put back what was just forgotten.
+    forgets: std::sync::atomic::AtomicU64,
+    /// What was forgotten, for the open WebSockets that stand on it to check again at once.
+    forgotten: tokio::sync::broadcast::Sender<Forgotten>,
+}
+
+/// A user or a sign-in this server just forgot (see [`Authenticator::forget_user`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Forgotten {
+    User(String),
+    Cookie(String),
 }
 
 /// A request's credential, kept by a connection that outlives the request (a WebSocket) to be
@@ -139,6 +147,14 @@ pub struct Credential {
 }
 
 impl Credential {
+    /// Whether forgetting `what` may change whom this credential, used by `user_id`, stands for.
+    pub fn touched_by(&self, what: &Forgotten, user_id: &str) -> bool {
+        match what {
+            Forgotten::User(id) => id == user_id,
+            Forgotten::Cookie(cookie) => !self.is_token && *cookie == self.key,
+        }
+    }
+
     pub fn of(headers: &HeaderMap) -> Option<Credential> {
         let (key, is_token) = credential_key(headers)?;
         Some(Credential {
@@ -163,7 +179,8 @@ impl Authenticator {
             store,
             sessions,
             cache: Mutex::new(FastMap::default()),
-            forgets: tokio::sync::watch::Sender::new(0),
+            forgets: std::sync::atomic::AtomicU64::new(0),
+            forgotten: tokio::sync::broadcast::Sender::new(64),
         }
     }
 
@@ -183,9 +200,9 @@ impl Authenticator {
         self.resolve(&credential.key, credential.is_token).await
     }
 
-    /// Changes whenever something was forgotten on this replica (see [`Self::forget_user`]).
-    pub fn forgets(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.forgets.subscribe()
+    /// What this replica forgets from now on (see [`Self::forget_user`]).
+    pub fn forgotten(&self) -> tokio::sync::broadcast::Receiver<Forgotten> {
+        self.forgotten.subscribe()
     }
 
     async fn resolve(
@@ -197,7 +214,7 @@ impl Authenticator {
         if let Some(hit) = self.cached(key) {
             return Ok(Some(hit));
         }
-        let forgets = *self.forgets.borrow();
+        let forgets = self.forgets.load(std::sync::atomic::Ordering::Acquire);
         let user = if is_token {
             self.store.user_by_token_hash(&token_hash(key)).await?
         } else {
@@ -208,7 +225,7 @@ impl Authenticator {
         // cannot grow the cache.
         if let Some(found) = &user {
             let mut cache = self.cache.lock().expect("auth cache");
-            if *self.forgets.borrow() != forgets {
+            if self.forgets.load(std::sync::atomic::Ordering::Acquire) != forgets {
                 return Ok(user);
             }
             if cache.len() >= CACHE_CAPACITY {
@@ -234,13 +251,11 @@ impl Authenticator {
         let Ok(id) = tower_sessions::session::Id::from_str(cookie) else {
             return Ok(None);
         };
+        // An error is an error, not nobody: an open WebSocket must not be closed for it.
         let record = match self.sessions.load(&id).await {
             Ok(Some(record)) => record,
             Ok(None) => return Ok(None),
-            Err(e) => {
-                tracing::warn!(error = %e, "session store");
-                return Ok(None);
-            }
+            Err(e) => return Err(StoreError::Sessions(e.to_string())),
         };
         match record.data.get(USER_KEY).and_then(|v| v.as_str()) {
             Some(user_id) => self.store.user_by_id(user_id).await,
@@ -252,7 +267,9 @@ impl Authenticator {
     pub fn forget_user(&self, user_id: &str) {
         let mut cache = self.cache.lock().expect("auth cache");
         cache.retain(|_, (user, _)| user.id != user_id);
-        self.forgets.send_modify(|n| *n += 1);
+        self.forgets
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let _ = self.forgotten.send(Forgotten::User(user_id.to_string()));
     }
 
     /// Forgets a cookie at once (logout, or its id cycled at sign-in), rather than when the
@@ -260,7 +277,9 @@ impl Authenticator {
     pub fn forget_cookie(&self, cookie: &str) {
         let mut cache = self.cache.lock().expect("auth cache");
         cache.remove(cookie);
-        self.forgets.send_modify(|n| *n += 1);
+        self.forgets
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let _ = self.forgotten.send(Forgotten::Cookie(cookie.to_string()));
     }
 }
 

@@ -16,9 +16,19 @@ use std::time::Duration;
 
 /// The lease that makes one replica the reaper at a time.
 const REAPER_LEASE: &str = "reaper";
-/// A server's instance lease lasts at least this long, so that a busy moment does not make the
-/// others think it died.
-const INSTANCE_LEASE_MIN_MS: u64 = 15_000;
+/// How long a server's instance lease lasts; it is renewed four times as often, from a task of
+/// its own, so that a slow reaper pass or a busy moment does not make the others think it died.
+const INSTANCE_LEASE: Duration = Duration::from_secs(60);
+
+/// Keeps this server's instance lease for as long as it serves.
+pub async fn keep_instance_lease(service: Arc<Service>) {
+    let mut renew = tokio::time::interval(INSTANCE_LEASE / 4);
+    renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        renew.tick().await;
+        service.keep_alive().await;
+    }
+}
 
 /// Waits after a failed warm start before trying that editor again.
 const WARM_RETRY: Duration = Duration::from_secs(60);
@@ -36,10 +46,13 @@ impl Service {
         format!("instance:{instance}")
     }
 
-    /// Renews this server's instance lease; every background tick calls it.
+    /// Renews this server's instance lease, until shutdown begins.
     pub async fn keep_alive(&self) {
-        let ttl = (self.config.idle.reaper_period_ms * 3).max(INSTANCE_LEASE_MIN_MS) as i64;
+        if *self.closing.borrow() {
+            return;
+        }
         let lease = Self::instance_lease(&self.instance);
+        let ttl = INSTANCE_LEASE.as_millis() as i64;
         if let Err(e) = self.store.try_lease(&lease, &self.instance, ttl).await {
             tracing::warn!(error = %e, "renewing this server's lease");
         }
@@ -134,6 +147,11 @@ impl Service {
             };
             if !session::overdue(record.state, since, now, ready_timeout_ms) {
                 continue;
+            }
+            // Read again: the launch may have become ready since the list was read.
+            match self.store.session(&record.id).await {
+                Ok(Some(now)) if now.state == record.state => {}
+                _ => continue,
             }
             tracing::warn!(session = %record.id, state = %record.state, "reaper finishes an overdue session");
             if record.state == SessionState::Starting {

@@ -211,6 +211,7 @@ pub async fn run(
         let _ = tcp.set_nodelay(true);
     });
     let background = tokio::spawn(background(service.clone()));
+    let lease = tokio::spawn(guard::keep_instance_lease(service.clone()));
     let warm_pool = tokio::spawn(service.clone().keep_warm_pool());
     let app = App::new(service.clone());
     let (draining_tx, draining) = tokio::sync::oneshot::channel::<()>();
@@ -252,6 +253,7 @@ pub async fn run(
         }
     };
     background.abort();
+    lease.abort();
     result
 }
 
@@ -270,7 +272,6 @@ async fn background(service: Arc<Service>) {
     let mut reconciled = tokio::time::Instant::now();
     loop {
         tick.tick().await;
-        service.keep_alive().await;
         // Activity first, so the reaper judges on what the proxy saw up to now.
         service.flush_activity().await;
         if sampled.elapsed() >= sample_every {

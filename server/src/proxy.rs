@@ -443,22 +443,36 @@ static SPIN_LIMIT: LazyLock<relay::SpinLimit> = LazyLock::new(|| {
 /// (those on this one are seen at once): a lock, a logout, a revoked token.
 const RECHECK_CREDENTIAL: Duration = Duration::from_secs(10);
 
-/// Returns once `credential` no longer stands for `owner_id`. A failing database keeps the
+/// Returns once `credential` no longer stands for `owner_id`: checked at once when this server
+/// forgets that user or that sign-in, and every [`RECHECK_CREDENTIAL`] otherwise, each
+/// connection at its own phase so that they do not all ask at once. A failing database keeps the
 /// connection: it is the editor's work the user would lose.
 async fn until_revoked(
     auth: &crate::auth::Authenticator,
     credential: &crate::auth::Credential,
     owner_id: &str,
 ) {
-    let mut forgets = auth.forgets();
+    use tokio::sync::broadcast::error::RecvError;
+    let mut forgotten = auth.forgotten();
+    let phase =
+        Duration::from_millis(rand::random::<u64>() % RECHECK_CREDENTIAL.as_millis() as u64);
+    let mut recheck =
+        tokio::time::interval_at(tokio::time::Instant::now() + phase, RECHECK_CREDENTIAL);
+    recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut listening = true;
     loop {
         tokio::select! {
-            changed = forgets.changed() => {
-                if changed.is_err() {
-                    tokio::time::sleep(RECHECK_CREDENTIAL).await;
+            _ = recheck.tick() => {}
+            what = forgotten.recv(), if listening => match what {
+                Ok(what) if credential.touched_by(&what, owner_id) => {}
+                Ok(_) => continue,
+                // Missed some: one of them may have been ours.
+                Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => {
+                    listening = false;
+                    continue;
                 }
-            }
-            () = tokio::time::sleep(RECHECK_CREDENTIAL) => {}
+            },
         }
         match auth.user_of(credential).await {
             Ok(Some(user)) if user.id == owner_id => {}

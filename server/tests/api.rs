@@ -292,6 +292,56 @@ async fn websocket_frames_pass_with_busy_polling(busy_poll_us: u64) {
     app.stop().await;
 }
 
+/// Calls a server function as the page's script does, with the sign-in `cookie`.
+async fn server_fn(app: &TestApp, path: &str, cookie: &str) -> common::Response {
+    let request = Request::post(app.url(path))
+        .header("cookie", format!("sandbox_session={cookie}"))
+        .header("accept", "application/json")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(Full::new(bytes::Bytes::new()))
+        .unwrap();
+    app.send(request).await
+}
+
+/// Signs `name` in through the pages' server function; the session cookie's value.
+async fn sign_in_cookie(app: &TestApp, name: &str) -> String {
+    let request = Request::post(app.url(<app::api::Login as leptos::server_fn::ServerFn>::PATH))
+        .header("accept", "application/json")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(Full::new(
+            format!("name={name}&password=password123").into(),
+        ))
+        .unwrap();
+    let answer = app.send(request).await;
+    answer
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| v.strip_prefix("sandbox_session="))
+        .and_then(|v| v.split(';').next())
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("signed in: {:?}", answer.status))
+}
+
+/// A WebSocket through the proxy as a browser opens it: with the sign-in cookie, from our page.
+async fn cookie_websocket(app: &TestApp, path: &str, cookie: &str) -> common::WebSocket {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = format!("ws://{}{path}", app.addr)
+        .into_client_request()
+        .unwrap();
+    let headers = request.headers_mut();
+    headers.insert(
+        "cookie",
+        format!("sandbox_session={cookie}").parse().unwrap(),
+    );
+    headers.insert("sec-fetch-site", "same-origin".parse().unwrap());
+    tokio_tungstenite::connect_async(request)
+        .await
+        .expect("a websocket with the sign-in cookie")
+        .0
+}
+
 /// Waits for the proxy to end `socket` (a close, an error or the end of the stream).
 async fn ends_within(socket: &mut common::WebSocket, within: Duration, why: &str) {
     use futures_util::StreamExt;
@@ -324,6 +374,22 @@ async fn an_open_websocket_ends_when_its_user_is_locked() {
     }
     let (liz, mut liz_socket) = sockets.remove(0);
     let (max, mut max_socket) = sockets.remove(0);
+
+    // A browser's socket stands on its sign-in: signing out ends it, and it alone.
+    let (_, ned_token) = app.user("ned").await;
+    let ned_session = app.launch_ready(&ned_token, "marimo").await;
+    let cookie = sign_in_cookie(&app, "ned").await;
+    let mut browser = cookie_websocket(&app, &format!("/s/{ned_session}/ws"), &cookie).await;
+    common::assert_echoes(&mut browser, 3).await;
+    let signed_out = server_fn(
+        &app,
+        <app::api::Logout as leptos::server_fn::ServerFn>::PATH,
+        &cookie,
+    )
+    .await;
+    assert!(signed_out.status.is_success(), "{:?}", signed_out.body);
+    ends_within(&mut browser, Duration::from_secs(3), "signed out").await;
+    common::assert_echoes(&mut liz_socket, 1).await;
 
     app.service.set_locked(&liz, true).await.unwrap();
     ends_within(

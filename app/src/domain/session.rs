@@ -91,9 +91,10 @@ impl SessionState {
     }
 }
 
-/// How long past the readiness timeout a session may stay `starting` before the reaper ends it:
-/// by then the task that launched it has given up or is gone (a database error, a replica that
-/// died mid-launch).
+/// How long past twice the readiness timeout (a runtime may wait that long for a placement, then
+/// as long again for the editor to answer) a session may stay `starting` before the reaper ends
+/// it: by then the task that launched it has given up or is gone (a database error, a replica
+/// that died mid-launch).
 pub const STARTING_GRACE_MS: i64 = 60_000;
 /// How long a stop may take (an editor's graceful stop, a pod's termination) before the reaper
 /// drives it again.
@@ -104,7 +105,7 @@ pub const STOPPING_GRACE_MS: i64 = 120_000;
 pub fn overdue(state: SessionState, since_ms: i64, now_ms: i64, ready_timeout_ms: i64) -> bool {
     let waited = now_ms - since_ms;
     match state {
-        SessionState::Starting => waited > ready_timeout_ms + STARTING_GRACE_MS,
+        SessionState::Starting => waited > 2 * ready_timeout_ms + STARTING_GRACE_MS,
         SessionState::Stopping => waited > STOPPING_GRACE_MS,
         _ => false,
     }
@@ -229,7 +230,7 @@ mod tests {
     #[test]
     fn only_passing_states_become_overdue_and_only_after_their_grace() {
         let timeout = 180_000;
-        let starting_limit = timeout + STARTING_GRACE_MS;
+        let starting_limit = 2 * timeout + STARTING_GRACE_MS;
         assert!(!overdue(Starting, 0, starting_limit, timeout));
         assert!(overdue(Starting, 0, starting_limit + 1, timeout));
         assert!(!overdue(Stopping, 0, STOPPING_GRACE_MS, timeout));

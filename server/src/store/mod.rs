@@ -42,6 +42,9 @@ pub enum StoreError {
     Transition(#[from] app::domain::session::InvalidTransition),
     #[error("the session changed meanwhile")]
     Conflict,
+    /// The sign-in store could not answer.
+    #[error("session store: {0}")]
+    Sessions(String),
     /// A quota refuses the launch; the message names the limit and the use.
     #[error("{0}")]
     Quota(String),

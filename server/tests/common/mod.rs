@@ -447,6 +447,8 @@ impl Runtime for FakeRuntime {
 
     async fn bind_workspace(&self, launch_id: &str, user_name: &str) -> Result<(), RuntimeError> {
         if self.fail_bind {
+            // After the hand-over's clock started, as a real bind would: time passed is not charged.
+            tokio::time::sleep(Duration::from_millis(5)).await;
             return Err(RuntimeError::Failed {
                 message: "the workspace volume is missing".into(),
                 log_tail: String::new(),
