@@ -1,4 +1,4 @@
-// Sign in, launch JupyterLab, use it inside the page's iframe, reload, sign out and back in, stop it.
+// Sign in, launch JupyterLab, use it inside the page's iframe (a kernel answers), reload, sign out and back in, stop it.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
@@ -93,6 +93,23 @@ test('launch JupyterLab, see it embedded, reload, reopen after signing in again,
     await page.waitForURL(sessionUrl);
     await frame.locator('.jp-LabShell, #jp-main-dock-panel').first().waitFor({ timeout: 60_000 });
     await hydrated(page);
+
+    // The editor works from the page: a notebook's kernel answers over the proxied WebSocket,
+    // which the proxy lets through from our own origin only.
+    await frame.locator('.jp-LauncherCard').first().click({ timeout: 60_000 });
+    // Typed before the kernel is up, a cell runs on nothing.
+    await frame.getByText(/\(ipykernel\) \| Idle/).first().waitFor({ timeout: 60_000 });
+    const input = frame.locator('.jp-Cell .cm-content').first();
+    await input.click({ timeout: 60_000 });
+    await page.keyboard.type('6*7');
+    await page.keyboard.press('Shift+Enter');
+    await frame.locator('.jp-OutputArea-output', { hasText: '42' }).first().waitFor({ timeout: 60_000 });
+    // Saved, so that leaving the page asks nothing.
+    await page.keyboard.press('Control+s');
+    // The first save of an untitled notebook offers a name.
+    await frame.locator('.jp-Dialog-button.jp-mod-accept').click({ timeout: 30_000 });
+    await frame.locator('.jp-mod-dirty').first().waitFor({ state: 'detached', timeout: 30_000 });
+    await page.screenshot({ path: `${ARTIFACTS}/kernel.png` });
 
     await page.getByRole('button', { name: 'Stop' }).click();
     const ended = page.getByTestId('session-ended');

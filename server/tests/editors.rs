@@ -415,6 +415,29 @@ async fn warm_editors_open_the_users_own_workspace() {
         std::fs::read_to_string(workspace.join("from-lab.txt")).unwrap(),
         "saved"
     );
+    // A notebook too: saving one signs it with a secret the editor keeps under its home, which
+    // it made before the user's workspace took the place of its empty one.
+    let notebook = json!({ "cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5 });
+    let saved = app
+        .call(
+            Method::PUT,
+            &format!("/s/{lab}/api/contents/from-lab.ipynb"),
+            Some(&token),
+            Some(json!({ "type": "notebook", "format": "json", "content": notebook })),
+        )
+        .await;
+    saved.assert_status(StatusCode::CREATED);
+    assert!(workspace.join("from-lab.ipynb").exists());
+    // And its kernel starts, as the page starts one (a session for the notebook's path).
+    let kernel = app
+        .call(
+            Method::POST,
+            &format!("/s/{lab}/api/sessions"),
+            Some(&token),
+            Some(json!({ "path": "from-lab.ipynb", "type": "notebook", "name": "", "kernel": { "name": "python3" } })),
+        )
+        .await;
+    kernel.assert_status(StatusCode::CREATED);
 
     // marimo's file browser shows the same workspace.
     let mo = launch_warm("marimo").await;

@@ -160,6 +160,34 @@ impl LocalRuntime {
     }
 }
 
+/// Copies into `to` what `from` holds and `to` lacks, directories merged, nothing overwritten;
+/// links are left out. A missing `from` copies nothing.
+fn copy_missing(from: &Path, to: &Path) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(from) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let target = to.join(entry.file_name());
+        if kind.is_dir() {
+            match std::fs::create_dir(&target) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+            if target.is_dir() {
+                copy_missing(&entry.path(), &target)?;
+            }
+        } else if kind.is_file() && std::fs::symlink_metadata(&target).is_err() {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
 /// A directory name for any user name: lowercase ASCII letters, digits, '-' and '_' kept, the rest hex-escaped.
 pub fn safe_name(name: &str) -> String {
     let mut out = String::new();
@@ -364,7 +392,14 @@ impl Runtime for LocalRuntime {
                     .filter_map(|k| std::env::var(k).ok().map(|v| (*k, v))),
             )
             .args(&args)
-            .current_dir(&workspace)
+            // A pre-started editor's workspace is a link that a user's workspace replaces later,
+            // and a process's working directory is what the link pointed to then: it would be
+            // left in a deleted directory (kernels then fail to start). Its run directory lasts.
+            .current_dir(if launch.prestart {
+                &run_dir
+            } else {
+                &workspace
+            })
             .env("HOME", &workspace)
             .env("JUPYTER_RUNTIME_DIR", run_dir.join("jupyter"))
             .env("XDG_CACHE_HOME", run_dir.join("cache"))
@@ -463,6 +498,13 @@ impl Runtime for LocalRuntime {
         let workspace = self.workspace_of(user_name);
         tokio::fs::create_dir_all(&workspace).await?;
         let link = self.binding_of(launch_id);
+        // What the editor made in its empty home at start (Jupyter's notebook secret, say) is
+        // found under the same paths after the swap, unless the user has their own.
+        let made = link.with_extension("empty");
+        let into = workspace.clone();
+        tokio::task::spawn_blocking(move || copy_missing(&made, &into))
+            .await
+            .map_err(|e| RuntimeError::Io(std::io::Error::other(e)))??;
         let staged = link.with_extension("next");
         let _ = tokio::fs::remove_file(&staged).await;
         tokio::fs::symlink(&workspace, &staged).await?;
@@ -617,6 +659,29 @@ fn directory_bytes(dir: &Path) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_the_user_has_wins_and_what_they_lack_is_copied() {
+        let from = tempfile::tempdir().unwrap();
+        let to = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(from.path().join(".local/share/jupyter")).unwrap();
+        std::fs::write(
+            from.path().join(".local/share/jupyter/notebook_secret"),
+            "new",
+        )
+        .unwrap();
+        std::fs::write(from.path().join("settings.json"), "editor's").unwrap();
+        std::fs::create_dir_all(to.path().join(".local/share")).unwrap();
+        std::fs::write(to.path().join("settings.json"), "user's").unwrap();
+        std::os::unix::fs::symlink("/etc", from.path().join("link")).unwrap();
+
+        copy_missing(from.path(), to.path()).unwrap();
+        let read = |p: &str| std::fs::read_to_string(to.path().join(p)).unwrap();
+        assert_eq!(read(".local/share/jupyter/notebook_secret"), "new");
+        assert_eq!(read("settings.json"), "user's");
+        assert!(std::fs::symlink_metadata(to.path().join("link")).is_err());
+        copy_missing(&from.path().join("gone"), to.path()).unwrap();
+    }
 
     /// A handle for a process this test started, as `start` would record it.
     fn handle_of(pid: u32) -> String {
