@@ -241,11 +241,10 @@ pub async fn handle(
     forwarded_for: Option<&HeaderValue>,
     mut req: Request<Body>,
 ) -> Response {
+    let upgrade = is_upgrade(req.headers());
     // Another site must not make a signed-in browser change things in the editor, or open its
     // kernels: editors trust us and skip their own cross-site checks for what we forward.
-    if (!req.method().is_safe() || is_upgrade(req.headers()))
-        && crate::auth::from_foreign_origin(req.headers())
-    {
+    if (!req.method().is_safe() || upgrade) && crate::auth::from_foreign_origin(req.headers()) {
         return cross_site_refused();
     }
     let user = match state.service.auth.user(req.headers()).await {
@@ -313,7 +312,6 @@ pub async fn handle(
         route.touch();
     }
 
-    let upgrade = is_upgrade(req.headers());
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     // An upgraded connection outlives this request: it is checked again while it lasts.
     let credential = upgrade

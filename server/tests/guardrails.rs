@@ -398,17 +398,23 @@ async fn a_shutdown_keeps_the_queue_and_a_size_gone_after_it_refunds() {
     again.stop().await;
 }
 
-#[tokio::test]
-async fn launches_and_stops_that_nothing_drives_are_finished_by_the_reaper() {
+/// A server whose editors never answer, with a readiness timeout long enough that every launch
+/// stays `starting` for the test's length.
+async fn launches_stay_starting(configure: impl FnOnce(&mut server::config::Config)) -> TestApp {
     let runtime = Arc::new(FakeRuntime {
         never_ready: true,
         ..FakeRuntime::plain()
     });
-    let app = TestApp::start_with(Some(runtime), |c| {
-        c.idle.reaper_period_ms = REAPER_MS;
+    TestApp::start_with(Some(runtime), |c| {
         c.sessions.ready_timeout_seconds = 600;
+        configure(c);
     })
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn launches_and_stops_that_nothing_drives_are_finished_by_the_reaper() {
+    let app = launches_stay_starting(|c| c.idle.reaper_period_ms = REAPER_MS).await;
     let (user_id, token) = app.user("stu").await;
     let before = app.service.store.credits(&user_id).await.unwrap();
     // A launch that has been starting for longer than any launch task waits: as if the task
@@ -457,14 +463,7 @@ async fn launches_and_stops_that_nothing_drives_are_finished_by_the_reaper() {
 
 #[tokio::test]
 async fn a_server_starting_up_leaves_alone_the_launches_a_live_server_drives() {
-    let runtime = Arc::new(FakeRuntime {
-        never_ready: true,
-        ..FakeRuntime::plain()
-    });
-    let first = TestApp::start_with(Some(runtime), |c| {
-        c.sessions.ready_timeout_seconds = 600;
-    })
-    .await;
+    let first = launches_stay_starting(|_| {}).await;
     let (user_id, token) = first.user("ray").await;
     let before = first.service.store.credits(&user_id).await.unwrap();
     let id = first.launch_id(&token, "jupyterlab").await;
