@@ -52,23 +52,6 @@ mod backend {
         ) -> Result<SessionView, AppError>;
     }
 
-    /// Answers an error with its own status (server functions otherwise answer every error
-    /// with 500); the body is the error either way.
-    pub(super) fn answered<T>(result: Result<T, AppError>) -> Result<T, AppError> {
-        // A form the browser posted itself is answered with a redirect back to its page
-        // (carrying the error), which a status of ours would break.
-        if let Err(e) = &result
-            && !is_plain_form_post()
-            && let Some(response) = use_context::<leptos_axum::ResponseOptions>()
-        {
-            response.set_status(
-                http::StatusCode::from_u16(e.status())
-                    .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
-            );
-        }
-        result
-    }
-
     pub(super) fn backend() -> Result<Arc<dyn Backend>, AppError> {
         use_context::<Arc<dyn Backend>>().ok_or(AppError::Internal)
     }
@@ -108,7 +91,7 @@ mod backend {
 
 #[server]
 pub async fn whoami() -> Result<Option<Viewer>, AppError> {
-    backend::answered(backend::current_viewer().await)
+    backend::current_viewer().await
 }
 
 #[server]
@@ -117,36 +100,26 @@ pub async fn login(
     password: String,
     next: Option<String>,
 ) -> Result<Viewer, AppError> {
-    backend::answered(
-        async {
-            let viewer = backend::login(&name, &password).await?;
-            // Signed in before the page's script had loaded: send the browser on as the page would.
-            if backend::is_plain_form_post() {
-                let to = next
-                    .filter(|n| crate::ui::is_local_path(n))
-                    .unwrap_or_else(|| "/".into());
-                leptos_axum::redirect(&to);
-            }
-            Ok(viewer)
-        }
-        .await,
-    )
+    let viewer = backend::login(&name, &password).await?;
+    // Signed in before the page's script had loaded: send the browser on as the page would.
+    if backend::is_plain_form_post() {
+        let to = next
+            .filter(|n| crate::ui::is_local_path(n))
+            .unwrap_or_else(|| "/".into());
+        leptos_axum::redirect(&to);
+    }
+    Ok(viewer)
 }
 
 #[server]
 pub async fn logout() -> Result<(), AppError> {
-    backend::answered(backend::logout().await)
+    backend::logout().await
 }
 
 #[server]
 pub async fn load_dashboard() -> Result<Dashboard, AppError> {
-    backend::answered(
-        async {
-            let viewer = backend::require_viewer().await?;
-            backend::backend()?.dashboard(&viewer).await
-        }
-        .await,
-    )
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.dashboard(&viewer).await
 }
 
 #[server]
@@ -155,61 +128,36 @@ pub async fn launch(
     slice_mib: u64,
     duration_minutes: u32,
 ) -> Result<SessionView, AppError> {
-    backend::answered(
-        async {
-            let viewer = backend::require_viewer().await?;
-            let request = LaunchRequest {
-                editor,
-                slice_mib,
-                duration_minutes,
-            };
-            backend::backend()?.launch(&viewer, request).await
-        }
-        .await,
-    )
+    let viewer = backend::require_viewer().await?;
+    let request = LaunchRequest {
+        editor,
+        slice_mib,
+        duration_minutes,
+    };
+    backend::backend()?.launch(&viewer, request).await
 }
 
 #[server]
 pub async fn get_session(id: String) -> Result<SessionView, AppError> {
-    backend::answered(
-        async {
-            let viewer = backend::require_viewer().await?;
-            backend::backend()?.session(&viewer, &id).await
-        }
-        .await,
-    )
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.session(&viewer, &id).await
 }
 
 #[server]
 pub async fn stop_session(id: String) -> Result<SessionView, AppError> {
-    backend::answered(
-        async {
-            let viewer = backend::require_viewer().await?;
-            backend::backend()?.stop(&viewer, &id).await
-        }
-        .await,
-    )
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.stop(&viewer, &id).await
 }
 
 /// A visible page says the person is (`input`) or may be there; returns the session's new countdowns.
 #[server]
 pub async fn heartbeat(id: String, input: bool) -> Result<SessionView, AppError> {
-    backend::answered(
-        async {
-            let viewer = backend::require_viewer().await?;
-            backend::backend()?.heartbeat(&viewer, &id, input).await
-        }
-        .await,
-    )
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.heartbeat(&viewer, &id, input).await
 }
 
 #[server]
 pub async fn extend_session(id: String, minutes: u32) -> Result<SessionView, AppError> {
-    backend::answered(
-        async {
-            let viewer = backend::require_viewer().await?;
-            backend::backend()?.extend(&viewer, &id, minutes).await
-        }
-        .await,
-    )
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.extend(&viewer, &id, minutes).await
 }

@@ -28,6 +28,8 @@ pub mod upstream;
 
 use axum::Router;
 use axum::extract::FromRef;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use leptos::prelude::*;
 use leptos_axum::{LeptosRoutes, generate_route_list};
 use service::{PagesBackend, Service};
@@ -181,8 +183,36 @@ fn router(state: AppState, service: Arc<Service>) -> Router {
         .merge(rest::router());
     Router::new()
         .merge(pages.layer(sessions))
+        .layer(axum::middleware::from_fn(server_fn_error_status))
         .layer(axum::middleware::from_fn(refuse_cross_site))
         .with_state(state)
+}
+
+/// Server functions answer every error they return with 500, including bad arguments, which
+/// never reach the function. The body is an [`app::error::AppError`]; it carries its own status.
+async fn server_fn_error_status(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let response = next.run(request).await;
+    if response.status() != StatusCode::INTERNAL_SERVER_ERROR
+        || !response
+            .headers()
+            .contains_key(leptos::server_fn::error::SERVER_FN_ERROR_HEADER)
+    {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    // An error is a short JSON object; anything else passes on as it came.
+    let Ok(bytes) = axum::body::to_bytes(body, 64 * 1024).await else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    if let Ok(error) = serde_json::from_slice::<app::error::AppError>(&bytes)
+        && let Ok(status) = StatusCode::from_u16(error.status())
+    {
+        parts.status = status;
+    }
+    axum::response::Response::from_parts(parts, axum::body::Body::from(bytes))
 }
 
 /// Another site must not make a signed-in browser act here: sign in as someone else, launch,

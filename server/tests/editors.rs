@@ -476,6 +476,27 @@ async fn warm_editors_open_the_users_own_workspace() {
         std::fs::canonicalize(&workspace).unwrap(),
         "code-server's folder {folder} leads to the user's workspace"
     );
+
+    // Stopped, an editor leaves the user's workspace and its log, not its run directory or the
+    // link and empty home it was pre-started on.
+    for id in [&lab, &mo, &code] {
+        app.delete(&format!("/api/v1/sessions/{id}"), Some(&token))
+            .await
+            .assert_status(StatusCode::OK);
+        app.wait_for(&token, id, |v| v["state"] == "ended").await;
+        let leftovers: Vec<_> = ["run", "bind"]
+            .iter()
+            .flat_map(|dir| std::fs::read_dir(app.dir.path().join(dir)).unwrap())
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with(id.as_str()))
+            .collect();
+        assert!(leftovers.is_empty(), "{id} left {leftovers:?}");
+        assert!(app.dir.path().join(format!("logs/{id}.log")).exists());
+    }
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("notes.txt")).unwrap(),
+        "mine"
+    );
     app.stop().await;
 }
 

@@ -434,6 +434,12 @@ async fn server_functions_act_only_on_the_callers_own_sessions() {
         &format!("id={id}&minutes=lots"),
     )
     .await;
+    assert_eq!(
+        malformed.status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        malformed.body
+    );
     assert_eq!(malformed.json()["error"], "invalid", "{}", malformed.body);
     app.stop().await;
 }

@@ -73,6 +73,9 @@ struct Handle {
     /// Where the handle is also kept, beside the editor's socket and runtime files.
     #[serde(default)]
     run_dir: Option<PathBuf>,
+    /// A pre-started editor's workspace link (see [`LocalRuntime::binding_of`]).
+    #[serde(default)]
+    binding: Option<PathBuf>,
 }
 
 /// The handle's copy in the editor's run directory: what a server that died before it could
@@ -80,14 +83,21 @@ struct Handle {
 const HANDLE_FILE: &str = "handle.json";
 
 impl Handle {
-    /// Removes what the editor leaves once it is gone: its socket file (an editor that was
-    /// killed cannot remove it) and the handle's copy.
+    /// Removes what the editor leaves once it is gone: its run directory (socket, runtime files,
+    /// caches and the handle's copy; an editor that was killed cannot remove its socket) and a
+    /// pre-started editor's workspace link with the empty home it had before a user took it.
+    /// The log stays for whoever looks into what happened.
     async fn tidy(&self) {
-        if let Some(socket) = &self.socket {
+        if let Some(run_dir) = &self.run_dir {
+            let _ = tokio::fs::remove_dir_all(run_dir).await;
+        } else if let Some(socket) = &self.socket {
             let _ = tokio::fs::remove_file(socket).await;
         }
-        if let Some(run_dir) = &self.run_dir {
-            let _ = tokio::fs::remove_file(run_dir.join(HANDLE_FILE)).await;
+        if let Some(link) = &self.binding {
+            // remove_file on a link removes the link, never what it points at.
+            let _ = tokio::fs::remove_file(link).await;
+            let _ = tokio::fs::remove_file(link.with_extension("next")).await;
+            let _ = tokio::fs::remove_dir_all(link.with_extension("empty")).await;
         }
     }
 
@@ -436,6 +446,7 @@ impl Runtime for LocalRuntime {
             log: log_path,
             started: process_start_time(pid),
             run_dir: Some(run_dir.clone()),
+            binding: launch.prestart.then(|| self.binding_of(&launch.session_id)),
         })
         .map_err(|e| RuntimeError::Handle(e.to_string()))?;
         // Only a safety net for the next start: the editor runs, and the caller gets its handle,
@@ -692,6 +703,7 @@ mod tests {
             log: PathBuf::from("/dev/null"),
             started: process_start_time(pid as i32),
             run_dir: None,
+            binding: None,
         })
         .unwrap()
     }
@@ -840,6 +852,50 @@ mod tests {
         assert_eq!(runtime.sweep(&keep).await, 0, "nothing is left to stop");
     }
 
+    /// A stopped editor leaves its log and the user's workspace, and nothing else: not its run
+    /// directory, nor, pre-started, its workspace link and the empty home it began in.
+    #[tokio::test]
+    async fn stopping_leaves_the_workspace_and_the_log_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = runtime_in(dir.path());
+        for (launch, taken) in [("taken", true), ("never-taken", false)] {
+            let pid = spawn_group("sleep 60");
+            let _group = Groups(vec![pid]);
+            let link = runtime.unbound_workspace(launch).unwrap();
+            std::fs::write(link.join("made-at-start"), "secret").unwrap();
+            let run_dir = dir.path().join("run").join(launch);
+            std::fs::create_dir_all(run_dir.join("cache")).unwrap();
+            std::fs::write(run_dir.join("editor.sock"), "").unwrap();
+            let log = dir.path().join(format!("{launch}.log"));
+            std::fs::write(&log, "started").unwrap();
+            let mut handle: Handle = serde_json::from_str(&handle_of(pid)).unwrap();
+            handle.run_dir = Some(run_dir.clone());
+            handle.binding = Some(link.clone());
+            handle.log = log.clone();
+            if taken {
+                runtime.bind_workspace(launch, "alice").await.unwrap();
+            }
+            runtime
+                .stop(&serde_json::to_string(&handle).unwrap())
+                .await
+                .unwrap();
+            assert!(!process_alive(pid as i32), "{launch}: the editor is gone");
+            assert!(!run_dir.exists(), "{launch}: its run directory is gone");
+            assert!(
+                std::fs::symlink_metadata(&link).is_err(),
+                "{launch}: the workspace link is gone"
+            );
+            assert!(!link.with_extension("empty").exists(), "{launch}");
+            assert!(log.exists(), "{launch}: the log stays");
+        }
+        let workspace = runtime.workspace_of("alice");
+        assert_eq!(
+            std::fs::read_to_string(workspace.join("made-at-start")).unwrap(),
+            "secret",
+            "the user's workspace keeps what was copied in, though its link went"
+        );
+    }
+
     #[test]
     fn safe_names_are_distinct_and_plain() {
         assert_eq!(safe_name("alice"), "alice");
@@ -861,6 +917,7 @@ mod tests {
             log: PathBuf::new(),
             started,
             run_dir: None,
+            binding: None,
         };
         assert!(ours.alive());
         let other = Handle {
