@@ -10,8 +10,9 @@ DATA=$(mktemp -d)
 PORT=${E2E_PORT:-3100}
 export SANDBOX_DATA_DIR="$DATA" SANDBOX_LISTEN="127.0.0.1:$PORT" SANDBOX_SITE_ROOT="${SANDBOX_SITE_ROOT:-$PWD/target/site}"
 export SANDBOX_LOG=${SANDBOX_LOG:-warn}
-# The default pool, plus a card in 16 GB slices whose sessions count as idle after 40 s:
-# the idle test runs there while the other tests keep the default policy.
+# The default pool, plus a card in 16 GB slices whose sessions count as idle after 40 s (the
+# idle test runs there while the other tests keep the default policy), and a card of one 4 GB
+# slice for the queue test.
 cat >"$DATA/e2e.toml" <<'TOML'
 [[pool.gpus]]
 name = "virtual-0"
@@ -25,12 +26,18 @@ model = "Virtual 32 GB"
 memory_mib = 32768
 slice_mib = 16384
 
+[[pool.gpus]]
+name = "virtual-2"
+model = "Virtual 4 GB"
+memory_mib = 4096
+slice_mib = 4096
+
 [[idle.per_slice]]
 slice_mib = 16384
 timeout_seconds = 40
 warn_seconds = 35
 TOML
-for user in e2e e2e-idle; do
+for user in e2e e2e-idle e2e-queue e2e-queue-b; do
   echo "e2e-password" | "$BIN" --config "$DATA/e2e.toml" user add "$user" --password-stdin >/dev/null
 done
 "$BIN" --config "$DATA/e2e.toml" serve >"$DATA/server.log" 2>&1 &

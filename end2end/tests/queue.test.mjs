@@ -1,0 +1,82 @@
+// A full pool: launches wait in line, each page shows its place live, and the first in line starts
+// by itself, in its page, when the slice frees. Runs on the one-slice card of scripts/e2e.sh.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { ARTIFACTS, BASE, hydrated, launchBrowser, signIn } from './helpers.mjs';
+
+mkdirSync(ARTIFACTS, { recursive: true });
+
+// Signs in `user` on a new page of its own browser context, launches marimo on the 4 GB slice
+// and returns the session's page.
+async function launchOnTheSmallCard(browser, user) {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  await signIn(page, user);
+  await page.waitForURL(`${BASE}/`);
+  return launchFrom(page);
+}
+
+async function launchFrom(page) {
+  await page.goto(`${BASE}/`);
+  await hydrated(page);
+  await page.getByRole('radio', { name: /marimo/ }).check();
+  await page.getByRole('radio', { name: /^4 GB/ }).check();
+  await page.getByRole('button', { name: 'Launch' }).click();
+  await page.waitForURL(/\/sessions\/[0-9a-f]+$/);
+  await hydrated(page);
+  return page;
+}
+
+const editorFrame = (page) => page.getByTestId('editor-frame');
+
+async function stop(page) {
+  await page.getByRole('button', { name: /^(Stop|Leave queue)$/ }).click();
+  await page.getByTestId('session-ended').waitFor({ timeout: 30_000 });
+}
+
+test('a full pool queues launches with their live place in line; the first starts by itself', async () => {
+  const browser = await launchBrowser();
+  const pages = [];
+  try {
+    const holder = await launchOnTheSmallCard(browser, 'e2e-queue');
+    pages.push(holder);
+    await editorFrame(holder).waitFor({ timeout: 60_000 });
+
+    // The same user's second launch, in another tab, and then another user's: both wait.
+    const first = await launchFrom(await holder.context().newPage());
+    pages.push(first);
+    const progress = (page) => page.getByTestId('launch-progress');
+    await progress(first).getByText('Waiting for a free GPU slice').waitFor();
+    await progress(first).getByText(/position 1 in line/).waitFor();
+    const second = await launchOnTheSmallCard(browser, 'e2e-queue-b');
+    pages.push(second);
+    await progress(second).getByText(/position 2 in line/).waitFor();
+    await second.screenshot({ path: `${ARTIFACTS}/queued.png` });
+
+    // The dashboard shows the queued session's place too.
+    const dashboard = await holder.context().newPage();
+    pages.push(dashboard);
+    await dashboard.goto(`${BASE}/`);
+    assert.match(await dashboard.getByTestId('queue-position').innerText(), /position 1/);
+
+    // The slice frees: the first in line starts in its open page, the next moves up, live.
+    await stop(holder);
+    await editorFrame(first).waitFor({ timeout: 60_000 });
+    await progress(second).getByText(/position 1 in line/).waitFor({ timeout: 30_000 });
+    assert.equal(await editorFrame(second).count(), 0, 'the second still waits');
+
+    // Leaving the line costs nothing.
+    await stop(second);
+    await second.goto(`${BASE}/`);
+    assert.equal(await second.getByTestId('credit-balance').innerText(), '100');
+    await stop(first);
+  } catch (error) {
+    for (const [i, page] of pages.entries()) {
+      await page.screenshot({ path: `${ARTIFACTS}/queue-failure-${i}.png` }).catch(() => {});
+    }
+    throw error;
+  } finally {
+    await browser.close();
+  }
+});
