@@ -169,6 +169,15 @@ impl Service {
         }
     }
 
+    /// Dispatches the queue whenever a stop here frees a slot (the reaper's pass also does, for
+    /// slots freed elsewhere). Runs for the server's life.
+    pub async fn keep_queue_moving(self: Arc<Self>) {
+        loop {
+            self.queue_wake.notified().await;
+            self.dispatch_queue().await;
+        }
+    }
+
     /// Gives freed slots to the queue, oldest first, and tells the rest their new place in line.
     pub async fn dispatch_queue(self: &Arc<Self>) {
         // Shutting down: slots freed by the shutdown's own stops are not handed out, or the
@@ -516,14 +525,21 @@ impl Service {
                 "only a running session can be extended".into(),
             ));
         }
+        if record.ends_at.is_some_and(|end| end <= now_ms()) {
+            return Err(AppError::Conflict(
+                "this session's time is up; it is being stopped".into(),
+            ));
+        }
         let limits = self
             .config
             .default_limits()
             .with(&self.store.quota_overrides(&viewer.id).await?);
+        // A user's own limit may be lower than the server's longest session, never higher.
+        let max_total = limits.max_minutes.min(self.config.sessions.max_minutes);
         let max_total = if record.burst {
-            limits.max_minutes.min(self.config.pool.burst_max_minutes)
+            max_total.min(self.config.pool.burst_max_minutes)
         } else {
-            limits.max_minutes
+            max_total
         };
         let step = self.store.extend(id, minutes, max_total).await?;
         // Asking for more time is a person at the keyboard.

@@ -243,6 +243,7 @@ pub async fn run(
     let background = tokio::spawn(background(service.clone()));
     let lease = tokio::spawn(guard::keep_instance_lease(service.clone()));
     let warm_pool = tokio::spawn(service.clone().keep_warm_pool());
+    let queue = tokio::spawn(service.clone().keep_queue_moving());
     let app = App::new(service.clone());
     let (draining_tx, draining) = tokio::sync::oneshot::channel::<()>();
     let stopping = service.clone();
@@ -284,6 +285,7 @@ pub async fn run(
     };
     background.abort();
     lease.abort();
+    queue.abort();
     result
 }
 

@@ -60,6 +60,8 @@ pub struct Service {
     pub instance: String,
     /// Wakes the warm-pool keeper.
     pub warm_wake: tokio::sync::Notify,
+    /// Wakes the queue's dispatcher: a slot was freed here.
+    pub queue_wake: tokio::sync::Notify,
     /// Set at shutdown: the warm-pool keeper starts nothing more and gives up waiting on starts,
     /// and the queue is not dispatched.
     pub closing: tokio::sync::watch::Sender<bool>,
@@ -87,6 +89,7 @@ impl Service {
             upstreams: Arc::default(),
             instance: crate::store::new_id(),
             warm_wake: tokio::sync::Notify::new(),
+            queue_wake: tokio::sync::Notify::new(),
             closing: tokio::sync::watch::Sender::new(false),
         }
     }
@@ -581,7 +584,11 @@ impl Service {
                 tracing::warn!(session = session_id, error = %e, "stopping the editor");
             }
             match self.store.finish(session_id).await {
-                Ok(Some(step)) => self.events.publish(session_id, step),
+                Ok(Some(step)) => {
+                    self.events.publish(session_id, step);
+                    // Its slot is free: the head of the line need not wait for the reaper.
+                    self.queue_wake.notify_one();
+                }
                 Ok(None) => {}
                 Err(e) => tracing::warn!(session = session_id, error = %e, "finishing"),
             }

@@ -213,7 +213,8 @@ async fn a_killed_editor_is_detected_and_refunded() {
 #[tokio::test]
 async fn a_full_pool_queues_with_positions_and_starts_by_itself() {
     let app = TestApp::start_with(Some(FakeRuntime::new()), |c| {
-        c.idle.reaper_period_ms = REAPER_MS;
+        // No reaper pass in the test's time: a stop that frees a slot moves the line itself.
+        c.idle.reaper_period_ms = 3_600_000;
         c.pool.gpus[0].memory_mib = 16384;
     })
     .await;
@@ -719,4 +720,59 @@ async fn quotas_and_extensions_answer_clearly() {
         )
         .await;
     malformed.assert_status(StatusCode::BAD_REQUEST);
+
+    // A user's own limit above the server's longest session (480 minutes) does not lift it.
+    let generous = app::domain::quota::Overrides {
+        max_minutes: Some(10_000),
+        ..Default::default()
+    };
+    app.service
+        .store
+        .set_quota(&user_id, &generous, None)
+        .await
+        .unwrap();
+    let extend = async |minutes: u32| {
+        app.call(
+            Method::POST,
+            &format!("/api/v1/sessions/{id}/extend"),
+            Some(&token),
+            Some(json!({ "minutes": minutes })),
+        )
+        .await
+    };
+    extend(420).await.assert_status(StatusCode::OK);
+    let past_the_cap = extend(30).await;
+    past_the_cap.assert_status(StatusCode::FORBIDDEN);
+    assert!(
+        past_the_cap.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 480 minutes"),
+        "{}",
+        past_the_cap.json()
+    );
+
+    // Once its time is up, the session is being ended: no more time is sold for it.
+    app.sql(
+        &format!(
+            "UPDATE sessions SET ends_at = {} WHERE id = $1",
+            server::store::now_ms() - 1
+        ),
+        &id,
+    )
+    .await;
+    let (_, held_before) = app.service.store.credits(&user_id).await.unwrap();
+    let late = extend(5).await;
+    late.assert_status(StatusCode::CONFLICT);
+    assert!(
+        late.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("time is up")
+    );
+    assert_eq!(
+        app.service.store.credits(&user_id).await.unwrap().1,
+        held_before,
+        "nothing more held"
+    );
 }

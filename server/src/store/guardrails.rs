@@ -88,15 +88,21 @@ impl Store {
             .map_err(StoreError::Quota)?;
 
         let fresh_id = new_id();
-        let claim = claim_in(
-            &mut w,
-            &fresh_id,
-            plan.editor,
-            plan.slice_mib,
-            plan.burst,
-            plan.use_warm,
-        )
-        .await?;
+        // First come, first served: while anyone waits for this size, a newcomer waits behind
+        // them, even for a slot freed a moment ago (the dispatcher gives it to the head).
+        let claim = if line_waits_in(&mut w.tx, plan.slice_mib, plan.burst).await? {
+            None
+        } else {
+            claim_in(
+                &mut w,
+                &fresh_id,
+                plan.editor,
+                plan.slice_mib,
+                plan.burst,
+                plan.use_warm,
+            )
+            .await?
+        };
         let per_hour = match &claim {
             Some(claim) => (plan.price_on)(&claim.gpu_id),
             None => plan.queue_price,
@@ -497,11 +503,18 @@ impl Store {
             return Err(StoreError::Conflict);
         }
         let row = sqlx::query(
-            "SELECT user_id, price_per_hour, duration_minutes FROM sessions WHERE id = $1",
+            "SELECT user_id, price_per_hour, duration_minutes, ends_at FROM sessions WHERE id = $1",
         )
         .bind(session_id)
         .fetch_one(&mut *w.tx)
         .await?;
+        // Its time ran out: the reaper is ending it, and more time would only be refunded.
+        if row
+            .try_get::<Option<i64>, _>("ends_at")?
+            .is_some_and(|end| end <= now)
+        {
+            return Err(StoreError::Conflict);
+        }
         let user_id: String = row.try_get("user_id")?;
         let per_hour: i64 = row.try_get("price_per_hour")?;
         let duration = row.try_get::<i64, _>("duration_minutes")? as u32;
@@ -708,6 +721,21 @@ async fn overrides_in(conn: &mut sqlx::AnyConnection, user_id: &str) -> Result<O
     })
 }
 
+async fn line_waits_in(
+    conn: &mut sqlx::AnyConnection,
+    slice_mib: u64,
+    burst: bool,
+) -> Result<bool> {
+    let waiting = sqlx::query(
+        "SELECT 1 FROM sessions WHERE state = 'queued' AND slice_mib = $1 AND burst = $2 LIMIT 1",
+    )
+    .bind(slice_mib as i64)
+    .bind(burst as i64)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(waiting.is_some())
+}
+
 async fn usage_in(conn: &mut sqlx::AnyConnection, user_id: &str) -> Result<Usage> {
     let row = sqlx::query(
         "SELECT CAST(COUNT(*) AS BIGINT) AS sessions, CAST(COALESCE(SUM(slice_mib), 0) AS BIGINT) AS gpu_mib
@@ -738,19 +766,25 @@ async fn claim_in(
     if burst {
         return claim_card_in(w, session_id, slice_mib, now).await;
     }
+    // One candidate at a time, locking its slot only (and skipping slots other launches
+    // hold), so concurrent launches spread over the free slots; a slot is always locked before
+    // its warm editor, by every path, so no two launches wait on each other.
     if use_warm {
         let sql = format!(
             "SELECT {WARM_COLUMNS}, sl.gpu_id FROM warm_editors w JOIN slots sl ON sl.id = w.slot_id
              WHERE w.editor = $1 AND w.state = 'ready' AND sl.slice_mib = $2 AND sl.session_id IS NULL AND sl.active = 1
-             ORDER BY w.created_at LIMIT 4{}",
-            skip_locked(w.kind, "w")
+             ORDER BY w.created_at LIMIT 1{}",
+            skip_locked(w.kind, "sl")
         );
-        let rows = sqlx::query(&sql)
-            .bind(editor.as_str())
-            .bind(slice_mib as i64)
-            .fetch_all(&mut *w.tx)
-            .await?;
-        for row in rows {
+        for _ in 0..CLAIM_TRIES {
+            let Some(row) = sqlx::query(&sql)
+                .bind(editor.as_str())
+                .bind(slice_mib as i64)
+                .fetch_optional(&mut *w.tx)
+                .await?
+            else {
+                break;
+            };
             let warm = WarmRecord::from_row(&row)?;
             let gpu_id: String = row.try_get("gpu_id")?;
             let gone = sqlx::query("DELETE FROM warm_editors WHERE id = $1 AND state = 'ready'")
@@ -760,15 +794,7 @@ async fn claim_in(
             if gone.rows_affected() != 1 {
                 continue;
             }
-            let taken = sqlx::query(
-                "UPDATE slots SET session_id = $1, updated_at = $2 WHERE id = $3 AND session_id IS NULL AND active = 1",
-            )
-            .bind(&warm.id)
-            .bind(now)
-            .bind(&warm.slot_id)
-            .execute(&mut *w.tx)
-            .await?;
-            if taken.rows_affected() == 1 {
+            if take_slot_in(w, &warm.id, &warm.slot_id, now).await? {
                 return Ok(Some(Claim {
                     session_id: warm.id.clone(),
                     slot_id: warm.slot_id.clone(),
@@ -785,25 +811,20 @@ async fn claim_in(
            (SELECT COUNT(*) FROM warm_editors w WHERE w.slot_id = sl.id) AS warm,
            (SELECT COUNT(*) FROM slots f WHERE f.gpu_id = sl.gpu_id AND f.session_id IS NULL AND f.active = 1) AS free_on_gpu
          FROM slots sl WHERE sl.session_id IS NULL AND sl.active = 1 AND sl.slice_mib = $1
-         ORDER BY warm, free_on_gpu, sl.id LIMIT 8{}",
+         ORDER BY warm, free_on_gpu, sl.id LIMIT 1{}",
         skip_locked(w.kind, "sl")
     );
-    let rows = sqlx::query(&sql)
-        .bind(slice_mib as i64)
-        .fetch_all(&mut *w.tx)
-        .await?;
-    for row in rows {
+    for _ in 0..CLAIM_TRIES {
+        let Some(row) = sqlx::query(&sql)
+            .bind(slice_mib as i64)
+            .fetch_optional(&mut *w.tx)
+            .await?
+        else {
+            break;
+        };
         let slot_id: String = row.try_get("id")?;
         let gpu_id: String = row.try_get("gpu_id")?;
-        let taken = sqlx::query(
-            "UPDATE slots SET session_id = $1, updated_at = $2 WHERE id = $3 AND session_id IS NULL AND active = 1",
-        )
-        .bind(session_id)
-        .bind(now)
-        .bind(&slot_id)
-        .execute(&mut *w.tx)
-        .await?;
-        if taken.rows_affected() == 1 {
+        if take_slot_in(w, session_id, &slot_id, now).await? {
             let evicted = evict_in(w, "w.slot_id = $1", &slot_id).await?;
             return Ok(Some(Claim {
                 session_id: session_id.to_string(),
@@ -815,6 +836,28 @@ async fn claim_in(
         }
     }
     Ok(None)
+}
+
+/// How many candidates one claim looks at before it queues: each that slips away (taken by a
+/// launch that committed meanwhile) no longer matches the next look.
+const CLAIM_TRIES: usize = 8;
+
+/// Gives the free slot `slot_id` to `session_id`; false when it is no longer free.
+pub(super) async fn take_slot_in(
+    w: &mut WriteTx,
+    session_id: &str,
+    slot_id: &str,
+    now: i64,
+) -> Result<bool> {
+    let taken = sqlx::query(
+        "UPDATE slots SET session_id = $1, updated_at = $2 WHERE id = $3 AND session_id IS NULL AND active = 1",
+    )
+    .bind(session_id)
+    .bind(now)
+    .bind(slot_id)
+    .execute(&mut *w.tx)
+    .await?;
+    Ok(taken.rows_affected() == 1)
 }
 
 /// A whole card whose memory is `memory_mib` and none of whose slots is held.

@@ -529,15 +529,7 @@ impl Store {
         let state = state_in(&mut w, session_id).await?;
         let next = state.next(Event::AssignSlot)?;
         for slot_id in candidates {
-            let taken = sqlx::query(
-                "UPDATE slots SET session_id = $1, updated_at = $2 WHERE id = $3 AND session_id IS NULL AND active = 1",
-            )
-            .bind(session_id)
-            .bind(now)
-            .bind(slot_id)
-            .execute(&mut *w.tx)
-            .await?;
-            if taken.rows_affected() == 1 {
+            if guardrails::take_slot_in(&mut w, session_id, slot_id, now).await? {
                 set_state(&mut w, session_id, state, next).await?;
                 sqlx::query("UPDATE sessions SET slot_id = $1 WHERE id = $2")
                     .bind(slot_id)

@@ -194,6 +194,129 @@ async fn five_hundred_launches_fifty_warm(store: Store) {
     assert_eq!(store.queue_position(&oldest[1].id).await.unwrap(), 1);
 }
 
+/// Ready pre-started editors of `SLICE` on the first `n` of `slots`.
+async fn warm_on(store: &Store, n: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let warm = store
+            .add_warm(EditorKind::JupyterLab, SLICE)
+            .await
+            .unwrap()
+            .expect("a free slot to warm");
+        let ready = store
+            .warm_ready(
+                &warm.id,
+                &format!("127.0.0.1:{}", 21000 + i),
+                "secret",
+                "{}",
+            )
+            .await
+            .unwrap();
+        assert!(ready);
+        ids.push(warm.id);
+    }
+    ids
+}
+
+/// Twelve users launch at once onto six slots, three of them warm: every slot is used (the
+/// warm ones warm), exactly six wait, and nobody gets an error. On PostgreSQL the launches
+/// run side by side (each locks only its own user), so a launch that locked more candidates
+/// than it takes would make others queue beside free slots, or deadlock with them.
+async fn many_users_at_once_fill_every_free_slot(store: Store) {
+    six_slots(&store).await;
+    let warm = warm_on(&store, 3).await;
+    let mut users = Vec::new();
+    for i in 0..12 {
+        users.push(user(&store, &format!("user{i}"), 100_000).await.id);
+    }
+    let together = std::sync::Arc::new(tokio::sync::Barrier::new(users.len()));
+    let mut tasks = Vec::new();
+    for user_id in users {
+        let (store, together) = (store.clone(), together.clone());
+        tasks.push(tokio::spawn(async move {
+            together.wait().await;
+            store.launch(plan(&user_id, false, ROOMY, true)).await
+        }));
+    }
+    let (mut warm_taken, mut cold, mut queued) = (HashSet::new(), HashSet::new(), 0);
+    for task in tasks {
+        match task.await.unwrap().expect("no launch fails").placement {
+            Placement::Warm(w) => assert!(warm_taken.insert(w.id)),
+            Placement::Slot { slot_id, .. } => assert!(cold.insert(slot_id)),
+            Placement::Queued { .. } => queued += 1,
+        }
+    }
+    assert_eq!(
+        warm_taken,
+        warm.into_iter().collect(),
+        "every warm editor is used"
+    );
+    assert_eq!(
+        (cold.len(), queued),
+        (3, 6),
+        "every other slot is used, then the line"
+    );
+}
+
+/// A slot that frees while people wait goes to the head of the line, not to whoever launches
+/// next: a newcomer queues behind, even with the slot free until the dispatcher's next pass.
+async fn a_newcomer_waits_behind_the_line(store: Store) {
+    six_slots(&store).await;
+    let alice = user(&store, "alice", 100_000).await;
+    let mut held = Vec::new();
+    for _ in 0..6 {
+        let launched = store
+            .launch(plan(&alice.id, false, ROOMY, false))
+            .await
+            .unwrap();
+        assert!(matches!(launched.placement, Placement::Slot { .. }));
+        held.push(launched.record.id);
+    }
+    let bob = user(&store, "bob", 100_000).await;
+    let waiting = store
+        .launch(plan(&bob.id, false, ROOMY, false))
+        .await
+        .unwrap();
+    assert!(matches!(
+        waiting.placement,
+        Placement::Queued { position: 1 }
+    ));
+
+    store
+        .begin_stop(&held[0], EndReason::User, None)
+        .await
+        .unwrap();
+    store.finish(&held[0]).await.unwrap();
+    let carol = user(&store, "carol", 100_000).await;
+    let newcomer = store
+        .launch(plan(&carol.id, false, ROOMY, false))
+        .await
+        .unwrap();
+    assert!(
+        matches!(newcomer.placement, Placement::Queued { position: 2 }),
+        "{:?}",
+        newcomer.placement
+    );
+    // Another size has no line: it is not held up.
+    let other = store
+        .launch(LaunchPlan {
+            burst: true,
+            slice_mib: 49152,
+            ..plan(&carol.id, false, ROOMY, false)
+        })
+        .await
+        .unwrap();
+    assert!(
+        matches!(other.placement, Placement::Queued { position: 1 }),
+        "the card is busy"
+    );
+
+    let dispatched = store.dispatch_queued(&|_, _| 1_000).await.unwrap();
+    let ids: Vec<&str> = dispatched.iter().map(|d| d.session_id.as_str()).collect();
+    assert_eq!(ids, [waiting.record.id.as_str()], "the head of the line");
+    assert_eq!(store.queue_position(&newcomer.record.id).await.unwrap(), 1);
+}
+
 /// Each limit refuses with what it is and what is in use; nothing is written; overrides apply.
 async fn quotas_refuse_and_overrides_apply(store: Store) {
     six_slots(&store).await;
@@ -519,4 +642,6 @@ on_both_fns! {
     burst_takes_a_whole_card => burst_takes_a_whole_card_sqlite, burst_takes_a_whole_card_postgres;
     extend_holds_more => extend_holds_more_sqlite, extend_holds_more_postgres;
     lease_has_one_holder => lease_has_one_holder_sqlite, lease_has_one_holder_postgres;
+    many_users_at_once_fill_every_free_slot => many_users_at_once_fill_every_free_slot_sqlite, many_users_at_once_fill_every_free_slot_postgres;
+    a_newcomer_waits_behind_the_line => a_newcomer_waits_behind_the_line_sqlite, a_newcomer_waits_behind_the_line_postgres;
 }
