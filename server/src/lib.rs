@@ -295,7 +295,8 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 async fn background(service: Arc<Service>) {
     let sessions = store::HttpSessionStore::new(service.store.clone());
     let period = Duration::from_millis(service.config.idle.reaper_period_ms);
-    let mut tick = tokio::time::interval(period);
+    // The first pass comes a period after start (start-up has recovered the sessions itself).
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let sample_every = Duration::from_secs(service.config.idle.sample_seconds);
     let mut sampled = tokio::time::Instant::now();
