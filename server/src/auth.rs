@@ -70,6 +70,34 @@ pub fn token_hash(token: &str) -> String {
     hex::encode(sha2::Sha256::digest(token.as_bytes()))
 }
 
+/// Drops from the `Cookie` header the cookies that are not plain text (a script may set one
+/// with any byte), which would otherwise make the whole header unreadable: to us, the browser
+/// would be signed out. Costs a scan of the header when all is well.
+pub fn drop_unreadable_cookies(headers: &mut HeaderMap) {
+    if headers
+        .get_all(http::header::COOKIE)
+        .iter()
+        .all(|v| v.to_str().is_ok())
+    {
+        return;
+    }
+    let kept: Vec<String> = headers
+        .get_all(http::header::COOKIE)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|b| *b == b';'))
+        .filter_map(|pair| std::str::from_utf8(pair).ok())
+        .map(str::trim)
+        .filter(|pair| !pair.is_empty() && pair.bytes().all(|b| b.is_ascii_graphic() || b == b' '))
+        .map(str::to_string)
+        .collect();
+    headers.remove(http::header::COOKIE);
+    if let Ok(value) = http::HeaderValue::from_str(&kept.join("; "))
+        && !kept.is_empty()
+    {
+        headers.insert(http::header::COOKIE, value);
+    }
+}
+
 /// The session cookie's value in a request, if any.
 pub fn session_cookie(headers: &HeaderMap) -> Option<&str> {
     headers

@@ -55,6 +55,12 @@ pub struct ProxyConfig {
     /// answer before sleeping (microseconds; 0, the default: off). Trades CPU for latency where
     /// the editor answers within it: see `crate::relay`.
     pub websocket_busy_poll_us: u64,
+    /// How long a client may take to send a request's head, and a kept-alive connection may
+    /// sit idle, before it is closed (seconds).
+    pub header_timeout_seconds: u64,
+    /// How long the editor may take to answer a request (its status and headers; the body
+    /// then streams as long as it lasts) before the browser gets 504 (seconds).
+    pub answer_timeout_seconds: u64,
 }
 
 /// The reaper and what counts as activity.
@@ -251,6 +257,8 @@ impl Default for Config {
             },
             proxy: ProxyConfig {
                 websocket_busy_poll_us: 0,
+                header_timeout_seconds: 30,
+                answer_timeout_seconds: 120,
             },
             runtime: crate::runtime::RuntimeKind::Local,
             kube: crate::runtime::kube::KubeConfig::default(),
@@ -339,6 +347,20 @@ impl Config {
                 "proxy.websocket_busy_poll_us",
                 format!("must be at most {MAX_BUSY_POLL_US} (microseconds; 0 turns it off)"),
             );
+        }
+        for (key, value) in [
+            (
+                "proxy.header_timeout_seconds",
+                self.proxy.header_timeout_seconds,
+            ),
+            (
+                "proxy.answer_timeout_seconds",
+                self.proxy.answer_timeout_seconds,
+            ),
+        ] {
+            if !(1..=86_400).contains(&value) {
+                return bad(key, "must be between 1 and 86400 (seconds)".into());
+            }
         }
         if s.ready_timeout_seconds == 0 {
             return bad(

@@ -95,26 +95,6 @@ impl App {
     }
 }
 
-impl<'a, L> tower::Service<axum::serve::IncomingStream<'a, L>> for App
-where
-    L: axum::serve::Listener<Addr = std::net::SocketAddr>,
-{
-    type Response = Front;
-    type Error = std::convert::Infallible;
-    type Future = std::future::Ready<Result<Front, std::convert::Infallible>>;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, connection: axum::serve::IncomingStream<'a, L>) -> Self::Future {
-        std::future::ready(Ok(self.front(connection.remote_addr().ip())))
-    }
-}
-
 /// One client connection's requests. Proxied requests (`/s/…`, the hot path) go straight to the
 /// proxy, past the router's matching, path parameters and extensions; the client's address is
 /// formatted once per connection. hyper clones it for every request: one `Arc`.
@@ -144,6 +124,24 @@ impl tower::Service<axum::extract::Request> for Front {
     }
 
     fn call(&mut self, request: axum::extract::Request) -> FrontFuture {
+        self.serve(request)
+    }
+}
+
+/// What the server's connections call.
+impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Front {
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = FrontFuture;
+
+    fn call(&self, request: http::Request<hyper::body::Incoming>) -> FrontFuture {
+        self.serve(request.map(axum::body::Body::new))
+    }
+}
+
+impl Front {
+    fn serve(&self, mut request: axum::extract::Request) -> FrontFuture {
+        auth::drop_unreadable_cookies(request.headers_mut());
         if request.uri().path().starts_with("/s/") {
             let connection = self.0.clone();
             Box::pin(async move {
@@ -235,17 +233,11 @@ pub async fn run(
     service: Arc<Service>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    // Small writes (WebSocket frames, short responses) go out at once.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
     let background = tokio::spawn(background(service.clone()));
     let lease = tokio::spawn(guard::keep_instance_lease(service.clone()));
     let warm_pool = tokio::spawn(service.clone().keep_warm_pool());
     let queue = tokio::spawn(service.clone().keep_queue_moving());
     let app = App::new(service.clone());
-    let (draining_tx, draining) = tokio::sync::oneshot::channel::<()>();
     let stopping = service.clone();
     let signal = async move {
         shutdown.await;
@@ -266,27 +258,112 @@ pub async fn run(
         stopping.release_instance().await;
         // After the stops, so open progress streams show the end before they close.
         stopping.shutdown.send_replace(true);
-        let _ = draining_tx.send(());
     };
-    let serve = axum::serve(listener, app).with_graceful_shutdown(signal);
-    let deadline = async {
-        if draining.await.is_ok() {
-            tokio::time::sleep(DRAIN_TIMEOUT).await;
-        } else {
-            std::future::pending::<()>().await;
-        }
-    };
-    let result = tokio::select! {
-        result = serve => result,
-        _ = deadline => {
-            tracing::warn!("requests still open after {DRAIN_TIMEOUT:?}; closing them");
-            Ok(())
-        }
-    };
+    serve_connections(listener, app, signal).await;
     background.abort();
     lease.abort();
     queue.abort();
-    result
+    Ok(())
+}
+
+/// Serves HTTP/1.1 (upgrades included) on `listener` until `stop` resolves, then lets open
+/// requests finish, for [`DRAIN_TIMEOUT`] at most. A client that opens connections and sends
+/// nothing does not keep them (`proxy.header_timeout_seconds`, also the keep-alive idle time). Accepts no more connections at once than
+/// the process may hold (half its file limit, since each may also open one to an editor).
+async fn serve_connections(
+    listener: tokio::net::TcpListener,
+    app: App,
+    stop: impl Future<Output = ()>,
+) {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(
+            app.state.service.config.proxy.header_timeout_seconds,
+        ));
+    let cap = connection_cap();
+    let open = Arc::new(tokio::sync::Semaphore::new(cap));
+    let (draining, drain) = tokio::sync::watch::channel(false);
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        let permit = tokio::select! {
+            biased;
+            () = &mut stop => break,
+            permit = open.clone().acquire_owned() => permit.expect("the semaphore stays open"),
+        };
+        let (tcp, peer) = tokio::select! {
+            biased;
+            () = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of descriptors, say: wait rather than spin; a client that gave up
+                    // before we accepted is no error of ours.
+                    if !matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::ConnectionReset
+                    ) {
+                        tracing::warn!(error = %e, "accepting a connection");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    continue;
+                }
+            },
+        };
+        // Small writes (WebSocket frames, short responses) go out at once.
+        let _ = tcp.set_nodelay(true);
+        let connection = http
+            .serve_connection(hyper_util::rt::TokioIo::new(tcp), app.front(peer.ip()))
+            .with_upgrades();
+        let mut drain = drain.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let mut connection = std::pin::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => return,
+                _ = drain.wait_for(|draining| *draining) => {}
+            }
+            // Finishes the request in flight, if any, then closes.
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        });
+    }
+    drop(listener);
+    draining.send_replace(true);
+    // Each connection gives its permit back when it closes.
+    let all = u32::try_from(cap).unwrap_or(u32::MAX);
+    if tokio::time::timeout(DRAIN_TIMEOUT, open.acquire_many(all))
+        .await
+        .is_err()
+    {
+        tracing::warn!("requests still open after {DRAIN_TIMEOUT:?}; closing them");
+    }
+}
+
+/// How many client connections to hold at once: half the open-file limit, raised first to its
+/// hard limit (the other half is for editors, the database and files).
+fn connection_cap() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid rlimit for the call to fill in and to read.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 512;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    usize::try_from(limit.rlim_cur / 2)
+        .unwrap_or(usize::MAX)
+        .clamp(64, 65_536)
 }
 
 /// How long open requests may take to finish once the server shuts down.

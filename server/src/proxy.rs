@@ -178,6 +178,68 @@ fn strip_our_credentials(headers: &mut HeaderMap) {
     }
 }
 
+/// Editors answer on our origin, so what they send must not act beyond their session: no
+/// cookie of ours (it would sign the browser in as someone else), no clearing of the site's
+/// data, no service worker for the whole site, and their cookies stay under `/s/<id>/`.
+fn confine_to_session(headers: &mut HeaderMap, route: &Route) {
+    headers.remove("clear-site-data");
+    headers.remove("service-worker-allowed");
+    if !headers.contains_key(header::SET_COOKIE) {
+        return;
+    }
+    let prefix = format!("/s/{}/", route.session_id);
+    let cookies: Vec<HeaderValue> = headers
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .filter_map(|value| confined_cookie(value.as_bytes(), &prefix, route.strip_prefix))
+        .filter_map(|cookie| HeaderValue::from_str(&cookie).ok())
+        .collect();
+    headers.remove(header::SET_COOKIE);
+    for cookie in cookies {
+        headers.append(header::SET_COOKIE, cookie);
+    }
+}
+
+/// `Set-Cookie` as the browser may keep it: None for our own cookie's name (or one we cannot
+/// read); without `Domain`; its `Path` under `prefix` (an editor that believes it is at "/"
+/// has its paths moved under it).
+fn confined_cookie(value: &[u8], prefix: &str, strip_prefix: bool) -> Option<String> {
+    let value = std::str::from_utf8(value).ok()?;
+    let mut parts = value.split(';').map(str::trim);
+    let pair = parts.next()?;
+    let name = pair.split_once('=').map_or(pair, |(name, _)| name).trim();
+    if name.is_empty() || name == crate::auth::SESSION_COOKIE {
+        return None;
+    }
+    let mut out = vec![pair.to_string()];
+    let mut path = None;
+    for attribute in parts {
+        let key = attribute
+            .split_once('=')
+            .map_or(attribute, |(k, _)| k)
+            .trim();
+        if key.eq_ignore_ascii_case("domain") {
+            continue;
+        }
+        if key.eq_ignore_ascii_case("path") {
+            path = attribute.split_once('=').map(|(_, v)| v.trim().to_string());
+            continue;
+        }
+        out.push(attribute.to_string());
+    }
+    let path = match path {
+        // Kept for the request's own directory, which is inside the session.
+        None => return Some(out.join("; ")),
+        Some(path) if path.starts_with(prefix) => path,
+        Some(path) if strip_prefix && path.starts_with('/') => {
+            format!("{}{path}", prefix.trim_end_matches('/'))
+        }
+        Some(_) => prefix.to_string(),
+    };
+    out.push(format!("Path={path}"));
+    Some(out.join("; "))
+}
+
 fn add_editor_auth(headers: &mut HeaderMap, auth: &UpstreamAuth) {
     match auth {
         UpstreamAuth::Header(name, value) => {
@@ -186,14 +248,23 @@ fn add_editor_auth(headers: &mut HeaderMap, auth: &UpstreamAuth) {
             }
         }
         UpstreamAuth::Cookie(name, value) => {
+            // A cookie of that name the browser holds would come first, and editors read the
+            // first one: it goes.
             let existing = headers
                 .get(header::COOKIE)
                 .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
+                .unwrap_or("")
+                .split(';')
+                .map(str::trim)
+                .filter(|pair| {
+                    !pair.is_empty()
+                        && pair.split_once('=').map_or(*pair, |(n, _)| n).trim() != *name
+                })
+                .collect::<Vec<_>>();
             let cookie = if existing.is_empty() {
                 format!("{name}={value}")
             } else {
-                format!("{existing}; {name}={value}")
+                format!("{}; {name}={value}", existing.join("; "))
             };
             if let Ok(value) = HeaderValue::from_str(&cookie) {
                 headers.insert(header::COOKIE, value);
@@ -338,16 +409,28 @@ pub async fn handle(
     parts.version = http::Version::HTTP_11;
     let outgoing = Request::from_parts(parts, body);
 
-    let sent = if upgrade {
-        crate::upstream::upgrade(&route.upstream, outgoing)
-            .await
-            .map(|r| r.map(Body::new))
-    } else {
-        state
-            .service
-            .upstreams
-            .send(&route.upstream, outgoing)
-            .await
+    let sending = async {
+        if upgrade {
+            crate::upstream::upgrade(&route.upstream, outgoing)
+                .await
+                .map(|r| r.map(Body::new))
+        } else {
+            state
+                .service
+                .upstreams
+                .send(&route.upstream, outgoing)
+                .await
+        }
+    };
+    // A hung editor must not hold the browser's connections to us (and so our own pages).
+    let answer_timeout = Duration::from_secs(state.service.config.proxy.answer_timeout_seconds);
+    let Ok(sent) = tokio::time::timeout(answer_timeout, sending).await else {
+        tracing::warn!(session = %route.session_id, "the editor did not answer in time");
+        return json_error(
+            StatusCode::GATEWAY_TIMEOUT,
+            "editor_timeout",
+            "the editor did not answer in time; it may be busy or stuck",
+        );
     };
     let mut response = match sent {
         Ok(response) => response,
@@ -391,6 +474,7 @@ pub async fn handle(
 
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
+    confine_to_session(&mut parts.headers, &route);
     // Only our own pages may frame the editor.
     parts.headers.insert(
         header::X_FRAME_OPTIONS,
@@ -533,6 +617,47 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("content-type"));
+    }
+
+    #[test]
+    fn an_editors_cookies_stay_inside_its_session() {
+        let at = "/s/abc/";
+        let confined = |cookie: &str, strip| confined_cookie(cookie.as_bytes(), at, strip);
+        assert_eq!(confined("sandbox_session=x; Path=/", false), None);
+        assert_eq!(confined(" sandbox_session = x", true), None);
+        assert_eq!(
+            confined("a=1; Domain=example.com; Path=/; Secure", false).unwrap(),
+            "a=1; Secure; Path=/s/abc/"
+        );
+        assert_eq!(
+            confined("a=1; path=/s/abc/lab", false).unwrap(),
+            "a=1; Path=/s/abc/lab"
+        );
+        // An editor that believes it is at "/" gets its paths under the session's.
+        assert_eq!(
+            confined("code=1; Path=/stable", true).unwrap(),
+            "code=1; Path=/s/abc/stable"
+        );
+        assert_eq!(
+            confined("code=1; Path=/", true).unwrap(),
+            "code=1; Path=/s/abc/"
+        );
+        assert_eq!(
+            confined("bare=1; HttpOnly", false).unwrap(),
+            "bare=1; HttpOnly"
+        );
+        assert_eq!(confined("=oops", false), None);
+    }
+
+    #[test]
+    fn a_cookie_of_the_editors_name_from_the_browser_gives_way_to_ours() {
+        let mut h = HeaderMap::new();
+        h.insert("cookie", "code-server-session=stale; b=2".parse().unwrap());
+        add_editor_auth(
+            &mut h,
+            &UpstreamAuth::Cookie("code-server-session", "H".into()),
+        );
+        assert_eq!(h.get("cookie").unwrap(), "b=2; code-server-session=H");
     }
 
     #[test]

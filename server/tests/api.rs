@@ -292,6 +292,90 @@ async fn websocket_frames_pass_with_busy_polling(busy_poll_us: u64) {
     app.stop().await;
 }
 
+/// The editor answers on our origin: nothing it sends may act beyond its session, and a
+/// browser's cookies reach it without ours. A hung editor gets the browser 504, not a hang.
+#[tokio::test]
+async fn the_editor_cannot_reach_beyond_its_session() {
+    let app = TestApp::start_with(Some(FakeRuntime::new()), |c| {
+        c.proxy.answer_timeout_seconds = 1;
+    })
+    .await;
+    let (_, token) = app.user("iris").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+
+    // A browser's request: our cookie among the page's own, one of them with a byte that is
+    // not ASCII (a script may set such a cookie); it neither signs the browser out nor goes on.
+    let cookie = sign_in_cookie(&app, "iris").await;
+    let cookies = format!("theme=dark; sandbox_session={cookie}; odd=caf\u{e9}");
+    let request = Request::get(app.url(&format!("/s/{id}/api/status")))
+        .header(
+            "cookie",
+            http::HeaderValue::from_bytes(&latin1(&cookies)).unwrap(),
+        )
+        .body(Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let status = app.send(request).await;
+    status.assert_status(StatusCode::OK);
+    assert_eq!(status.json()["saw_our_cookie"], false);
+    assert_eq!(status.json()["cookies"], "theme=dark");
+
+    let answer = app.get(&format!("/s/{id}/overreach"), Some(&token)).await;
+    answer.assert_status(StatusCode::OK);
+    let set: Vec<&str> = answer
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    let session = format!("/s/{id}/");
+    assert_eq!(
+        set,
+        [
+            format!("theme=dark; Path={session}"),
+            format!("xsrf=abc; SameSite=Lax; Path={session}"),
+            "plain=1".to_string(),
+        ],
+        "no cookie of ours, no other domain, every path inside the session"
+    );
+    assert!(answer.headers.get("clear-site-data").is_none());
+    assert!(answer.headers.get("service-worker-allowed").is_none());
+
+    let started = std::time::Instant::now();
+    let hung = app.get(&format!("/s/{id}/hang"), Some(&token)).await;
+    hung.assert_status(StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(hung.json()["error"], "editor_timeout");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    app.stop().await;
+}
+
+/// A client that opens a connection and never finishes its request does not keep it.
+#[tokio::test]
+async fn a_connection_that_sends_no_request_is_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = TestApp::start_with(Some(FakeRuntime::new()), |c| {
+        c.proxy.header_timeout_seconds = 1;
+    })
+    .await;
+    let (_, token) = app.user("sloane").await;
+    let mut slow = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    slow.write_all(b"GET /api/v1/me HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(10), slow.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the server closed the connection");
+    // Everyone else is served as before.
+    app.get("/api/v1/me", Some(&token))
+        .await
+        .assert_status(StatusCode::OK);
+    app.stop().await;
+}
+
+/// `text` with each character as one byte (ISO-8859-1), as a header may carry it.
+fn latin1(text: &str) -> Vec<u8> {
+    text.chars().map(|c| c as u8).collect()
+}
+
 /// Calls a server function as the page's script does, with the sign-in `cookie`.
 async fn server_fn(app: &TestApp, path: &str, cookie: &str) -> common::Response {
     let request = Request::post(app.url(path))

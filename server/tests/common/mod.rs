@@ -518,15 +518,46 @@ fn fake_editor(
                     .get("x-forwarded-for")
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("");
+                let cookies = headers
+                    .get("cookie")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
                 (
                     StatusCode::OK,
                     serde_json::json!({
                         "ok": true,
                         "saw_our_cookie": leaked,
                         "forwarded_for": forwarded_for,
+                        "cookies": cookies,
                     })
                     .to_string(),
                 )
+            }),
+        )
+        .route(
+            &format!("{base}hang"),
+            // An editor that never answers.
+            get(std::future::pending::<&'static str>),
+        )
+        .route(
+            &format!("{base}overreach"),
+            // Headers an editor might send that would act on our whole site.
+            get({
+                let base = base.clone();
+                move || async move {
+                    let mut headers = axum::http::HeaderMap::new();
+                    for cookie in [
+                        "sandbox_session=someone-elses; Path=/; HttpOnly".to_string(),
+                        "theme=dark; Path=/; Domain=example.com".to_string(),
+                        format!("xsrf=abc; Path={base}; SameSite=Lax"),
+                        "plain=1".to_string(),
+                    ] {
+                        headers.append("set-cookie", cookie.parse().unwrap());
+                    }
+                    headers.insert("clear-site-data", "\"cookies\"".parse().unwrap());
+                    headers.insert("service-worker-allowed", "/".parse().unwrap());
+                    (headers, "overreaching")
+                }
             }),
         )
         .route(
