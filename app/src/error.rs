@@ -27,6 +27,9 @@ pub enum AppError {
     QuotaExceeded(String),
     #[error("{0}")]
     Unavailable(String),
+    /// Too many attempts (failed sign-ins); the message says when to try again.
+    #[error("{0}")]
+    RateLimited(String),
     #[error("something went wrong on our side; it has been logged")]
     Internal,
     /// The request never reached the server or its answer was unreadable.
@@ -48,6 +51,7 @@ impl AppError {
             Self::InsufficientCredits(_) => "insufficient_credits",
             Self::QuotaExceeded(_) => "quota_exceeded",
             Self::Unavailable(_) => "unavailable",
+            Self::RateLimited(_) => "rate_limited",
             Self::Internal => "internal",
             Self::Transport(_) => "transport",
         }
@@ -63,6 +67,7 @@ impl AppError {
             Self::Conflict(_) => 409,
             Self::InsufficientCredits(_) => 402,
             Self::Unavailable(_) => 503,
+            Self::RateLimited(_) => 429,
             Self::Internal | Self::Transport(_) => 500,
         }
     }

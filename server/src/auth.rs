@@ -35,8 +35,18 @@ fn verify_password(password: &str, hash: &str) -> bool {
 }
 
 /// Checks a password off the async threads; an unknown user costs the same as a known one.
+/// At most two checks per core run at once (each takes 19 MiB and a core for tens of
+/// milliseconds): a flood of sign-ins waits its turn instead of taking the machine.
 pub async fn check_password(password: String, hash: Option<String>) -> bool {
     static DUMMY: OnceLock<String> = OnceLock::new();
+    static CHECKING: OnceLock<tokio::sync::Semaphore> = OnceLock::new();
+    let checking = CHECKING.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        tokio::sync::Semaphore::new(2 * cores)
+    });
+    let Ok(_turn) = checking.acquire().await else {
+        return false;
+    };
     tokio::task::spawn_blocking(move || {
         let dummy = DUMMY.get_or_init(|| hash_password("not a real password").unwrap_or_default());
         match hash {
@@ -49,6 +59,46 @@ pub async fn check_password(password: String, hash: Option<String>) -> bool {
     })
     .await
     .unwrap_or(false)
+}
+
+/// Failed sign-ins by user name: a name that failed [`SignInThrottle::MAX_FAILURES`] times
+/// within [`SignInThrottle::WINDOW`] is refused until the window ends, before any password is
+/// checked; signing in clears it. Names that exist and names that do not are counted alike,
+/// so the refusal says nothing about which names exist. Per server process.
+#[derive(Default)]
+pub struct SignInThrottle {
+    failures: Mutex<FastMap<String, (u32, Instant)>>,
+}
+
+impl SignInThrottle {
+    pub const MAX_FAILURES: u32 = 5;
+    pub const WINDOW: Duration = Duration::from_secs(60);
+    /// Names kept before old windows are swept out.
+    const SWEEP_AT: usize = 10_000;
+
+    /// How long `name` must wait before it may try again, if it must.
+    pub fn wait(&self, name: &str, now: Instant) -> Option<Duration> {
+        let failures = self.failures.lock().expect("sign-in throttle");
+        let (count, since) = failures.get(name)?;
+        let open_until = *since + Self::WINDOW;
+        (*count >= Self::MAX_FAILURES && now < open_until).then(|| open_until - now)
+    }
+
+    pub fn failed(&self, name: &str, now: Instant) {
+        let mut failures = self.failures.lock().expect("sign-in throttle");
+        if failures.len() >= Self::SWEEP_AT {
+            failures.retain(|_, (_, since)| now < *since + Self::WINDOW);
+        }
+        let entry = failures.entry(name.to_string()).or_insert((0, now));
+        if now >= entry.1 + Self::WINDOW {
+            *entry = (0, now);
+        }
+        entry.0 += 1;
+    }
+
+    pub fn succeeded(&self, name: &str) {
+        self.failures.lock().expect("sign-in throttle").remove(name);
+    }
 }
 
 pub fn random_secret(bytes: usize) -> String {
@@ -314,6 +364,28 @@ impl Authenticator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_waits_after_five_failures_until_its_window_ends() {
+        let throttle = SignInThrottle::default();
+        let start = Instant::now();
+        for i in 0..SignInThrottle::MAX_FAILURES {
+            assert_eq!(throttle.wait("pat", start), None, "after {i} failures");
+            throttle.failed("pat", start + Duration::from_secs(u64::from(i)));
+        }
+        let later = start + Duration::from_secs(20);
+        assert_eq!(throttle.wait("pat", later), Some(Duration::from_secs(40)));
+        assert_eq!(throttle.wait("quin", later), None, "other names are free");
+        assert_eq!(throttle.wait("pat", start + SignInThrottle::WINDOW), None);
+        // A failure after the window starts a new count.
+        throttle.failed("pat", start + SignInThrottle::WINDOW);
+        assert_eq!(throttle.wait("pat", start + SignInThrottle::WINDOW), None);
+        for _ in 0..SignInThrottle::MAX_FAILURES {
+            throttle.failed("pat", later);
+        }
+        throttle.succeeded("pat");
+        assert_eq!(throttle.wait("pat", later), None, "signing in clears it");
+    }
 
     #[test]
     fn passwords_verify_only_themselves() {

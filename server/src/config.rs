@@ -268,6 +268,12 @@ impl Default for Config {
 
 /// Longer than this, busy polling would mostly burn CPU: answers that slow pay a wake-up anyway.
 const MAX_BUSY_POLL_US: u64 = 1000;
+/// The largest amount of credits a setting may name (a million credits), in milli-credits.
+const MAX_AMOUNT_MILLI: i64 = 1_000_000_000;
+/// The longest session a server may allow: 30 days.
+const MAX_MINUTES: u32 = 43_200;
+/// The largest card: 16 TiB.
+const MAX_CARD_MIB: u64 = 16 * 1024 * 1024;
 
 /// A configuration that cannot be used, naming the key.
 #[derive(Debug, thiserror::Error)]
@@ -306,7 +312,7 @@ impl Config {
         Ok(config)
     }
 
-    /// Checks what serde cannot: ranges, addresses, amounts.
+    /// Checks what serde cannot: ranges, addresses, amounts, sizes the pool has.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |key: &str, why: String| Err(ConfigError(format!("key `{key}`: {why}")));
         if self.listen.parse::<SocketAddr>().is_err() {
@@ -315,18 +321,45 @@ impl Config {
                 format!("'{}' is not an address like 127.0.0.1:3000", self.listen),
             );
         }
-        if let Err(e) = credits::parse(&self.credits.initial_grant) {
-            return bad("credits.initial_grant", e);
-        }
-        if let Err(e) = credits::parse(&self.pool.default_price_per_gib_hour) {
-            return bad("pool.default_price_per_gib_hour", e);
-        }
-        for (i, price) in self.pool.prices.iter().enumerate() {
-            if let Err(e) = credits::parse(&price.per_hour) {
-                return bad(&format!("pool.prices[{i}].per_hour"), e);
+        // Amounts: none below zero (a negative price would pay users to launch), none so large
+        // that price times minutes could overflow.
+        let amounts = [
+            (
+                "credits.initial_grant".to_string(),
+                &self.credits.initial_grant,
+            ),
+            (
+                "pool.default_price_per_gib_hour".to_string(),
+                &self.pool.default_price_per_gib_hour,
+            ),
+        ]
+        .into_iter()
+        .chain(
+            self.pool
+                .prices
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (format!("pool.prices[{i}].per_hour"), &p.per_hour)),
+        );
+        for (key, amount) in amounts {
+            match credits::parse(amount) {
+                Err(e) => return bad(&key, e),
+                Ok(milli) if !(0..=MAX_AMOUNT_MILLI).contains(&milli) => {
+                    return bad(
+                        &key,
+                        format!("must be between 0 and {}", MAX_AMOUNT_MILLI / 1000),
+                    );
+                }
+                Ok(_) => {}
             }
         }
         let s = &self.sessions;
+        if s.max_minutes > MAX_MINUTES {
+            return bad(
+                "sessions.max_minutes",
+                format!("must be at most {MAX_MINUTES} (30 days)"),
+            );
+        }
         if s.min_minutes == 0 || s.min_minutes > s.max_minutes {
             return bad(
                 "sessions.min_minutes",
@@ -409,10 +442,82 @@ impl Config {
             if gpu.name.trim().is_empty() {
                 return bad(&format!("pool.gpus[{i}].name"), "must not be empty".into());
             }
+            if self.pool.gpus[..i]
+                .iter()
+                .any(|other| other.name == gpu.name)
+            {
+                return bad(
+                    &format!("pool.gpus[{i}].name"),
+                    format!("'{}' names two cards; each needs its own name", gpu.name),
+                );
+            }
+            if gpu.memory_mib > MAX_CARD_MIB {
+                return bad(
+                    &format!("pool.gpus[{i}].memory_mib"),
+                    format!("must be at most {MAX_CARD_MIB} (16 TiB)"),
+                );
+            }
             if gpu.slice_mib == 0 || gpu.slice_mib > gpu.memory_mib {
                 return bad(
                     &format!("pool.gpus[{i}].slice_mib"),
                     format!("must be between 1 and memory_mib ({})", gpu.memory_mib),
+                );
+            }
+        }
+        // Sizes other entries name must exist in the pool, or they silently do nothing.
+        let slices: Vec<u64> = self
+            .pool
+            .gpus
+            .iter()
+            .map(|g| g.slice_mib)
+            .chain(
+                self.pool
+                    .detect_nvidia
+                    .then_some(self.pool.detected_slice_mib),
+            )
+            .collect();
+        let sizes = |list: &[u64]| {
+            let mut list = list.to_vec();
+            list.sort_unstable();
+            list.dedup();
+            list.iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        for (i, target) in self.pool.warm.iter().enumerate() {
+            if !slices.contains(&target.slice_mib) {
+                return bad(
+                    &format!("pool.warm[{i}].slice_mib"),
+                    format!(
+                        "no card in the pool has {} MiB slices (it has {})",
+                        target.slice_mib,
+                        sizes(&slices)
+                    ),
+                );
+            }
+        }
+        let whole_cards = self.pool.gpus.iter().map(|g| g.memory_mib);
+        let session_sizes: Vec<u64> = slices.iter().copied().chain(whole_cards).collect();
+        for (n, o) in self.idle.per_slice.iter().enumerate() {
+            let key = |field: &str| format!("idle.per_slice[{n}].{field}");
+            if o.timeout_seconds == 0 || o.warn_seconds >= o.timeout_seconds {
+                return bad(
+                    &key("warn_seconds"),
+                    "the timeout must be at least 1 s and the warning shorter than it".into(),
+                );
+            }
+            // A detected card's memory is known only at start: any size above a slice may be one.
+            let maybe_detected_card =
+                self.pool.detect_nvidia && o.slice_mib > self.pool.detected_slice_mib;
+            if !session_sizes.contains(&o.slice_mib) && !maybe_detected_card {
+                return bad(
+                    &key("slice_mib"),
+                    format!(
+                        "no session in the pool has {} MiB (slices and whole cards: {})",
+                        o.slice_mib,
+                        sizes(&session_sizes)
+                    ),
                 );
             }
         }
@@ -568,6 +673,97 @@ mod tests {
                 .to_string()
                 .contains("`listen`")
         );
+    }
+
+    /// Values serde accepts but that would make sessions free, end them at once, or mean
+    /// nothing: each refused with its key.
+    #[test]
+    fn settings_that_would_misbehave_name_their_key() {
+        let refused = |change: &dyn Fn(&mut Config), key: &str, why: &str| {
+            let mut config = Config::default();
+            change(&mut config);
+            let err = config.validate().unwrap_err().to_string();
+            assert!(err.contains(&format!("`{key}`")), "{key}: {err}");
+            assert!(err.contains(why), "{key}: {err}");
+        };
+        refused(
+            &|c| {
+                c.pool.prices.push(Price {
+                    model: "*".into(),
+                    slice_mib: 8192,
+                    per_hour: "-1".into(),
+                })
+            },
+            "pool.prices[0].per_hour",
+            "between 0 and",
+        );
+        refused(
+            &|c| c.credits.initial_grant = "-5".into(),
+            "credits.initial_grant",
+            "between 0 and",
+        );
+        refused(
+            &|c| c.pool.default_price_per_gib_hour = "99999999".into(),
+            "pool.default_price_per_gib_hour",
+            "between 0 and",
+        );
+        refused(
+            &|c| c.sessions.max_minutes = 100_000,
+            "sessions.max_minutes",
+            "at most 43200",
+        );
+        refused(
+            &|c| {
+                let mut twin = c.pool.gpus[0].clone();
+                twin.model = "other".into();
+                c.pool.gpus.push(twin);
+            },
+            "pool.gpus[1].name",
+            "names two cards",
+        );
+        refused(
+            &|c| c.pool.warm[0].slice_mib = 16384,
+            "pool.warm[0].slice_mib",
+            "no card in the pool has 16384 MiB slices (it has 8192)",
+        );
+        refused(
+            &|c| {
+                c.idle.per_slice.push(IdleOverride {
+                    slice_mib: 8192,
+                    timeout_seconds: 0,
+                    warn_seconds: 0,
+                })
+            },
+            "idle.per_slice[0].warn_seconds",
+            "at least 1 s",
+        );
+        refused(
+            &|c| {
+                c.pool.detect_nvidia = false;
+                c.idle.per_slice.push(IdleOverride {
+                    slice_mib: 4096,
+                    timeout_seconds: 600,
+                    warn_seconds: 60,
+                })
+            },
+            "idle.per_slice[0].slice_mib",
+            "no session in the pool has 4096 MiB",
+        );
+        // Whole cards are sessions too; and a detected card's size is known only at start.
+        let mut config = Config::default();
+        config.pool.detect_nvidia = false;
+        config.idle.per_slice.push(IdleOverride {
+            slice_mib: 49152,
+            timeout_seconds: 600,
+            warn_seconds: 60,
+        });
+        config.validate().unwrap();
+        config.pool.detect_nvidia = true;
+        config.idle.per_slice[0].slice_mib = 81920;
+        config.validate().unwrap();
+        // Free is a price.
+        config.pool.default_price_per_gib_hour = "0".into();
+        config.validate().unwrap();
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The lease that makes one replica the reaper at a time.
-const REAPER_LEASE: &str = "reaper";
+pub(crate) const REAPER_LEASE: &str = "reaper";
 /// How long a server's instance lease lasts; it is renewed four times as often, from a task of
 /// its own, so that a slow reaper pass or a busy moment does not make the others think it died.
 const INSTANCE_LEASE: Duration = Duration::from_secs(60);
@@ -95,8 +95,28 @@ impl Service {
                 return;
             }
         };
+        // A locked account keeps nothing: its sessions end, queued ones included.
+        let locked = self.store.locked_user_ids().await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "reaper: listing locked accounts");
+            Default::default()
+        });
+        for record in live
+            .iter()
+            .filter(|r| locked.contains(&r.user_id) && r.state != SessionState::Stopping)
+        {
+            tracing::info!(session = %record.id, "reaper ends a session of a locked account");
+            self.stop_session(
+                &record.id,
+                EndReason::Admin,
+                Some("the account was locked; unused credits were refunded"),
+            )
+            .await;
+        }
         let now = now_ms();
-        for record in live.iter().filter(|r| r.state == SessionState::Ready) {
+        for record in live
+            .iter()
+            .filter(|r| r.state == SessionState::Ready && !locked.contains(&r.user_id))
+        {
             let reason = if record.ends_at.is_some_and(|end| end <= now) {
                 Some((EndReason::Timer, None))
             } else if let Verdict::Idle { .. } = self

@@ -390,6 +390,7 @@ async fn background(service: Arc<Service>) {
             tokio::spawn(async move { sampler.sample_activity().await });
         }
         service.reap().await;
+        service.forget_stale_routes().await;
         if service.config.runtime == runtime::RuntimeKind::Kube
             && reconciled.elapsed() >= Duration::from_secs(15)
         {

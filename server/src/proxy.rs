@@ -92,6 +92,15 @@ impl RouteTable {
         self.routes.write().expect("routes").remove(session_id);
     }
 
+    /// Each cached route's session and editor address.
+    pub fn ids(&self) -> Vec<(String, String)> {
+        let routes = self.routes.read().expect("routes");
+        routes
+            .values()
+            .map(|r| (r.session_id.clone(), r.upstream.clone()))
+            .collect()
+    }
+
     /// Activity not yet written to the database: (session, last activity, last API activity).
     pub fn take_activity(&self) -> Vec<(String, i64, Option<i64>)> {
         let routes = self.routes.read().expect("routes");
@@ -436,6 +445,8 @@ pub async fn handle(
         Ok(response) => response,
         Err(e) => {
             tracing::warn!(session = %route.session_id, error = %e, "editor unreachable");
+            // The session may have ended elsewhere: the next request reads it again.
+            state.service.routes.remove(&route.session_id);
             return json_error(
                 StatusCode::BAD_GATEWAY,
                 "editor_unreachable",

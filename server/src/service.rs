@@ -62,6 +62,8 @@ pub struct Service {
     pub warm_wake: tokio::sync::Notify,
     /// Wakes the queue's dispatcher: a slot was freed here.
     pub queue_wake: tokio::sync::Notify,
+    /// Failed sign-ins by name.
+    pub sign_ins: auth::SignInThrottle,
     /// Set at shutdown: the warm-pool keeper starts nothing more and gives up waiting on starts,
     /// and the queue is not dispatched.
     pub closing: tokio::sync::watch::Sender<bool>,
@@ -90,6 +92,7 @@ impl Service {
             instance: crate::store::new_id(),
             warm_wake: tokio::sync::Notify::new(),
             queue_wake: tokio::sync::Notify::new(),
+            sign_ins: auth::SignInThrottle::default(),
             closing: tokio::sync::watch::Sender::new(false),
         }
     }
@@ -729,6 +732,25 @@ impl Service {
         Ok(Some(route))
     }
 
+    /// Forgets the routes of sessions that are no longer ready, or whose editor moved: another
+    /// replica may have stopped them, and this one would go on forwarding to the old address.
+    pub async fn forget_stale_routes(&self) {
+        let cached = self.routes.ids();
+        if cached.is_empty() {
+            return;
+        }
+        match self.store.ready_upstreams().await {
+            Ok(ready) => {
+                for (id, upstream) in cached {
+                    if ready.get(&id) != Some(&upstream) {
+                        self.routes.remove(&id);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "checking the proxy's routes"),
+        }
+    }
+
     /// After a restart: re-adopt editors that still answer, end the rest with a refund. Queued
     /// sessions keep their place in line (they have no editor yet, so nothing of theirs was
     /// lost), unless the pool no longer has their size.
@@ -763,6 +785,15 @@ impl Service {
                     }
                 }
                 SessionState::Ready => {
+                    // It may have died with the machine, while no server ran: charged until
+                    // the last time a server was watching it, not for the time we were away.
+                    if let Some(watched) = self
+                        .store
+                        .lease_expires_at(crate::guard::REAPER_LEASE)
+                        .await?
+                    {
+                        self.store.charge_until(&record.id, watched).await?;
+                    }
                     self.stop_session(
                         &record.id,
                         EndReason::Crash,
@@ -842,19 +873,30 @@ impl Service {
         let failed = || {
             AppError::SignInFailed("Wrong user name or password, or the account is locked.".into())
         };
-        let user = self.store.user_by_name(name.trim()).await?;
+        // Names are at most 64 bytes: a longer one is nobody, and is not kept whole.
+        let name = name.trim();
+        let name = &name[..name.floor_char_boundary(64)];
+        if let Some(wait) = self.sign_ins.wait(name, std::time::Instant::now()) {
+            return Err(AppError::RateLimited(format!(
+                "Too many failed sign-ins for this name. Try again in {} seconds.",
+                wait.as_secs().max(1)
+            )));
+        }
+        let user = self.store.user_by_name(name).await?;
         let hash = user.as_ref().and_then(|u| u.password_hash.clone());
         let ok = auth::check_password(password.to_string(), hash).await;
         let user = match user {
             Some(user) if ok && !user.locked => user,
             _ => {
+                self.sign_ins.failed(name, std::time::Instant::now());
                 let _ = self
                     .store
-                    .audit(None, "login.failed", &format!("user:{}", name.trim()), "")
+                    .audit(None, "login.failed", &format!("user:{name}"), "")
                     .await;
                 return Err(failed());
             }
         };
+        self.sign_ins.succeeded(name);
         session.cycle_id().await.map_err(|e| {
             tracing::error!(error = %e, "cycling the session id");
             AppError::Internal

@@ -371,6 +371,59 @@ async fn a_connection_that_sends_no_request_is_closed() {
     app.stop().await;
 }
 
+/// Five failed sign-ins for a name make it wait a minute, whether or not the name exists;
+/// other names sign in as before.
+#[tokio::test]
+async fn repeated_failed_sign_ins_make_the_name_wait() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    app.user("pat").await;
+    app.user("quin").await;
+    let attempt = async |name: &str, password: &str| sign_in(&app, name, password).await;
+    for name in ["pat", "nobody"] {
+        for _ in 0..5 {
+            let wrong = attempt(name, "not-the-password").await;
+            wrong.assert_status(StatusCode::UNAUTHORIZED);
+            assert_eq!(wrong.json()["error"], "sign_in_failed");
+        }
+        let refused = attempt(name, "password123").await;
+        refused.assert_status(StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.json()["error"], "rate_limited");
+        assert!(
+            refused.json()["message"]
+                .as_str()
+                .unwrap()
+                .contains("Try again in"),
+            "{}",
+            refused.json()
+        );
+    }
+    attempt("quin", "password123")
+        .await
+        .assert_status(StatusCode::OK);
+    app.stop().await;
+}
+
+/// A session another replica ended is no longer forwarded to after this server's next pass.
+#[tokio::test]
+async fn routes_of_sessions_ended_elsewhere_are_forgotten() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (_, token) = app.user("rhea").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    let status = format!("/s/{id}/api/status");
+    app.get(&status, Some(&token))
+        .await
+        .assert_status(StatusCode::OK);
+    // Another replica ends it: the database knows, this server's route table does not.
+    let store = &app.service.store;
+    store.begin_stop(&id, EndReason::User, None).await.unwrap();
+    store.finish(&id).await.unwrap();
+    app.service.forget_stale_routes().await;
+    app.get(&status, Some(&token))
+        .await
+        .assert_status(StatusCode::NOT_FOUND);
+    app.stop().await;
+}
+
 /// `text` with each character as one byte (ISO-8859-1), as a header may carry it.
 fn latin1(text: &str) -> Vec<u8> {
     text.chars().map(|c| c as u8).collect()
@@ -387,16 +440,19 @@ async fn server_fn(app: &TestApp, path: &str, cookie: &str) -> common::Response 
     app.send(request).await
 }
 
-/// Signs `name` in through the pages' server function; the session cookie's value.
-async fn sign_in_cookie(app: &TestApp, name: &str) -> String {
+/// A sign-in through the pages' server function, as the page's script sends it.
+async fn sign_in(app: &TestApp, name: &str, password: &str) -> common::Response {
     let request = Request::post(app.url(<app::api::Login as leptos::server_fn::ServerFn>::PATH))
         .header("accept", "application/json")
         .header("content-type", "application/x-www-form-urlencoded")
-        .body(Full::new(
-            format!("name={name}&password=password123").into(),
-        ))
+        .body(Full::new(format!("name={name}&password={password}").into()))
         .unwrap();
-    let answer = app.send(request).await;
+    app.send(request).await
+}
+
+/// Signs `name` in through the pages' server function; the session cookie's value.
+async fn sign_in_cookie(app: &TestApp, name: &str) -> String {
+    let answer = sign_in(app, name, "password123").await;
     answer
         .headers
         .get_all("set-cookie")
@@ -579,8 +635,10 @@ async fn progress_streams_as_server_sent_events() {
 
 #[tokio::test]
 async fn a_locked_account_loses_access_at_once_and_cannot_sign_in() {
-    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let runtime = FakeRuntime::new();
+    let app = TestApp::start(Some(runtime.clone())).await;
     let (user_id, token) = app.user("lou").await;
+    let running = app.launch_ready(&token, "jupyterlab").await;
     assert_eq!(
         app.get("/api/v1/me", Some(&token)).await.status,
         StatusCode::OK
@@ -620,6 +678,19 @@ async fn a_locked_account_loses_access_at_once_and_cannot_sign_in() {
         .unwrap_err();
     assert_eq!(locked, wrong, "a locked account gets the same message");
     assert!(locked.to_string().contains("Wrong user name or password"));
+
+    // Its session ends at the reaper's next pass, with the unused credits back.
+    app.service.reap().await;
+    let ended = app.record(&running).await;
+    assert_eq!(ended.state, SessionState::Ended);
+    assert_eq!(ended.end_reason, Some(EndReason::Admin));
+    assert!(ended.detail.unwrap().contains("locked"));
+    assert_eq!(
+        runtime.stopped.lock().unwrap().len(),
+        1,
+        "its editor stopped"
+    );
+    assert_eq!(app.service.store.credits(&user_id).await.unwrap().1, 0);
     app.stop().await;
 }
 

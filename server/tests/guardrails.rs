@@ -5,7 +5,7 @@
 
 mod common;
 
-use app::domain::session::SessionState;
+use app::domain::session::{EndReason, SessionState};
 use common::{FakeRuntime, TestApp};
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -207,6 +207,48 @@ async fn a_killed_editor_is_detected_and_refunded() {
         (balance, held),
         (100_000 - 17, 0),
         "unused credits come back"
+    );
+}
+
+/// An editor found dead at start-up, after the server was down for a while, is charged until
+/// the last time a server was watching it, not for the time nobody was.
+#[tokio::test]
+async fn an_editor_found_dead_after_downtime_is_not_charged_for_it() {
+    let runtime = FakeRuntime::new();
+    let app = TestApp::start_with(Some(runtime.clone()), |c| {
+        c.idle.reaper_period_ms = 3_600_000;
+    })
+    .await;
+    let (user_id, token) = app.user("dawn").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    // Ready 20 minutes ago; the last server stopped watching 10 minutes ago; the editor died
+    // with the machine.
+    let now = server::store::now_ms();
+    let (ready_at, watched_until) = (now - 20 * 60_000, now - 10 * 60_000);
+    app.sql(
+        &format!("UPDATE sessions SET ready_at = {ready_at} WHERE id = $1"),
+        &id,
+    )
+    .await;
+    app.sql(
+        &format!(
+            "INSERT INTO leases (name, holder, expires_at) VALUES ($1, 'a-server-gone', {watched_until})"
+        ),
+        "reaper",
+    )
+    .await;
+    FakeRuntime::crash(&app.record(&id).await.runtime_handle.unwrap());
+    app.service.recover().await.unwrap();
+
+    let record = app.record(&id).await;
+    assert_eq!(record.state, SessionState::Ended);
+    assert_eq!(record.end_reason, Some(EndReason::Crash));
+    let (charge, _) = app::domain::credits::settle(500, 1000, watched_until - ready_at);
+    assert!(charge > 0);
+    assert_eq!(
+        app.service.store.credits(&user_id).await.unwrap(),
+        (100_000 - charge, 0),
+        "ten minutes charged, not twenty"
     );
 }
 

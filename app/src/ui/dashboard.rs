@@ -49,12 +49,22 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
         .collect();
     #[cfg(feature = "hydrate")]
     {
-        let ready: Vec<String> = live
+        let ready: Vec<&SessionView> = live
             .iter()
             .filter(|s| s.state == SessionState::Ready)
-            .map(|s| s.id.clone())
             .collect();
-        super::presence::use_presence(move || ready.clone(), |_| {});
+        let ids: Vec<String> = ready.iter().map(|s| s.id.clone()).collect();
+        let warnings: Vec<(Option<i64>, i64)> =
+            ready.iter().map(|s| (s.idle_at_ms, s.warn_ms)).collect();
+        super::presence::use_presence(
+            move || ids.clone(),
+            move |now| {
+                warnings
+                    .iter()
+                    .any(|(at, warn)| super::presence::in_idle_warning(now, *at, *warn))
+            },
+            |_| {},
+        );
     }
     view! {
         <Header viewer credits />

@@ -9,9 +9,24 @@ pub const BEAT_MS: i64 = 5 * 60_000;
 /// After input, the next beat may go this soon.
 pub const INPUT_BEAT_MS: i64 = 60_000;
 
-pub fn should_beat(now: i64, last_sent: i64, input_seen: bool, visible: bool) -> bool {
+/// Whether to beat now. `urgent`: a session is inside its idle warning, where waiting a minute
+/// to report input could let it end while someone types; input is then reported at the next
+/// tick.
+pub fn should_beat(
+    now: i64,
+    last_sent: i64,
+    input_seen: bool,
+    visible: bool,
+    urgent: bool,
+) -> bool {
     let since = now - last_sent;
-    visible && (since >= BEAT_MS || (input_seen && since >= INPUT_BEAT_MS))
+    let input_due = input_seen && (urgent || since >= INPUT_BEAT_MS);
+    visible && (since >= BEAT_MS || input_due)
+}
+
+/// Whether a session that ends as idle at `idle_at` (if ever) is inside its warning of `warn_ms`.
+pub fn in_idle_warning(now: i64, idle_at: Option<i64>, warn_ms: i64) -> bool {
+    idle_at.is_some_and(|at| at - now <= warn_ms)
 }
 
 #[cfg(feature = "hydrate")]
@@ -63,8 +78,10 @@ mod browser {
     }
 
     /// Beats for the sessions `ids()` while the page is visible; `on_beat` gets each fresh view.
+    /// `urgent(now)`: one of them is inside its idle warning.
     pub fn use_presence(
         ids: impl Fn() -> Vec<String> + 'static,
+        urgent: impl Fn(i64) -> bool + 'static,
         on_beat: impl Fn(SessionView) + Clone + 'static,
     ) {
         let seen = Rc::new(Cell::new(false));
@@ -78,7 +95,7 @@ mod browser {
                 .and_then(|w| w.document())
                 .is_some_and(|d| d.visibility_state() == web_sys::VisibilityState::Visible);
             let now = crate::ui::now_ms();
-            if !should_beat(now, last_sent.get(), seen.get(), visible) {
+            if !should_beat(now, last_sent.get(), seen.get(), visible, urgent(now)) {
                 return;
             }
             let input = seen.replace(false);
@@ -104,10 +121,26 @@ mod tests {
 
     #[test]
     fn beats_every_five_minutes_and_sooner_after_input_only_when_visible() {
-        assert!(!should_beat(60_000, 0, false, true));
-        assert!(should_beat(60_000, 0, true, true));
-        assert!(!should_beat(59_999, 0, true, true));
-        assert!(should_beat(BEAT_MS, 0, false, true));
-        assert!(!should_beat(BEAT_MS * 3, 0, true, false));
+        assert!(!should_beat(60_000, 0, false, true, false));
+        assert!(should_beat(60_000, 0, true, true, false));
+        assert!(!should_beat(59_999, 0, true, true, false));
+        assert!(should_beat(BEAT_MS, 0, false, true, false));
+        assert!(!should_beat(BEAT_MS * 3, 0, true, false, false));
+    }
+
+    #[test]
+    fn inside_the_idle_warning_input_is_reported_at_once() {
+        assert!(
+            should_beat(5_000, 0, true, true, true),
+            "input, urgent: now"
+        );
+        assert!(
+            !should_beat(5_000, 0, false, true, true),
+            "no input: no hurry"
+        );
+        assert!(!should_beat(5_000, 0, true, false, true), "hidden: never");
+        assert!(in_idle_warning(1_000, Some(60_000), 60_000));
+        assert!(!in_idle_warning(1_000, Some(62_000), 60_000));
+        assert!(!in_idle_warning(1_000, None, 60_000));
     }
 }

@@ -82,6 +82,11 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                     .into_iter()
                     .collect()
             },
+            move |now| {
+                session.with_untracked(|s| {
+                    super::presence::in_idle_warning(now, s.idle_at_ms, s.warn_ms)
+                })
+            },
             move |view| session.set(view),
         );
     }

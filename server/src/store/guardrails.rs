@@ -647,6 +647,16 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
+    /// When the lease `name` runs out, or ran out; None if nobody ever took it.
+    pub async fn lease_expires_at(&self, name: &str) -> Result<Option<i64>> {
+        let row = sqlx::query("SELECT expires_at FROM leases WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|row| Ok(row.try_get::<i64, _>("expires_at")?))
+            .transpose()
+    }
+
     /// Whether someone holds the lease `name` now.
     pub async fn lease_held(&self, name: &str) -> Result<bool> {
         let row = sqlx::query("SELECT expires_at FROM leases WHERE name = $1")

@@ -263,6 +263,37 @@ impl Store {
             .try_get("n")?)
     }
 
+    /// Charges a ready session's time only up to `at` when it is settled: nothing ran after it.
+    pub async fn charge_until(&self, session_id: &str, at: i64) -> Result<()> {
+        let mut w = self.begin_write().await?;
+        sqlx::query("UPDATE sessions SET charge_until = $1 WHERE id = $2 AND state = 'ready'")
+            .bind(at)
+            .bind(session_id)
+            .execute(&mut *w.tx)
+            .await?;
+        w.tx.commit().await?;
+        Ok(())
+    }
+
+    /// Ready sessions and their editors' addresses.
+    pub async fn ready_upstreams(&self) -> Result<std::collections::HashMap<String, String>> {
+        let rows = sqlx::query(
+            "SELECT id, upstream FROM sessions WHERE state = 'ready' AND upstream IS NOT NULL",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("id")?, r.try_get("upstream")?)))
+            .collect()
+    }
+
+    pub async fn locked_user_ids(&self) -> Result<std::collections::HashSet<String>> {
+        let rows = sqlx::query("SELECT id FROM users WHERE locked = 1")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(|r| Ok(r.try_get("id")?)).collect()
+    }
+
     pub async fn set_locked(&self, user_id: &str, locked: bool) -> Result<()> {
         let mut w = self.begin_write().await?;
         let done = sqlx::query("UPDATE users SET locked = $1 WHERE id = $2")
@@ -944,7 +975,7 @@ async fn settle_in(w: &mut WriteTx, session_id: &str, now: i64) -> Result<()> {
         .execute(&mut *w.tx)
         .await?;
     let row = sqlx::query(
-        "SELECT user_id, price_per_hour, ready_at, end_reason FROM sessions WHERE id = $1",
+        "SELECT user_id, price_per_hour, ready_at, end_reason, charge_until FROM sessions WHERE id = $1",
     )
     .bind(session_id)
     .fetch_one(&mut *w.tx)
@@ -966,7 +997,10 @@ async fn settle_in(w: &mut WriteTx, session_id: &str, now: i64) -> Result<()> {
     .fetch_one(&mut *w.tx)
     .await?;
     let hold: i64 = hold_row.try_get("held")?;
-    let elapsed = ready_at.map(|r| now - r).unwrap_or(0);
+    let until = row
+        .try_get::<Option<i64>, _>("charge_until")?
+        .map_or(now, |until| until.min(now));
+    let elapsed = ready_at.map(|r| (until - r).max(0)).unwrap_or(0);
     let (charge, _) = app::domain::credits::settle(hold, per_hour, elapsed);
     if hold > 0 {
         insert_ledger(
