@@ -14,6 +14,7 @@
 pub mod activity;
 pub mod auth;
 pub mod config;
+pub mod deadline;
 pub mod editors;
 pub mod events;
 pub mod gpu;
@@ -91,6 +92,7 @@ impl App {
             state: self.state.clone(),
             router: self.router.clone(),
             forwarded_for: http::HeaderValue::from_str(&client.to_string()).ok(),
+            answer: deadline::Deadline::unset(),
         }))
     }
 }
@@ -105,6 +107,8 @@ struct Connection {
     state: AppState,
     router: Router,
     forwarded_for: Option<http::HeaderValue>,
+    /// How long the editor may take to answer this connection's request in flight.
+    answer: deadline::Deadline,
 }
 
 type FrontFuture = std::pin::Pin<
@@ -145,8 +149,11 @@ impl Front {
         if request.uri().path().starts_with("/s/") {
             let connection = self.0.clone();
             Box::pin(async move {
-                let forwarded_for = connection.forwarded_for.as_ref();
-                Ok(proxy::handle(&connection.state, forwarded_for, request).await)
+                let client = proxy::Client {
+                    forwarded_for: connection.forwarded_for.as_ref(),
+                    answer: &connection.answer,
+                };
+                Ok(proxy::handle(&connection.state, client, request).await)
             })
         } else {
             Box::pin(tower::ServiceExt::oneshot(self.0.router.clone(), request))
@@ -276,7 +283,7 @@ async fn serve_connections(
     stop: impl Future<Output = ()>,
 ) {
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(hyper_util::rt::TokioTimer::new())
+    http.timer(deadline::CoarseTimer)
         .header_read_timeout(Duration::from_secs(
             app.state.service.config.proxy.header_timeout_seconds,
         ));

@@ -85,9 +85,23 @@ enum TokenCommand {
     Create {
         #[arg(long)]
         user: String,
-        /// Days until it expires; never when left out.
+        /// Days until it expires (1 to 365); never when left out.
         #[arg(long)]
         days: Option<u32>,
+        /// What the token is for, shown when tokens are listed.
+        #[arg(long, default_value = "cli")]
+        label: String,
+    },
+    /// List a user's tokens (ids, labels, dates; never the tokens themselves).
+    List {
+        #[arg(long)]
+        user: String,
+    },
+    /// Revoke one of a user's tokens by its id: it stops working at once.
+    Revoke {
+        #[arg(long)]
+        user: String,
+        id: String,
     },
 }
 
@@ -200,21 +214,49 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
             println!("{name} is {}", if locked { "locked" } else { "unlocked" });
             Ok(())
         }
-        Command::Token {
-            command: TokenCommand::Create { user, days },
-        } => {
+        Command::Token { command } => {
             let service = server::open_service(config)
                 .await
                 .map_err(|e| e.to_string())?;
-            let record = user_named(&service, &user).await?;
-            let (token, hash) = server::auth::new_api_token();
-            let expires = days.map(|d| server::store::now_ms() + d as i64 * 86_400_000);
-            service
-                .store
-                .create_token(&record.id, &hash, "cli", expires)
-                .await
-                .map_err(|e| e.to_string())?;
-            println!("{token}");
+            match command {
+                TokenCommand::Create { user, days, label } => {
+                    let viewer = user_named(&service, &user).await?.viewer();
+                    let made = service
+                        .create_token(&viewer, &label, days)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    println!("{}", made.token);
+                }
+                TokenCommand::List { user } => {
+                    let viewer = user_named(&service, &user).await?.viewer();
+                    let tokens = service.tokens(&viewer).await.map_err(|e| e.to_string())?;
+                    let day = |ms: i64| {
+                        time::OffsetDateTime::from_unix_timestamp(ms / 1000)
+                            .map(|t| t.date().to_string())
+                            .unwrap_or_default()
+                    };
+                    for token in tokens {
+                        let expires = token.expires_at.map_or("never".to_string(), day);
+                        println!(
+                            "{}  {}  created {}  expires {expires}",
+                            token.id,
+                            token.label,
+                            day(token.created_at)
+                        );
+                    }
+                }
+                TokenCommand::Revoke { user, id } => {
+                    let viewer = user_named(&service, &user).await?.viewer();
+                    service
+                        .revoke_token(&viewer, &id)
+                        .await
+                        .map_err(|e| match e {
+                            app::error::AppError::NotFound => format!("{user} has no token {id}"),
+                            other => other.to_string(),
+                        })?;
+                    println!("revoked {id}");
+                }
+            }
             Ok(())
         }
         Command::Credits {

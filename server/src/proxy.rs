@@ -315,12 +315,18 @@ fn wants_html(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.contains("text/html"))
 }
 
-/// Forwards `req` for its owner; `forwarded_for` is the client's address, sent on to the editor.
-pub async fn handle(
-    state: &AppState,
-    forwarded_for: Option<&HeaderValue>,
-    mut req: Request<Body>,
-) -> Response {
+/// The client connection a request came on.
+#[derive(Clone, Copy)]
+pub struct Client<'a> {
+    /// The client's address, sent on to the editor.
+    pub forwarded_for: Option<&'a HeaderValue>,
+    /// The connection's deadline for the editor's answer (requests on it take turns).
+    pub answer: &'a crate::deadline::Deadline,
+}
+
+/// Forwards `req` for its owner.
+pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>) -> Response {
+    let forwarded_for = client.forwarded_for;
     let upgrade = is_upgrade(req.headers());
     // Another site must not make a signed-in browser change things in the editor, or open its
     // kernels: editors trust us and skip their own cross-site checks for what we forward.
@@ -405,9 +411,16 @@ pub async fn handle(
     if let Some(ip) = forwarded_for {
         parts.headers.insert("x-forwarded-for", ip.clone());
     }
-    parts
+    // Behind a TLS ingress the page is https, and the editor's redirects and origin checks must
+    // know; anything else is plain http (a client that claims https only misleads itself).
+    let https = parts
         .headers
-        .insert("x-forwarded-proto", HeaderValue::from_static("http"));
+        .get("x-forwarded-proto")
+        .is_some_and(|proto| proto.as_bytes().eq_ignore_ascii_case(b"https"));
+    parts.headers.insert(
+        "x-forwarded-proto",
+        HeaderValue::from_static(if https { "https" } else { "http" }),
+    );
     if let Some(protocol) = upgrade_to {
         parts
             .headers
@@ -433,7 +446,7 @@ pub async fn handle(
     };
     // A hung editor must not hold the browser's connections to us (and so our own pages).
     let answer_timeout = Duration::from_secs(state.service.config.proxy.answer_timeout_seconds);
-    let Ok(sent) = tokio::time::timeout(answer_timeout, sending).await else {
+    let Some(sent) = crate::deadline::within(client.answer, answer_timeout, sending).await else {
         tracing::warn!(session = %route.session_id, "the editor did not answer in time");
         return json_error(
             StatusCode::GATEWAY_TIMEOUT,

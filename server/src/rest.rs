@@ -90,17 +90,17 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<
     }
 }
 
-/// A session id from the path; one that is not even text is a clear 400 like any bad input.
-pub struct SessionId(pub String);
+/// An id from the path; one that is not even text is a clear 400 like any bad input.
+pub struct PathId(pub String);
 
-impl<S: Send + Sync> FromRequestParts<S> for SessionId {
+impl<S: Send + Sync> FromRequestParts<S> for PathId {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         match Path::<String>::from_request_parts(parts, state).await {
-            Ok(Path(id)) => Ok(SessionId(id)),
+            Ok(Path(id)) => Ok(PathId(id)),
             Err(_) => Err(ApiError(AppError::Invalid(
-                "the session id in the path is not valid".into(),
+                "the id in the path is not valid".into(),
             ))),
         }
     }
@@ -116,6 +116,8 @@ pub fn router() -> Router<AppState> {
         .route("/sessions/{id}/heartbeat", post(heartbeat))
         .route("/sessions/{id}/extend", post(extend))
         .route("/quota", get(quota))
+        .route("/tokens", get(list_tokens).post(create_token))
+        .route("/tokens/{id}", axum::routing::delete(revoke_token))
         .route("/pool", get(pool))
         .fallback(|| async { ApiError(AppError::NotFound) })
         .method_not_allowed_fallback(|| async {
@@ -203,7 +205,7 @@ async fn create_session(
 async fn get_session(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
-    SessionId(id): SessionId,
+    PathId(id): PathId,
 ) -> ApiResult<Json<ApiSession>> {
     Ok(Json(state.service.session(&viewer, &id).await?.into()))
 }
@@ -211,7 +213,7 @@ async fn get_session(
 async fn delete_session(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
-    SessionId(id): SessionId,
+    PathId(id): PathId,
 ) -> ApiResult<Json<ApiSession>> {
     Ok(Json(state.service.stop(&viewer, &id).await?.into()))
 }
@@ -227,7 +229,7 @@ struct HeartbeatBody {
 async fn heartbeat(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
-    SessionId(id): SessionId,
+    PathId(id): PathId,
     ApiJson(body): ApiJson<HeartbeatBody>,
 ) -> ApiResult<Json<ApiSession>> {
     state.service.heartbeat(&viewer, &id, body.input).await?;
@@ -243,7 +245,7 @@ struct ExtendBody {
 async fn extend(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
-    SessionId(id): SessionId,
+    PathId(id): PathId,
     ApiJson(body): ApiJson<ExtendBody>,
 ) -> ApiResult<Json<ApiSession>> {
     Ok(Json(
@@ -274,7 +276,7 @@ async fn quota(
 async fn session_events(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
-    SessionId(id): SessionId,
+    PathId(id): PathId,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     state.service.check_owner(&viewer, &id).await?;
     // Subscribe before reading the history, so nothing falls between the two.
@@ -363,4 +365,40 @@ impl Follow {
             }
         }
     }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenRequest {
+    label: String,
+    /// Days until it expires; never when left out.
+    days: Option<u32>,
+}
+
+async fn list_tokens(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+) -> ApiResult<Json<Vec<crate::store::TokenRecord>>> {
+    Ok(Json(state.service.tokens(&viewer).await?))
+}
+
+async fn create_token(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    ApiJson(request): ApiJson<TokenRequest>,
+) -> ApiResult<(StatusCode, Json<crate::service::NewToken>)> {
+    let token = state
+        .service
+        .create_token(&viewer, &request.label, request.days)
+        .await?;
+    Ok((StatusCode::CREATED, Json(token)))
+}
+
+async fn revoke_token(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+) -> ApiResult<StatusCode> {
+    state.service.revoke_token(&viewer, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
 }

@@ -8,7 +8,9 @@ use crate::events::EventHub;
 use crate::gpu::{self, Enforcement};
 use crate::proxy::{Route, RouteTable};
 use crate::runtime::{EditorLaunch, Runtime};
-use crate::store::{LaunchPlan, Placement, SessionRecord, Store, StoreError, UserRecord};
+use crate::store::{
+    LaunchPlan, Placement, SessionRecord, Store, StoreError, TokenRecord, UserRecord,
+};
 use app::domain::credits;
 use app::domain::launch::{self, Catalog, EditorKind, LaunchRequest};
 use app::domain::pool::{GpuSpec, format_mib};
@@ -932,6 +934,67 @@ impl Service {
         }
         Ok(())
     }
+
+    // ---- API tokens ----
+
+    /// A new API token for the viewer; its secret is shown this once and kept only as a hash.
+    pub async fn create_token(
+        &self,
+        viewer: &Viewer,
+        label: &str,
+        days: Option<u32>,
+    ) -> Result<NewToken, AppError> {
+        let label = label.trim();
+        if label.is_empty() || label.chars().count() > 64 || label.chars().any(char::is_control) {
+            return Err(AppError::Invalid(
+                "a token's label must be 1 to 64 characters, without control characters".into(),
+            ));
+        }
+        if days.is_some_and(|d| !(1..=MAX_TOKEN_DAYS).contains(&d)) {
+            return Err(AppError::Invalid(format!(
+                "a token lasts 1 to {MAX_TOKEN_DAYS} days (leave the days out for one that does not expire)"
+            )));
+        }
+        let (token, hash) = auth::new_api_token();
+        let expires_at = days.map(|d| crate::store::now_ms() + i64::from(d) * 86_400_000);
+        let id = self
+            .store
+            .create_token(&viewer.id, &hash, label, expires_at)
+            .await?;
+        Ok(NewToken {
+            id,
+            label: label.to_string(),
+            token,
+            expires_at,
+        })
+    }
+
+    pub async fn tokens(&self, viewer: &Viewer) -> Result<Vec<TokenRecord>, AppError> {
+        Ok(self.store.tokens_of(&viewer.id).await?)
+    }
+
+    /// Ends one of the viewer's tokens at once: requests with it are refused from now on, and
+    /// editor connections opened with it close.
+    pub async fn revoke_token(&self, viewer: &Viewer, id: &str) -> Result<(), AppError> {
+        if !self.store.revoke_token(&viewer.id, id).await? {
+            return Err(AppError::NotFound);
+        }
+        self.auth.forget_user(&viewer.id);
+        Ok(())
+    }
+}
+
+/// The longest a token may last when it expires at all.
+const MAX_TOKEN_DAYS: u32 = 365;
+
+/// A token just made: the only time its secret is shown.
+#[derive(Debug, serde::Serialize)]
+pub struct NewToken {
+    pub id: String,
+    pub label: String,
+    pub token: String,
+    #[serde(rename = "expires_at_ms")]
+    pub expires_at: Option<i64>,
 }
 
 /// The pages' door: server functions call these through `Arc<dyn Backend>`.

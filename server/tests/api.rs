@@ -318,6 +318,17 @@ async fn the_editor_cannot_reach_beyond_its_session() {
     status.assert_status(StatusCode::OK);
     assert_eq!(status.json()["saw_our_cookie"], false);
     assert_eq!(status.json()["cookies"], "theme=dark");
+    assert_eq!(status.json()["forwarded_proto"], "http");
+    // Behind a TLS ingress the editor learns the page is https (its redirects and origin
+    // checks depend on it); anything else is not passed on.
+    for (sent, seen) in [("https", "https"), ("gopher", "http")] {
+        let request = Request::get(app.url(&format!("/s/{id}/api/status")))
+            .header("authorization", format!("Bearer {token}"))
+            .header("x-forwarded-proto", sent)
+            .body(Full::new(bytes::Bytes::new()))
+            .unwrap();
+        assert_eq!(app.send(request).await.json()["forwarded_proto"], seen);
+    }
 
     let answer = app.get(&format!("/s/{id}/overreach"), Some(&token)).await;
     answer.assert_status(StatusCode::OK);
@@ -419,6 +430,83 @@ async fn routes_of_sessions_ended_elsewhere_are_forgotten() {
     store.finish(&id).await.unwrap();
     app.service.forget_stale_routes().await;
     app.get(&status, Some(&token))
+        .await
+        .assert_status(StatusCode::NOT_FOUND);
+    app.stop().await;
+}
+
+/// A user makes tokens for their scripts, sees them listed (never their secrets), and revokes
+/// one: it stops working at once, the others go on; nobody can revoke another user's token.
+#[tokio::test]
+async fn tokens_are_made_listed_and_revoked_by_their_owner() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (_, token) = app.user("tess").await;
+    let (_, other) = app.user("otto").await;
+    let made = app
+        .call(
+            Method::POST,
+            "/api/v1/tokens",
+            Some(&token),
+            Some(json!({ "label": "nightly job", "days": 30 })),
+        )
+        .await;
+    made.assert_status(StatusCode::CREATED);
+    let made = made.json();
+    let secret = made["token"].as_str().unwrap().to_string();
+    let id = made["id"].as_str().unwrap().to_string();
+    assert!(made["expires_at_ms"].as_i64().unwrap() > server::store::now_ms() + 29 * 86_400_000);
+    app.get("/api/v1/me", Some(&secret))
+        .await
+        .assert_status(StatusCode::OK);
+
+    let listed = app.get("/api/v1/tokens", Some(&token)).await;
+    listed.assert_status(StatusCode::OK);
+    let listed = listed.json();
+    let labels: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["nightly job", "test"], "newest first");
+    assert!(
+        !listed.to_string().contains(&secret) && !listed.to_string().contains("hash"),
+        "no secret is listed: {listed}"
+    );
+
+    for bad in [
+        json!({ "label": "" }),
+        json!({ "label": "x", "days": 0 }),
+        json!({ "label": "x", "scope": "all" }),
+    ] {
+        let refused = app
+            .call(
+                Method::POST,
+                "/api/v1/tokens",
+                Some(&token),
+                Some(bad.clone()),
+            )
+            .await;
+        refused.assert_status(StatusCode::BAD_REQUEST);
+        assert_eq!(refused.json()["error"], "invalid", "{bad}");
+    }
+    let path = format!("/api/v1/tokens/{id}");
+    app.delete(&path, Some(&other))
+        .await
+        .assert_status(StatusCode::NOT_FOUND);
+    app.get("/api/v1/me", Some(&secret))
+        .await
+        .assert_status(StatusCode::OK);
+    app.delete(&path, Some(&token))
+        .await
+        .assert_status(StatusCode::NO_CONTENT);
+    app.get("/api/v1/me", Some(&secret))
+        .await
+        .assert_status(StatusCode::UNAUTHORIZED);
+    app.get("/api/v1/me", Some(&token))
+        .await
+        .assert_status(StatusCode::OK);
+    app.delete(&path, Some(&token))
         .await
         .assert_status(StatusCode::NOT_FOUND);
     app.stop().await;

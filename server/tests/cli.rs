@@ -75,6 +75,49 @@ fn users_tokens_and_credits_from_the_command_line() {
     let (code, _, err) = server(data.path(), &["token", "create", "--user", "nobody"], None);
     assert_ne!(code, 0);
     assert!(err.contains("no user named 'nobody'"), "{err}");
+    let (code, _, err) = server(
+        data.path(),
+        &["token", "create", "--user", "ada", "--days", "0"],
+        None,
+    );
+    assert_ne!(code, 0, "a token that has already expired is no token");
+    assert!(err.contains("1 to 365 days"), "{err}");
+    let (code, _, _) = server(
+        data.path(),
+        &[
+            "token", "create", "--user", "ada", "--days", "7", "--label", "backup",
+        ],
+        None,
+    );
+    assert_eq!(code, 0);
+    let (code, out, _) = server(data.path(), &["token", "list", "--user", "ada"], None);
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(
+        lines[0].contains("  backup  created ") && !lines[0].contains("never"),
+        "{out}"
+    );
+    assert!(
+        lines[1].contains("  cli  created ") && lines[1].ends_with("expires never"),
+        "{out}"
+    );
+    assert!(!out.contains("gsb_"), "no token itself is shown: {out}");
+    let backup = lines[0].split_whitespace().next().unwrap();
+    let (code, out, _) = server(
+        data.path(),
+        &["token", "revoke", "--user", "ada", backup],
+        None,
+    );
+    assert_eq!(code, 0);
+    assert!(out.contains("revoked"), "{out}");
+    let (code, _, err) = server(
+        data.path(),
+        &["token", "revoke", "--user", "ada", backup],
+        None,
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("ada has no token"), "{err}");
 
     let (code, out, _) = server(data.path(), &["credits", "grant", "ada", "2.5"], None);
     assert_eq!(code, 0);

@@ -318,19 +318,21 @@ impl Store {
         Ok(())
     }
 
+    /// Keeps a new token's hash; returns the token's id.
     pub async fn create_token(
         &self,
         user_id: &str,
         token_hash: &str,
         label: &str,
         expires_at: Option<i64>,
-    ) -> Result<()> {
+    ) -> Result<String> {
         let now = now_ms();
+        let id = new_id();
         let mut w = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO api_tokens (id, user_id, token_hash, label, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)",
         )
-        .bind(new_id())
+        .bind(&id)
         .bind(user_id)
         .bind(token_hash)
         .bind(label)
@@ -348,7 +350,51 @@ impl Store {
         )
         .await?;
         w.tx.commit().await?;
-        Ok(())
+        Ok(id)
+    }
+
+    /// A user's tokens, newest first (their hashes stay here).
+    pub async fn tokens_of(&self, user_id: &str) -> Result<Vec<TokenRecord>> {
+        let rows = sqlx::query(
+            "SELECT id, label, created_at, expires_at FROM api_tokens WHERE user_id = $1 ORDER BY created_at DESC, id",
+        )
+        .bind(user_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(TokenRecord {
+                    id: r.try_get("id")?,
+                    label: r.try_get("label")?,
+                    created_at: r.try_get("created_at")?,
+                    expires_at: r.try_get("expires_at")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Deletes the user's token `token_id`; false when the user has no such token.
+    pub async fn revoke_token(&self, user_id: &str, token_id: &str) -> Result<bool> {
+        let mut w = self.begin_write().await?;
+        let done = sqlx::query("DELETE FROM api_tokens WHERE id = $1 AND user_id = $2")
+            .bind(token_id)
+            .bind(user_id)
+            .execute(&mut *w.tx)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Ok(false);
+        }
+        insert_audit(
+            &mut w,
+            Some(user_id),
+            "token.revoke",
+            &format!("token:{token_id}"),
+            "",
+            now_ms(),
+        )
+        .await?;
+        w.tx.commit().await?;
+        Ok(true)
     }
 
     pub async fn user_by_token_hash(&self, token_hash: &str) -> Result<Option<UserRecord>> {

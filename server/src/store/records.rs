@@ -18,6 +18,17 @@ fn bad(what: &'static str) -> StoreError {
     StoreError::NotFound(what)
 }
 
+/// An API token as its owner may see it: never its secret, which only its hash stands for.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct TokenRecord {
+    pub id: String,
+    pub label: String,
+    #[serde(rename = "created_at_ms")]
+    pub created_at: i64,
+    #[serde(rename = "expires_at_ms")]
+    pub expires_at: Option<i64>,
+}
+
 #[derive(Clone, PartialEq, Eq)]
 pub struct UserRecord {
     pub id: String,

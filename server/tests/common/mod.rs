@@ -522,6 +522,10 @@ fn fake_editor(
                     .get("cookie")
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("");
+                let forwarded_proto = headers
+                    .get("x-forwarded-proto")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
                 (
                     StatusCode::OK,
                     serde_json::json!({
@@ -529,6 +533,7 @@ fn fake_editor(
                         "saw_our_cookie": leaked,
                         "forwarded_for": forwarded_for,
                         "cookies": cookies,
+                        "forwarded_proto": forwarded_proto,
                     })
                     .to_string(),
                 )
