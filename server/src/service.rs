@@ -144,9 +144,14 @@ impl Service {
         actor: Option<&str>,
     ) -> Result<UserRecord, AppError> {
         let name = name.trim();
-        if name.is_empty() || name.len() > 64 || name.chars().any(|c| c.is_control() || c == '/') {
+        if name.is_empty()
+            || name.chars().count() > MAX_NAME_CHARS
+            || name
+                .chars()
+                .any(|c| c.is_control() || c == '/' || is_invisible(c))
+        {
             return Err(AppError::Invalid(
-                "a user name must be 1 to 64 characters, without '/' or control characters".into(),
+                "a user name must be 1 to 64 characters, without '/', control or invisible characters".into(),
             ));
         }
         let hash = match password {
@@ -875,9 +880,12 @@ impl Service {
         let failed = || {
             AppError::SignInFailed("Wrong user name or password, or the account is locked.".into())
         };
-        // Names are at most 64 bytes: a longer one is nobody, and is not kept whole.
+        // Names are at most 64 characters: a longer one is nobody, and is not kept whole.
         let name = name.trim();
-        let name = &name[..name.floor_char_boundary(64)];
+        let name = name
+            .char_indices()
+            .nth(MAX_NAME_CHARS)
+            .map_or(name, |(end, _)| &name[..end]);
         if let Some(wait) = self.sign_ins.wait(name, std::time::Instant::now()) {
             return Err(AppError::RateLimited(format!(
                 "Too many failed sign-ins for this name. Try again in {} seconds.",
@@ -982,6 +990,14 @@ impl Service {
         self.auth.forget_user(&viewer.id);
         Ok(())
     }
+}
+
+const MAX_NAME_CHARS: usize = 64;
+
+/// Characters that show nothing (zero-width, direction overrides): two names that look the same
+/// must be the same name.
+fn is_invisible(c: char) -> bool {
+    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{FEFF}')
 }
 
 /// The longest a token may last when it expires at all.

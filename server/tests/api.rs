@@ -75,6 +75,11 @@ async fn bad_launches_get_clear_errors_and_write_nothing() {
             StatusCode::BAD_REQUEST,
             "malformed JSON",
         ),
+        (
+            json!({ "editor": "jupyterlab", "slice_mib": 8192, "duration_minutes": 60, "duration_minute": 240 }),
+            StatusCode::BAD_REQUEST,
+            "unknown field `duration_minute`",
+        ),
     ];
     for (body, status, message) in cases {
         let response = app

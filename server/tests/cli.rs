@@ -64,6 +64,14 @@ fn users_tokens_and_credits_from_the_command_line() {
     );
     assert_ne!(code, 0);
     assert!(err.contains("at least 8 characters"), "{err}");
+    // A name that looks like another: "ada" with a zero-width space.
+    let (code, _, err) = server(
+        data.path(),
+        &["user", "add", "ad\u{200b}a", "--password-stdin"],
+        Some("password123\n"),
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("invisible characters"), "{err}");
 
     let (code, out, _) = server(data.path(), &["token", "create", "--user", "ada"], None);
     assert_eq!(code, 0);

@@ -51,8 +51,10 @@ impl fmt::Display for EditorKind {
     }
 }
 
-/// A launch as asked for, before any check.
+/// A launch as asked for, before any check. A field it does not know is refused, not ignored:
+/// a misspelt `duration_minutes` must not launch for the default time.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LaunchRequest {
     pub editor: String,
     pub slice_mib: u64,
