@@ -290,12 +290,14 @@ impl Store {
                 )
                 .await?;
                 // The hold was at the dearest card of this size; from now on the card it got counts.
+                let per_hour = price_on(&claim.gpu_id, slice_mib);
                 sqlx::query("UPDATE sessions SET slot_id = $1, price_per_hour = $2 WHERE id = $3")
                     .bind(&claim.slot_id)
-                    .bind(price_on(&claim.gpu_id, slice_mib))
+                    .bind(per_hour)
                     .bind(&session_id)
                     .execute(&mut *w.tx)
                     .await?;
+                lower_hold_in(&mut w, &session_id, per_hour, now).await?;
                 let step = insert_event(
                     &mut w,
                     &session_id,
@@ -846,6 +848,37 @@ async fn claim_in(
         }
     }
     Ok(None)
+}
+
+/// Gives back, at once, what a session holds beyond `per_hour` for its duration (a queued
+/// launch held the dearest card of its size and got a cheaper one).
+async fn lower_hold_in(w: &mut WriteTx, session_id: &str, per_hour: i64, now: i64) -> Result<()> {
+    let row = sqlx::query(
+        "SELECT s.user_id, s.duration_minutes,
+           (SELECT CAST(COALESCE(SUM(-l.amount), 0) AS BIGINT) FROM credit_ledger l
+            WHERE l.session_id = s.id AND l.kind = 'hold') AS held
+         FROM sessions s WHERE s.id = $1",
+    )
+    .bind(session_id)
+    .fetch_one(&mut *w.tx)
+    .await?;
+    let held: i64 = row.try_get("held")?;
+    let minutes: i64 = row.try_get("duration_minutes")?;
+    let over = held - credits::price_for_minutes(per_hour, minutes);
+    if over > 0 {
+        let user_id: String = row.try_get("user_id")?;
+        insert_ledger(
+            w,
+            &user_id,
+            LedgerKind::Hold,
+            over,
+            Some(session_id),
+            "hold lowered to the price of the card it got",
+            now,
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// How many candidates one claim looks at before it queues: each that slips away (taken by a

@@ -317,6 +317,57 @@ async fn a_newcomer_waits_behind_the_line(store: Store) {
     assert_eq!(store.queue_position(&newcomer.record.id).await.unwrap(), 1);
 }
 
+/// A queued launch holds the dearest card of its size; the card it gets may be cheaper, and
+/// then the difference comes back when it is dispatched, not only when it ends.
+async fn a_queued_launch_on_a_cheaper_card_holds_only_its_price(store: Store) {
+    six_slots(&store).await;
+    let alice = user(&store, "alice", 100_000).await;
+    let mut held = Vec::new();
+    for _ in 0..6 {
+        held.push(
+            store
+                .launch(plan(&alice.id, false, ROOMY, false))
+                .await
+                .unwrap()
+                .record
+                .id,
+        );
+    }
+    let bob = user(&store, "bob", 10_000).await;
+    let dear = LaunchPlan {
+        queue_price: 3_000,
+        ..plan(&bob.id, false, ROOMY, false)
+    };
+    let queued = store.launch(dear).await.unwrap();
+    assert!(matches!(queued.placement, Placement::Queued { .. }));
+    assert_eq!(store.credits(&bob.id).await.unwrap(), (7_000, 3_000));
+
+    store
+        .begin_stop(&held[0], EndReason::User, None)
+        .await
+        .unwrap();
+    store.finish(&held[0]).await.unwrap();
+    let dispatched = store.dispatch_queued(&|_, _| 1_000).await.unwrap();
+    assert_eq!(dispatched.len(), 1);
+    assert_eq!(
+        store.credits(&bob.id).await.unwrap(),
+        (9_000, 1_000),
+        "an hour at the card's price, the rest back"
+    );
+    assert_eq!(ledger_sum(&store, &bob.id).await, 9_000);
+
+    store
+        .begin_stop(&queued.record.id, EndReason::User, None)
+        .await
+        .unwrap();
+    store.finish(&queued.record.id).await.unwrap();
+    assert_eq!(
+        store.credits(&bob.id).await.unwrap(),
+        (10_000, 0),
+        "never ready: free"
+    );
+}
+
 /// Each limit refuses with what it is and what is in use; nothing is written; overrides apply.
 async fn quotas_refuse_and_overrides_apply(store: Store) {
     six_slots(&store).await;
@@ -644,4 +695,5 @@ on_both_fns! {
     lease_has_one_holder => lease_has_one_holder_sqlite, lease_has_one_holder_postgres;
     many_users_at_once_fill_every_free_slot => many_users_at_once_fill_every_free_slot_sqlite, many_users_at_once_fill_every_free_slot_postgres;
     a_newcomer_waits_behind_the_line => a_newcomer_waits_behind_the_line_sqlite, a_newcomer_waits_behind_the_line_postgres;
+    a_queued_launch_on_a_cheaper_card_holds_only_its_price => a_queued_launch_on_a_cheaper_card_holds_only_its_price_sqlite, a_queued_launch_on_a_cheaper_card_holds_only_its_price_postgres;
 }
