@@ -44,10 +44,12 @@ pub async fn check_password(password: String, hash: Option<String>) -> bool {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         tokio::sync::Semaphore::new(2 * cores)
     });
-    let Ok(_turn) = checking.acquire().await else {
+    let Ok(turn) = checking.acquire().await else {
         return false;
     };
     tokio::task::spawn_blocking(move || {
+        // Held by the check itself: a caller that gives up does not free its turn early.
+        let _turn = turn;
         let dummy = DUMMY.get_or_init(|| hash_password("not a real password").unwrap_or_default());
         match hash {
             Some(hash) => verify_password(&password, &hash),
@@ -76,15 +78,10 @@ impl SignInThrottle {
     /// Names kept before old windows are swept out.
     const SWEEP_AT: usize = 10_000;
 
-    /// How long `name` must wait before it may try again, if it must.
-    pub fn wait(&self, name: &str, now: Instant) -> Option<Duration> {
-        let failures = self.failures.lock().expect("sign-in throttle");
-        let (count, since) = failures.get(name)?;
-        let open_until = *since + Self::WINDOW;
-        (*count >= Self::MAX_FAILURES && now < open_until).then(|| open_until - now)
-    }
-
-    pub fn failed(&self, name: &str, now: Instant) {
+    /// An attempt to sign in as `name`: refused with how long to wait, or counted as a failure
+    /// until [`SignInThrottle::succeeded`] says otherwise (so attempts sent all at once count
+    /// too). One lock for both, so no two attempts slip through on the same count.
+    pub fn attempt(&self, name: &str, now: Instant) -> Result<(), Duration> {
         let mut failures = self.failures.lock().expect("sign-in throttle");
         if failures.len() >= Self::SWEEP_AT {
             failures.retain(|_, (_, since)| now < *since + Self::WINDOW);
@@ -93,7 +90,11 @@ impl SignInThrottle {
         if now >= entry.1 + Self::WINDOW {
             *entry = (0, now);
         }
+        if entry.0 >= Self::MAX_FAILURES {
+            return Err(entry.1 + Self::WINDOW - now);
+        }
         entry.0 += 1;
+        Ok(())
     }
 
     pub fn succeeded(&self, name: &str) {
@@ -370,21 +371,28 @@ mod tests {
         let throttle = SignInThrottle::default();
         let start = Instant::now();
         for i in 0..SignInThrottle::MAX_FAILURES {
-            assert_eq!(throttle.wait("pat", start), None, "after {i} failures");
-            throttle.failed("pat", start + Duration::from_secs(u64::from(i)));
+            let at = start + Duration::from_secs(u64::from(i));
+            assert_eq!(throttle.attempt("pat", at), Ok(()), "attempt {i}");
         }
         let later = start + Duration::from_secs(20);
-        assert_eq!(throttle.wait("pat", later), Some(Duration::from_secs(40)));
-        assert_eq!(throttle.wait("quin", later), None, "other names are free");
-        assert_eq!(throttle.wait("pat", start + SignInThrottle::WINDOW), None);
-        // A failure after the window starts a new count.
-        throttle.failed("pat", start + SignInThrottle::WINDOW);
-        assert_eq!(throttle.wait("pat", start + SignInThrottle::WINDOW), None);
+        assert_eq!(throttle.attempt("pat", later), Err(Duration::from_secs(40)));
+        assert_eq!(
+            throttle.attempt("quin", later),
+            Ok(()),
+            "other names are free"
+        );
+        // The window over, a new count begins.
+        let next = start + SignInThrottle::WINDOW;
         for _ in 0..SignInThrottle::MAX_FAILURES {
-            throttle.failed("pat", later);
+            assert_eq!(throttle.attempt("pat", next), Ok(()));
         }
+        assert!(throttle.attempt("pat", next).is_err());
         throttle.succeeded("pat");
-        assert_eq!(throttle.wait("pat", later), None, "signing in clears it");
+        assert_eq!(
+            throttle.attempt("pat", next),
+            Ok(()),
+            "signing in clears it"
+        );
     }
 
     #[test]

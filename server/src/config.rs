@@ -485,7 +485,10 @@ impl Config {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        for (i, target) in self.pool.warm.iter().enumerate() {
+        // Only the local runtime pre-starts editors: elsewhere `pool.warm` (or its default) is
+        // unused and need not match the pool.
+        let prestarts = self.runtime == crate::runtime::RuntimeKind::Local;
+        for (i, target) in self.pool.warm.iter().enumerate().filter(|_| prestarts) {
             if !slices.contains(&target.slice_mib) {
                 return bad(
                     &format!("pool.warm[{i}].slice_mib"),
@@ -726,6 +729,13 @@ mod tests {
             "pool.warm[0].slice_mib",
             "no card in the pool has 16384 MiB slices (it has 8192)",
         );
+        // In a cluster nothing is pre-started: the default `pool.warm` does not have to fit.
+        let mut config = Config {
+            runtime: crate::runtime::RuntimeKind::Kube,
+            ..Config::default()
+        };
+        config.pool.gpus[0].slice_mib = 16384;
+        config.validate().unwrap();
         refused(
             &|c| {
                 c.idle.per_slice.push(IdleOverride {

@@ -187,6 +187,37 @@ fn strip_our_credentials(headers: &mut HeaderMap) {
     }
 }
 
+/// A request body on its way to the editor; every chunk moves the deadline for the answer.
+struct Uploading {
+    inner: Body,
+    answer: crate::deadline::Deadline,
+    timeout: Duration,
+}
+
+impl http_body::Body for Uploading {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, axum::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        if let std::task::Poll::Ready(Some(Ok(_))) = &polled {
+            self.answer.reset(std::time::Instant::now() + self.timeout);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// Editors answer on our origin, so what they send must not act beyond their session: no
 /// cookie of ours (it would sign the browser in as someone else), no clearing of the site's
 /// data, no service worker for the whole site, and their cookies stay under `/s/<id>/`.
@@ -429,6 +460,18 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
     }
     parts.uri = uri;
     parts.version = http::Version::HTTP_11;
+    // An editor answers once it has read the body: the wait for its answer counts from the last
+    // byte of an upload, however long the upload takes.
+    let answer_timeout = Duration::from_secs(state.service.config.proxy.answer_timeout_seconds);
+    let body = if http_body::Body::is_end_stream(&body) {
+        body
+    } else {
+        Body::new(Uploading {
+            inner: body,
+            answer: client.answer.clone(),
+            timeout: answer_timeout,
+        })
+    };
     let outgoing = Request::from_parts(parts, body);
 
     let sending = async {
@@ -445,7 +488,6 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
         }
     };
     // A hung editor must not hold the browser's connections to us (and so our own pages).
-    let answer_timeout = Duration::from_secs(state.service.config.proxy.answer_timeout_seconds);
     let Some(sent) = crate::deadline::within(client.answer, answer_timeout, sending).await else {
         tracing::warn!(session = %route.session_id, "the editor did not answer in time");
         return json_error(
@@ -469,6 +511,8 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
     };
 
     if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        // Browsers take cookies from a handshake's answer too.
+        confine_to_session(response.headers_mut(), &route);
         if let Some(client_upgrade) = client_upgrade {
             let upstream_upgrade = hyper::upgrade::on(&mut response);
             let route = route.clone();

@@ -373,6 +373,8 @@ struct TokenRequest {
     label: String,
     /// Days until it expires; never when left out.
     days: Option<u32>,
+    /// The account's password, asked of a browser's sign-in (not of a token).
+    password: Option<String>,
 }
 
 async fn list_tokens(
@@ -382,11 +384,20 @@ async fn list_tokens(
     Ok(Json(state.service.tokens(&viewer).await?))
 }
 
+/// With a sign-in cookie, the password too: editors are served from our origin, and a script in
+/// an editor's page must not be able to mint a lasting credential from the browser's cookie.
 async fn create_token(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
+    headers: http::HeaderMap,
     ApiJson(request): ApiJson<TokenRequest>,
 ) -> ApiResult<(StatusCode, Json<crate::service::NewToken>)> {
+    if crate::auth::bearer_token(&headers).is_none() {
+        state
+            .service
+            .confirm_password(&viewer, request.password.as_deref().unwrap_or_default())
+            .await?;
+    }
     let token = state
         .service
         .create_token(&viewer, &request.label, request.days)

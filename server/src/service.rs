@@ -886,7 +886,7 @@ impl Service {
             .char_indices()
             .nth(MAX_NAME_CHARS)
             .map_or(name, |(end, _)| &name[..end]);
-        if let Some(wait) = self.sign_ins.wait(name, std::time::Instant::now()) {
+        if let Err(wait) = self.sign_ins.attempt(name, std::time::Instant::now()) {
             return Err(AppError::RateLimited(format!(
                 "Too many failed sign-ins for this name. Try again in {} seconds.",
                 wait.as_secs().max(1)
@@ -898,7 +898,6 @@ impl Service {
         let user = match user {
             Some(user) if ok && !user.locked => user,
             _ => {
-                self.sign_ins.failed(name, std::time::Instant::now());
                 let _ = self
                     .store
                     .audit(None, "login.failed", &format!("user:{name}"), "")
@@ -975,6 +974,22 @@ impl Service {
             token,
             expires_at,
         })
+    }
+
+    /// Asks for the viewer's password again before something only its owner should do.
+    pub async fn confirm_password(&self, viewer: &Viewer, password: &str) -> Result<(), AppError> {
+        let hash = self
+            .store
+            .user_by_id(&viewer.id)
+            .await?
+            .and_then(|u| u.password_hash);
+        if auth::check_password(password.to_string(), hash).await {
+            Ok(())
+        } else {
+            Err(AppError::Forbidden(
+                "send your password (`password`) to make a token from a browser's sign-in".into(),
+            ))
+        }
     }
 
     pub async fn tokens(&self, viewer: &Viewer) -> Result<Vec<TokenRecord>, AppError> {

@@ -356,6 +356,27 @@ async fn the_editor_cannot_reach_beyond_its_session() {
     assert!(answer.headers.get("clear-site-data").is_none());
     assert!(answer.headers.get("service-worker-allowed").is_none());
 
+    // An upload slower than the answer timeout is not cut: the wait counts from its last byte.
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut slow = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+        let head = format!(
+            "POST /s/{id}/upload HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Length: 5\r\nConnection: close\r\n\r\n"
+        );
+        slow.write_all(head.as_bytes()).await.unwrap();
+        for _ in 0..5 {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            slow.write_all(b"x").await.unwrap();
+        }
+        let mut answer = String::new();
+        slow.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(
+            answer.ends_with("\r\n\r\n5"),
+            "the editor read all 5 bytes: {answer}"
+        );
+    }
+
     let started = std::time::Instant::now();
     let hung = app.get(&format!("/s/{id}/hang"), Some(&token)).await;
     hung.assert_status(StatusCode::GATEWAY_TIMEOUT);
@@ -416,6 +437,20 @@ async fn repeated_failed_sign_ins_make_the_name_wait() {
     attempt("quin", "password123")
         .await
         .assert_status(StatusCode::OK);
+    // Sent all at once, guesses are counted all the same: five are checked, the rest wait.
+    app.user("ray").await;
+    let at_once =
+        futures_util::future::join_all((0..10).map(|_| sign_in(&app, "ray", "not-the-password")))
+            .await;
+    let checked = at_once
+        .iter()
+        .filter(|r| r.status == StatusCode::UNAUTHORIZED)
+        .count();
+    let refused = at_once
+        .iter()
+        .filter(|r| r.status == StatusCode::TOO_MANY_REQUESTS)
+        .count();
+    assert_eq!((checked, refused), (5, 5));
     app.stop().await;
 }
 
@@ -495,6 +530,33 @@ async fn tokens_are_made_listed_and_revoked_by_their_owner() {
         refused.assert_status(StatusCode::BAD_REQUEST);
         assert_eq!(refused.json()["error"], "invalid", "{bad}");
     }
+    // With a browser's sign-in (which a script in an editor's page, on our origin, can use),
+    // making a token takes the password.
+    let cookie = sign_in_cookie(&app, "tess").await;
+    let from_browser = async |body: serde_json::Value| {
+        let request = Request::post(app.url("/api/v1/tokens"))
+            .header("cookie", format!("sandbox_session={cookie}"))
+            .header("sec-fetch-site", "same-origin")
+            .header("content-type", "application/json")
+            .body(Full::new(body.to_string().into()))
+            .unwrap();
+        app.send(request).await
+    };
+    let refused = from_browser(json!({ "label": "from a page" })).await;
+    refused.assert_status(StatusCode::FORBIDDEN);
+    assert!(
+        refused.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("password")
+    );
+    from_browser(json!({ "label": "from a page", "password": "wrong-password" }))
+        .await
+        .assert_status(StatusCode::FORBIDDEN);
+    from_browser(json!({ "label": "from a page", "password": "password123" }))
+        .await
+        .assert_status(StatusCode::CREATED);
+
     let path = format!("/api/v1/tokens/{id}");
     app.delete(&path, Some(&other))
         .await

@@ -484,13 +484,22 @@ async fn warm_editors_open_the_users_own_workspace() {
             .await
             .assert_status(StatusCode::OK);
         app.wait_for(&token, id, |v| v["state"] == "ended").await;
-        let leftovers: Vec<_> = ["run", "bind"]
-            .iter()
-            .flat_map(|dir| std::fs::read_dir(app.dir.path().join(dir)).unwrap())
-            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|name| name.starts_with(id.as_str()))
-            .collect();
-        assert!(leftovers.is_empty(), "{id} left {leftovers:?}");
+        let leftovers = || -> Vec<String> {
+            ["run", "bind"]
+                .iter()
+                .flat_map(|dir| std::fs::read_dir(app.dir.path().join(dir)).unwrap())
+                .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|name| name.starts_with(id.as_str()))
+                .collect()
+        };
+        // The run directory is deleted just after the stop, off its path.
+        for _ in 0..100 {
+            if leftovers().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(leftovers().is_empty(), "{id} left {:?}", leftovers());
         assert!(app.dir.path().join(format!("logs/{id}.log")).exists());
     }
     assert_eq!(

@@ -78,6 +78,9 @@ struct Handle {
     binding: Option<PathBuf>,
 }
 
+/// A stopped editor's run directory, on its way out.
+const GONE: &str = "gone";
+
 /// The handle's copy in the editor's run directory: what a server that died before it could
 /// record the editor leaves for the next one to find.
 const HANDLE_FILE: &str = "handle.json";
@@ -89,7 +92,14 @@ impl Handle {
     /// The log stays for whoever looks into what happened.
     async fn tidy(&self) {
         if let Some(run_dir) = &self.run_dir {
-            let _ = tokio::fs::remove_dir_all(run_dir).await;
+            // Its caches may be gigabytes (pip, Hugging Face): moved aside at once, deleted
+            // after, so the stop (and the slot, and the refund) does not wait for the disk.
+            let gone = run_dir.with_extension(GONE);
+            if tokio::fs::rename(run_dir, &gone).await.is_ok() {
+                tokio::task::spawn_blocking(move || std::fs::remove_dir_all(gone));
+            } else {
+                let _ = tokio::fs::remove_dir_all(run_dir).await;
+            }
         } else if let Some(socket) = &self.socket {
             let _ = tokio::fs::remove_file(socket).await;
         }
@@ -547,6 +557,11 @@ impl Runtime for LocalRuntime {
         let mut stopped = 0;
         while let Ok(Some(entry)) = entries.next_entry().await {
             let launch_id = entry.file_name().to_string_lossy().into_owned();
+            if entry.path().extension().is_some_and(|e| e == GONE) {
+                // Left by a server that stopped before it had deleted them.
+                let _ = tokio::fs::remove_dir_all(entry.path()).await;
+                continue;
+            }
             if owned.contains(&launch_id) {
                 continue;
             }
@@ -881,6 +896,15 @@ mod tests {
                 .unwrap();
             assert!(!process_alive(pid as i32), "{launch}: the editor is gone");
             assert!(!run_dir.exists(), "{launch}: its run directory is gone");
+            // ... and soon off the disk too.
+            let gone = run_dir.with_extension(GONE);
+            for _ in 0..100 {
+                if !gone.exists() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert!(!gone.exists(), "{launch}: deleted");
             assert!(
                 std::fs::symlink_metadata(&link).is_err(),
                 "{launch}: the workspace link is gone"
