@@ -54,16 +54,29 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
             .filter(|s| s.state == SessionState::Ready)
             .collect();
         let ids: Vec<String> = ready.iter().map(|s| s.id.clone()).collect();
-        let warnings: Vec<(Option<i64>, i64)> =
-            ready.iter().map(|s| (s.idle_at_ms, s.warn_ms)).collect();
+        // Each session's idle deadline, as the latest beat answered it.
+        let warnings = std::rc::Rc::new(std::cell::RefCell::new(
+            ready
+                .iter()
+                .map(|s| (s.id.clone(), s.idle_at_ms, s.warn_ms))
+                .collect::<Vec<_>>(),
+        ));
+        let answered = warnings.clone();
         super::presence::use_presence(
             move || ids.clone(),
             move |now| {
                 warnings
+                    .borrow()
                     .iter()
-                    .any(|(at, warn)| super::presence::in_idle_warning(now, *at, *warn))
+                    .any(|(_, at, warn)| super::presence::in_idle_warning(now, *at, *warn))
             },
-            |_| {},
+            move |view: SessionView| {
+                for (id, at, warn) in answered.borrow_mut().iter_mut() {
+                    if *id == view.id {
+                        (*at, *warn) = (view.idle_at_ms, view.warn_ms);
+                    }
+                }
+            },
         );
     }
     view! {
