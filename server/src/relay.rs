@@ -354,39 +354,55 @@ mod tests {
     }
 
     /// The relay polls while a message waits for its answer, and stops as soon as it comes.
+    /// Both outer ends are driven from a thread of their own: a polling relay holds its worker,
+    /// and a test task queued behind it there (tokio's LIFO slot is not stolen) would not run
+    /// until the window ended.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn busy_polling_waits_for_the_editors_answer_and_ends_with_it() {
+        use std::io::{Read, Write};
         static LIMIT_ONE: SpinLimit = SpinLimit::new(1);
-        // Waits (up to 10 s, far less than the window) for the number of polling connections.
-        let polling_becomes = |n: usize| async move {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while LIMIT_ONE.spinning.load(Ordering::Relaxed) != n {
-                assert!(
-                    Instant::now() < deadline,
-                    "polling connections never became {n}"
-                );
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
+        let (client, editor, task, _) = relayed(Duration::from_secs(30), &LIMIT_ONE, b"").await;
+        let blocking = |stream: UnixStream| {
+            let stream = stream.into_std().unwrap();
+            stream.set_nonblocking(false).unwrap();
+            stream
         };
-        let (mut client, mut editor, task, _) =
-            relayed(Duration::from_secs(30), &LIMIT_ONE, b"").await;
-        client.write_all(b"question").await.unwrap();
-        let mut got = [0; 8];
-        editor.read_exact(&mut got).await.unwrap();
-        polling_becomes(1).await;
-        editor.write_all(b"answer").await.unwrap();
-        let mut back = [0; 6];
-        client.read_exact(&mut back).await.unwrap();
-        assert_eq!(&back, b"answer");
-        // Well before the 30 s window would end.
-        polling_becomes(0).await;
-        // The editor speaking first starts nothing: the browser is a network away.
-        editor.write_all(b"news").await.unwrap();
-        let mut news = [0; 4];
-        client.read_exact(&mut news).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(LIMIT_ONE.spinning.load(Ordering::Relaxed), 0);
-        drop((client, editor));
+        let (mut client, mut editor) = (blocking(client), blocking(editor));
+        let ends = std::thread::spawn(move || {
+            // Waits (up to 10 s, far less than the window) for the number of polling connections.
+            let polling_becomes = |n: usize| {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while LIMIT_ONE.spinning.load(Ordering::Relaxed) != n {
+                    assert!(
+                        Instant::now() < deadline,
+                        "polling connections never became {n}"
+                    );
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            };
+            client.write_all(b"question").unwrap();
+            let mut got = [0; 8];
+            editor.read_exact(&mut got).unwrap();
+            polling_becomes(1);
+            editor.write_all(b"answer").unwrap();
+            let mut back = [0; 6];
+            client.read_exact(&mut back).unwrap();
+            assert_eq!(&back, b"answer");
+            // Well before the 30 s window would end.
+            polling_becomes(0);
+            // The editor speaking first starts nothing: the browser is a network away.
+            editor.write_all(b"news").unwrap();
+            let mut news = [0; 4];
+            client.read_exact(&mut news).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            assert_eq!(LIMIT_ONE.spinning.load(Ordering::Relaxed), 0);
+        });
+        let ended = tokio::task::spawn_blocking(move || ends.join())
+            .await
+            .unwrap();
+        if let Err(panic) = ended {
+            std::panic::resume_unwind(panic);
+        }
         task.await.unwrap().unwrap();
     }
 
