@@ -161,29 +161,37 @@ fn is_upgrade(headers: &HeaderMap) -> bool {
 
 /// Our own credentials never reach the editor: our cookie and our bearer token are removed.
 fn strip_our_credentials(headers: &mut HeaderMap) {
-    let ours = |pair: &str| {
-        pair.strip_prefix(crate::auth::SESSION_COOKIE)
-            .is_some_and(|rest| rest.starts_with('='))
-    };
     if headers.contains_key(header::COOKIE) {
-        let cookies: Vec<&str> = headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .map(str::trim)
-            .filter(|pair| !pair.is_empty() && !ours(pair))
-            .collect();
-        let kept = (!cookies.is_empty())
-            .then(|| HeaderValue::from_str(&cookies.join("; ")).ok())
-            .flatten();
-        headers.remove(header::COOKIE);
-        if let Some(value) = kept {
-            headers.insert(header::COOKIE, value);
-        }
+        let kept = cookies_but(headers, crate::auth::SESSION_COOKIE).join("; ");
+        set_cookie_header(headers, &kept);
     }
     if crate::auth::bearer_token(headers).is_some() {
         headers.remove(header::AUTHORIZATION);
+    }
+}
+
+/// The request's cookies (`name=value` pairs) other than those named `name`.
+fn cookies_but<'a>(headers: &'a HeaderMap, name: &str) -> Vec<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .map(str::trim)
+        .filter(|pair| {
+            !pair.is_empty() && pair.split_once('=').map_or(*pair, |(n, _)| n).trim() != name
+        })
+        .collect()
+}
+
+/// Replaces the `Cookie` header with `cookies`; none when it is empty.
+fn set_cookie_header(headers: &mut HeaderMap, cookies: &str) {
+    let value = (!cookies.is_empty())
+        .then(|| HeaderValue::from_str(cookies).ok())
+        .flatten();
+    headers.remove(header::COOKIE);
+    if let Some(value) = value {
+        headers.insert(header::COOKIE, value);
     }
 }
 
@@ -290,25 +298,11 @@ fn add_editor_auth(headers: &mut HeaderMap, auth: &UpstreamAuth) {
         UpstreamAuth::Cookie(name, value) => {
             // A cookie of that name the browser holds would come first, and editors read the
             // first one: it goes.
-            let existing = headers
-                .get(header::COOKIE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .split(';')
-                .map(str::trim)
-                .filter(|pair| {
-                    !pair.is_empty()
-                        && pair.split_once('=').map_or(*pair, |(n, _)| n).trim() != *name
-                })
-                .collect::<Vec<_>>();
-            let cookie = if existing.is_empty() {
-                format!("{name}={value}")
-            } else {
-                format!("{}; {name}={value}", existing.join("; "))
-            };
-            if let Ok(value) = HeaderValue::from_str(&cookie) {
-                headers.insert(header::COOKIE, value);
-            }
+            let mut cookies = cookies_but(headers, name);
+            let ours = format!("{name}={value}");
+            cookies.push(&ours);
+            let cookies = cookies.join("; ");
+            set_cookie_header(headers, &cookies);
         }
     }
 }

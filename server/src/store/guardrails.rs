@@ -661,14 +661,10 @@ impl Store {
 
     /// Whether someone holds the lease `name` now.
     pub async fn lease_held(&self, name: &str) -> Result<bool> {
-        let row = sqlx::query("SELECT expires_at FROM leases WHERE name = $1")
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(match row {
-            Some(row) => row.try_get::<i64, _>("expires_at")? >= now_ms(),
-            None => false,
-        })
+        Ok(self
+            .lease_expires_at(name)
+            .await?
+            .is_some_and(|expires| expires >= now_ms()))
     }
 
     /// Gives the lease `name` up, if `holder` has it.
