@@ -33,6 +33,9 @@ pub struct Viewer {
     pub id: String,
     pub name: String,
     pub role: Role,
+    /// What the credential of this request may do: everything for a browser's sign-in, what
+    /// was granted for an API token.
+    pub scopes: crate::domain::scope::Scopes,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,6 +1,7 @@
 //! Who is asking: session cookies (tower-sessions) and bearer tokens, passwords with argon2.
 
 use crate::store::{HttpSessionStore, Store, StoreError, UserRecord};
+use app::domain::scope::Scopes;
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use http::HeaderMap;
@@ -198,11 +199,25 @@ pub fn from_foreign_origin(headers: &HeaderMap) -> bool {
 /// in a way that matters: only known credentials and session ids are stored).
 pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
+/// Who a request's credential stands for, and what the credential may do.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub user: UserRecord,
+    /// Everything for a browser's sign-in; what was granted for an API token.
+    pub scopes: Scopes,
+}
+
+impl Caller {
+    pub fn viewer(&self) -> app::model::Viewer {
+        self.user.viewer(self.scopes)
+    }
+}
+
 /// Resolves requests to users, with a short cache for the proxy's sake.
 pub struct Authenticator {
     store: Store,
     sessions: HttpSessionStore,
-    cache: Mutex<FastMap<String, (Arc<UserRecord>, Instant)>>,
+    cache: Mutex<FastMap<String, (Arc<Caller>, Instant)>>,
     /// Counts forgets (logout, a locked user), so that a lookup that was already under way
     /// when one happened does not put back what was just forgotten.
     forgets: std::sync::atomic::AtomicU64,
@@ -263,19 +278,20 @@ impl Authenticator {
         }
     }
 
-    /// The user behind a request's bearer token or session cookie; locked users count as nobody.
-    pub async fn user(&self, headers: &HeaderMap) -> Result<Option<Arc<UserRecord>>, StoreError> {
+    /// The caller behind a request's bearer token or session cookie; locked users count as
+    /// nobody.
+    pub async fn caller(&self, headers: &HeaderMap) -> Result<Option<Arc<Caller>>, StoreError> {
         match credential_key(headers) {
             Some((key, is_token)) => self.resolve(key, is_token).await,
             None => Ok(None),
         }
     }
 
-    /// The user a kept credential stands for now: nobody once it was revoked or its user locked.
-    pub async fn user_of(
+    /// Whom a kept credential stands for now: nobody once it was revoked or its user locked.
+    pub async fn caller_of(
         &self,
         credential: &Credential,
-    ) -> Result<Option<Arc<UserRecord>>, StoreError> {
+    ) -> Result<Option<Arc<Caller>>, StoreError> {
         self.resolve(&credential.key, credential.is_token).await
     }
 
@@ -284,22 +300,24 @@ impl Authenticator {
         self.forgotten.subscribe()
     }
 
-    async fn resolve(
-        &self,
-        key: &str,
-        is_token: bool,
-    ) -> Result<Option<Arc<UserRecord>>, StoreError> {
+    async fn resolve(&self, key: &str, is_token: bool) -> Result<Option<Arc<Caller>>, StoreError> {
         // Keyed by the credential itself: tokens start with "gsb_", session ids never do.
         if let Some(hit) = self.cached(key) {
             return Ok(Some(hit));
         }
         let forgets = self.forgets.load(std::sync::atomic::Ordering::Acquire);
-        let user = if is_token {
-            self.store.user_by_token_hash(&token_hash(key)).await?
+        let caller = if is_token {
+            self.store
+                .user_by_token_hash(&token_hash(key))
+                .await?
+                .map(|(user, scopes)| Caller { user, scopes })
         } else {
-            self.user_of_cookie(key).await?
+            self.user_of_cookie(key).await?.map(|user| Caller {
+                user,
+                scopes: Scopes::ALL,
+            })
         };
-        let user = user.filter(|u| !u.locked).map(Arc::new);
+        let user = caller.filter(|c| !c.user.locked).map(Arc::new);
         // Only known users are cached: unknown cookies and tokens cost a lookup each, but
         // cannot grow the cache.
         if let Some(found) = &user {
@@ -318,7 +336,7 @@ impl Authenticator {
         Ok(user)
     }
 
-    fn cached(&self, key: &str) -> Option<Arc<UserRecord>> {
+    fn cached(&self, key: &str) -> Option<Arc<Caller>> {
         let cache = self.cache.lock().expect("auth cache");
         cache
             .get(key)
@@ -345,7 +363,7 @@ impl Authenticator {
     /// Forgets everything cached for a user (locked, role changed), on this replica at once.
     pub fn forget_user(&self, user_id: &str) {
         let mut cache = self.cache.lock().expect("auth cache");
-        cache.retain(|_, (user, _)| user.id != user_id);
+        cache.retain(|_, (caller, _)| caller.user.id != user_id);
         self.forgets
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let _ = self.forgotten.send(Forgotten::User(user_id.to_string()));

@@ -8,6 +8,7 @@ use crate::service::Service;
 use crate::store::{WarmRecord, now_ms, queue_message};
 use app::domain::idle::Verdict;
 use app::domain::launch::EditorKind;
+use app::domain::scope::Scope;
 use app::domain::session::{self, EndReason, SessionState};
 use app::error::AppError;
 use app::model::{SessionView, Viewer};
@@ -518,6 +519,7 @@ impl Service {
 
     /// A heartbeat from a visible page of the session's owner; `input` when the person did something.
     pub async fn heartbeat(&self, viewer: &Viewer, id: &str, input: bool) -> Result<(), AppError> {
+        viewer.scopes.require(Scope::Sessions)?;
         let record = self.owned_record(viewer, id).await?;
         if !record.state.is_live() {
             return Err(AppError::Conflict("this session has ended".into()));
@@ -533,6 +535,7 @@ impl Service {
         id: &str,
         minutes: u32,
     ) -> Result<SessionView, AppError> {
+        viewer.scopes.require(Scope::Sessions)?;
         let record = self.owned_record(viewer, id).await?;
         if minutes == 0 || minutes > self.config.sessions.max_minutes {
             return Err(AppError::Invalid(format!(

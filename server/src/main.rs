@@ -1,6 +1,7 @@
 //! `server`: serve the product, or manage it from the command line.
 
 use app::domain::credits;
+use app::domain::scope::Scopes;
 use app::model::Role;
 use clap::{Parser, Subcommand};
 use server::config::Config;
@@ -79,6 +80,10 @@ enum UserCommand {
     Unlock { name: String },
 }
 
+fn parse_scopes(text: &str) -> Result<Scopes, String> {
+    Scopes::parse(text)
+}
+
 #[derive(Subcommand)]
 enum TokenCommand {
     /// Create a bearer token for a user and print it.
@@ -91,6 +96,10 @@ enum TokenCommand {
         /// What the token is for, shown when tokens are listed.
         #[arg(long, default_value = "cli")]
         label: String,
+        /// What it may do: some of read, sessions, access, tokens (comma- or space-separated);
+        /// all of them when left out.
+        #[arg(long, value_parser = parse_scopes)]
+        scopes: Option<Scopes>,
     },
     /// List a user's tokens (ids, labels, dates; never the tokens themselves).
     List {
@@ -219,16 +228,21 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
                 .await
                 .map_err(|e| e.to_string())?;
             match command {
-                TokenCommand::Create { user, days, label } => {
-                    let viewer = user_named(&service, &user).await?.viewer();
+                TokenCommand::Create {
+                    user,
+                    days,
+                    label,
+                    scopes,
+                } => {
+                    let viewer = user_named(&service, &user).await?.viewer(Scopes::ALL);
                     let made = service
-                        .create_token(&viewer, &label, days)
+                        .create_token(&viewer, &label, scopes, days)
                         .await
                         .map_err(|e| e.to_string())?;
                     println!("{}", made.token);
                 }
                 TokenCommand::List { user } => {
-                    let viewer = user_named(&service, &user).await?.viewer();
+                    let viewer = user_named(&service, &user).await?.viewer(Scopes::ALL);
                     let tokens = service.tokens(&viewer).await.map_err(|e| e.to_string())?;
                     let day = |ms: i64| {
                         time::OffsetDateTime::from_unix_timestamp(ms / 1000)
@@ -238,15 +252,16 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
                     for token in tokens {
                         let expires = token.expires_at.map_or("never".to_string(), day);
                         println!(
-                            "{}  {}  created {}  expires {expires}",
+                            "{}  {}  scopes {}  created {}  expires {expires}",
                             token.id,
                             token.label,
+                            token.scopes.to_string().replace(' ', ","),
                             day(token.created_at)
                         );
                     }
                 }
                 TokenCommand::Revoke { user, id } => {
-                    let viewer = user_named(&service, &user).await?.viewer();
+                    let viewer = user_named(&service, &user).await?.viewer(Scopes::ALL);
                     service
                         .revoke_token(&viewer, &id)
                         .await

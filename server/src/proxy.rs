@@ -8,6 +8,7 @@ use crate::editors::UpstreamAuth;
 use crate::relay;
 use crate::store::now_ms;
 use crate::upstream::EditorStream;
+use app::domain::scope::Scope;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -358,14 +359,14 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
     if (!req.method().is_safe() || upgrade) && crate::auth::from_foreign_origin(req.headers()) {
         return cross_site_refused();
     }
-    let user = match state.service.auth.user(req.headers()).await {
-        Ok(user) => user,
+    let caller = match state.service.auth.caller(req.headers()).await {
+        Ok(caller) => caller,
         Err(e) => {
             tracing::error!(error = %e, "proxy auth");
             return internal_error();
         }
     };
-    let Some(user) = user else {
+    let Some(caller) = caller else {
         if req.method() == http::Method::GET && wants_html(req.headers()) {
             let next = req
                 .uri()
@@ -381,6 +382,14 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
             "please sign in",
         );
     };
+    // Before the route: a token's scopes say nothing about which sessions exist.
+    if !caller.scopes.allows(Scope::Access) {
+        return json_error(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "this token lacks the scope `access`, which reaching an editor takes",
+        );
+    }
     let (route, uri) = {
         let path = req.uri().path();
         let rest = path.strip_prefix("/s/").unwrap_or_default();
@@ -396,7 +405,7 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
             }
         };
         // Someone else's session answers exactly like one that does not exist.
-        let Some(route) = route.filter(|r| r.owner_id == user.id) else {
+        let Some(route) = route.filter(|r| r.owner_id == caller.user.id) else {
             return json_error(StatusCode::NOT_FOUND, "not_found", "no such session");
         };
         if tail.is_empty() {
@@ -618,8 +627,8 @@ async fn until_revoked(
                 }
             },
         }
-        match auth.user_of(credential).await {
-            Ok(Some(user)) if user.id == owner_id => {}
+        match auth.caller_of(credential).await {
+            Ok(Some(caller)) if caller.user.id == owner_id => {}
             Ok(_) => return,
             Err(e) => tracing::warn!(error = %e, "checking a WebSocket's credential again"),
         }

@@ -52,8 +52,8 @@ impl FromRequestParts<AppState> for ApiUser {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        match state.service.auth.user(&parts.headers).await {
-            Ok(Some(user)) => Ok(ApiUser(user.viewer())),
+        match state.service.auth.caller(&parts.headers).await {
+            Ok(Some(caller)) => Ok(ApiUser(caller.viewer())),
             Ok(None) => Err(ApiError(AppError::Unauthenticated)),
             Err(e) => Err(ApiError(e.into())),
         }
@@ -373,6 +373,8 @@ struct TokenRequest {
     label: String,
     /// Days until it expires; never when left out.
     days: Option<u32>,
+    /// What it may do; when left out, what the caller may.
+    scopes: Option<app::domain::scope::Scopes>,
     /// The account's password, asked of a browser's sign-in (not of a token).
     password: Option<String>,
 }
@@ -400,7 +402,7 @@ async fn create_token(
     }
     let token = state
         .service
-        .create_token(&viewer, &request.label, request.days)
+        .create_token(&viewer, &request.label, request.scopes, request.days)
         .await?;
     Ok((StatusCode::CREATED, Json(token)))
 }

@@ -14,6 +14,7 @@ use crate::store::{
 use app::domain::credits;
 use app::domain::launch::{self, Catalog, EditorKind, LaunchRequest};
 use app::domain::pool::{GpuSpec, format_mib};
+use app::domain::scope::{Scope, Scopes};
 use app::domain::session::{EndReason, SessionState};
 use app::error::AppError;
 use app::model::*;
@@ -230,6 +231,7 @@ impl Service {
 
     /// The user's limits, use and whether something blocks launches.
     pub async fn quota(&self, viewer: &Viewer) -> Result<QuotaView, AppError> {
+        viewer.scopes.require(Scope::Read)?;
         let limits = self
             .config
             .default_limits()
@@ -254,6 +256,7 @@ impl Service {
     }
 
     pub async fn dashboard(&self, viewer: &Viewer) -> Result<Dashboard, AppError> {
+        viewer.scopes.require(Scope::Read)?;
         let (balance, held) = self.store.credits(&viewer.id).await?;
         let pool = self.store.pool().await?;
         let catalog = self.catalog(&pool);
@@ -369,6 +372,7 @@ impl Service {
         viewer: &Viewer,
         request: LaunchRequest,
     ) -> Result<SessionView, AppError> {
+        viewer.scopes.require(Scope::Sessions)?;
         // Shutting down: an editor started now would outlive the server's stops.
         if *self.closing.borrow() {
             return Err(AppError::Unavailable(
@@ -620,11 +624,13 @@ impl Service {
     }
 
     pub async fn session(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError> {
+        viewer.scopes.require(Scope::Read)?;
         self.owned_record(viewer, id).await?;
         self.view(id).await
     }
 
     pub async fn sessions(&self, viewer: &Viewer) -> Result<Vec<SessionView>, AppError> {
+        viewer.scopes.require(Scope::Read)?;
         let records = self.store.sessions_of(&viewer.id, 100).await?;
         Ok(records
             .iter()
@@ -637,6 +643,7 @@ impl Service {
         viewer: &Viewer,
         id: &str,
     ) -> Result<SessionView, AppError> {
+        viewer.scopes.require(Scope::Sessions)?;
         let record = self.owned_record(viewer, id).await?;
         if record.state.is_live() {
             // Its own task: a client that disconnects must not leave the session half-stopped.
@@ -651,6 +658,7 @@ impl Service {
 
     /// Checks the viewer owns the session (for the progress stream).
     pub async fn check_owner(&self, viewer: &Viewer, id: &str) -> Result<(), AppError> {
+        viewer.scopes.require(Scope::Read)?;
         self.owned_record(viewer, id).await.map(|_| ())
     }
 
@@ -922,7 +930,7 @@ impl Service {
                 "password",
             )
             .await?;
-        Ok(user.viewer())
+        Ok(user.viewer(Scopes::ALL))
     }
 
     pub async fn logout(
@@ -949,8 +957,18 @@ impl Service {
         &self,
         viewer: &Viewer,
         label: &str,
+        scopes: Option<Scopes>,
         days: Option<u32>,
     ) -> Result<NewToken, AppError> {
+        viewer.scopes.require(Scope::Tokens)?;
+        // A token makes tokens of at most its own scopes; a sign-in, of any.
+        let scopes = scopes.unwrap_or(viewer.scopes);
+        if !scopes.within(viewer.scopes) {
+            return Err(AppError::Forbidden(format!(
+                "a token can grant only scopes it has itself ({})",
+                viewer.scopes
+            )));
+        }
         let label = label.trim();
         if label.is_empty() || label.chars().count() > 64 || label.chars().any(char::is_control) {
             return Err(AppError::Invalid(
@@ -966,11 +984,12 @@ impl Service {
         let expires_at = days.map(|d| crate::store::now_ms() + i64::from(d) * 86_400_000);
         let id = self
             .store
-            .create_token(&viewer.id, &hash, label, expires_at)
+            .create_token(&viewer.id, &hash, label, scopes, expires_at)
             .await?;
         Ok(NewToken {
             id,
             label: label.to_string(),
+            scopes,
             token,
             expires_at,
         })
@@ -993,12 +1012,14 @@ impl Service {
     }
 
     pub async fn tokens(&self, viewer: &Viewer) -> Result<Vec<TokenRecord>, AppError> {
+        viewer.scopes.require(Scope::Tokens)?;
         Ok(self.store.tokens_of(&viewer.id).await?)
     }
 
     /// Ends one of the viewer's tokens at once: requests with it are refused from now on, and
     /// editor connections opened with it close.
     pub async fn revoke_token(&self, viewer: &Viewer, id: &str) -> Result<(), AppError> {
+        viewer.scopes.require(Scope::Tokens)?;
         if !self.store.revoke_token(&viewer.id, id).await? {
             return Err(AppError::NotFound);
         }
@@ -1023,6 +1044,7 @@ const MAX_TOKEN_DAYS: u32 = 365;
 pub struct NewToken {
     pub id: String,
     pub label: String,
+    pub scopes: Scopes,
     pub token: String,
     #[serde(rename = "expires_at_ms")]
     pub expires_at: Option<i64>,
@@ -1038,9 +1060,9 @@ impl app::api::Backend for PagesBackend {
         Ok(self
             .0
             .auth
-            .user(&request.headers)
+            .caller(&request.headers)
             .await?
-            .map(|u| u.viewer()))
+            .map(|c| c.viewer()))
     }
 
     async fn login(

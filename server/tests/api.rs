@@ -3,7 +3,7 @@
 mod common;
 
 use app::domain::session::{EndReason, SessionState};
-use common::{FakeRuntime, TestApp};
+use common::{FakeRuntime, Response, TestApp};
 use http::{Method, Request, StatusCode};
 use http_body_util::Full;
 use serde_json::json;
@@ -585,7 +585,7 @@ fn latin1(text: &str) -> Vec<u8> {
 }
 
 /// Calls a server function as the page's script does, with the sign-in `cookie`.
-async fn server_fn(app: &TestApp, path: &str, cookie: &str) -> common::Response {
+async fn server_fn(app: &TestApp, path: &str, cookie: &str) -> Response {
     let request = Request::post(app.url(path))
         .header("cookie", format!("sandbox_session={cookie}"))
         .header("accept", "application/json")
@@ -596,7 +596,7 @@ async fn server_fn(app: &TestApp, path: &str, cookie: &str) -> common::Response 
 }
 
 /// A sign-in through the pages' server function, as the page's script sends it.
-async fn sign_in(app: &TestApp, name: &str, password: &str) -> common::Response {
+async fn sign_in(app: &TestApp, name: &str, password: &str) -> Response {
     let request = Request::post(app.url(<app::api::Login as leptos::server_fn::ServerFn>::PATH))
         .header("accept", "application/json")
         .header("content-type", "application/x-www-form-urlencoded")
@@ -1061,5 +1061,109 @@ async fn responses_stream_through_the_proxy_as_the_editor_sends_them() {
     common::STREAM_GATE.notify_one();
     let rest = body.collect().await.unwrap().to_bytes();
     assert_eq!(rest, "last\n");
+    app.stop().await;
+}
+
+/// A token does only what its scopes say, at the REST API and at the proxy alike; a token that
+/// makes tokens cannot grant more than it has.
+#[tokio::test]
+async fn tokens_do_only_what_their_scopes_allow() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (_, full) = app.user("sage").await;
+    let id = app.launch_ready(&full, "jupyterlab").await;
+    let make = async |token: &str, body: serde_json::Value| {
+        app.call(Method::POST, "/api/v1/tokens", Some(token), Some(body))
+            .await
+    };
+    let secret = |made: Response| {
+        made.assert_status(StatusCode::CREATED);
+        let made = made.json();
+        made["token"].as_str().unwrap().to_string()
+    };
+    let reader = secret(make(&full, json!({ "label": "dashboards", "scopes": ["read"] })).await);
+    let notebook = secret(make(&full, json!({ "label": "notebook", "scopes": ["access"] })).await);
+    let launcher = secret(
+        make(
+            &full,
+            json!({ "label": "ci", "scopes": ["sessions", "tokens"] }),
+        )
+        .await,
+    );
+    let session = format!("/api/v1/sessions/{id}");
+    let editor = format!("/s/{id}/api/status");
+    let forbidden = |response: Response, scope: &str| {
+        response.assert_status(StatusCode::FORBIDDEN);
+        let body = response.json();
+        assert_eq!(body["error"], "forbidden");
+        assert!(
+            body["message"].as_str().unwrap().contains(scope),
+            "names the scope `{scope}`: {body}"
+        );
+    };
+
+    // read: sees the account and its sessions; changes nothing, reaches no editor.
+    app.get(&session, Some(&reader))
+        .await
+        .assert_status(StatusCode::OK);
+    app.get("/api/v1/sessions", Some(&reader))
+        .await
+        .assert_status(StatusCode::OK);
+    app.get("/api/v1/me", Some(&reader))
+        .await
+        .assert_status(StatusCode::OK);
+    forbidden(app.launch(&reader, "marimo", 30).await, "sessions");
+    forbidden(
+        app.call(
+            Method::POST,
+            &format!("{session}/extend"),
+            Some(&reader),
+            Some(json!({ "minutes": 5 })),
+        )
+        .await,
+        "sessions",
+    );
+    forbidden(app.delete(&session, Some(&reader)).await, "sessions");
+    forbidden(app.get(&editor, Some(&reader)).await, "access");
+    forbidden(app.get("/api/v1/tokens", Some(&reader)).await, "tokens");
+
+    // access: reaches the editor, and nothing else.
+    app.get(&editor, Some(&notebook))
+        .await
+        .assert_status(StatusCode::OK);
+    forbidden(app.get(&session, Some(&notebook)).await, "read");
+    forbidden(app.delete(&session, Some(&notebook)).await, "sessions");
+
+    // sessions + tokens: makes tokens within its own scopes only.
+    let listed = app.get("/api/v1/tokens", Some(&launcher)).await.json();
+    let scopes_of = |label: &str| {
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["label"] == label)
+            .map(|t| t["scopes"].clone())
+            .unwrap()
+    };
+    assert_eq!(scopes_of("ci"), json!(["read", "sessions", "tokens"]));
+    assert_eq!(
+        scopes_of("test"),
+        json!(["read", "sessions", "access", "tokens"])
+    );
+    forbidden(
+        make(&launcher, json!({ "label": "wider", "scopes": ["access"] })).await,
+        "only scopes it has",
+    );
+    let inherited = make(&launcher, json!({ "label": "narrower" })).await;
+    let inherited_scopes = inherited.json()["scopes"].clone();
+    assert_eq!(inherited_scopes, json!(["read", "sessions", "tokens"]));
+    for bad in [json!([]), json!(["admin"]), json!("read")] {
+        let refused = make(&full, json!({ "label": "bad", "scopes": bad })).await;
+        refused.assert_status(StatusCode::BAD_REQUEST);
+        assert_eq!(refused.json()["error"], "invalid", "{bad}");
+    }
+    forbidden(app.get(&editor, Some(&launcher)).await, "access");
+    app.delete(&session, Some(&launcher))
+        .await
+        .assert_status(StatusCode::OK);
     app.stop().await;
 }

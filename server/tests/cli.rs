@@ -93,21 +93,39 @@ fn users_tokens_and_credits_from_the_command_line() {
     let (code, _, _) = server(
         data.path(),
         &[
-            "token", "create", "--user", "ada", "--days", "7", "--label", "backup",
+            "token",
+            "create",
+            "--user",
+            "ada",
+            "--days",
+            "7",
+            "--label",
+            "backup",
+            "--scopes",
+            "access,sessions",
         ],
         None,
     );
     assert_eq!(code, 0);
+    let (code, _, err) = server(
+        data.path(),
+        &["token", "create", "--user", "ada", "--scopes", "read,root"],
+        None,
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("unknown scope `root`"), "{err}");
     let (code, out, _) = server(data.path(), &["token", "list", "--user", "ada"], None);
     assert_eq!(code, 0);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 2, "{out}");
     assert!(
-        lines[0].contains("  backup  created ") && !lines[0].contains("never"),
+        lines[0].contains("  backup  scopes read,sessions,access  created ")
+            && !lines[0].contains("never"),
         "{out}"
     );
     assert!(
-        lines[1].contains("  cli  created ") && lines[1].ends_with("expires never"),
+        lines[1].contains("  cli  scopes read,sessions,access,tokens  created ")
+            && lines[1].ends_with("expires never"),
         "{out}"
     );
     assert!(!out.contains("gsb_"), "no token itself is shown: {out}");

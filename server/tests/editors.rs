@@ -214,7 +214,7 @@ async fn a_server_restart_re_adopts_live_editors_and_shutdown_stops_them() {
         again
             .service
             .store
-            .create_token(&user.id, &hash, "t", None)
+            .create_token(&user.id, &hash, "t", app::domain::scope::Scopes::ALL, None)
             .await
             .unwrap();
         token

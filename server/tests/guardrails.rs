@@ -284,7 +284,7 @@ async fn a_full_pool_queues_with_positions_and_starts_by_itself() {
                 .await
                 .unwrap()
                 .unwrap()
-                .viewer(),
+                .viewer(app::domain::scope::Scopes::ALL),
         )
         .await
         .unwrap()

@@ -8,4 +8,5 @@ pub mod idle;
 pub mod launch;
 pub mod pool;
 pub mod quota;
+pub mod scope;
 pub mod session;

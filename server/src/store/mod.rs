@@ -16,6 +16,7 @@ pub use records::*;
 
 use app::domain::launch::EditorKind;
 use app::domain::pool::{GpuSpec, SlotSpec};
+use app::domain::scope::Scopes;
 use app::domain::session::{EndReason, Event, SessionState};
 use app::model::{Role, Step};
 use sqlx::any::{AnyPoolOptions, AnyRow};
@@ -324,18 +325,20 @@ impl Store {
         user_id: &str,
         token_hash: &str,
         label: &str,
+        scopes: Scopes,
         expires_at: Option<i64>,
     ) -> Result<String> {
         let now = now_ms();
         let id = new_id();
         let mut w = self.begin_write().await?;
         sqlx::query(
-            "INSERT INTO api_tokens (id, user_id, token_hash, label, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO api_tokens (id, user_id, token_hash, label, scopes, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )
         .bind(&id)
         .bind(user_id)
         .bind(token_hash)
         .bind(label)
+        .bind(scopes.to_string())
         .bind(now)
         .bind(expires_at)
         .execute(&mut *w.tx)
@@ -345,7 +348,7 @@ impl Store {
             Some(user_id),
             "token.create",
             &format!("user:{user_id}"),
-            label,
+            &format!("{label} ({scopes})"),
             now,
         )
         .await?;
@@ -356,7 +359,7 @@ impl Store {
     /// A user's tokens, newest first (their hashes stay here).
     pub async fn tokens_of(&self, user_id: &str) -> Result<Vec<TokenRecord>> {
         let rows = sqlx::query(
-            "SELECT id, label, created_at, expires_at FROM api_tokens WHERE user_id = $1 ORDER BY created_at DESC, id",
+            "SELECT id, label, scopes, created_at, expires_at FROM api_tokens WHERE user_id = $1 ORDER BY created_at DESC, id",
         )
         .bind(user_id)
         .fetch_all(&self.pool)
@@ -366,6 +369,7 @@ impl Store {
                 Ok(TokenRecord {
                     id: r.try_get("id")?,
                     label: r.try_get("label")?,
+                    scopes: scopes_of(r)?,
                     created_at: r.try_get("created_at")?,
                     expires_at: r.try_get("expires_at")?,
                 })
@@ -397,17 +401,22 @@ impl Store {
         Ok(true)
     }
 
-    pub async fn user_by_token_hash(&self, token_hash: &str) -> Result<Option<UserRecord>> {
+    /// The user of an unexpired token, and what the token may do.
+    pub async fn user_by_token_hash(
+        &self,
+        token_hash: &str,
+    ) -> Result<Option<(UserRecord, Scopes)>> {
         let columns = USER_COLUMNS.replace("id,", "u.id,");
         let row = sqlx::query(&format!(
-            "SELECT {columns} FROM api_tokens t JOIN users u ON u.id = t.user_id
+            "SELECT {columns}, t.scopes FROM api_tokens t JOIN users u ON u.id = t.user_id
              WHERE t.token_hash = $1 AND (t.expires_at IS NULL OR t.expires_at > $2)"
         ))
         .bind(token_hash)
         .bind(now_ms())
         .fetch_optional(&self.pool)
         .await?;
-        row.map(|r| UserRecord::from_row(&r)).transpose()
+        row.map(|r| Ok((UserRecord::from_row(&r)?, scopes_of(&r)?)))
+            .transpose()
     }
 
     // ---- credits ----

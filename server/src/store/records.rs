@@ -2,6 +2,7 @@
 
 use super::{Result, StoreError};
 use app::domain::launch::EditorKind;
+use app::domain::scope::Scopes;
 use app::domain::session::{EndReason, SessionState};
 use app::model::Role;
 use sqlx::Row;
@@ -18,11 +19,18 @@ fn bad(what: &'static str) -> StoreError {
     StoreError::NotFound(what)
 }
 
+/// A token row's scopes. One the store cannot read gives nothing rather than everything.
+pub(super) fn scopes_of(row: &AnyRow) -> Result<Scopes> {
+    let text: String = row.try_get("scopes")?;
+    Scopes::parse(&text).map_err(|_| bad("token scopes"))
+}
+
 /// An API token as its owner may see it: never its secret, which only its hash stands for.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct TokenRecord {
     pub id: String,
     pub label: String,
+    pub scopes: Scopes,
     #[serde(rename = "created_at_ms")]
     pub created_at: i64,
     #[serde(rename = "expires_at_ms")]
@@ -65,11 +73,13 @@ impl UserRecord {
         })
     }
 
-    pub fn viewer(&self) -> app::model::Viewer {
+    /// The user as a viewer whose credential allows `scopes`.
+    pub fn viewer(&self, scopes: Scopes) -> app::model::Viewer {
         app::model::Viewer {
             id: self.id.clone(),
             name: self.name.clone(),
             role: self.role,
+            scopes,
         }
     }
 }

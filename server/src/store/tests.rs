@@ -6,6 +6,7 @@ use super::*;
 use app::domain::credits;
 use app::domain::launch::EditorKind;
 use app::domain::pool::plan_slots;
+use app::domain::scope::Scope;
 use app::domain::session::InvalidTransition;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -259,27 +260,47 @@ async fn token_lookup(store: Store) {
     let alice = user(&store, "alice", 0).await;
     let bob = user(&store, "bob", 0).await;
     let now = now_ms();
+    let read_access = Scopes::of(&[Scope::Read, Scope::Access]);
     store
-        .create_token(&alice.id, "hash-forever", "cli", None)
+        .create_token(&alice.id, "hash-forever", "cli", Scopes::ALL, None)
         .await
         .unwrap();
     store
-        .create_token(&alice.id, "hash-later", "ci", Some(now + 3_600_000))
+        .create_token(
+            &alice.id,
+            "hash-later",
+            "ci",
+            read_access,
+            Some(now + 3_600_000),
+        )
         .await
         .unwrap();
     store
-        .create_token(&bob.id, "hash-expired", "old", Some(now - 1_000))
+        .create_token(
+            &bob.id,
+            "hash-expired",
+            "old",
+            Scopes::ALL,
+            Some(now - 1_000),
+        )
         .await
         .unwrap();
 
     let found = store.user_by_token_hash("hash-forever").await.unwrap();
-    assert_eq!(
-        found.as_ref().map(|u| u.id.as_str()),
-        Some(alice.id.as_str())
-    );
-    assert_eq!(found.unwrap(), alice);
+    assert_eq!(found, Some((alice.clone(), Scopes::ALL)));
     let found = store.user_by_token_hash("hash-later").await.unwrap();
-    assert_eq!(found.map(|u| u.id), Some(alice.id.clone()));
+    assert_eq!(
+        found.map(|(u, scopes)| (u.id, scopes)),
+        Some((alice.id.clone(), read_access)),
+        "a token keeps the scopes it was made with"
+    );
+    let listed = store.tokens_of(&alice.id).await.unwrap();
+    let mut scopes: Vec<_> = listed
+        .iter()
+        .map(|t| (t.label.as_str(), t.scopes))
+        .collect();
+    scopes.sort_by_key(|(label, _)| *label);
+    assert_eq!(scopes, [("ci", read_access), ("cli", Scopes::ALL)]);
     assert!(
         store
             .user_by_token_hash("hash-expired")
@@ -293,7 +314,7 @@ async fn token_lookup(store: Store) {
     // The same hash cannot name two tokens.
     assert!(
         store
-            .create_token(&bob.id, "hash-forever", "dup", None)
+            .create_token(&bob.id, "hash-forever", "dup", Scopes::ALL, None)
             .await
             .is_err()
     );

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use app::domain::launch::EditorKind;
+use app::domain::scope::Scopes;
 use app::model::Role;
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, StatusCode};
@@ -150,7 +151,7 @@ impl TestApp {
         let (token, hash) = server::auth::new_api_token();
         self.service
             .store
-            .create_token(&user.id, &hash, "test", None)
+            .create_token(&user.id, &hash, "test", Scopes::ALL, None)
             .await
             .expect("token");
         (user.id, token)

@@ -1,0 +1,192 @@
+//! What an API token may do. A browser's sign-in may do everything its user may; a token may
+//! be narrowed to some of it, so that a script that only reads, or only reaches a notebook,
+//! carries no power to launch, stop or mint more tokens.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Read the account, its sessions (and their progress), the quota and the pool.
+    Read,
+    /// Launch, extend, stop and keep alive the account's sessions.
+    Sessions,
+    /// Reach the account's editors through the proxy (`/s/<id>/…`), WebSockets included.
+    Access,
+    /// List, make and revoke the account's tokens.
+    Tokens,
+}
+
+impl Scope {
+    pub const EVERY: [Scope; 4] = [Scope::Read, Scope::Sessions, Scope::Access, Scope::Tokens];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Read => "read",
+            Scope::Sessions => "sessions",
+            Scope::Access => "access",
+            Scope::Tokens => "tokens",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Scope> {
+        Scope::EVERY.into_iter().find(|s| s.as_str() == name)
+    }
+
+    fn bit(self) -> u8 {
+        1 << self as u8
+    }
+}
+
+/// A set of scopes. Written as their names separated by spaces (as OAuth writes scopes), and
+/// as a list of names in JSON.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scopes(u8);
+
+impl Scopes {
+    pub const ALL: Scopes = Scopes(0b1111);
+    pub const NONE: Scopes = Scopes(0);
+
+    pub fn of(scopes: &[Scope]) -> Scopes {
+        Scopes::implied(scopes.iter().fold(0, |bits, s| bits | s.bit()))
+    }
+
+    /// What launches and stops sessions also reads them: each such action answers with the
+    /// session it changed.
+    fn implied(bits: u8) -> Scopes {
+        if bits & Scope::Sessions.bit() != 0 {
+            Scopes(bits | Scope::Read.bit())
+        } else {
+            Scopes(bits)
+        }
+    }
+
+    pub fn allows(self, scope: Scope) -> bool {
+        self.0 & scope.bit() != 0
+    }
+
+    /// Whether every scope of `self` is also in `other`.
+    pub fn within(self, other: Scopes) -> bool {
+        self.0 & !other.0 == 0
+    }
+
+    pub fn iter(self) -> impl Iterator<Item = Scope> {
+        Scope::EVERY.into_iter().filter(move |s| self.allows(*s))
+    }
+
+    /// Names separated by spaces or commas; at least one, each known. The error names what is
+    /// wrong and what is known.
+    pub fn parse(text: &str) -> Result<Scopes, String> {
+        let mut bits = 0;
+        for name in text
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|n| !n.is_empty())
+        {
+            bits |= Scope::parse(name)
+                .ok_or_else(|| format!("unknown scope `{name}`; the scopes are {}", Scopes::ALL))?
+                .bit();
+        }
+        if bits == 0 {
+            return Err(format!("name at least one scope of {}", Scopes::ALL));
+        }
+        Ok(Scopes::implied(bits))
+    }
+
+    /// `Forbidden` naming the scope when this set lacks it.
+    pub fn require(self, scope: Scope) -> Result<(), crate::error::AppError> {
+        if self.allows(scope) {
+            Ok(())
+        } else {
+            Err(crate::error::AppError::Forbidden(format!(
+                "this token lacks the scope `{}` (it has: {self})",
+                scope.as_str()
+            )))
+        }
+    }
+}
+
+impl fmt::Display for Scopes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for scope in self.iter() {
+            if !first {
+                f.write_str(" ")?;
+            }
+            f.write_str(scope.as_str())?;
+            first = false;
+        }
+        if first {
+            f.write_str("none")?;
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for Scopes {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.iter().map(Scope::as_str))
+    }
+}
+
+impl<'de> Deserialize<'de> for Scopes {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Scopes, D::Error> {
+        let names = Vec::<String>::deserialize(deserializer)?;
+        Scopes::parse(&names.join(" ")).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_read_as_names_and_refuse_unknown_ones() {
+        let scopes = Scopes::parse("read, access").unwrap();
+        assert!(scopes.allows(Scope::Read) && scopes.allows(Scope::Access));
+        assert!(!scopes.allows(Scope::Sessions) && !scopes.allows(Scope::Tokens));
+        assert_eq!(scopes.to_string(), "read access");
+        assert_eq!(Scopes::parse(&Scopes::ALL.to_string()), Ok(Scopes::ALL));
+        let unknown = Scopes::parse("read admin").unwrap_err();
+        assert!(unknown.contains("`admin`"), "{unknown}");
+        assert!(Scopes::parse(" , ").is_err(), "at least one");
+        assert_eq!(Scopes::NONE.to_string(), "none");
+    }
+
+    #[test]
+    fn what_changes_sessions_also_reads_them() {
+        let sessions = Scopes::parse("sessions").unwrap();
+        assert!(sessions.allows(Scope::Read));
+        assert_eq!(sessions.to_string(), "read sessions");
+        assert_eq!(Scopes::of(&[Scope::Sessions]), sessions);
+        assert!(!Scopes::parse("tokens").unwrap().allows(Scope::Read));
+    }
+
+    #[test]
+    fn a_set_is_within_another_only_when_it_adds_nothing() {
+        let read = Scopes::of(&[Scope::Read]);
+        let read_access = Scopes::of(&[Scope::Read, Scope::Access]);
+        assert!(read.within(read_access));
+        assert!(!read_access.within(read));
+        assert!(read_access.within(Scopes::ALL));
+        assert!(!Scopes::ALL.within(read_access));
+    }
+
+    #[test]
+    fn missing_a_scope_is_forbidden_and_says_which() {
+        let read = Scopes::of(&[Scope::Read]);
+        assert!(read.require(Scope::Read).is_ok());
+        let refused = read.require(Scope::Sessions).unwrap_err();
+        assert_eq!(refused.status(), 403);
+        assert!(refused.to_string().contains("`sessions`"), "{refused}");
+    }
+
+    #[test]
+    fn json_is_a_list_of_names() {
+        let scopes = Scopes::of(&[Scope::Access, Scope::Tokens]);
+        let json = serde_json::to_string(&scopes).unwrap();
+        assert_eq!(json, r#"["access","tokens"]"#);
+        assert_eq!(serde_json::from_str::<Scopes>(&json).unwrap(), scopes);
+        assert!(serde_json::from_str::<Scopes>(r#"["root"]"#).is_err());
+        assert!(serde_json::from_str::<Scopes>("[]").is_err());
+    }
+}
