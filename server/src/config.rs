@@ -61,6 +61,9 @@ pub struct ProxyConfig {
     /// How long the editor may take to answer a request (its status and headers; the body
     /// then streams as long as it lasts) before the browser gets 504 (seconds).
     pub answer_timeout_seconds: u64,
+    /// How many client connections, WebSockets included, the server holds at once; 0 (the
+    /// default): half the process's open-file limit, since each may also hold one to an editor.
+    pub max_connections: u64,
 }
 
 /// The reaper and what counts as activity.
@@ -259,6 +262,7 @@ impl Default for Config {
                 websocket_busy_poll_us: 0,
                 header_timeout_seconds: 30,
                 answer_timeout_seconds: 120,
+                max_connections: 0,
             },
             runtime: crate::runtime::RuntimeKind::Local,
             kube: crate::runtime::kube::KubeConfig::default(),
@@ -379,6 +383,12 @@ impl Config {
             return bad(
                 "proxy.websocket_busy_poll_us",
                 format!("must be at most {MAX_BUSY_POLL_US} (microseconds; 0 turns it off)"),
+            );
+        }
+        if self.proxy.max_connections > 1_000_000 {
+            return bad(
+                "proxy.max_connections",
+                "must be at most 1000000 (0: half the open-file limit)".into(),
             );
         }
         for (key, value) in [
@@ -659,6 +669,11 @@ mod tests {
         config.proxy.websocket_busy_poll_us = 5000;
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("proxy.websocket_busy_poll_us"), "{err}");
+
+        let mut config = Config::default();
+        config.proxy.max_connections = 2_000_000;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("proxy.max_connections"), "{err}");
 
         let mut config = Config::default();
         config.credits.initial_grant = "lots".into();

@@ -88,11 +88,16 @@ impl App {
 
     /// The service for one client connection from `client`; tests drive it with `oneshot`.
     pub fn front(&self, client: std::net::IpAddr) -> Front {
+        self.front_holding(client, None)
+    }
+
+    fn front_holding(&self, client: std::net::IpAddr, slot: Option<ConnectionSlot>) -> Front {
         Front(Arc::new(Connection {
             state: self.state.clone(),
             router: self.router.clone(),
             forwarded_for: http::HeaderValue::from_str(&client.to_string()).ok(),
             answer: deadline::Deadline::unset(),
+            slot,
         }))
     }
 }
@@ -109,7 +114,13 @@ struct Connection {
     forwarded_for: Option<http::HeaderValue>,
     /// How long the editor may take to answer this connection's request in flight.
     answer: deadline::Deadline,
+    /// This connection's place under the cap, kept by a WebSocket it becomes.
+    slot: Option<ConnectionSlot>,
 }
+
+/// A client connection's place under the connection cap: given back when the connection and
+/// the WebSocket relay it may have become have both ended.
+pub type ConnectionSlot = Arc<tokio::sync::OwnedSemaphorePermit>;
 
 type FrontFuture = std::pin::Pin<
     Box<dyn Future<Output = Result<axum::response::Response, std::convert::Infallible>> + Send>,
@@ -152,6 +163,7 @@ impl Front {
                 let client = proxy::Client {
                     forwarded_for: connection.forwarded_for.as_ref(),
                     answer: &connection.answer,
+                    slot: connection.slot.as_ref(),
                 };
                 Ok(proxy::handle(&connection.state, client, request).await)
             })
@@ -275,8 +287,9 @@ pub async fn run(
 
 /// Serves HTTP/1.1 (upgrades included) on `listener` until `stop` resolves, then lets open
 /// requests finish, for [`DRAIN_TIMEOUT`] at most. A client that opens connections and sends
-/// nothing does not keep them (`proxy.header_timeout_seconds`, also the keep-alive idle time). Accepts no more connections at once than
-/// the process may hold (half its file limit, since each may also open one to an editor).
+/// nothing does not keep them (`proxy.header_timeout_seconds`, also the keep-alive idle time).
+/// Holds no more connections at once, WebSockets included, than `proxy.max_connections` (by
+/// default half the file limit, since each may also open one to an editor).
 async fn serve_connections(
     listener: tokio::net::TcpListener,
     app: App,
@@ -287,7 +300,7 @@ async fn serve_connections(
         .header_read_timeout(Duration::from_secs(
             app.state.service.config.proxy.header_timeout_seconds,
         ));
-    let cap = connection_cap();
+    let cap = connection_cap(app.state.service.config.proxy.max_connections);
     let open = Arc::new(tokio::sync::Semaphore::new(cap));
     let (draining, drain) = tokio::sync::watch::channel(false);
     let mut stop = std::pin::pin!(stop);
@@ -318,12 +331,12 @@ async fn serve_connections(
         };
         // Small writes (WebSocket frames, short responses) go out at once.
         let _ = tcp.set_nodelay(true);
+        let front = app.front_holding(peer.ip(), Some(Arc::new(permit)));
         let connection = http
-            .serve_connection(hyper_util::rt::TokioIo::new(tcp), app.front(peer.ip()))
+            .serve_connection(hyper_util::rt::TokioIo::new(tcp), front)
             .with_upgrades();
         let mut drain = drain.clone();
         tokio::spawn(async move {
-            let _permit = permit;
             let mut connection = std::pin::pin!(connection);
             tokio::select! {
                 _ = connection.as_mut() => return,
@@ -346,9 +359,10 @@ async fn serve_connections(
     }
 }
 
-/// How many client connections to hold at once: half the open-file limit, raised first to its
-/// hard limit (the other half is for editors, the database and files).
-fn connection_cap() -> usize {
+/// How many client connections to hold at once: `configured`, or else half the open-file
+/// limit (the other half is for editors, the database and files). The limit is raised to its
+/// hard limit first either way.
+fn connection_cap(configured: u64) -> usize {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -367,6 +381,9 @@ fn connection_cap() -> usize {
                 limit = raised;
             }
         }
+    }
+    if configured > 0 {
+        return usize::try_from(configured).unwrap_or(usize::MAX);
     }
     usize::try_from(limit.rlim_cur / 2)
         .unwrap_or(usize::MAX)

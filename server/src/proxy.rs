@@ -348,6 +348,8 @@ pub struct Client<'a> {
     pub forwarded_for: Option<&'a HeaderValue>,
     /// The connection's deadline for the editor's answer (requests on it take turns).
     pub answer: &'a crate::deadline::Deadline,
+    /// The connection's place under the cap, which a WebSocket keeps while it lasts.
+    pub slot: Option<&'a crate::ConnectionSlot>,
 }
 
 /// Forwards `req` for its owner.
@@ -522,20 +524,30 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
             let busy_poll =
                 Duration::from_micros(state.service.config.proxy.websocket_busy_poll_us);
             let service = state.service.clone();
+            let slot = client.slot.cloned();
             tokio::spawn(async move {
+                let _slot = slot;
                 let (Ok(client), Ok(upstream)) = tokio::join!(client_upgrade, upstream_upgrade)
                 else {
                     return;
                 };
                 let relay = relay_upgraded(client, upstream, route.clone(), api, busy_poll);
-                let Some(credential) = credential else {
-                    return relay.await;
+                let revoked = async {
+                    match &credential {
+                        Some(credential) => {
+                            until_revoked(&service.auth, credential, &route.owner_id).await
+                        }
+                        None => std::future::pending().await,
+                    }
                 };
+                // The server's shutdown ends it too, so that draining does not wait for it.
+                let mut shutdown = service.shutdown.subscribe();
                 tokio::select! {
                     () = relay => {}
-                    () = until_revoked(&service.auth, &credential, &route.owner_id) => {
+                    () = revoked => {
                         tracing::info!(session = %route.session_id, "closed a WebSocket whose sign-in ended");
                     }
+                    _ = shutdown.wait_for(|closing| *closing) => {}
                 }
             });
         }

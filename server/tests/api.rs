@@ -1167,3 +1167,57 @@ async fn tokens_do_only_what_their_scopes_allow() {
         .assert_status(StatusCode::OK);
     app.stop().await;
 }
+
+/// WebSockets count toward `proxy.max_connections` for as long as they last: once the cap is
+/// reached, a new connection waits until one of them closes.
+#[tokio::test]
+async fn websockets_count_toward_the_connection_cap() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const CAP: usize = 3;
+    let app = TestApp::start_with(Some(FakeRuntime::new()), |c| {
+        c.proxy.max_connections = CAP as u64;
+    })
+    .await;
+    let (_, token) = app.user("cora").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    let path = format!("/s/{id}/ws");
+    // The test's own HTTP client may keep a connection of its own open, so the count of
+    // WebSockets that fit is CAP or one less; without the cap on them it would have no end.
+    let mut sockets = Vec::new();
+    while sockets.len() <= 2 * CAP {
+        match tokio::time::timeout(Duration::from_secs(2), app.websocket(&path, &token)).await {
+            Ok(socket) => sockets.push(socket.expect("a websocket")),
+            Err(_) => break,
+        }
+    }
+    assert!(
+        (CAP - 1..=CAP).contains(&sockets.len()),
+        "{} WebSockets opened under a cap of {CAP}",
+        sockets.len()
+    );
+    common::assert_echoes(&mut sockets[0], 3).await;
+
+    // A new connection waits while the cap is full ...
+    let mut probe = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    probe
+        .write_all(b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let waited =
+        tokio::time::timeout(Duration::from_millis(700), probe.read_to_end(&mut answer)).await;
+    assert!(waited.is_err(), "answered past the cap: {answer:?}");
+    // ... and is served once a WebSocket closes.
+    sockets.pop().unwrap().close(None).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), probe.read_to_end(&mut answer))
+        .await
+        .expect("served once a slot freed")
+        .unwrap();
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    drop(sockets);
+    app.stop().await;
+}
