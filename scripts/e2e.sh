@@ -8,12 +8,26 @@ BIN="$TARGET/debug/server"
 [ -x "$BIN" ] || BIN="$TARGET/release/server"
 DATA=$(mktemp -d)
 PORT=${E2E_PORT:-3100}
+OIDC_PORT=${E2E_OIDC_PORT:-$((PORT + 1))}
 export SANDBOX_DATA_DIR="$DATA" SANDBOX_LISTEN="127.0.0.1:$PORT" SANDBOX_SITE_ROOT="${SANDBOX_SITE_ROOT:-$PWD/target/site}"
 export SANDBOX_LOG=${SANDBOX_LOG:-warn}
+# A real OpenID Connect provider for the single sign-on test.
+node end2end/oidc/provider.mjs "$OIDC_PORT" "http://127.0.0.1:$PORT/auth/oidc/callback" >"$DATA/oidc.log" 2>&1 &
+PROVIDER=$!
+SERVER=
+cleanup() {
+  kill -TERM "$PROVIDER" 2>/dev/null || true
+  if [ -n "$SERVER" ]; then
+    kill -TERM "$SERVER" 2>/dev/null || true
+    wait "$SERVER" 2>/dev/null || true
+  fi
+  rm -rf "$DATA"
+}
+trap cleanup EXIT
 # The default pool, plus a card in 16 GB slices whose sessions count as idle after 40 s (the
 # idle test runs there while the other tests keep the default policy), and a card of one 4 GB
 # slice for the queue test.
-cat >"$DATA/e2e.toml" <<'TOML'
+cat >"$DATA/e2e.toml" <<TOML
 [[pool.gpus]]
 name = "virtual-0"
 model = "Virtual 48 GB"
@@ -36,25 +50,35 @@ slice_mib = 4096
 slice_mib = 16384
 timeout_seconds = 40
 warn_seconds = 35
+
+[oidc]
+issuer = "http://127.0.0.1:$OIDC_PORT"
+client_id = "sandbox"
+client_secret = "sandbox-secret"
+redirect_url = "http://127.0.0.1:$PORT/auth/oidc/callback"
+display_name = "Test IdP"
+scopes = ["openid", "profile", "groups"]
+admin_groups = ["gpu-admins"]
 TOML
 for user in e2e e2e-idle e2e-queue e2e-queue-b; do
   echo "e2e-password" | "$BIN" --config "$DATA/e2e.toml" user add "$user" --password-stdin >/dev/null
 done
+# A local admin named as one of the provider's people, whom single sign-on must not make them.
+echo "e2e-password" | "$BIN" --config "$DATA/e2e.toml" user add admin --admin --password-stdin >/dev/null
 "$BIN" --config "$DATA/e2e.toml" serve >"$DATA/server.log" 2>&1 &
 SERVER=$!
-cleanup() {
-  kill -TERM "$SERVER" 2>/dev/null || true
-  wait "$SERVER" 2>/dev/null || true
-  rm -rf "$DATA"
-}
-trap cleanup EXIT
 for _ in $(seq 1 100); do
   curl -sf "http://127.0.0.1:$PORT/login" >/dev/null && break
   sleep 0.2
 done
+for _ in $(seq 1 100); do
+  curl -sf "http://127.0.0.1:$OIDC_PORT/.well-known/openid-configuration" >/dev/null && break
+  sleep 0.2
+done
+export E2E_OIDC_URL="http://127.0.0.1:$OIDC_PORT"
 export E2E_BASE_URL="http://127.0.0.1:$PORT" E2E_USER=e2e E2E_PASSWORD=e2e-password
 export E2E_ARTIFACTS="$PWD/end2end/test-results"
 status=0
-(cd end2end && node --test --test-concurrency=1 tests/) || status=$?
+(cd end2end && node --test --test-concurrency=1 ${E2E_TESTS:-tests/}) || status=$?
 if [ $status != 0 ]; then echo "--- server log"; tail -50 "$DATA/server.log"; fi
 exit $status

@@ -93,8 +93,8 @@ fi
 # --- Test-only --------------------------------------------------------------------------------
 if [ "$WANT_TEST" = 1 ]; then
   apt_install chromium postgresql
-  if [ ! -d end2end/node_modules/playwright-core ]; then
-    say "installing playwright-core (no browser download: Debian's Chromium is used)"
+  if [ ! -d end2end/node_modules/playwright-core ] || [ ! -d end2end/node_modules/oidc-provider ]; then
+    say "installing playwright-core (no browser download: Debian's Chromium is used) and oidc-provider"
     (cd end2end && npm install --silent --no-audit --no-fund >"$TOOLS/logs/end2end-npm.log" 2>&1) \
       || { tail -20 "$TOOLS/logs/end2end-npm.log"; exit 1; }
   fi

@@ -30,6 +30,8 @@ mod backend {
             password: &str,
         ) -> Result<Viewer, AppError>;
         async fn logout(&self, request: &http::request::Parts) -> Result<(), AppError>;
+        /// The OpenID Connect provider's name for "Sign in with …", when one is configured.
+        fn single_sign_on(&self) -> Option<String>;
         async fn dashboard(&self, viewer: &Viewer) -> Result<Dashboard, AppError>;
         async fn launch(
             &self,
@@ -109,6 +111,12 @@ pub async fn login(
         leptos_axum::redirect(&to);
     }
     Ok(viewer)
+}
+
+/// The single sign-on provider's name, when one is configured.
+#[server]
+pub async fn single_sign_on() -> Result<Option<String>, AppError> {
+    Ok(backend::backend()?.single_sign_on())
 }
 
 #[server]

@@ -14,4 +14,4 @@ pub mod error;
 pub mod model;
 mod ui;
 
-pub use ui::{App, shell};
+pub use ui::{App, is_local_path, shell};

@@ -12,6 +12,8 @@ use tower_sessions::SessionStore;
 
 pub const SESSION_COOKIE: &str = "sandbox_session";
 pub const USER_KEY: &str = "user_id";
+/// How long a sign-in lasts without use.
+pub const SIGN_IN_IDLE_DAYS: i64 = 7;
 const TOKEN_PREFIX: &str = "gsb_";
 /// How long a resolved cookie or token is trusted without asking the database again.
 /// Keeps the proxy's hot path free of queries; logout on this replica clears it at once.

@@ -33,6 +33,8 @@ pub struct Config {
     /// Where editors run: "local" processes or "kube" pods.
     pub runtime: crate::runtime::RuntimeKind,
     pub kube: crate::runtime::kube::KubeConfig,
+    /// Sign-in with an OpenID Connect provider, besides local accounts.
+    pub oidc: Option<crate::oidc::OidcConfig>,
 }
 
 /// Per-user limits; admins override them per user (`server quota set`).
@@ -266,6 +268,7 @@ impl Default for Config {
             },
             runtime: crate::runtime::RuntimeKind::Local,
             kube: crate::runtime::kube::KubeConfig::default(),
+            oidc: None,
         }
     }
 }
@@ -384,6 +387,9 @@ impl Config {
                 "proxy.websocket_busy_poll_us",
                 format!("must be at most {MAX_BUSY_POLL_US} (microseconds; 0 turns it off)"),
             );
+        }
+        if let Some((key, problem)) = self.oidc.as_ref().and_then(|o| o.problem()) {
+            return bad(&format!("oidc.{key}"), problem);
         }
         if self.proxy.max_connections > 1_000_000 {
             return bad(

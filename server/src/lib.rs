@@ -19,11 +19,13 @@ pub mod editors;
 pub mod events;
 pub mod gpu;
 pub mod guard;
+pub mod oidc;
 pub mod proxy;
 pub mod relay;
 pub mod rest;
 pub mod runtime;
 pub mod service;
+pub mod sign_in;
 pub mod store;
 pub mod upstream;
 
@@ -186,7 +188,9 @@ fn router(state: AppState, service: Arc<Service>) -> Router {
         .with_http_only(true)
         .with_same_site(tower_sessions::cookie::SameSite::Lax)
         .with_secure(service.config.secure_cookies)
-        .with_expiry(Expiry::OnInactivity(time::Duration::days(7)));
+        .with_expiry(Expiry::OnInactivity(time::Duration::days(
+            auth::SIGN_IN_IDLE_DAYS,
+        )));
     let backend: Arc<dyn app::api::Backend> = Arc::new(PagesBackend(service));
     let routes = generate_route_list(app::App);
     let pages = Router::new()
@@ -197,7 +201,8 @@ fn router(state: AppState, service: Arc<Service>) -> Router {
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
             app::shell,
         ))
-        .merge(rest::router());
+        .merge(rest::router())
+        .merge(sign_in::router());
     Router::new()
         .merge(pages.layer(sessions))
         .layer(axum::middleware::from_fn(server_fn_error_status))

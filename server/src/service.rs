@@ -70,6 +70,8 @@ pub struct Service {
     /// Set at shutdown: the warm-pool keeper starts nothing more and gives up waiting on starts,
     /// and the queue is not dispatched.
     pub closing: tokio::sync::watch::Sender<bool>,
+    /// Sign-in with the configured OpenID Connect provider.
+    pub oidc: Option<crate::oidc::Oidc>,
 }
 
 impl Service {
@@ -82,6 +84,7 @@ impl Service {
     ) -> Service {
         let sessions = crate::store::HttpSessionStore::new(store.clone());
         Service {
+            oidc: config.oidc.clone().map(crate::oidc::Oidc::new),
             auth: Authenticator::new(store.clone(), sessions),
             config,
             store,
@@ -144,17 +147,7 @@ impl Service {
         role: Role,
         actor: Option<&str>,
     ) -> Result<UserRecord, AppError> {
-        let name = name.trim();
-        if name.is_empty()
-            || name.chars().count() > MAX_NAME_CHARS
-            || name
-                .chars()
-                .any(|c| c.is_control() || c == '/' || is_invisible(c))
-        {
-            return Err(AppError::Invalid(
-                "a user name must be 1 to 64 characters, without '/', control or invisible characters".into(),
-            ));
-        }
+        let name = checked_user_name(name)?;
         let hash = match password {
             Some(p) if p.chars().count() < 8 => {
                 return Err(AppError::Invalid(
@@ -914,21 +907,87 @@ impl Service {
             }
         };
         self.sign_ins.succeeded(name);
+        self.begin_session(session, &user, "password").await
+    }
+
+    /// Signs in the person an OpenID Connect provider vouched for: the account linked to their
+    /// identity, made at their first sign-in (when its name is free), with the role their groups
+    /// give where the provider decides roles.
+    pub async fn oidc_sign_in(
+        &self,
+        session: &tower_sessions::Session,
+        identity: &crate::oidc::Identity,
+    ) -> Result<Viewer, AppError> {
+        let oidc = self.oidc.as_ref().ok_or(AppError::NotFound)?;
+        let role = crate::oidc::role_of(identity, &oidc.config.admin_groups);
+        let taken = || {
+            AppError::Conflict(format!(
+                "The name {} belongs to another account here. Ask an admin.",
+                identity.name
+            ))
+        };
+        let user = match self.store.user_by_oidc_subject(&identity.subject).await? {
+            Some(user) => user,
+            None => {
+                let name = checked_user_name(&identity.name)?;
+                // Never by name: a provider's user named like a local account (the first
+                // admin, say) must not become it.
+                if self.store.user_by_name(name).await?.is_some() {
+                    return Err(taken());
+                }
+                match self
+                    .store
+                    .create_oidc_user(
+                        name,
+                        &identity.subject,
+                        role.unwrap_or(Role::User),
+                        self.config.initial_grant(),
+                    )
+                    .await
+                {
+                    Ok(user) => user,
+                    Err(StoreError::Duplicate(_)) => return Err(taken()),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        };
+        if user.locked {
+            return Err(AppError::SignInFailed("This account is locked.".into()));
+        }
+        let user = match role {
+            Some(role) if role != user.role => {
+                self.store
+                    .set_role(&user.id, role, "groups from the identity provider")
+                    .await?;
+                self.auth.forget_user(&user.id);
+                UserRecord { role, ..user }
+            }
+            _ => user,
+        };
+        self.begin_session(session, &user, "oidc").await
+    }
+
+    /// A new sign-in for `user` in `session`, under a new id, audited.
+    async fn begin_session(
+        &self,
+        session: &tower_sessions::Session,
+        user: &UserRecord,
+        how: &str,
+    ) -> Result<Viewer, AppError> {
         session.cycle_id().await.map_err(|e| {
             tracing::error!(error = %e, "cycling the session id");
             AppError::Internal
         })?;
+        // A single sign-on's round trip gave the session a short life; a sign-in has the usual.
+        session.set_expiry(Some(tower_sessions::Expiry::OnInactivity(
+            time::Duration::days(auth::SIGN_IN_IDLE_DAYS),
+        )));
         session.insert(USER_KEY, &user.id).await.map_err(|e| {
             tracing::error!(error = %e, "writing the session");
             AppError::Internal
         })?;
         self.store
-            .audit(
-                Some(&user.id),
-                "login",
-                &format!("user:{}", user.name),
-                "password",
-            )
+            .audit(Some(&user.id), "login", &format!("user:{}", user.name), how)
             .await?;
         Ok(user.viewer(Scopes::ALL))
     }
@@ -1050,6 +1109,24 @@ pub struct NewToken {
     pub expires_at: Option<i64>,
 }
 
+/// A user name as given, trimmed, if it is one: 1 to 64 characters, without '/', control or
+/// invisible characters.
+fn checked_user_name(name: &str) -> Result<&str, AppError> {
+    let name = name.trim();
+    if name.is_empty()
+        || name.chars().count() > MAX_NAME_CHARS
+        || name
+            .chars()
+            .any(|c| c.is_control() || c == '/' || is_invisible(c))
+    {
+        return Err(AppError::Invalid(
+            "a user name must be 1 to 64 characters, without '/', control or invisible characters"
+                .into(),
+        ));
+    }
+    Ok(name)
+}
+
 /// The pages' door: server functions call these through `Arc<dyn Backend>`.
 #[derive(Clone)]
 pub struct PagesBackend(pub Arc<Service>);
@@ -1063,6 +1140,10 @@ impl app::api::Backend for PagesBackend {
             .caller(&request.headers)
             .await?
             .map(|c| c.viewer()))
+    }
+
+    fn single_sign_on(&self) -> Option<String> {
+        self.0.oidc.as_ref().map(|o| o.config.display_name.clone())
     }
 
     async fn login(

@@ -21,11 +21,39 @@ pub fn LoginPage() -> impl IntoView {
         }
     });
     let error = move || {
-        login.value().get().and_then(Result::err).map(|e| {
+        let message = match login.value().get() {
+            Some(Err(e)) => Some(e.to_string()),
+            Some(Ok(_)) => None,
+            // Back from the identity provider without a sign-in.
+            None => query
+                .read()
+                .get("sso")
+                .map(|code| sso_message(&code).to_string()),
+        };
+        message.map(|message| {
             view! {
                 <p class="notice error" role="alert" data-testid="login-error">
-                    {e.to_string()}
+                    {message}
                 </p>
+            }
+        })
+    };
+    let provider = Resource::new(|| (), |_| crate::api::single_sign_on());
+    let sso_href = move || {
+        let next = query.read().get("next").filter(|n| super::is_local_path(n));
+        match next {
+            Some(next) => format!("/auth/oidc/login?next={}", encode_query(&next)),
+            None => "/auth/oidc/login".to_string(),
+        }
+    };
+    let sso = move || {
+        provider.get().and_then(Result::ok).flatten().map(|name| {
+            view! {
+                // A full page load: the provider is not one of the router's pages.
+                <a class="button sso" href=sso_href rel="external" data-testid="sso">
+                    {format!("Sign in with {name}")}
+                </a>
+                <p class="muted or">"or with a local account"</p>
             }
         })
     };
@@ -34,6 +62,7 @@ pub fn LoginPage() -> impl IntoView {
             <div class="card">
                 <h1>"GPU Sandbox"</h1>
                 <p class="muted">"Sign in to launch a GPU workspace."</p>
+                <Transition>{sso}</Transition>
                 <ActionForm action=login>
                     <input
                         type="hidden"
@@ -60,5 +89,65 @@ pub fn LoginPage() -> impl IntoView {
                 </ActionForm>
             </div>
         </main>
+    }
+}
+
+/// What the sign-in page says for each way back from the identity provider without a sign-in.
+fn sso_message(code: &str) -> &'static str {
+    match code {
+        "refused" => "Single sign-on was cancelled or refused by the identity provider.",
+        "expired" => "That sign-in took too long or was started elsewhere. Please try again.",
+        "taken" => "Your single sign-on name belongs to another account here. Ask an admin.",
+        "no-name" => "The identity provider did not send a usable user name. Ask an admin.",
+        "locked" => "This account is locked.",
+        "unavailable" => {
+            "The identity provider cannot be reached. Try again, or use a local account."
+        }
+        "off" => "Single sign-on is not set up on this server.",
+        _ => "Single sign-on failed. Please try again.",
+    }
+}
+
+/// `text` as a query value.
+fn encode_query(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_way_back_has_its_own_message() {
+        let codes = [
+            "refused",
+            "expired",
+            "taken",
+            "no-name",
+            "locked",
+            "unavailable",
+            "off",
+        ];
+        let messages: std::collections::HashSet<_> = codes.iter().map(|c| sso_message(c)).collect();
+        assert_eq!(messages.len(), codes.len());
+        assert!(
+            !messages.contains(sso_message("<script>")),
+            "unknown codes get the generic one"
+        );
+    }
+
+    #[test]
+    fn the_next_path_survives_the_round_trip() {
+        assert_eq!(
+            encode_query("/s/abc/lab?x=1&y=2"),
+            "/s/abc/lab%3Fx%3D1%26y%3D2"
+        );
     }
 }

@@ -103,7 +103,7 @@ pub(crate) fn format_countdown(ms: i64) -> String {
 }
 
 /// Whether `path` stays on this site: "/x" but not "//evil.example" or "/\\evil".
-pub(crate) fn is_local_path(path: &str) -> bool {
+pub fn is_local_path(path: &str) -> bool {
     // Browsers drop tabs and newlines inside URLs and read '\\' as '/', so "/\t/x" means "//x".
     path.starts_with('/')
         && !path.starts_with("//")

@@ -196,20 +196,84 @@ impl Store {
         initial_grant: i64,
         actor_id: Option<&str>,
     ) -> Result<UserRecord> {
+        self.insert_user(name, password_hash, None, role, initial_grant, actor_id)
+            .await
+    }
+
+    /// Creates the account of an OpenID Connect identity (`<issuer>|<subject>`), without a
+    /// password, with the starting grant.
+    pub async fn create_oidc_user(
+        &self,
+        name: &str,
+        oidc_subject: &str,
+        role: Role,
+        initial_grant: i64,
+    ) -> Result<UserRecord> {
+        self.insert_user(name, None, Some(oidc_subject), role, initial_grant, None)
+            .await
+    }
+
+    pub async fn user_by_oidc_subject(&self, oidc_subject: &str) -> Result<Option<UserRecord>> {
+        let row = sqlx::query(&format!(
+            "SELECT {USER_COLUMNS} FROM users WHERE oidc_subject = $1"
+        ))
+        .bind(oidc_subject)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| UserRecord::from_row(&r)).transpose()
+    }
+
+    /// Changes a user's role, audited with `why`.
+    pub async fn set_role(&self, user_id: &str, role: Role, why: &str) -> Result<()> {
+        let mut w = self.begin_write().await?;
+        let done = sqlx::query("UPDATE users SET role = $1 WHERE id = $2")
+            .bind(role.as_str())
+            .bind(user_id)
+            .execute(&mut *w.tx)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound("user"));
+        }
+        insert_audit(
+            &mut w,
+            None,
+            "user.role",
+            &format!("user:{user_id}"),
+            &format!("{}: {why}", role.as_str()),
+            now_ms(),
+        )
+        .await?;
+        w.tx.commit().await?;
+        Ok(())
+    }
+
+    async fn insert_user(
+        &self,
+        name: &str,
+        password_hash: Option<&str>,
+        oidc_subject: Option<&str>,
+        role: Role,
+        initial_grant: i64,
+        actor_id: Option<&str>,
+    ) -> Result<UserRecord> {
         let now = now_ms();
         let id = new_id();
         let mut w = self.begin_write().await?;
         sqlx::query(
-            "INSERT INTO users (id, name, password_hash, role, locked, created_at) VALUES ($1, $2, $3, $4, 0, $5)",
+            "INSERT INTO users (id, name, password_hash, oidc_subject, role, locked, created_at) VALUES ($1, $2, $3, $4, $5, 0, $6)",
         )
         .bind(&id)
         .bind(name)
         .bind(password_hash)
+        .bind(oidc_subject)
         .bind(role.as_str())
         .bind(now)
         .execute(&mut *w.tx)
         .await
-        .map_err(|e| on_unique(e, "users_name_key", "a user with this name"))?;
+        .map_err(|e| match on_unique(e, "users_name_key", "a user with this name") {
+            StoreError::Db(e) => on_unique(e, "users_oidc_subject_key", "a user of this identity"),
+            named => named,
+        })?;
         if initial_grant != 0 {
             insert_ledger(
                 &mut w,
@@ -222,12 +286,16 @@ impl Store {
             )
             .await?;
         }
+        let detail = match oidc_subject {
+            Some(_) => format!("{} (OpenID Connect)", role.as_str()),
+            None => role.as_str().to_string(),
+        };
         insert_audit(
             &mut w,
             actor_id,
             "user.create",
             &format!("user:{name}"),
-            role.as_str(),
+            &detail,
             now,
         )
         .await?;

@@ -256,6 +256,57 @@ async fn users_and_duplicate_names(store: Store) {
     assert_eq!(log[0].action, "user.unlock", "newest first");
 }
 
+async fn oidc_accounts(store: Store) {
+    let olga = store
+        .create_oidc_user("olga", "https://id.example|u1", Role::User, 2_000)
+        .await
+        .unwrap();
+    assert_eq!(olga.password_hash, None);
+    assert_eq!(store.credits(&olga.id).await.unwrap(), (2_000, 0));
+    let found = store
+        .user_by_oidc_subject("https://id.example|u1")
+        .await
+        .unwrap();
+    assert_eq!(found.map(|u| u.id), Some(olga.id.clone()));
+    assert!(
+        store
+            .user_by_oidc_subject("https://id.example|u2")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // One account per identity, and names stay unique across both kinds.
+    let twin = store
+        .create_oidc_user("olga2", "https://id.example|u1", Role::User, 0)
+        .await;
+    assert!(matches!(twin, Err(StoreError::Duplicate(_))), "{twin:?}");
+    user(&store, "local", 0).await;
+    assert!(matches!(
+        store
+            .create_oidc_user("local", "https://id.example|u3", Role::User, 0)
+            .await,
+        Err(StoreError::Duplicate(_))
+    ));
+    store
+        .set_role(&olga.id, Role::Admin, "groups from the identity provider")
+        .await
+        .unwrap();
+    assert_eq!(
+        store.user_by_id(&olga.id).await.unwrap().unwrap().role,
+        Role::Admin
+    );
+    let log = store.audit_log(10).await.unwrap();
+    assert!(
+        log.iter()
+            .any(|e| e.action == "user.role"
+                && e.detail == "admin: groups from the identity provider")
+    );
+    assert!(matches!(
+        store.set_role("nobody", Role::Admin, "x").await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
 async fn token_lookup(store: Store) {
     let alice = user(&store, "alice", 0).await;
     let bob = user(&store, "bob", 0).await;
@@ -1192,6 +1243,7 @@ async fn http_sessions_expire(store: Store) {
 on_both! {
     users_and_duplicate_names => users_and_duplicate_names_sqlite, users_and_duplicate_names_postgres;
     token_lookup => token_lookup_sqlite, token_lookup_postgres;
+    oidc_accounts => oidc_accounts_sqlite, oidc_accounts_postgres;
     starting_grant_and_grants => starting_grant_and_grants_sqlite, starting_grant_and_grants_postgres;
     create_session_holds_credits => create_session_holds_credits_sqlite, create_session_holds_credits_postgres;
     create_session_refuses_short_balance => create_session_refuses_short_balance_sqlite, create_session_refuses_short_balance_postgres;

@@ -1,0 +1,122 @@
+//! The browser's round trip through the OpenID Connect provider: `/auth/oidc/login` sends it
+//! there, `/auth/oidc/callback` takes it back and signs it in. Failures go back to the sign-in
+//! page with a short code (`/login?sso=…`) that the page turns into a fixed message; what went
+//! wrong is logged, never shown.
+
+use crate::AppState;
+use crate::oidc::{CALLBACK_PATH, LOGIN_PATH, OidcError, Pending};
+use app::error::AppError;
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::get;
+use tower_sessions::Session;
+
+/// The pending sign-in's key in the browser's session.
+const PENDING_KEY: &str = "oidc_pending";
+/// How long a browser's session lives while it is away at the provider.
+const PENDING_MINUTES: i64 = 10;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(LOGIN_PATH, get(start))
+        .route(CALLBACK_PATH, get(callback))
+}
+
+#[derive(serde::Deserialize)]
+struct StartQuery {
+    next: Option<String>,
+}
+
+async fn start(
+    State(state): State<AppState>,
+    session: Session,
+    Query(query): Query<StartQuery>,
+) -> Response {
+    let Some(oidc) = &state.service.oidc else {
+        return back_to_sign_in("off");
+    };
+    let next = query.next.filter(|n| app::is_local_path(n));
+    let (url, pending) = match oidc.start(next).await {
+        Ok(started) => started,
+        Err(e) => {
+            tracing::error!(error = %e, "starting an OpenID Connect sign-in");
+            return back_to_sign_in("unavailable");
+        }
+    };
+    // Anyone may start a sign-in: what it keeps goes away soon unless it completes (a browser
+    // that is signed in already keeps its sign-in's life).
+    let signed_in = matches!(
+        session.get::<String>(crate::auth::USER_KEY).await,
+        Ok(Some(_))
+    );
+    if !signed_in {
+        session.set_expiry(Some(tower_sessions::Expiry::OnInactivity(
+            time::Duration::minutes(PENDING_MINUTES),
+        )));
+    }
+    if let Err(e) = session.insert(PENDING_KEY, &pending).await {
+        tracing::error!(error = %e, "keeping a pending sign-in");
+        return back_to_sign_in("failed");
+    }
+    Redirect::to(&url).into_response()
+}
+
+#[derive(serde::Deserialize)]
+struct CallbackQuery {
+    code: Option<String>,
+    state: Option<String>,
+    error: Option<String>,
+    error_description: Option<String>,
+}
+
+async fn callback(
+    State(state): State<AppState>,
+    session: Session,
+    Query(query): Query<CallbackQuery>,
+) -> Response {
+    let Some(oidc) = &state.service.oidc else {
+        return back_to_sign_in("off");
+    };
+    // Taken out whatever happens next: an answer is good for one try.
+    let pending = session.remove::<Pending>(PENDING_KEY).await.ok().flatten();
+    if let Some(error) = query.error {
+        tracing::info!(%error, description = ?query.error_description, "the identity provider refused a sign-in");
+        return back_to_sign_in("refused");
+    }
+    let (Some(pending), Some(code), Some(answer_state)) = (pending, query.code, query.state) else {
+        return back_to_sign_in("expired");
+    };
+    let identity = match oidc.finish(&pending, &answer_state, &code).await {
+        Ok(identity) => identity,
+        Err(OidcError::Stale) => return back_to_sign_in("expired"),
+        Err(OidcError::Claims(why)) => {
+            tracing::warn!(%why, "an OpenID Connect sign-in without a usable name");
+            return back_to_sign_in("no-name");
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "an OpenID Connect sign-in failed");
+            return back_to_sign_in("failed");
+        }
+    };
+    match state.service.oidc_sign_in(&session, &identity).await {
+        Ok(_) => Redirect::to(pending.next.as_deref().unwrap_or("/")).into_response(),
+        Err(AppError::Conflict(why)) => {
+            tracing::warn!(%why, subject = %identity.subject, "an OpenID Connect name is taken");
+            back_to_sign_in("taken")
+        }
+        Err(AppError::Invalid(why)) => {
+            tracing::warn!(%why, subject = %identity.subject, "an OpenID Connect name is not a user name");
+            back_to_sign_in("no-name")
+        }
+        Err(AppError::SignInFailed(_)) => back_to_sign_in("locked"),
+        Err(e) => {
+            tracing::error!(error = %e, "signing in an OpenID Connect identity");
+            back_to_sign_in("failed")
+        }
+    }
+}
+
+fn back_to_sign_in(code: &str) -> Response {
+    Redirect::to(&format!("/login?sso={code}")).into_response()
+}
