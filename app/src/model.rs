@@ -36,6 +36,9 @@ pub struct Viewer {
     /// What the credential of this request may do: everything for a browser's sign-in, what
     /// was granted for an API token.
     pub scopes: crate::domain::scope::Scopes,
+    /// When the API token of this request expires, if it does: what it makes expires by then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_expires_at_ms: Option<i64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -207,11 +207,16 @@ pub struct Caller {
     pub user: UserRecord,
     /// Everything for a browser's sign-in; what was granted for an API token.
     pub scopes: Scopes,
+    /// When the API token expires, if it does.
+    pub token_expires_at: Option<i64>,
 }
 
 impl Caller {
     pub fn viewer(&self) -> app::model::Viewer {
-        self.user.viewer(self.scopes)
+        app::model::Viewer {
+            token_expires_at_ms: self.token_expires_at,
+            ..self.user.viewer(self.scopes)
+        }
     }
 }
 
@@ -312,11 +317,16 @@ impl Authenticator {
             self.store
                 .user_by_token_hash(&token_hash(key))
                 .await?
-                .map(|(user, scopes)| Caller { user, scopes })
+                .map(|owner| Caller {
+                    user: owner.user,
+                    scopes: owner.scopes,
+                    token_expires_at: owner.expires_at,
+                })
         } else {
             self.user_of_cookie(key).await?.map(|user| Caller {
                 user,
                 scopes: Scopes::ALL,
+                token_expires_at: None,
             })
         };
         let user = caller.filter(|c| !c.user.locked).map(Arc::new);

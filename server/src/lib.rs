@@ -336,6 +336,7 @@ async fn serve_connections(
         };
         // Small writes (WebSocket frames, short responses) go out at once.
         let _ = tcp.set_nodelay(true);
+        keep_alive(&tcp);
         let front = app.front_holding(peer.ip(), Some(Arc::new(permit)));
         let connection = http
             .serve_connection(hyper_util::rt::TokioIo::new(tcp), front)
@@ -361,6 +362,33 @@ async fn serve_connections(
         .is_err()
     {
         tracing::warn!("requests still open after {DRAIN_TIMEOUT:?}; closing them");
+    }
+}
+
+/// Has the kernel probe an idle client connection after a minute, so that one whose client
+/// vanished (a laptop closed on an open WebSocket) ends within about two more and gives its
+/// place under the cap back.
+fn keep_alive(tcp: &tokio::net::TcpStream) {
+    use std::os::fd::AsRawFd;
+    let fd = tcp.as_raw_fd();
+    for (level, option, value) in [
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 60),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 15),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 8),
+    ] {
+        let value: libc::c_int = value;
+        // SAFETY: `fd` is the open socket `tcp` owns; `value` outlives the call and its size
+        // is passed with it.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                option,
+                (&value as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
     }
 }
 
@@ -514,5 +542,41 @@ pub mod anyhow_lite {
     pub type Result<T> = std::result::Result<T, Error>;
     pub fn wrap<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> Error {
         move |e| Error(format!("{what}: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd;
+
+    fn option(tcp: &tokio::net::TcpStream, level: libc::c_int, name: libc::c_int) -> libc::c_int {
+        let mut value: libc::c_int = -1;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `value` and `len` are valid for the call to fill in.
+        let done = unsafe {
+            libc::getsockopt(
+                tcp.as_raw_fd(),
+                level,
+                name,
+                (&mut value as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(done, 0);
+        value
+    }
+
+    #[tokio::test]
+    async fn client_connections_are_probed_when_idle() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        assert_eq!(option(&accepted, libc::SOL_SOCKET, libc::SO_KEEPALIVE), 0);
+        super::keep_alive(&accepted);
+        assert_eq!(option(&accepted, libc::SOL_SOCKET, libc::SO_KEEPALIVE), 1);
+        assert_eq!(option(&accepted, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE), 60);
+        assert_eq!(option(&accepted, libc::IPPROTO_TCP, libc::TCP_KEEPCNT), 8);
     }
 }

@@ -74,6 +74,12 @@ impl OidcConfig {
         if !is_url(&self.issuer) {
             return Some(("issuer", "must be an http(s) URL".into()));
         }
+        if !secure_or_local(&self.issuer) {
+            return Some((
+                "issuer",
+                "must be https (plain http only on this machine: 127.0.0.1, ::1, localhost)".into(),
+            ));
+        }
         if self.client_id.trim().is_empty() {
             return Some(("client_id", "must not be empty".into()));
         }
@@ -90,6 +96,22 @@ impl OidcConfig {
             return Some(("username_claim", "must not be empty".into()));
         }
         None
+    }
+}
+
+/// Whether `url` is https, or http to this machine: the provider's keys decide who may sign in,
+/// so they never travel where they could be swapped.
+fn secure_or_local(url: &str) -> bool {
+    let Ok(uri) = url.parse::<http::Uri>() else {
+        return false;
+    };
+    match uri.scheme_str() {
+        Some("https") => true,
+        Some("http") => matches!(
+            uri.host(),
+            Some("127.0.0.1" | "localhost" | "[::1]" | "::1")
+        ),
+        _ => false,
     }
 }
 
@@ -270,6 +292,12 @@ impl Oidc {
         ))
     }
 
+    /// Whether `state` is the answer this pending sign-in waits for (and not too late).
+    pub fn answers(pending: &Pending, state: &str) -> bool {
+        crate::store::now_ms() - pending.started_at_ms < PENDING_FOR_MS
+            && constant_time_eq(state.as_bytes(), pending.state.as_bytes())
+    }
+
     /// Checks the provider's answer against the pending sign-in and returns who it vouched for.
     pub async fn finish(
         &self,
@@ -277,8 +305,7 @@ impl Oidc {
         state: &str,
         code: &str,
     ) -> Result<Identity, OidcError> {
-        let fresh = crate::store::now_ms() - pending.started_at_ms < PENDING_FOR_MS;
-        if !fresh || !constant_time_eq(state.as_bytes(), pending.state.as_bytes()) {
+        if !Oidc::answers(pending, state) {
             return Err(OidcError::Stale);
         }
         let metadata = self.metadata(false).await?;
@@ -357,6 +384,23 @@ impl Oidc {
             self.config.issuer.trim_end_matches('/')
         );
         let discovery: Discovery = self.get_json(&url, None).await?;
+        for (what, endpoint) in [
+            (
+                "authorization_endpoint",
+                Some(&discovery.authorization_endpoint),
+            ),
+            ("token_endpoint", Some(&discovery.token_endpoint)),
+            ("jwks_uri", Some(&discovery.jwks_uri)),
+            ("userinfo_endpoint", discovery.userinfo_endpoint.as_ref()),
+        ] {
+            if let Some(endpoint) = endpoint
+                && !secure_or_local(endpoint)
+            {
+                return Err(OidcError::Provider(format!(
+                    "its {what} {endpoint:?} is not https"
+                )));
+            }
+        }
         if discovery.issuer != self.config.issuer {
             return Err(OidcError::Provider(format!(
                 "its discovery document names the issuer {:?}, not the configured {:?}",
@@ -577,8 +621,9 @@ fn check_claims(
     if !audiences.contains(&client_id) {
         return bad(format!("meant for {audiences:?}, not this server"));
     }
-    if audiences.len() > 1 && claims.get("azp").and_then(Value::as_str) != Some(client_id) {
-        return bad("meant for several parties, and its azp is not this server".into());
+    let azp = claims.get("azp").and_then(Value::as_str);
+    if (audiences.len() > 1 || azp.is_some()) && azp != Some(client_id) {
+        return bad("its authorized party (azp) is not this server".into());
     }
     match claims.get("exp").and_then(Value::as_i64) {
         Some(exp) if exp + LEEWAY_SECONDS > now_seconds => {}
@@ -653,7 +698,17 @@ fn identity(
             .map(String::from)
             .collect(),
         Some(Value::String(group)) => vec![group.clone()],
-        _ => Vec::new(),
+        _ => {
+            if !config.admin_groups.is_empty() {
+                // Everyone would be a plain user: most likely the scope that carries groups
+                // is missing from `oidc.scopes`.
+                tracing::warn!(
+                    claim = %config.groups_claim,
+                    "the identity provider sent no groups claim, so nobody is an admin by group; is its scope in oidc.scopes?"
+                );
+            }
+            Vec::new()
+        }
     };
     Ok(Identity {
         subject: format!("{issuer}|{sub}"),
@@ -801,6 +856,7 @@ mod tests {
             (with("iss", json!("https://evil.example")), "issued by"),
             (with("aud", json!("another-app")), "meant for"),
             (with("aud", json!(["sandbox", "another-app"])), "azp"),
+            (with("azp", json!("another-app")), "azp"),
             (with("exp", json!(now - 120)), "expired"),
             (with("iat", json!(now + 3600)), "future"),
             (with("nonce", json!("n2")), "nonce"),
@@ -876,5 +932,11 @@ mod tests {
         let mut bad = config();
         bad.issuer = "id.example".into();
         assert_eq!(bad.problem().unwrap().0, "issuer");
+        bad.issuer = "http://id.example".into();
+        assert_eq!(bad.problem().unwrap().0, "issuer", "plain http elsewhere");
+        bad.issuer = "http://127.0.0.1:4000".into();
+        assert!(bad.problem().is_none(), "plain http on this machine");
+        assert!(secure_or_local("http://localhost:8080/x"));
+        assert!(!secure_or_local("http://10.0.0.1/x"));
     }
 }

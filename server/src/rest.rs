@@ -148,20 +148,25 @@ async fn health(State(state): State<AppState>) -> ApiResult<Json<serde_json::Val
 struct Me {
     #[serde(flatten)]
     viewer: Viewer,
-    credits: app::model::CreditsView,
+    /// With the scope `read` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    credits: Option<app::model::CreditsView>,
 }
 
+/// Who the caller is, for any of their tokens; their credits, for one that may read.
 async fn me(State(state): State<AppState>, ApiUser(viewer): ApiUser) -> ApiResult<Json<Me>> {
-    let (balance, held) = state
-        .service
-        .store
-        .credits(&viewer.id)
-        .await
-        .map_err(AppError::from)?;
-    Ok(Json(Me {
-        viewer,
-        credits: app::model::CreditsView { balance, held },
-    }))
+    let credits = if viewer.scopes.allows(app::domain::scope::Scope::Read) {
+        let (balance, held) = state
+            .service
+            .store
+            .credits(&viewer.id)
+            .await
+            .map_err(AppError::from)?;
+        Some(app::model::CreditsView { balance, held })
+    } else {
+        None
+    };
+    Ok(Json(Me { viewer, credits }))
 }
 
 /// A session as the API shows it: the view plus the seconds left.

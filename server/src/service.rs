@@ -946,7 +946,13 @@ impl Service {
                     .await
                 {
                     Ok(user) => user,
-                    Err(StoreError::Duplicate(_)) => return Err(taken()),
+                    // Made a moment ago by this person's other sign-in (two tabs, two
+                    // replicas), or the name was taken since.
+                    Err(StoreError::Duplicate(_)) => self
+                        .store
+                        .user_by_oidc_subject(&identity.subject)
+                        .await?
+                        .ok_or_else(taken)?,
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -1040,7 +1046,12 @@ impl Service {
             )));
         }
         let (token, hash) = auth::new_api_token();
-        let expires_at = days.map(|d| crate::store::now_ms() + i64::from(d) * 86_400_000);
+        let asked = days.map(|d| crate::store::now_ms() + i64::from(d) * 86_400_000);
+        // A token that expires makes none that outlives it.
+        let expires_at = match (asked, viewer.token_expires_at_ms) {
+            (Some(asked), Some(limit)) => Some(asked.min(limit)),
+            (asked, limit) => asked.or(limit),
+        };
         let id = self
             .store
             .create_token(&viewer.id, &hash, label, scopes, expires_at)

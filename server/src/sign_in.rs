@@ -78,13 +78,24 @@ async fn callback(
     let Some(oidc) = &state.service.oidc else {
         return back_to_sign_in("off");
     };
-    // Taken out whatever happens next: an answer is good for one try.
-    let pending = session.remove::<Pending>(PENDING_KEY).await.ok().flatten();
+    // Only the answer to this browser's sign-in touches it: another (a link from elsewhere,
+    // an old tab) leaves it waiting.
+    let pending = session.get::<Pending>(PENDING_KEY).await.ok().flatten();
+    let Some(pending) = pending.filter(|p| {
+        query
+            .state
+            .as_deref()
+            .is_some_and(|state| crate::oidc::Oidc::answers(p, state))
+    }) else {
+        return back_to_sign_in("expired");
+    };
+    // Taken out now: an answer is good for one try.
+    let _ = session.remove::<Pending>(PENDING_KEY).await;
     if let Some(error) = query.error {
         tracing::info!(%error, description = ?query.error_description, "the identity provider refused a sign-in");
         return back_to_sign_in("refused");
     }
-    let (Some(pending), Some(code), Some(answer_state)) = (pending, query.code, query.state) else {
+    let (Some(code), Some(answer_state)) = (query.code, query.state) else {
         return back_to_sign_in("expired");
     };
     let identity = match oidc.finish(&pending, &answer_state, &code).await {

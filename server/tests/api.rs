@@ -1162,6 +1162,30 @@ async fn tokens_do_only_what_their_scopes_allow() {
         assert_eq!(refused.json()["error"], "invalid", "{bad}");
     }
     forbidden(app.get(&editor, Some(&launcher)).await, "access");
+    // Only a token that may read sees the credits.
+    assert!(app.get("/api/v1/me", Some(&reader)).await.json()["credits"]["balance"].is_i64());
+    let notebook_me = app.get("/api/v1/me", Some(&notebook)).await.json();
+    assert_eq!(notebook_me["name"], "sage");
+    assert!(notebook_me.get("credits").is_none(), "{notebook_me}");
+    // A token that expires makes none that outlives it.
+    let made = make(
+        &full,
+        json!({ "label": "day", "days": 1, "scopes": ["tokens"] }),
+    )
+    .await
+    .json();
+    let (day, day_ends) = (
+        made["token"].as_str().unwrap().to_string(),
+        made["expires_at_ms"].as_i64().unwrap(),
+    );
+    for asked in [
+        json!({ "label": "forever" }),
+        json!({ "label": "month", "days": 30 }),
+    ] {
+        let child = make(&day, asked.clone()).await;
+        child.assert_status(StatusCode::CREATED);
+        assert_eq!(child.json()["expires_at_ms"], day_ends, "{asked}");
+    }
     app.delete(&session, Some(&launcher))
         .await
         .assert_status(StatusCode::OK);

@@ -229,10 +229,17 @@ async fn people_sign_in_through_the_provider_and_get_their_own_accounts() {
         "a new session id"
     );
 
-    // Without the admin group: a user.
-    let (answer, cookies) = round_trip(&app, &provider, "omar").await;
-    assert_eq!(location(&answer), "/s/x/lab");
-    assert_eq!(me(&app, &cookies).await.json()["role"], "user");
+    // Without the admin group: a user. Two first sign-ins at once (two tabs) both get in, to
+    // the one account.
+    let ((first, one), (second, other)) = tokio::join!(
+        round_trip(&app, &provider, "omar"),
+        round_trip(&app, &provider, "omar")
+    );
+    assert_eq!(location(&first), "/s/x/lab");
+    assert_eq!(location(&second), "/s/x/lab");
+    let (one, other) = (me(&app, &one).await.json(), me(&app, &other).await.json());
+    assert_eq!(one["role"], "user");
+    assert_eq!(one["id"], other["id"]);
 
     // A provider's "admin" does not become the local admin account.
     app.service
@@ -288,16 +295,29 @@ async fn an_answer_that_is_not_for_this_browser_signs_nobody_in() {
     )
     .await;
     assert_eq!(location(&forged), "/login?sso=expired");
-    // The provider's refusal.
+    // A stray answer (a link from elsewhere) leaves this browser's sign-in waiting; the
+    // provider's refusal of it ends it, once.
     let started = get(&app, &app.url("/auth/oidc/login"), &browser).await;
     browser.extend(cookies_set(&started));
-    let refused = get(
+    let to_provider = location(&started);
+    let state = to_provider
+        .split(['?', '&'])
+        .find_map(|pair| pair.strip_prefix("state="))
+        .expect("a state");
+    let stray = get(
         &app,
         &app.url("/auth/oidc/callback?error=access_denied&state=x"),
         &browser,
     )
     .await;
+    assert_eq!(location(&stray), "/login?sso=expired");
+    let refusal = app.url(&format!(
+        "/auth/oidc/callback?error=access_denied&state={state}"
+    ));
+    let refused = get(&app, &refusal, &browser).await;
     assert_eq!(location(&refused), "/login?sso=refused");
+    let again = get(&app, &refusal, &browser).await;
+    assert_eq!(location(&again), "/login?sso=expired");
     assert_eq!(me(&app, &browser).await.status, StatusCode::UNAUTHORIZED);
     // After signing in, the browser goes to a path of ours only.
     let (outside, _) = round_trip_from(

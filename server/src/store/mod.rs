@@ -469,22 +469,25 @@ impl Store {
         Ok(true)
     }
 
-    /// The user of an unexpired token, and what the token may do.
-    pub async fn user_by_token_hash(
-        &self,
-        token_hash: &str,
-    ) -> Result<Option<(UserRecord, Scopes)>> {
+    /// The user of an unexpired token, what the token may do and when it expires.
+    pub async fn user_by_token_hash(&self, token_hash: &str) -> Result<Option<TokenOwner>> {
         let columns = USER_COLUMNS.replace("id,", "u.id,");
         let row = sqlx::query(&format!(
-            "SELECT {columns}, t.scopes FROM api_tokens t JOIN users u ON u.id = t.user_id
+            "SELECT {columns}, t.scopes, t.expires_at FROM api_tokens t JOIN users u ON u.id = t.user_id
              WHERE t.token_hash = $1 AND (t.expires_at IS NULL OR t.expires_at > $2)"
         ))
         .bind(token_hash)
         .bind(now_ms())
         .fetch_optional(&self.pool)
         .await?;
-        row.map(|r| Ok((UserRecord::from_row(&r)?, scopes_of(&r)?)))
-            .transpose()
+        row.map(|r| {
+            Ok(TokenOwner {
+                user: UserRecord::from_row(&r)?,
+                scopes: scopes_of(&r)?,
+                expires_at: r.try_get("expires_at")?,
+            })
+        })
+        .transpose()
     }
 
     // ---- credits ----

@@ -37,6 +37,14 @@ pub struct TokenRecord {
     pub expires_at: Option<i64>,
 }
 
+/// Whom a token stands for, and what it may do until when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenOwner {
+    pub user: UserRecord,
+    pub scopes: Scopes,
+    pub expires_at: Option<i64>,
+}
+
 #[derive(Clone, PartialEq, Eq)]
 pub struct UserRecord {
     pub id: String,
@@ -80,6 +88,7 @@ impl UserRecord {
             name: self.name.clone(),
             role: self.role,
             scopes,
+            token_expires_at_ms: None,
         }
     }
 }

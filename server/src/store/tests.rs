@@ -338,12 +338,19 @@ async fn token_lookup(store: Store) {
         .unwrap();
 
     let found = store.user_by_token_hash("hash-forever").await.unwrap();
-    assert_eq!(found, Some((alice.clone(), Scopes::ALL)));
+    assert_eq!(
+        found,
+        Some(TokenOwner {
+            user: alice.clone(),
+            scopes: Scopes::ALL,
+            expires_at: None
+        })
+    );
     let found = store.user_by_token_hash("hash-later").await.unwrap();
     assert_eq!(
-        found.map(|(u, scopes)| (u.id, scopes)),
-        Some((alice.id.clone(), read_access)),
-        "a token keeps the scopes it was made with"
+        found.map(|o| (o.user.id, o.scopes, o.expires_at)),
+        Some((alice.id.clone(), read_access, Some(now + 3_600_000))),
+        "a token keeps the scopes and expiry it was made with"
     );
     let listed = store.tokens_of(&alice.id).await.unwrap();
     let mut scopes: Vec<_> = listed
