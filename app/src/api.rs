@@ -6,7 +6,7 @@
 #[cfg(feature = "ssr")]
 use crate::domain::launch::LaunchRequest;
 use crate::error::AppError;
-use crate::model::{Dashboard, SessionView, Viewer};
+use crate::model::{Dashboard, NewToken, SessionView, TokensPage, Viewer};
 use leptos::prelude::*;
 
 #[cfg(feature = "ssr")]
@@ -32,6 +32,15 @@ mod backend {
         async fn logout(&self, request: &http::request::Parts) -> Result<(), AppError>;
         /// The OpenID Connect provider's name for "Sign in with …", when one is configured.
         fn single_sign_on(&self) -> Option<String>;
+        /// The viewer's tokens and what making one takes.
+        async fn tokens_page(&self, request: &http::request::Parts)
+        -> Result<TokensPage, AppError>;
+        async fn make_token(
+            &self,
+            request: &http::request::Parts,
+            form: TokenForm,
+        ) -> Result<NewToken, AppError>;
+        async fn revoke_token(&self, viewer: &Viewer, id: &str) -> Result<(), AppError>;
         async fn dashboard(&self, viewer: &Viewer) -> Result<Dashboard, AppError>;
         async fn launch(
             &self,
@@ -88,6 +97,14 @@ mod backend {
 
     pub(super) async fn logout() -> Result<(), AppError> {
         backend()?.logout(&parts()?).await
+    }
+
+    pub(super) async fn tokens_page() -> Result<TokensPage, AppError> {
+        backend()?.tokens_page(&parts()?).await
+    }
+
+    pub(super) async fn make_token(form: TokenForm) -> Result<NewToken, AppError> {
+        backend()?.make_token(&parts()?, form).await
     }
 }
 
@@ -168,4 +185,31 @@ pub async fn heartbeat(id: String, input: bool) -> Result<SessionView, AppError>
 pub async fn extend_session(id: String, minutes: u32) -> Result<SessionView, AppError> {
     let viewer = backend::require_viewer().await?;
     backend::backend()?.extend(&viewer, &id, minutes).await
+}
+
+/// A new token as the tokens page asks for it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TokenForm {
+    pub label: String,
+    /// Days until it expires; never when left out.
+    pub days: Option<u32>,
+    pub scopes: crate::domain::scope::Scopes,
+    /// The account's password, for accounts that have one.
+    pub password: Option<String>,
+}
+
+#[server]
+pub async fn load_tokens() -> Result<TokensPage, AppError> {
+    backend::tokens_page().await
+}
+
+#[server]
+pub async fn make_token(form: TokenForm) -> Result<NewToken, AppError> {
+    backend::make_token(form).await
+}
+
+#[server]
+pub async fn revoke_token(id: String) -> Result<(), AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.revoke_token(&viewer, &id).await
 }

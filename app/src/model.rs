@@ -165,3 +165,47 @@ pub struct Dashboard {
     /// "not enforced", "enforced by HAMi-core", …
     pub enforcement: String,
 }
+
+/// An API token as its owner may see it: never its secret, which only its hash stands for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRecord {
+    pub id: String,
+    pub label: String,
+    pub scopes: crate::domain::scope::Scopes,
+    #[serde(rename = "created_at_ms")]
+    pub created_at: i64,
+    #[serde(rename = "expires_at_ms")]
+    pub expires_at: Option<i64>,
+}
+
+/// A token just made: the only time its secret is shown.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewToken {
+    pub id: String,
+    pub label: String,
+    pub scopes: crate::domain::scope::Scopes,
+    pub token: String,
+    #[serde(rename = "expires_at_ms")]
+    pub expires_at: Option<i64>,
+}
+
+/// How a browser's sign-in proves it is the person before it makes a lasting credential: a
+/// script in an editor's page (served from our origin) could otherwise make one from the cookie.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Confirmation {
+    /// The account's password, sent with the request.
+    Password,
+    /// A sign-in at the identity provider within the last few minutes (accounts without a
+    /// password); `fresh` when there was one.
+    SingleSignOn { provider: String, fresh: bool },
+    /// Nothing more: the request carries an API token.
+    None,
+}
+
+/// The tokens page.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokensPage {
+    pub viewer: Viewer,
+    pub tokens: Vec<TokenRecord>,
+    pub confirmation: Confirmation,
+}

@@ -12,6 +12,8 @@ use tower_sessions::SessionStore;
 
 pub const SESSION_COOKIE: &str = "sandbox_session";
 pub const USER_KEY: &str = "user_id";
+/// When this browser last confirmed who it is at the identity provider (ms), in its session.
+pub const SSO_CONFIRMED_KEY: &str = "sso_confirmed_at";
 /// How long a sign-in lasts without use.
 pub const SIGN_IN_IDLE_DAYS: i64 = 7;
 const TOKEN_PREFIX: &str = "gsb_";

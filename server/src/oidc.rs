@@ -147,6 +147,9 @@ pub struct Pending {
     /// Where to go after signing in (a local path).
     pub next: Option<String>,
     started_at_ms: i64,
+    /// The provider was asked to have the person sign in again, now (see [`Identity::confirmed`]).
+    #[serde(default)]
+    confirm: bool,
 }
 
 /// A person the provider vouched for.
@@ -156,6 +159,9 @@ pub struct Identity {
     pub subject: String,
     pub name: String,
     pub groups: Vec<String>,
+    /// The person signed in at the provider just now, having been asked to (`prompt=login`):
+    /// enough to make a lasting credential for an account without a password.
+    pub confirmed: bool,
 }
 
 /// The provider's endpoints, from its discovery document.
@@ -267,7 +273,13 @@ impl Oidc {
     }
 
     /// Where to send the browser to sign in, and what its session must keep until it returns.
-    pub async fn start(&self, next: Option<String>) -> Result<(String, Pending), OidcError> {
+    /// With `confirm`, the provider is asked to have the person sign in again rather than pass
+    /// them through on its own session.
+    pub async fn start(
+        &self,
+        next: Option<String>,
+        confirm: bool,
+    ) -> Result<(String, Pending), OidcError> {
         let metadata = self.metadata(false).await?;
         let client = self.client(&metadata.discovery)?;
         let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
@@ -279,6 +291,11 @@ impl Oidc {
         for scope in &self.config.scopes {
             request = request.add_scope(Scope::new(scope.clone()));
         }
+        if confirm {
+            request = request
+                .add_extra_param("prompt", "login")
+                .add_extra_param("max_age", "0");
+        }
         let (url, state) = request.url();
         Ok((
             url.to_string(),
@@ -288,6 +305,7 @@ impl Oidc {
                 verifier: verifier.secret().clone(),
                 next,
                 started_at_ms: crate::store::now_ms(),
+                confirm,
             },
         ))
     }
@@ -341,7 +359,10 @@ impl Oidc {
                 .await?;
             merge_userinfo(&mut claims, info)?;
         }
-        identity(&claims, &metadata.discovery.issuer, &self.config)
+        let mut identity = identity(&claims, &metadata.discovery.issuer, &self.config)?;
+        identity.confirmed =
+            pending.confirm && signed_in_since(&claims, pending.started_at_ms / 1000);
+        Ok(identity)
     }
 
     fn client(&self, discovery: &Discovery) -> Result<OidcClient, OidcError> {
@@ -653,6 +674,14 @@ fn check_claims(
     Ok(())
 }
 
+/// Whether the claims say the person signed in at the provider at `since` (seconds) or later.
+fn signed_in_since(claims: &Map<String, Value>, since: i64) -> bool {
+    claims
+        .get("auth_time")
+        .and_then(Value::as_i64)
+        .is_some_and(|at| at + LEEWAY_SECONDS >= since)
+}
+
 /// Adds the userinfo claims the ID token lacks; they must be about the same subject.
 fn merge_userinfo(
     claims: &mut Map<String, Value>,
@@ -714,6 +743,7 @@ fn identity(
         subject: format!("{issuer}|{sub}"),
         name: name.to_string(),
         groups,
+        confirmed: false,
     })
 }
 
@@ -901,6 +931,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("preferred_username"), "{err}");
+    }
+
+    #[test]
+    fn a_confirmation_needs_a_sign_in_at_the_provider_since_it_was_asked_for() {
+        let asked = 1_700_000_000;
+        let at = |t: i64| json!({ "auth_time": t }).as_object().unwrap().clone();
+        assert!(signed_in_since(&at(asked + 5), asked));
+        assert!(
+            signed_in_since(&at(asked - 30), asked),
+            "within the clock leeway"
+        );
+        assert!(!signed_in_since(&at(asked - 3600), asked), "an old sign-in");
+        assert!(!signed_in_since(&Map::new(), asked), "no auth_time");
     }
 
     #[test]

@@ -397,14 +397,23 @@ async fn create_token(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
     headers: http::HeaderMap,
+    session: tower_sessions::Session,
     ApiJson(request): ApiJson<TokenRequest>,
 ) -> ApiResult<(StatusCode, Json<crate::service::NewToken>)> {
-    if crate::auth::bearer_token(&headers).is_none() {
-        state
-            .service
-            .confirm_password(&viewer, request.password.as_deref().unwrap_or_default())
-            .await?;
-    }
+    let confirmed_at = session
+        .get::<i64>(crate::auth::SSO_CONFIRMED_KEY)
+        .await
+        .ok()
+        .flatten();
+    state
+        .service
+        .confirm_token_maker(
+            &viewer,
+            crate::auth::bearer_token(&headers).is_some(),
+            request.password.as_deref(),
+            confirmed_at,
+        )
+        .await?;
     let token = state
         .service
         .create_token(&viewer, &request.label, request.scopes, request.days)

@@ -931,10 +931,7 @@ impl Service {
             None => {
                 let name = checked_user_name(&identity.name)?;
                 // Never by name: a provider's user named like a local account (the first
-                // admin, say) must not become it.
-                if self.store.user_by_name(name).await?.is_some() {
-                    return Err(taken());
-                }
+                // admin, say) must not become it. The name's uniqueness refuses that.
                 match self
                     .store
                     .create_oidc_user(
@@ -946,8 +943,8 @@ impl Service {
                     .await
                 {
                     Ok(user) => user,
-                    // Made a moment ago by this person's other sign-in (two tabs, two
-                    // replicas), or the name was taken since.
+                    // The name is another account's, unless this person's other sign-in
+                    // (two tabs, two replicas) made this one a moment ago.
                     Err(StoreError::Duplicate(_)) => self
                         .store
                         .user_by_oidc_subject(&identity.subject)
@@ -1065,19 +1062,64 @@ impl Service {
         })
     }
 
-    /// Asks for the viewer's password again before something only its owner should do.
-    pub async fn confirm_password(&self, viewer: &Viewer, password: &str) -> Result<(), AppError> {
-        let hash = self
+    /// What a browser's sign-in must show to make a token: see [`Confirmation`].
+    /// `confirmed_at` is when this browser last confirmed at the identity provider.
+    pub async fn confirmation(
+        &self,
+        viewer: &Viewer,
+        by_token: bool,
+        confirmed_at: Option<i64>,
+    ) -> Result<Confirmation, AppError> {
+        if by_token {
+            return Ok(Confirmation::None);
+        }
+        let user = self
             .store
             .user_by_id(&viewer.id)
             .await?
-            .and_then(|u| u.password_hash);
-        if auth::check_password(password.to_string(), hash).await {
-            Ok(())
-        } else {
-            Err(AppError::Forbidden(
-                "send your password (`password`) to make a token from a browser's sign-in".into(),
-            ))
+            .ok_or(AppError::Unauthenticated)?;
+        Ok(match (&user.password_hash, &self.oidc) {
+            (None, Some(oidc)) => Confirmation::SingleSignOn {
+                provider: oidc.config.display_name.clone(),
+                fresh: confirmed_at
+                    .is_some_and(|at| crate::store::now_ms() - at < SSO_CONFIRMATION_MS),
+            },
+            _ => Confirmation::Password,
+        })
+    }
+
+    /// Refuses unless the request shows what [`Self::confirmation`] asks for.
+    pub async fn confirm_token_maker(
+        &self,
+        viewer: &Viewer,
+        by_token: bool,
+        password: Option<&str>,
+        confirmed_at: Option<i64>,
+    ) -> Result<(), AppError> {
+        match self.confirmation(viewer, by_token, confirmed_at).await? {
+            Confirmation::None | Confirmation::SingleSignOn { fresh: true, .. } => Ok(()),
+            Confirmation::SingleSignOn { provider, .. } => Err(AppError::Forbidden(format!(
+                "confirm who you are with {provider} first (it asks you to sign in again), then make the token within {} minutes",
+                SSO_CONFIRMATION_MS / 60_000
+            ))),
+            Confirmation::Password => {
+                let Some(password) = password.filter(|p| !p.is_empty()) else {
+                    return Err(AppError::Forbidden(
+                        "send your password (`password`) to make a token from a browser's sign-in"
+                            .into(),
+                    ));
+                };
+                let hash = self
+                    .store
+                    .user_by_id(&viewer.id)
+                    .await?
+                    .and_then(|u| u.password_hash);
+                if auth::check_password(password.to_string(), hash).await {
+                    Ok(())
+                } else {
+                    Err(AppError::Forbidden("That is not your password.".into()))
+                }
+            }
         }
     }
 
@@ -1106,19 +1148,13 @@ fn is_invisible(c: char) -> bool {
     matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{FEFF}')
 }
 
+/// How long a confirmation at the identity provider lets a browser's sign-in make tokens.
+const SSO_CONFIRMATION_MS: i64 = 5 * 60 * 1000;
+
 /// The longest a token may last when it expires at all.
 const MAX_TOKEN_DAYS: u32 = 365;
 
-/// A token just made: the only time its secret is shown.
-#[derive(Debug, serde::Serialize)]
-pub struct NewToken {
-    pub id: String,
-    pub label: String,
-    pub scopes: Scopes,
-    pub token: String,
-    #[serde(rename = "expires_at_ms")]
-    pub expires_at: Option<i64>,
-}
+pub use app::model::NewToken;
 
 /// A user name as given, trimmed, if it is one: 1 to 64 characters, without '/', control or
 /// invisible characters.
@@ -1136,6 +1172,20 @@ fn checked_user_name(name: &str) -> Result<&str, AppError> {
         ));
     }
     Ok(name)
+}
+
+fn by_token(request: &http::request::Parts) -> bool {
+    auth::bearer_token(&request.headers).is_some()
+}
+
+/// When this browser last confirmed who it is at the identity provider.
+pub async fn sso_confirmed_at(request: &http::request::Parts) -> Option<i64> {
+    let session = request.extensions.get::<tower_sessions::Session>()?;
+    session
+        .get::<i64>(auth::SSO_CONFIRMED_KEY)
+        .await
+        .ok()
+        .flatten()
 }
 
 /// The pages' door: server functions call these through `Arc<dyn Backend>`.
@@ -1187,6 +1237,48 @@ impl app::api::Backend for PagesBackend {
 
     async fn dashboard(&self, viewer: &Viewer) -> Result<Dashboard, AppError> {
         self.0.dashboard(viewer).await
+    }
+
+    async fn tokens_page(&self, request: &http::request::Parts) -> Result<TokensPage, AppError> {
+        let viewer = self
+            .viewer(request)
+            .await?
+            .ok_or(AppError::Unauthenticated)?;
+        let confirmation = self
+            .0
+            .confirmation(&viewer, by_token(request), sso_confirmed_at(request).await)
+            .await?;
+        Ok(TokensPage {
+            tokens: self.0.tokens(&viewer).await?,
+            viewer,
+            confirmation,
+        })
+    }
+
+    async fn make_token(
+        &self,
+        request: &http::request::Parts,
+        form: app::api::TokenForm,
+    ) -> Result<NewToken, AppError> {
+        let viewer = self
+            .viewer(request)
+            .await?
+            .ok_or(AppError::Unauthenticated)?;
+        self.0
+            .confirm_token_maker(
+                &viewer,
+                by_token(request),
+                form.password.as_deref(),
+                sso_confirmed_at(request).await,
+            )
+            .await?;
+        self.0
+            .create_token(&viewer, &form.label, Some(form.scopes), form.days)
+            .await
+    }
+
+    async fn revoke_token(&self, viewer: &Viewer, id: &str) -> Result<(), AppError> {
+        self.0.revoke_token(viewer, id).await
     }
 
     async fn launch(

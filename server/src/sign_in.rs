@@ -26,6 +26,9 @@ pub fn router() -> Router<AppState> {
 #[derive(serde::Deserialize)]
 struct StartQuery {
     next: Option<String>,
+    /// Ask the person to sign in again at the provider (to make a token, say).
+    #[serde(default)]
+    confirm: bool,
 }
 
 async fn start(
@@ -37,7 +40,7 @@ async fn start(
         return back_to_sign_in("off");
     };
     let next = query.next.filter(|n| app::is_local_path(n));
-    let (url, pending) = match oidc.start(next).await {
+    let (url, pending) = match oidc.start(next, query.confirm).await {
         Ok(started) => started,
         Err(e) => {
             tracing::error!(error = %e, "starting an OpenID Connect sign-in");
@@ -111,7 +114,16 @@ async fn callback(
         }
     };
     match state.service.oidc_sign_in(&session, &identity).await {
-        Ok(_) => Redirect::to(pending.next.as_deref().unwrap_or("/")).into_response(),
+        Ok(_) => {
+            if identity.confirmed
+                && let Err(e) = session
+                    .insert(crate::auth::SSO_CONFIRMED_KEY, crate::store::now_ms())
+                    .await
+            {
+                tracing::error!(error = %e, "keeping a confirmation");
+            }
+            Redirect::to(pending.next.as_deref().unwrap_or("/")).into_response()
+        }
         Err(AppError::Conflict(why)) => {
             tracing::warn!(%why, subject = %identity.subject, "an OpenID Connect name is taken");
             back_to_sign_in("taken")

@@ -341,3 +341,56 @@ async fn without_a_provider_the_sign_in_page_offers_none() {
     assert_eq!(location(&start), "/login?sso=off");
     app.stop().await;
 }
+
+/// An account without a password makes a token from its browser only after confirming at the
+/// provider (asked to sign in again), and only for a few minutes after.
+#[tokio::test]
+async fn single_sign_on_accounts_make_tokens_after_confirming_at_the_provider() {
+    let provider = Provider::start().await;
+    let config = provider.config();
+    let app = TestApp::start_with(Some(FakeRuntime::new()), |c| c.oidc = Some(config)).await;
+    let (_, cookies) = round_trip(&app, &provider, "omar").await;
+    let make = async |cookies: &BTreeMap<String, String>| {
+        let request = Request::post(app.url("/api/v1/tokens"))
+            .header(
+                "cookie",
+                format!("sandbox_session={}", cookies["sandbox_session"]),
+            )
+            .header("sec-fetch-site", "same-origin")
+            .header("content-type", "application/json")
+            .body(Full::new(r#"{"label":"laptop","days":7}"#.into()))
+            .unwrap();
+        app.send(request).await
+    };
+    let refused = make(&cookies).await;
+    refused.assert_status(StatusCode::FORBIDDEN);
+    assert!(
+        refused.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("confirm who you are with Test IdP"),
+        "{}",
+        refused.json()
+    );
+    let asked = get(&app, &app.url("/auth/oidc/login?confirm=true"), &cookies).await;
+    let asked = location(&asked);
+    assert!(
+        asked.contains("prompt=login") && asked.contains("max_age=0"),
+        "the provider is asked to sign the person in again: {asked}"
+    );
+    let (answer, confirmed) = round_trip_from(
+        &app,
+        &provider,
+        "omar",
+        "/auth/oidc/login?confirm=true&next=/tokens",
+    )
+    .await;
+    assert_eq!(location(&answer), "/tokens");
+    let made = make(&confirmed).await;
+    made.assert_status(StatusCode::CREATED);
+    let token = made.json()["token"].as_str().unwrap().to_string();
+    let me = app.get("/api/v1/me", Some(&token)).await;
+    me.assert_status(StatusCode::OK);
+    assert_eq!(me.json()["name"], "omar");
+    app.stop().await;
+}

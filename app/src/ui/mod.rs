@@ -6,6 +6,7 @@ mod live;
 mod login;
 mod presence;
 mod session;
+mod tokens;
 
 use crate::error::AppError;
 use leptos::prelude::*;
@@ -42,6 +43,7 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/") view=dashboard::DashboardPage />
                 <Route path=path!("/login") view=login::LoginPage />
                 <Route path=path!("/sessions/:id") view=session::SessionPage />
+                <Route path=path!("/tokens") view=tokens::TokensPage />
             </Routes>
         </Router>
     }

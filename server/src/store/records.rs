@@ -25,17 +25,7 @@ pub(super) fn scopes_of(row: &AnyRow) -> Result<Scopes> {
     Scopes::parse(&text).map_err(|_| bad("token scopes"))
 }
 
-/// An API token as its owner may see it: never its secret, which only its hash stands for.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct TokenRecord {
-    pub id: String,
-    pub label: String,
-    pub scopes: Scopes,
-    #[serde(rename = "created_at_ms")]
-    pub created_at: i64,
-    #[serde(rename = "expires_at_ms")]
-    pub expires_at: Option<i64>,
-}
+pub use app::model::TokenRecord;
 
 /// Whom a token stands for, and what it may do until when.
 #[derive(Clone, Debug, PartialEq, Eq)]
