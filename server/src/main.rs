@@ -78,6 +78,10 @@ enum UserCommand {
     Lock { name: String },
     /// Unlock an account.
     Unlock { name: String },
+    /// Let an identity from the single sign-on provider sign in to this account (an existing
+    /// local one, say, whose name a provider's user has). IDENTITY is `<issuer>|<subject>`, as
+    /// the server's log names it when such a sign-in is refused.
+    Link { name: String, identity: String },
 }
 
 fn parse_scopes(text: &str) -> Result<Scopes, String> {
@@ -205,12 +209,28 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
             Ok(())
         }
         Command::User {
+            command: UserCommand::Link { name, identity },
+        } => {
+            let service = server::open_service(config)
+                .await
+                .map_err(|e| e.to_string())?;
+            let user = user_named(&service, &name).await?;
+            service
+                .link_identity(&user.id, &identity)
+                .await
+                .map_err(|e| e.to_string())?;
+            println!("{name} now signs in as {identity} too");
+            Ok(())
+        }
+        Command::User {
             command: command @ (UserCommand::Lock { .. } | UserCommand::Unlock { .. }),
         } => {
             let (name, locked) = match command {
                 UserCommand::Lock { name } => (name, true),
                 UserCommand::Unlock { name } => (name, false),
-                UserCommand::Add { .. } => unreachable!("matched above"),
+                UserCommand::Add { .. } | UserCommand::Link { .. } => {
+                    unreachable!("matched above")
+                }
             };
             let service = server::open_service(config)
                 .await

@@ -970,6 +970,25 @@ impl Service {
         self.begin_session(session, &user, "oidc").await
     }
 
+    /// Lets the single sign-on identity `subject` (`<issuer>|<sub>`) sign in to the account
+    /// `user_id`, in place of any it had.
+    pub async fn link_identity(&self, user_id: &str, subject: &str) -> Result<(), AppError> {
+        let well_formed = subject
+            .split_once('|')
+            .is_some_and(|(issuer, sub)| issuer.contains("://") && !sub.is_empty());
+        if !well_formed {
+            return Err(AppError::Invalid(
+                "an identity is `<issuer>|<subject>`, as the server's log names it".into(),
+            ));
+        }
+        match self.store.link_oidc(user_id, subject).await {
+            Err(StoreError::Duplicate(_)) => Err(AppError::Conflict(
+                "another account already signs in with that identity".into(),
+            )),
+            done => Ok(done?),
+        }
+    }
+
     /// A new sign-in for `user` in `session`, under a new id, audited.
     async fn begin_session(
         &self,

@@ -254,6 +254,27 @@ async fn people_sign_in_through_the_provider_and_get_their_own_accounts() {
     let (answer, cookies) = round_trip(&app, &provider, "admin").await;
     assert_eq!(location(&answer), "/login?sso=taken");
     assert!(me(&app, &cookies).await.status == StatusCode::UNAUTHORIZED);
+    // Until an admin links that identity to the account (`server user link`).
+    let local = app
+        .service
+        .store
+        .user_by_name("admin")
+        .await
+        .unwrap()
+        .unwrap();
+    let identity = format!("{}|admin", provider.issuer);
+    assert!(app.service.link_identity(&local.id, "admin").await.is_err());
+    app.service
+        .link_identity(&local.id, &identity)
+        .await
+        .unwrap();
+    let (answer, cookies) = round_trip(&app, &provider, "admin").await;
+    assert_eq!(location(&answer), "/s/x/lab");
+    assert_eq!(me(&app, &cookies).await.json()["id"], local.id);
+    assert!(matches!(
+        app.service.link_identity(&olga.id, &identity).await,
+        Err(app::error::AppError::Conflict(_))
+    ));
 
     // A locked account stays out.
     app.service.set_locked(&olga.id, true).await.unwrap();

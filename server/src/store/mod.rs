@@ -223,6 +223,31 @@ impl Store {
         row.map(|r| UserRecord::from_row(&r)).transpose()
     }
 
+    /// Links the single sign-on identity `oidc_subject` to the user, audited.
+    pub async fn link_oidc(&self, user_id: &str, oidc_subject: &str) -> Result<()> {
+        let mut w = self.begin_write().await?;
+        let done = sqlx::query("UPDATE users SET oidc_subject = $1 WHERE id = $2")
+            .bind(oidc_subject)
+            .bind(user_id)
+            .execute(&mut *w.tx)
+            .await
+            .map_err(|e| on_unique(e, "users_oidc_subject_key", "a user of this identity"))?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound("user"));
+        }
+        insert_audit(
+            &mut w,
+            None,
+            "user.link",
+            &format!("user:{user_id}"),
+            oidc_subject,
+            now_ms(),
+        )
+        .await?;
+        w.tx.commit().await?;
+        Ok(())
+    }
+
     /// Changes a user's role, audited with `why`.
     pub async fn set_role(&self, user_id: &str, role: Role, why: &str) -> Result<()> {
         let mut w = self.begin_write().await?;

@@ -280,12 +280,28 @@ async fn oidc_accounts(store: Store) {
         .create_oidc_user("olga2", "https://id.example|u1", Role::User, 0)
         .await;
     assert!(matches!(twin, Err(StoreError::Duplicate(_))), "{twin:?}");
-    user(&store, "local", 0).await;
+    let local = user(&store, "local", 0).await;
     assert!(matches!(
         store
             .create_oidc_user("local", "https://id.example|u3", Role::User, 0)
             .await,
         Err(StoreError::Duplicate(_))
+    ));
+    // An admin links the identity to the local account instead.
+    store
+        .link_oidc(&local.id, "https://id.example|u3")
+        .await
+        .unwrap();
+    let found = store
+        .user_by_oidc_subject("https://id.example|u3")
+        .await
+        .unwrap();
+    assert_eq!(found.map(|u| u.id), Some(local.id.clone()));
+    let twice = store.link_oidc(&local.id, "https://id.example|u1").await;
+    assert!(matches!(twice, Err(StoreError::Duplicate(_))), "{twice:?}");
+    assert!(matches!(
+        store.link_oidc("nobody", "https://id.example|u9").await,
+        Err(StoreError::NotFound(_))
     ));
     store
         .set_role(&olga.id, Role::Admin, "groups from the identity provider")
