@@ -66,6 +66,8 @@ pub struct ProxyConfig {
     /// How many client connections, WebSockets included, the server holds at once; 0 (the
     /// default): half the process's open-file limit, since each may also hold one to an editor.
     pub max_connections: u64,
+    /// How many WebSockets one session may have open at once (a JupyterLab tab opens a few).
+    pub max_websockets_per_session: usize,
 }
 
 /// The reaper and what counts as activity.
@@ -265,6 +267,7 @@ impl Default for Config {
                 header_timeout_seconds: 30,
                 answer_timeout_seconds: 120,
                 max_connections: 0,
+                max_websockets_per_session: 64,
             },
             runtime: crate::runtime::RuntimeKind::Local,
             kube: crate::runtime::kube::KubeConfig::default(),
@@ -390,6 +393,12 @@ impl Config {
         }
         if let Some((key, problem)) = self.oidc.as_ref().and_then(|o| o.problem()) {
             return bad(&format!("oidc.{key}"), problem);
+        }
+        if !(1..=100_000).contains(&self.proxy.max_websockets_per_session) {
+            return bad(
+                "proxy.max_websockets_per_session",
+                "must be between 1 and 100000".into(),
+            );
         }
         if self.proxy.max_connections > 1_000_000 {
             return bad(
@@ -675,6 +684,11 @@ mod tests {
         config.proxy.websocket_busy_poll_us = 5000;
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("proxy.websocket_busy_poll_us"), "{err}");
+
+        let mut config = Config::default();
+        config.proxy.max_websockets_per_session = 0;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("proxy.max_websockets_per_session"), "{err}");
 
         let mut config = Config::default();
         config.proxy.max_connections = 2_000_000;

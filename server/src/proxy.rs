@@ -16,7 +16,7 @@ use http::{Request, StatusCode};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use std::sync::LazyLock;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -33,6 +33,17 @@ pub struct Route {
     /// Traffic from API-token clients (scripts); the idle policy counts it even when tabs do not.
     last_api: AtomicI64,
     flushed_api: AtomicI64,
+    /// WebSockets open to this editor now.
+    websockets: AtomicUsize,
+}
+
+/// One of a session's open WebSockets, counted until it is dropped.
+pub struct OpenWebSocket(Arc<Route>);
+
+impl Drop for OpenWebSocket {
+    fn drop(&mut self) {
+        self.0.websockets.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Route {
@@ -54,7 +65,18 @@ impl Route {
             flushed_activity: AtomicI64::new(last_activity),
             last_api: AtomicI64::new(0),
             flushed_api: AtomicI64::new(0),
+            websockets: AtomicUsize::new(0),
         }
+    }
+
+    /// Counts one more WebSocket, unless `max` are open already.
+    pub fn open_websocket(self: &Arc<Self>, max: usize) -> Option<OpenWebSocket> {
+        self.websockets
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| OpenWebSocket(Arc::clone(self)))
     }
 
     pub fn touch(&self) {
@@ -434,6 +456,25 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
         route.touch();
     }
 
+    // One session's WebSockets have a ceiling, so that one page or script cannot hold every
+    // connection the server has.
+    let websocket = if upgrade {
+        let max = state.service.config.proxy.max_websockets_per_session;
+        match route.open_websocket(max) {
+            Some(open) => Some(open),
+            None => {
+                return json_error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_websockets",
+                    &format!(
+                        "this session has {max} WebSockets open already; close some (other tabs, perhaps) and try again"
+                    ),
+                );
+            }
+        }
+    } else {
+        None
+    };
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     // An upgraded connection outlives this request: it is checked again while it lasts.
     let credential = upgrade
@@ -526,7 +567,7 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
             let service = state.service.clone();
             let slot = client.slot.cloned();
             tokio::spawn(async move {
-                let _slot = slot;
+                let _held = (slot, websocket);
                 let (Ok(client), Ok(upstream)) = tokio::join!(client_upgrade, upstream_upgrade)
                 else {
                     return;

@@ -1245,3 +1245,45 @@ async fn websockets_count_toward_the_connection_cap() {
     drop(sockets);
     app.stop().await;
 }
+
+/// One session holds at most `proxy.max_websockets_per_session` WebSockets; one more is refused
+/// with 429 until another closes.
+#[tokio::test]
+async fn a_session_has_a_ceiling_on_open_websockets() {
+    let app = TestApp::start_with(Some(FakeRuntime::new()), |c| {
+        c.proxy.max_websockets_per_session = 2;
+    })
+    .await;
+    let (_, token) = app.user("wren").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    let path = format!("/s/{id}/ws");
+    let mut first = app.websocket(&path, &token).await.expect("first");
+    let mut second = app.websocket(&path, &token).await.expect("second");
+    match app.websocket(&path, &token).await {
+        Err(common::WsError::Http(answer)) => {
+            assert_eq!(answer.status(), StatusCode::TOO_MANY_REQUESTS)
+        }
+        other => panic!("a third WebSocket: {:?}", other.map(|_| "opened")),
+    }
+    common::assert_echoes(&mut second, 2).await;
+    // Another user's session counts for itself.
+    let (_, other) = app.user("yara").await;
+    let theirs = app.launch_ready(&other, "jupyterlab").await;
+    app.websocket(&format!("/s/{theirs}/ws"), &other)
+        .await
+        .expect("another session's");
+    first.close(None).await.unwrap();
+    drop(first);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut third = loop {
+        match app.websocket(&path, &token).await {
+            Ok(socket) => break socket,
+            Err(_) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("a place freed when one closed: {e}"),
+        }
+    };
+    common::assert_echoes(&mut third, 2).await;
+    app.stop().await;
+}
