@@ -12,8 +12,10 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use tower_sessions::Session;
 
-/// The pending sign-in's key in the browser's session.
+/// The pending sign-ins' key in the browser's session.
 const PENDING_KEY: &str = "oidc_pending";
+/// How many sign-ins one browser may have under way at once (tabs), the newest kept.
+const MAX_PENDING: usize = 4;
 /// How long a browser's session lives while it is away at the provider.
 const PENDING_MINUTES: i64 = 10;
 
@@ -58,7 +60,17 @@ async fn start(
             time::Duration::minutes(PENDING_MINUTES),
         )));
     }
-    if let Err(e) = session.insert(PENDING_KEY, &pending).await {
+    // Beside those of the browser's other tabs, each found again by its state.
+    let mut pendings = session
+        .get::<Vec<Pending>>(PENDING_KEY)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    pendings.push(pending);
+    let excess = pendings.len().saturating_sub(MAX_PENDING);
+    pendings.drain(..excess);
+    if let Err(e) = session.insert(PENDING_KEY, &pendings).await {
         tracing::error!(error = %e, "keeping a pending sign-in");
         return back_to_sign_in("failed");
     }
@@ -81,19 +93,28 @@ async fn callback(
     let Some(oidc) = &state.service.oidc else {
         return back_to_sign_in("off");
     };
-    // Only the answer to this browser's sign-in touches it: another (a link from elsewhere,
-    // an old tab) leaves it waiting.
-    let pending = session.get::<Pending>(PENDING_KEY).await.ok().flatten();
-    let Some(pending) = pending.filter(|p| {
+    // Only the answer to one of this browser's sign-ins touches it: another (a link from
+    // elsewhere, an old answer) leaves them waiting.
+    let mut pendings = session
+        .get::<Vec<Pending>>(PENDING_KEY)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let answered = pendings.iter().position(|p| {
         query
             .state
             .as_deref()
             .is_some_and(|state| crate::oidc::Oidc::answers(p, state))
-    }) else {
+    });
+    let Some(pending) = answered.map(|i| pendings.remove(i)) else {
         return back_to_sign_in("expired");
     };
     // Taken out now: an answer is good for one try.
-    let _ = session.remove::<Pending>(PENDING_KEY).await;
+    if let Err(e) = session.insert(PENDING_KEY, &pendings).await {
+        tracing::error!(error = %e, "ending a pending sign-in");
+        return back_to_sign_in("failed");
+    }
     if let Some(error) = query.error {
         tracing::info!(%error, description = ?query.error_description, "the identity provider refused a sign-in");
         return back_to_sign_in("refused");

@@ -151,12 +151,22 @@ async fn round_trip_from(
     let started = get(app, &app.url(start), &ours).await;
     assert_eq!(started.status, StatusCode::SEE_OTHER);
     ours.extend(cookies_set(&started));
-    let mut url = location(&started);
+    let url = location(&started);
     assert!(url.starts_with(&provider.issuer), "to the provider: {url}");
     assert!(
         url.contains("code_challenge_method=S256") && url.contains("nonce="),
         "PKCE and a nonce: {url}"
     );
+    follow(app, provider, url, ours).await
+}
+
+/// Follows the browser from `url` at the provider back to our callback, with our cookies `ours`.
+async fn follow(
+    app: &TestApp,
+    provider: &Provider,
+    mut url: String,
+    mut ours: BTreeMap<String, String>,
+) -> (Response, BTreeMap<String, String>) {
     let mut theirs = BTreeMap::new();
     for _ in 0..10 {
         if let Some(back) = url.strip_prefix("http://sandbox.test") {
@@ -413,5 +423,26 @@ async fn single_sign_on_accounts_make_tokens_after_confirming_at_the_provider() 
     let me = app.get("/api/v1/me", Some(&token)).await;
     me.assert_status(StatusCode::OK);
     assert_eq!(me.json()["name"], "omar");
+    app.stop().await;
+}
+
+/// Sign-ins started in two tabs of one browser each complete; an answer is good once.
+#[tokio::test]
+async fn sign_ins_started_in_two_tabs_both_complete() {
+    let provider = Provider::start().await;
+    let config = provider.config();
+    let app = TestApp::start_with(Some(FakeRuntime::new()), |c| c.oidc = Some(config)).await;
+    provider.next_account(&app, "omar").await;
+    let mut browser = BTreeMap::new();
+    let first = get(&app, &app.url("/auth/oidc/login?next=/first"), &browser).await;
+    browser.extend(cookies_set(&first));
+    let second = get(&app, &app.url("/auth/oidc/login?next=/second"), &browser).await;
+    browser.extend(cookies_set(&second));
+    // The first tab comes back last, after the second has signed the browser in.
+    let (answer, browser) = follow(&app, &provider, location(&second), browser).await;
+    assert_eq!(location(&answer), "/second");
+    let (answer, browser) = follow(&app, &provider, location(&first), browser).await;
+    assert_eq!(location(&answer), "/first");
+    assert_eq!(me(&app, &browser).await.json()["name"], "omar");
     app.stop().await;
 }
