@@ -82,7 +82,8 @@ test('an idle session is warned, kept by "I\'m here", then ended as idle', async
     // Nobody works in it: the reaper ends it within its period after the timeout.
     const ended = page.getByTestId('session-ended');
     await ended.waitFor({ timeout: 90_000 });
-    assert.match(await ended.innerText(), /idle too long/);
+    // The reason follows the ended step by a fetch.
+    await ended.getByText(/idle too long/).waitFor({ timeout: 10_000 });
   } catch (error) {
     await page.screenshot({ path: `${ARTIFACTS}/idle-failure.png` }).catch(() => {});
     throw error;

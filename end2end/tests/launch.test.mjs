@@ -114,7 +114,7 @@ test('launch JupyterLab, see it embedded, reload, reopen after signing in again,
     await page.getByRole('button', { name: 'Stop' }).click();
     const ended = page.getByTestId('session-ended');
     await ended.waitFor({ timeout: 30_000 });
-    assert.match(await ended.innerText(), /stopped by you/);
+    await ended.getByText(/stopped by you/).waitFor({ timeout: 10_000 });
 
     await page.goto(`${BASE}/`);
     await page.getByText('No session is running').waitFor();

@@ -247,12 +247,16 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                             .into_any()
                     }
                     (SessionState::Ended, _) => {
-                        let reason = s.end_reason.map(|r| r.describe()).unwrap_or("it ended");
+                        // The ended step comes before the reason, which a fetch that follows it
+                        // brings: until then the page says nothing of a reason.
+                        let reason = s.end_reason.map(|r| {
+                            view! { <p>{format!("It ended because {}.", r.describe())}</p> }
+                        });
                         view! {
                             <main class="narrow">
                                 <div class="card" data-testid="session-ended">
                                     <h2>"This session has ended"</h2>
-                                    <p>{format!("It ended because {reason}.")}</p>
+                                    {reason}
                                     {s.detail.map(|d| view! { <pre class="detail">{d}</pre> })}
                                     <p class="muted">"Unused credits were returned to your balance."</p>
                                     <a class="button primary" href="/">"Back to your dashboard"</a>
