@@ -14,6 +14,11 @@ pub const SESSION_COOKIE: &str = "sandbox_session";
 pub const USER_KEY: &str = "user_id";
 /// When this browser last confirmed who it is at the identity provider (ms), in its session.
 pub const SSO_CONFIRMED_KEY: &str = "sso_confirmed_at";
+/// When this browser last confirmed who it is at the identity provider, if it did.
+pub async fn sso_confirmed_at(session: &tower_sessions::Session) -> Option<i64> {
+    session.get::<i64>(SSO_CONFIRMED_KEY).await.ok().flatten()
+}
+
 /// How long a sign-in lasts without use.
 pub const SIGN_IN_IDLE_DAYS: i64 = 7;
 const TOKEN_PREFIX: &str = "gsb_";

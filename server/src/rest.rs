@@ -400,11 +400,7 @@ async fn create_token(
     session: tower_sessions::Session,
     ApiJson(request): ApiJson<TokenRequest>,
 ) -> ApiResult<(StatusCode, Json<crate::service::NewToken>)> {
-    let confirmed_at = session
-        .get::<i64>(crate::auth::SSO_CONFIRMED_KEY)
-        .await
-        .ok()
-        .flatten();
+    let confirmed_at = crate::auth::sso_confirmed_at(&session).await;
     state
         .service
         .confirm_token_maker(

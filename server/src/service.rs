@@ -1089,22 +1089,36 @@ impl Service {
         by_token: bool,
         confirmed_at: Option<i64>,
     ) -> Result<Confirmation, AppError> {
+        Ok(self
+            .confirmation_and_hash(viewer, by_token, confirmed_at)
+            .await?
+            .0)
+    }
+
+    /// The confirmation, and the account's password hash to check it against.
+    async fn confirmation_and_hash(
+        &self,
+        viewer: &Viewer,
+        by_token: bool,
+        confirmed_at: Option<i64>,
+    ) -> Result<(Confirmation, Option<String>), AppError> {
         if by_token {
-            return Ok(Confirmation::None);
+            return Ok((Confirmation::None, None));
         }
         let user = self
             .store
             .user_by_id(&viewer.id)
             .await?
             .ok_or(AppError::Unauthenticated)?;
-        Ok(match (&user.password_hash, &self.oidc) {
+        let confirmation = match (&user.password_hash, &self.oidc) {
             (None, Some(oidc)) => Confirmation::SingleSignOn {
                 provider: oidc.config.display_name.clone(),
                 fresh: confirmed_at
                     .is_some_and(|at| crate::store::now_ms() - at < SSO_CONFIRMATION_MS),
             },
             _ => Confirmation::Password,
-        })
+        };
+        Ok((confirmation, user.password_hash))
     }
 
     /// Refuses unless the request shows what [`Self::confirmation`] asks for.
@@ -1115,7 +1129,10 @@ impl Service {
         password: Option<&str>,
         confirmed_at: Option<i64>,
     ) -> Result<(), AppError> {
-        match self.confirmation(viewer, by_token, confirmed_at).await? {
+        let (confirmation, hash) = self
+            .confirmation_and_hash(viewer, by_token, confirmed_at)
+            .await?;
+        match confirmation {
             Confirmation::None | Confirmation::SingleSignOn { fresh: true, .. } => Ok(()),
             Confirmation::SingleSignOn { provider, .. } => Err(AppError::Forbidden(format!(
                 "confirm who you are with {provider} first (it asks you to sign in again), then make the token within {} minutes",
@@ -1128,11 +1145,6 @@ impl Service {
                             .into(),
                     ));
                 };
-                let hash = self
-                    .store
-                    .user_by_id(&viewer.id)
-                    .await?
-                    .and_then(|u| u.password_hash);
                 if auth::check_password(password.to_string(), hash).await {
                     Ok(())
                 } else {
@@ -1198,13 +1210,8 @@ fn by_token(request: &http::request::Parts) -> bool {
 }
 
 /// When this browser last confirmed who it is at the identity provider.
-pub async fn sso_confirmed_at(request: &http::request::Parts) -> Option<i64> {
-    let session = request.extensions.get::<tower_sessions::Session>()?;
-    session
-        .get::<i64>(auth::SSO_CONFIRMED_KEY)
-        .await
-        .ok()
-        .flatten()
+async fn sso_confirmed_at(request: &http::request::Parts) -> Option<i64> {
+    auth::sso_confirmed_at(request.extensions.get::<tower_sessions::Session>()?).await
 }
 
 /// The pages' door: server functions call these through `Arc<dyn Backend>`.

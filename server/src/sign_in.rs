@@ -61,12 +61,7 @@ async fn start(
         )));
     }
     // Beside those of the browser's other tabs, each found again by its state.
-    let mut pendings = session
-        .get::<Vec<Pending>>(PENDING_KEY)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    let mut pendings = pendings(&session).await;
     pendings.push(pending);
     let excess = pendings.len().saturating_sub(MAX_PENDING);
     pendings.drain(..excess);
@@ -95,12 +90,7 @@ async fn callback(
     };
     // Only the answer to one of this browser's sign-ins touches it: another (a link from
     // elsewhere, an old answer) leaves them waiting.
-    let mut pendings = session
-        .get::<Vec<Pending>>(PENDING_KEY)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    let mut pendings = pendings(&session).await;
     let answered = pendings.iter().position(|p| {
         query
             .state
@@ -159,6 +149,16 @@ async fn callback(
             back_to_sign_in("failed")
         }
     }
+}
+
+/// The browser's sign-ins under way (none when its session holds none it can read).
+async fn pendings(session: &Session) -> Vec<Pending> {
+    session
+        .get::<Vec<Pending>>(PENDING_KEY)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default()
 }
 
 fn back_to_sign_in(code: &str) -> Response {
