@@ -60,7 +60,7 @@ display_name = "Test IdP"
 scopes = ["openid", "profile", "groups"]
 admin_groups = ["gpu-admins"]
 TOML
-for user in e2e e2e-idle e2e-queue e2e-queue-b; do
+for user in e2e e2e-idle e2e-queue e2e-queue-b e2e-target; do
   echo "e2e-password" | "$BIN" --config "$DATA/e2e.toml" user add "$user" --password-stdin >/dev/null
 done
 # A local admin named as one of the provider's people, whom single sign-on must not make them.

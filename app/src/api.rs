@@ -5,8 +5,12 @@
 
 #[cfg(feature = "ssr")]
 use crate::domain::launch::LaunchRequest;
+use crate::domain::listing::{ListQuery, Page};
 use crate::error::AppError;
-use crate::model::{Dashboard, NewToken, SessionView, TokensPage, Viewer};
+use crate::model::{
+    AdminGpu, AdminSession, AdminUser, AuditLine, Dashboard, NewToken, SessionView, TokensPage,
+    UserChange, Viewer,
+};
 use leptos::prelude::*;
 
 #[cfg(feature = "ssr")]
@@ -61,6 +65,37 @@ mod backend {
             id: &str,
             minutes: u32,
         ) -> Result<SessionView, AppError>;
+        async fn admin_users(
+            &self,
+            viewer: &Viewer,
+            query: &ListQuery,
+        ) -> Result<Page<AdminUser>, AppError>;
+        async fn admin_sessions(
+            &self,
+            viewer: &Viewer,
+            query: &ListQuery,
+        ) -> Result<Page<AdminSession>, AppError>;
+        async fn admin_audit(
+            &self,
+            viewer: &Viewer,
+            query: &ListQuery,
+        ) -> Result<Page<AuditLine>, AppError>;
+        async fn admin_pool(&self, viewer: &Viewer) -> Result<Vec<AdminGpu>, AppError>;
+        async fn change_user(
+            &self,
+            viewer: &Viewer,
+            user_id: &str,
+            change: UserChange,
+        ) -> Result<(), AppError>;
+        /// Returns the new balance in milli-credits.
+        async fn grant_credits(
+            &self,
+            viewer: &Viewer,
+            user_id: &str,
+            amount: &str,
+            note: &str,
+        ) -> Result<i64, AppError>;
+        async fn admin_stop(&self, viewer: &Viewer, id: &str) -> Result<AdminSession, AppError>;
     }
 
     pub(super) fn backend() -> Result<Arc<dyn Backend>, AppError> {
@@ -212,4 +247,56 @@ pub async fn make_token(form: TokenForm) -> Result<NewToken, AppError> {
 pub async fn revoke_token(id: String) -> Result<(), AppError> {
     let viewer = backend::require_viewer().await?;
     backend::backend()?.revoke_token(&viewer, &id).await
+}
+
+// ---- admin: each checks the role and the scope `admin` behind the backend ----
+
+// JSON: a table's query may be all defaults, which a form encodes as nothing at all.
+#[server(input = leptos::server_fn::codec::Json)]
+pub async fn admin_users(query: ListQuery) -> Result<Page<AdminUser>, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.admin_users(&viewer, &query).await
+}
+
+// JSON: a table's query may be all defaults, which a form encodes as nothing at all.
+#[server(input = leptos::server_fn::codec::Json)]
+pub async fn admin_sessions(query: ListQuery) -> Result<Page<AdminSession>, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.admin_sessions(&viewer, &query).await
+}
+
+// JSON: a table's query may be all defaults, which a form encodes as nothing at all.
+#[server(input = leptos::server_fn::codec::Json)]
+pub async fn admin_audit(query: ListQuery) -> Result<Page<AuditLine>, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.admin_audit(&viewer, &query).await
+}
+
+#[server]
+pub async fn admin_pool() -> Result<Vec<AdminGpu>, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.admin_pool(&viewer).await
+}
+
+// JSON: a table's query may be all defaults, which a form encodes as nothing at all.
+#[server(input = leptos::server_fn::codec::Json)]
+pub async fn change_user(user_id: String, change: UserChange) -> Result<(), AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?
+        .change_user(&viewer, &user_id, change)
+        .await
+}
+
+#[server]
+pub async fn grant_credits(user_id: String, amount: String, note: String) -> Result<i64, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?
+        .grant_credits(&viewer, &user_id, &amount, &note)
+        .await
+}
+
+#[server]
+pub async fn admin_stop(id: String) -> Result<AdminSession, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.admin_stop(&viewer, &id).await
 }

@@ -209,3 +209,85 @@ pub struct TokensPage {
     pub tokens: Vec<TokenRecord>,
     pub confirmation: Confirmation,
 }
+
+/// A user as the admin pages list them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminUser {
+    pub id: String,
+    pub name: String,
+    pub role: Role,
+    pub locked: bool,
+    /// Signs in through the identity provider (no password here).
+    pub single_sign_on: bool,
+    /// Milli-credits.
+    pub balance: i64,
+    /// Milli-credits held by live sessions.
+    pub held: i64,
+    pub live_sessions: u32,
+    pub created_at_ms: i64,
+}
+
+/// A session of any user, for the admin pages.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminSession {
+    pub id: String,
+    pub user_id: String,
+    pub user_name: String,
+    pub editor: EditorKind,
+    pub slice_mib: u64,
+    pub gpu_model: Option<String>,
+    pub state: SessionState,
+    pub end_reason: Option<EndReason>,
+    pub detail: Option<String>,
+    pub created_at_ms: i64,
+    pub ends_at_ms: Option<i64>,
+    pub ended_at_ms: Option<i64>,
+    /// Milli-credits per hour.
+    pub price_per_hour: i64,
+}
+
+/// One line of the audit log, with names where the log keeps ids.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditLine {
+    pub id: i64,
+    pub at_ms: i64,
+    /// Who did it; None for the system (the reaper, a sign-in, the command line).
+    pub actor: Option<String>,
+    pub action: String,
+    pub target: String,
+    /// The target user's name, when the target is a user.
+    pub target_name: Option<String>,
+    pub detail: String,
+}
+
+/// A slot of the pool and who holds it, for the admin pages.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminSlot {
+    pub id: String,
+    pub slice_mib: u64,
+    pub cores_pct: u32,
+    /// The session on it, or the pre-started editor waiting there.
+    pub holder: Option<String>,
+    pub user_name: Option<String>,
+    pub editor: Option<EditorKind>,
+    pub state: Option<SessionState>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminGpu {
+    pub id: String,
+    pub model: String,
+    pub memory_mib: u64,
+    pub enforced: bool,
+    pub slots: Vec<AdminSlot>,
+}
+
+/// What an admin changes about a user; what is left out stays.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserChange {
+    #[serde(default)]
+    pub role: Option<Role>,
+    #[serde(default)]
+    pub locked: Option<bool>,
+}

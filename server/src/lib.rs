@@ -12,6 +12,7 @@
 //! [`run`] serves on a listener until a shutdown signal, so tests bind `127.0.0.1:0`.
 
 pub mod activity;
+pub mod admin;
 pub mod auth;
 pub mod config;
 pub mod deadline;

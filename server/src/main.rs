@@ -237,7 +237,7 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
                 .map_err(|e| e.to_string())?;
             let user = user_named(&service, &name).await?;
             service
-                .set_locked(&user.id, locked)
+                .set_locked(&user.id, locked, None)
                 .await
                 .map_err(|e| e.to_string())?;
             println!("{name} is {}", if locked { "locked" } else { "unlocked" });
@@ -297,14 +297,12 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
         Command::Credits {
             command: CreditsCommand::Grant { name, amount },
         } => {
-            let milli = credits::parse(&amount)?;
             let service = server::open_service(config)
                 .await
                 .map_err(|e| e.to_string())?;
             let record = user_named(&service, &name).await?;
             let balance = service
-                .store
-                .grant(&record.id, milli, None, "granted from the command line")
+                .grant_credits(None, &record.id, &amount, "")
                 .await
                 .map_err(|e| e.to_string())?;
             println!("{name} now has {} credits", credits::format(balance));

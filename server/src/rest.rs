@@ -119,6 +119,7 @@ pub fn router() -> Router<AppState> {
         .route("/tokens", get(list_tokens).post(create_token))
         .route("/tokens/{id}", axum::routing::delete(revoke_token))
         .route("/pool", get(pool))
+        .nest("/admin", admin_router())
         .fallback(|| async { ApiError(AppError::NotFound) })
         .method_not_allowed_fallback(|| async {
             (
@@ -424,4 +425,142 @@ async fn revoke_token(
 ) -> ApiResult<StatusCode> {
     state.service.revoke_token(&viewer, &id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+// ---- admin (role admin and the scope `admin`; see crate::admin) ----
+
+fn admin_router() -> Router<AppState> {
+    Router::new()
+        .route("/users", get(admin_users))
+        .route("/users/{id}", axum::routing::patch(admin_change_user))
+        .route("/users/{id}/credits", post(admin_grant))
+        .route("/sessions", get(admin_sessions))
+        .route("/sessions/{id}", get(admin_session).delete(admin_stop))
+        .route("/pool", get(admin_pool))
+        .route("/audit", get(admin_audit))
+}
+
+/// A table's paging, sorting and filtering from the query string; anything unreadable is a
+/// clear 400.
+pub struct ApiQuery(pub app::domain::listing::ListQuery);
+
+impl<S: Send + Sync> FromRequestParts<S> for ApiQuery {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(query)) => Ok(ApiQuery(query)),
+            Err(rejection) => Err(ApiError(AppError::Invalid(format!(
+                "the query string is malformed: {}; it takes page, per_page, sort, q and filter",
+                rejection.body_text()
+            )))),
+        }
+    }
+}
+
+async fn admin_users(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    ApiQuery(query): ApiQuery,
+) -> ApiResult<Json<app::domain::listing::Page<app::model::AdminUser>>> {
+    Ok(Json(state.service.admin_users(&viewer, &query).await?))
+}
+
+async fn admin_change_user(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+    ApiJson(change): ApiJson<app::model::UserChange>,
+) -> ApiResult<StatusCode> {
+    state.service.change_user(&viewer, &id, &change).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GrantBody {
+    /// Credits as text or a number: "10", 2.5; negative takes back.
+    amount: serde_json::Value,
+    #[serde(default)]
+    note: String,
+}
+
+#[derive(Serialize)]
+struct Granted {
+    /// Milli-credits.
+    balance: i64,
+    /// The balance in credits, as the pages write it.
+    credits: String,
+}
+
+async fn admin_grant(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+    ApiJson(body): ApiJson<GrantBody>,
+) -> ApiResult<Json<Granted>> {
+    let amount = match &body.amount {
+        serde_json::Value::String(text) => text.clone(),
+        serde_json::Value::Number(number) => number.to_string(),
+        _ => {
+            return Err(ApiError(AppError::Invalid(
+                "`amount` is a number of credits, e.g. 10 or \"2.5\"".into(),
+            )));
+        }
+    };
+    let balance = state
+        .service
+        .grant_credits(Some(&viewer), &id, &amount, &body.note)
+        .await?;
+    Ok(Json(Granted {
+        balance,
+        credits: app::domain::credits::format(balance),
+    }))
+}
+
+async fn admin_sessions(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    ApiQuery(query): ApiQuery,
+) -> ApiResult<Json<app::domain::listing::Page<app::model::AdminSession>>> {
+    Ok(Json(state.service.admin_sessions(&viewer, &query).await?))
+}
+
+async fn admin_session(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+) -> ApiResult<Json<app::model::AdminSession>> {
+    crate::admin::require_admin(&viewer)?;
+    let session = state
+        .service
+        .store
+        .admin_session(&id)
+        .await
+        .map_err(AppError::from)?
+        .ok_or(AppError::NotFound)?;
+    Ok(Json(session))
+}
+
+async fn admin_stop(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+) -> ApiResult<Json<app::model::AdminSession>> {
+    Ok(Json(state.service.admin_stop(&viewer, &id).await?))
+}
+
+async fn admin_pool(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+) -> ApiResult<Json<Vec<app::model::AdminGpu>>> {
+    Ok(Json(state.service.admin_pool(&viewer).await?))
+}
+
+async fn admin_audit(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    ApiQuery(query): ApiQuery,
+) -> ApiResult<Json<app::domain::listing::Page<app::model::AuditLine>>> {
+    Ok(Json(state.service.admin_audit(&viewer, &query).await?))
 }

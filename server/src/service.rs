@@ -170,8 +170,13 @@ impl Service {
     }
 
     /// Locks or unlocks an account; a locked one loses access at once (cookies and tokens).
-    pub async fn set_locked(&self, user_id: &str, locked: bool) -> Result<(), AppError> {
-        self.store.set_locked(user_id, locked).await?;
+    pub async fn set_locked(
+        &self,
+        user_id: &str,
+        locked: bool,
+        actor_id: Option<&str>,
+    ) -> Result<(), AppError> {
+        self.store.set_locked(user_id, locked, actor_id).await?;
         self.auth.forget_user(user_id);
         Ok(())
     }
@@ -960,7 +965,7 @@ impl Service {
         let user = match role {
             Some(role) if role != user.role => {
                 self.store
-                    .set_role(&user.id, role, "groups from the identity provider")
+                    .set_role(&user.id, role, None, "groups from the identity provider")
                     .await?;
                 self.auth.forget_user(&user.id);
                 UserRecord { role, ..user }
@@ -1042,8 +1047,19 @@ impl Service {
         days: Option<u32>,
     ) -> Result<NewToken, AppError> {
         viewer.scopes.require(Scope::Tokens)?;
+        // `admin` is of use to an admin only: nobody else's tokens carry it.
+        let is_admin = viewer.role == Role::Admin;
+        if !is_admin && scopes.is_some_and(|s| s.allows(Scope::Admin)) {
+            return Err(AppError::Forbidden(
+                "only an admin can give a token the scope `admin`".into(),
+            ));
+        }
         // A token makes tokens of at most its own scopes; a sign-in, of any.
-        let scopes = scopes.unwrap_or(viewer.scopes);
+        let scopes = scopes.unwrap_or(if is_admin {
+            viewer.scopes
+        } else {
+            viewer.scopes.without(Scope::Admin)
+        });
         if !scopes.within(viewer.scopes) {
             return Err(AppError::Forbidden(format!(
                 "a token can grant only scopes it has itself ({})",
@@ -1340,5 +1356,58 @@ impl app::api::Backend for PagesBackend {
 
     async fn stop(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError> {
         self.0.stop(viewer, id).await
+    }
+
+    async fn admin_users(
+        &self,
+        viewer: &Viewer,
+        query: &app::domain::listing::ListQuery,
+    ) -> Result<app::domain::listing::Page<AdminUser>, AppError> {
+        self.0.admin_users(viewer, query).await
+    }
+
+    async fn admin_sessions(
+        &self,
+        viewer: &Viewer,
+        query: &app::domain::listing::ListQuery,
+    ) -> Result<app::domain::listing::Page<AdminSession>, AppError> {
+        self.0.admin_sessions(viewer, query).await
+    }
+
+    async fn admin_audit(
+        &self,
+        viewer: &Viewer,
+        query: &app::domain::listing::ListQuery,
+    ) -> Result<app::domain::listing::Page<AuditLine>, AppError> {
+        self.0.admin_audit(viewer, query).await
+    }
+
+    async fn admin_pool(&self, viewer: &Viewer) -> Result<Vec<AdminGpu>, AppError> {
+        self.0.admin_pool(viewer).await
+    }
+
+    async fn change_user(
+        &self,
+        viewer: &Viewer,
+        user_id: &str,
+        change: UserChange,
+    ) -> Result<(), AppError> {
+        self.0.change_user(viewer, user_id, &change).await
+    }
+
+    async fn grant_credits(
+        &self,
+        viewer: &Viewer,
+        user_id: &str,
+        amount: &str,
+        note: &str,
+    ) -> Result<i64, AppError> {
+        self.0
+            .grant_credits(Some(viewer), user_id, amount, note)
+            .await
+    }
+
+    async fn admin_stop(&self, viewer: &Viewer, id: &str) -> Result<AdminSession, AppError> {
+        self.0.admin_stop(viewer, id).await
     }
 }

@@ -310,7 +310,7 @@ async fn the_editor_cannot_reach_beyond_its_session() {
 
     // A browser's request: our cookie among the page's own, one of them with a byte that is
     // not ASCII (a script may set such a cookie); it neither signs the browser out nor goes on.
-    let cookie = sign_in_cookie(&app, "iris").await;
+    let cookie = app.sign_in_cookie("iris").await;
     let cookies = format!("theme=dark; sandbox_session={cookie}; odd=caf\u{e9}");
     let request = Request::get(app.url(&format!("/s/{id}/api/status")))
         .header(
@@ -415,7 +415,7 @@ async fn repeated_failed_sign_ins_make_the_name_wait() {
     let app = TestApp::start(Some(FakeRuntime::new())).await;
     app.user("pat").await;
     app.user("quin").await;
-    let attempt = async |name: &str, password: &str| sign_in(&app, name, password).await;
+    let attempt = async |name: &str, password: &str| app.sign_in(name, password).await;
     for name in ["pat", "nobody"] {
         for _ in 0..5 {
             let wrong = attempt(name, "not-the-password").await;
@@ -440,7 +440,7 @@ async fn repeated_failed_sign_ins_make_the_name_wait() {
     // Sent all at once, guesses are counted all the same: five are checked, the rest wait.
     app.user("ray").await;
     let at_once =
-        futures_util::future::join_all((0..10).map(|_| sign_in(&app, "ray", "not-the-password")))
+        futures_util::future::join_all((0..10).map(|_| app.sign_in("ray", "not-the-password")))
             .await;
     let checked = at_once
         .iter()
@@ -532,7 +532,7 @@ async fn tokens_are_made_listed_and_revoked_by_their_owner() {
     }
     // With a browser's sign-in (which a script in an editor's page, on our origin, can use),
     // making a token takes the password.
-    let cookie = sign_in_cookie(&app, "tess").await;
+    let cookie = app.sign_in_cookie("tess").await;
     let from_browser = async |body: serde_json::Value| {
         let request = Request::post(app.url("/api/v1/tokens"))
             .header("cookie", format!("sandbox_session={cookie}"))
@@ -595,30 +595,6 @@ async fn server_fn(app: &TestApp, path: &str, cookie: &str) -> Response {
     app.send(request).await
 }
 
-/// A sign-in through the pages' server function, as the page's script sends it.
-async fn sign_in(app: &TestApp, name: &str, password: &str) -> Response {
-    let request = Request::post(app.url(<app::api::Login as leptos::server_fn::ServerFn>::PATH))
-        .header("accept", "application/json")
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(Full::new(format!("name={name}&password={password}").into()))
-        .unwrap();
-    app.send(request).await
-}
-
-/// Signs `name` in through the pages' server function; the session cookie's value.
-async fn sign_in_cookie(app: &TestApp, name: &str) -> String {
-    let answer = sign_in(app, name, "password123").await;
-    answer
-        .headers
-        .get_all("set-cookie")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .find_map(|v| v.strip_prefix("sandbox_session="))
-        .and_then(|v| v.split(';').next())
-        .map(str::to_string)
-        .unwrap_or_else(|| panic!("signed in: {:?}", answer.status))
-}
-
 /// A WebSocket through the proxy as a browser opens it: with the sign-in cookie, from our page.
 async fn cookie_websocket(app: &TestApp, path: &str, cookie: &str) -> common::WebSocket {
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -673,7 +649,7 @@ async fn an_open_websocket_ends_when_its_user_is_locked() {
     // A browser's socket stands on its sign-in: signing out ends it, and it alone.
     let (_, ned_token) = app.user("ned").await;
     let ned_session = app.launch_ready(&ned_token, "marimo").await;
-    let cookie = sign_in_cookie(&app, "ned").await;
+    let cookie = app.sign_in_cookie("ned").await;
     let mut browser = cookie_websocket(&app, &format!("/s/{ned_session}/ws"), &cookie).await;
     common::assert_echoes(&mut browser, 3).await;
     let signed_out = server_fn(
@@ -686,7 +662,7 @@ async fn an_open_websocket_ends_when_its_user_is_locked() {
     ends_within(&mut browser, Duration::from_secs(3), "signed out").await;
     common::assert_echoes(&mut liz_socket, 1).await;
 
-    app.service.set_locked(&liz, true).await.unwrap();
+    app.service.set_locked(&liz, true, None).await.unwrap();
     ends_within(
         &mut liz_socket,
         Duration::from_secs(3),
@@ -819,7 +795,7 @@ async fn a_locked_account_loses_access_at_once_and_cannot_sign_in() {
         .unwrap_err();
     assert_eq!(wrong, unknown, "no hint whether the user exists");
 
-    app.service.set_locked(&user_id, true).await.unwrap();
+    app.service.set_locked(&user_id, true, None).await.unwrap();
     let me = app.get("/api/v1/me", Some(&token)).await;
     assert_eq!(
         me.status,

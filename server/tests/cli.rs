@@ -151,6 +151,9 @@ fn users_tokens_and_credits_from_the_command_line() {
     let (code, out, _) = server(data.path(), &["credits", "grant", "ada", "-0.5"], None);
     assert_eq!(code, 0);
     assert!(out.contains("ada now has 102 credits"), "{out}");
+    let (code, _, err) = server(data.path(), &["credits", "grant", "ada", "-1000"], None);
+    assert_ne!(code, 0);
+    assert!(err.contains("more than the balance (102 credits)"), "{err}");
     let (code, _, err) = server(data.path(), &["credits", "grant", "ada", "lots"], None);
     assert_ne!(code, 0);
     assert!(err.contains("'lots' is not an amount of credits"), "{err}");

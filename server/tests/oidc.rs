@@ -287,7 +287,7 @@ async fn people_sign_in_through_the_provider_and_get_their_own_accounts() {
     ));
 
     // A locked account stays out.
-    app.service.set_locked(&olga.id, true).await.unwrap();
+    app.service.set_locked(&olga.id, true, None).await.unwrap();
     let (answer, _) = round_trip(&app, &provider, "olga").await;
     assert_eq!(location(&answer), "/login?sso=locked");
     let log = app.service.store.audit_log(50).await.unwrap();

@@ -6,6 +6,7 @@
 pub mod credits;
 pub mod idle;
 pub mod launch;
+pub mod listing;
 pub mod pool;
 pub mod quota;
 pub mod scope;

@@ -166,7 +166,13 @@ fn Header(viewer: Viewer, credits: CreditsView) -> impl IntoView {
             </div>
             <div class="user">
                 <span data-testid="user-name">{viewer.name}</span>
-                {(viewer.role == crate::model::Role::Admin).then(|| view! { <span class="chip">"admin"</span> })}
+                {(viewer.role == crate::model::Role::Admin)
+                    .then(|| {
+                        view! {
+                            <span class="chip">"admin"</span>
+                            <a href="/admin">"Admin"</a>
+                        }
+                    })}
                 <a href="/tokens">"API tokens"</a>
                 <button class="link" on:click=move |_| { logout.dispatch(crate::api::Logout {}); }>
                     "Sign out"

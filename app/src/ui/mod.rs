@@ -1,5 +1,6 @@
 //! The pages. Every one renders on the server and hydrates in the browser.
 
+mod admin;
 mod dashboard;
 #[cfg(feature = "hydrate")]
 mod live;
@@ -44,6 +45,7 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/login") view=login::LoginPage />
                 <Route path=path!("/sessions/:id") view=session::SessionPage />
                 <Route path=path!("/tokens") view=tokens::TokensPage />
+                <Route path=path!("/admin") view=admin::AdminPage />
             </Routes>
         </Router>
     }

@@ -58,8 +58,9 @@ fn TokensView(
     let TokensPage {
         tokens,
         confirmation,
-        ..
+        viewer,
     } = page;
+    let is_admin = viewer.role == crate::model::Role::Admin;
     let made = move || match make.value().get() {
         Some(Ok(token)) => Some(view! { <MadeToken token /> }.into_any()),
         Some(Err(e)) => Some(
@@ -107,7 +108,7 @@ fn TokensView(
     };
     view! {
         {made}
-        <NewTokenForm make confirmation form />
+        <NewTokenForm make confirmation form is_admin />
         <h2>"Your tokens"</h2>
         {revoke_error}
         {rows}
@@ -153,7 +154,7 @@ struct FormState {
     label: RwSignal<String>,
     days: RwSignal<String>,
     password: RwSignal<String>,
-    scopes: [RwSignal<bool>; 4],
+    scopes: [RwSignal<bool>; 5],
 }
 
 impl FormState {
@@ -162,7 +163,8 @@ impl FormState {
             label: RwSignal::new(String::new()),
             days: RwSignal::new(String::from("90")),
             password: RwSignal::new(String::new()),
-            scopes: std::array::from_fn(|_| RwSignal::new(true)),
+            // Every scope but `admin`, which a token gets only when asked for.
+            scopes: std::array::from_fn(|i| RwSignal::new(Scope::EVERY[i] != Scope::Admin)),
         }
     }
 }
@@ -172,6 +174,7 @@ fn NewTokenForm(
     make: ServerAction<MakeToken>,
     confirmation: Confirmation,
     form: FormState,
+    is_admin: bool,
 ) -> impl IntoView {
     let FormState {
         label,
@@ -179,7 +182,11 @@ fn NewTokenForm(
         password,
         scopes,
     } = form;
-    let chosen: Vec<(Scope, RwSignal<bool>)> = Scope::EVERY.into_iter().zip(scopes).collect();
+    let chosen: Vec<(Scope, RwSignal<bool>)> = Scope::EVERY
+        .into_iter()
+        .zip(scopes)
+        .filter(|(scope, _)| is_admin || *scope != Scope::Admin)
+        .collect();
     let picked = {
         let chosen = chosen.clone();
         move || {
@@ -311,6 +318,7 @@ fn scope_help(scope: Scope) -> &'static str {
         Scope::Sessions => "launch, extend and stop your sessions",
         Scope::Access => "reach your editors",
         Scope::Tokens => "make and revoke tokens",
+        Scope::Admin => "administer users, credits and every session",
     }
 }
 

@@ -4,6 +4,7 @@
 //! Every write that must not race (credits, slots, state) runs in one transaction;
 //! on SQLite writers are serialized in-process, on PostgreSQL the user's row is locked.
 
+mod admin;
 mod guardrails;
 mod http_sessions;
 mod kube;
@@ -249,7 +250,13 @@ impl Store {
     }
 
     /// Changes a user's role, audited with `why`.
-    pub async fn set_role(&self, user_id: &str, role: Role, why: &str) -> Result<()> {
+    pub async fn set_role(
+        &self,
+        user_id: &str,
+        role: Role,
+        actor_id: Option<&str>,
+        why: &str,
+    ) -> Result<()> {
         let mut w = self.begin_write().await?;
         let done = sqlx::query("UPDATE users SET role = $1 WHERE id = $2")
             .bind(role.as_str())
@@ -261,7 +268,7 @@ impl Store {
         }
         insert_audit(
             &mut w,
-            None,
+            actor_id,
             "user.role",
             &format!("user:{user_id}"),
             &format!("{}: {why}", role.as_str()),
@@ -388,7 +395,12 @@ impl Store {
         rows.iter().map(|r| Ok(r.try_get("id")?)).collect()
     }
 
-    pub async fn set_locked(&self, user_id: &str, locked: bool) -> Result<()> {
+    pub async fn set_locked(
+        &self,
+        user_id: &str,
+        locked: bool,
+        actor_id: Option<&str>,
+    ) -> Result<()> {
         let mut w = self.begin_write().await?;
         let done = sqlx::query("UPDATE users SET locked = $1 WHERE id = $2")
             .bind(locked as i64)
@@ -401,7 +413,7 @@ impl Store {
         let action = if locked { "user.lock" } else { "user.unlock" };
         insert_audit(
             &mut w,
-            None,
+            actor_id,
             action,
             &format!("user:{user_id}"),
             "",
@@ -527,6 +539,16 @@ impl Store {
         let now = now_ms();
         let mut w = self.begin_write().await?;
         self.lock_user(&mut w, user_id).await?;
+        // Taking credits back stops at zero: the balance is what launches spend.
+        if amount < 0 {
+            let balance = balance_in(&mut w, user_id).await?;
+            if balance + amount < 0 {
+                return Err(StoreError::InsufficientCredits {
+                    balance,
+                    needed: -amount,
+                });
+            }
+        }
         let kind = if amount >= 0 {
             LedgerKind::Grant
         } else {
@@ -1271,5 +1293,7 @@ fn step_from_row(row: &AnyRow) -> Result<Step> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_admin;
 #[cfg(test)]
 mod tests_guardrails;

@@ -15,7 +15,7 @@ pub(super) const SESSION_COLUMNS: &str = "s.id, s.user_id, s.editor, s.slice_mib
     s.ends_at, s.ended_at, s.last_activity_at, s.queued_at, s.burst, s.last_api_at, s.last_heartbeat_at, \
     s.last_input_at, s.last_busy_at, s.gpu_used_mib, s.driver, g.model AS gpu_model, g.id AS gpu_id, sl.cores_pct AS cores_pct";
 
-fn bad(what: &'static str) -> StoreError {
+pub(super) fn bad(what: &'static str) -> StoreError {
     StoreError::NotFound(what)
 }
 

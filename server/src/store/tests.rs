@@ -144,7 +144,7 @@ pub(super) async fn six_slots(store: &Store) -> Vec<String> {
 }
 
 /// A one-hour launch that holds `hold` (its price per hour is the hold).
-fn launch(user_id: &str, hold: i64) -> NewSession<'_> {
+pub(super) fn launch(user_id: &str, hold: i64) -> NewSession<'_> {
     NewSession {
         user_id,
         editor: EditorKind::JupyterLab,
@@ -239,12 +239,12 @@ async fn users_and_duplicate_names(store: Store) {
         None
     );
 
-    store.set_locked(&bob.id, true).await.unwrap();
+    store.set_locked(&bob.id, true, None).await.unwrap();
     assert!(store.user_by_id(&bob.id).await.unwrap().unwrap().locked);
-    store.set_locked(&bob.id, false).await.unwrap();
+    store.set_locked(&bob.id, false, None).await.unwrap();
     assert!(!store.user_by_id(&bob.id).await.unwrap().unwrap().locked);
     assert!(matches!(
-        store.set_locked("no-such-id", true).await,
+        store.set_locked("no-such-id", true, None).await,
         Err(StoreError::NotFound(_))
     ));
 
@@ -304,7 +304,12 @@ async fn oidc_accounts(store: Store) {
         Err(StoreError::NotFound(_))
     ));
     store
-        .set_role(&olga.id, Role::Admin, "groups from the identity provider")
+        .set_role(
+            &olga.id,
+            Role::Admin,
+            None,
+            "groups from the identity provider",
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -318,7 +323,7 @@ async fn oidc_accounts(store: Store) {
                 && e.detail == "admin: groups from the identity provider")
     );
     assert!(matches!(
-        store.set_role("nobody", Role::Admin, "x").await,
+        store.set_role("nobody", Role::Admin, None, "x").await,
         Err(StoreError::NotFound(_))
     ));
 }

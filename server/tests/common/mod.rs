@@ -157,6 +157,32 @@ impl TestApp {
         (user.id, token)
     }
 
+    /// A sign-in through the pages' server function, as the page's script sends it.
+    pub async fn sign_in(&self, name: &str, password: &str) -> Response {
+        let request =
+            Request::post(self.url(<app::api::Login as leptos::server_fn::ServerFn>::PATH))
+                .header("accept", "application/json")
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(Full::new(format!("name={name}&password={password}").into()))
+                .unwrap();
+        self.send(request).await
+    }
+
+    /// Signs `name` (password "password123") in through the pages' server function; the
+    /// session cookie's value.
+    pub async fn sign_in_cookie(&self, name: &str) -> String {
+        let answer = self.sign_in(name, "password123").await;
+        answer
+            .headers
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find_map(|v| v.strip_prefix("sandbox_session="))
+            .and_then(|v| v.split(';').next())
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("signed in: {:?}", answer.status))
+    }
+
     /// Runs SQL against the server's database, for setting up what no API offers (a past end time).
     pub async fn sql(&self, statement: &str, id: &str) {
         sqlx::any::install_default_drivers();

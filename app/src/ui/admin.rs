@@ -1,0 +1,733 @@
+//! The admin pages: users (roles, locks, credits), every session, the pool per GPU, the audit
+//! log. Tables page, sort and filter on the server; where the table is (tab, page, sort, search)
+//! lives in the address, so a reload or a shared link shows the same rows.
+
+use super::ErrorNotice;
+use crate::api::{
+    AdminStop, ChangeUser, GrantCredits, admin_audit, admin_pool, admin_sessions, admin_users,
+};
+use crate::domain::credits;
+use crate::domain::listing::{ListQuery, Page};
+use crate::domain::pool::format_mib;
+use crate::model::{AdminGpu, AdminSession, AdminUser, AuditLine, Role, UserChange};
+use leptos::prelude::*;
+use leptos_router::hooks::use_query_map;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tab {
+    Users,
+    Sessions,
+    Pool,
+    Audit,
+}
+
+impl Tab {
+    const ALL: [Tab; 4] = [Tab::Users, Tab::Sessions, Tab::Pool, Tab::Audit];
+
+    fn parse(name: Option<&str>) -> Tab {
+        match name {
+            Some("sessions") => Tab::Sessions,
+            Some("pool") => Tab::Pool,
+            Some("audit") => Tab::Audit,
+            _ => Tab::Users,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Tab::Users => "users",
+            Tab::Sessions => "sessions",
+            Tab::Pool => "pool",
+            Tab::Audit => "audit",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Tab::Users => "Users",
+            Tab::Sessions => "Sessions",
+            Tab::Pool => "Pool",
+            Tab::Audit => "Audit log",
+        }
+    }
+}
+
+/// `/admin?tab=…` with the table's place; what is unset is left out.
+fn admin_href(tab: Tab, query: &ListQuery) -> String {
+    let mut href = format!("/admin?tab={}", tab.name());
+    let mut add = |key: &str, value: Option<String>| {
+        if let Some(value) = value.filter(|v| !v.is_empty()) {
+            href.push_str(&format!("&{key}={}", encode(&value)));
+        }
+    };
+    add("q", query.q.clone());
+    add("filter", query.filter.clone());
+    add("sort", query.sort.clone());
+    add("page", query.page.filter(|p| *p > 1).map(|p| p.to_string()));
+    href
+}
+
+/// A query string value, percent-encoded.
+fn encode(text: &str) -> String {
+    let mut out = String::new();
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// "2026-12-01 02:24" (UTC) from milliseconds since the epoch.
+pub(crate) fn format_utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Days to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}",
+        rest / 3600,
+        (rest / 60) % 60
+    )
+}
+
+#[component]
+pub fn AdminPage() -> impl IntoView {
+    let query = use_query_map();
+    let tab = Memo::new(move |_| Tab::parse(query.read().get_str("tab")));
+    let list = Memo::new(move |_| {
+        let q = query.read();
+        ListQuery {
+            page: q.get_str("page").and_then(|p| p.parse().ok()),
+            per_page: None,
+            sort: q.get("sort"),
+            q: q.get("q"),
+            filter: q.get("filter"),
+        }
+    });
+    let tabs = move || {
+        let current = tab.get();
+        Tab::ALL
+            .into_iter()
+            .map(|t| {
+                view! {
+                    <a
+                        href=admin_href(t, &ListQuery::default())
+                        class="tab"
+                        aria-current=(t == current).then_some("page")
+                    >
+                        {t.label()}
+                    </a>
+                }
+            })
+            .collect_view()
+    };
+    view! {
+        <header class="topbar">
+            <a class="brand" href="/">
+                "GPU Sandbox"
+            </a>
+            <strong>"Admin"</strong>
+            <a href="/">"Back to the dashboard"</a>
+        </header>
+        <main class="admin">
+            <nav class="tabs" aria-label="Admin sections">
+                {tabs}
+            </nav>
+            {move || match tab.get() {
+                Tab::Users => view! { <UsersTab list /> }.into_any(),
+                Tab::Sessions => view! { <SessionsTab list /> }.into_any(),
+                Tab::Pool => view! { <PoolTab /> }.into_any(),
+                Tab::Audit => view! { <AuditTab list /> }.into_any(),
+            }}
+        </main>
+    }
+}
+
+/// The search box and, where a table has one, its filter; a plain GET form, so that it works
+/// before the page's script has loaded too.
+#[component]
+fn SearchForm(
+    tab: Tab,
+    list: Memo<ListQuery>,
+    placeholder: &'static str,
+    filters: &'static [(&'static str, &'static str)],
+) -> impl IntoView {
+    let current = list.get_untracked();
+    let filter_select = (!filters.is_empty()).then(|| {
+        let chosen = current.filter.clone().unwrap_or_default();
+        view! {
+            <label>
+                "Show "
+                <select name="filter">
+                    {filters
+                        .iter()
+                        .map(|(value, label)| {
+                            view! {
+                                <option value=*value selected=chosen == *value>
+                                    {*label}
+                                </option>
+                            }
+                        })
+                        .collect_view()}
+                </select>
+            </label>
+        }
+    });
+    view! {
+        <form class="search" method="get" action="/admin">
+            <input type="hidden" name="tab" value=tab.name() />
+            <input
+                type="search"
+                name="q"
+                placeholder=placeholder
+                aria-label="Search"
+                maxlength="100"
+                value=current.q.unwrap_or_default()
+            />
+            {filter_select}
+            <button type="submit">"Search"</button>
+        </form>
+    }
+}
+
+/// A column header that sorts by `key`, and the other way when it sorts by it already.
+#[component]
+fn SortHeader(
+    tab: Tab,
+    list: Memo<ListQuery>,
+    key: &'static str,
+    label: &'static str,
+) -> impl IntoView {
+    let href = move || {
+        let mut q = list.get();
+        let now = q.sort.clone().unwrap_or_default();
+        q.sort = Some(if now == key {
+            format!("-{key}")
+        } else {
+            key.to_string()
+        });
+        q.page = None;
+        admin_href(tab, &q)
+    };
+    let mark = move || {
+        let now = list.get().sort.unwrap_or_default();
+        if now == key {
+            " ▲"
+        } else if now == format!("-{key}") {
+            " ▼"
+        } else {
+            ""
+        }
+    };
+    view! {
+        <th>
+            <a href=href>{label}{mark}</a>
+        </th>
+    }
+}
+
+/// "Page 2 of 5 (103)" with links to the pages around it.
+#[component]
+fn Pager(tab: Tab, list: Memo<ListQuery>, page: u32, pages: u32, total: u64) -> impl IntoView {
+    let link = move |to: u32, label: &'static str| {
+        let mut q = list.get_untracked();
+        q.page = Some(to);
+        view! { <a href=admin_href(tab, &q)>{label}</a> }
+    };
+    view! {
+        <nav class="pager" aria-label="Pages">
+            {(page > 1).then(|| link(page - 1, "← Previous"))}
+            <span class="muted" data-testid="pager">
+                {format!("Page {page} of {pages} ({total})")}
+            </span>
+            {(page < pages).then(|| link(page + 1, "Next →"))}
+        </nav>
+    }
+}
+
+/// An action's refusal, shown until the next attempt.
+fn action_error<T>(
+    value: impl Fn() -> Option<Result<T, crate::error::AppError>>,
+) -> impl Fn() -> Option<AnyView> {
+    move || {
+        value().and_then(Result::err).map(|e| {
+            view! {
+                <p class="notice error" role="alert">
+                    {e.to_string()}
+                </p>
+            }
+            .into_any()
+        })
+    }
+}
+
+#[component]
+fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
+    let change = ServerAction::<ChangeUser>::new();
+    let grant = ServerAction::<GrantCredits>::new();
+    let data = Resource::new(
+        move || (list.get(), change.version().get(), grant.version().get()),
+        |(query, _, _)| admin_users(query),
+    );
+    let granted = move || {
+        grant.value().get().and_then(Result::ok).map(|balance| {
+            view! {
+                <p class="notice" role="status">
+                    {format!("Granted. The balance is now {} credits.", credits::format(balance))}
+                </p>
+            }
+        })
+    };
+    view! {
+        <SearchForm
+            tab=Tab::Users
+            list
+            placeholder="Name"
+            filters=&[("all", "everyone"), ("admin", "admins"), ("user", "users"), ("locked", "locked")]
+        />
+        {action_error(move || change.value().get())}
+        {action_error(move || grant.value().get())}
+        {granted}
+        <Transition fallback=|| view! { <p class="muted">"Loading users…"</p> }>
+            {move || Suspend::new(async move {
+                match data.await {
+                    Ok(page) => view! { <UsersTable page list change grant /> }.into_any(),
+                    Err(error) => view! { <ErrorNotice error /> }.into_any(),
+                }
+            })}
+        </Transition>
+    }
+}
+
+#[component]
+fn UsersTable(
+    page: Page<AdminUser>,
+    list: Memo<ListQuery>,
+    change: ServerAction<ChangeUser>,
+    grant: ServerAction<GrantCredits>,
+) -> impl IntoView {
+    let pages = page.pages();
+    if page.items.is_empty() {
+        return view! { <p class="muted empty">"No user matches. Clear the search to see everyone."</p> }
+            .into_any();
+    }
+    view! {
+        <table class="admin-table" data-testid="users">
+            <thead>
+                <tr>
+                    <SortHeader tab=Tab::Users list key="name" label="Name" />
+                    <th>"Role"</th>
+                    <SortHeader tab=Tab::Users list key="balance" label="Credits" />
+                    <th>"Live sessions"</th>
+                    <SortHeader tab=Tab::Users list key="created" label="Since" />
+                    <th>"Actions"</th>
+                </tr>
+            </thead>
+            <tbody>
+                {page
+                    .items
+                    .into_iter()
+                    .map(|user| view! { <UserRow user change grant /> })
+                    .collect_view()}
+            </tbody>
+        </table>
+        <Pager tab=Tab::Users list page=page.page pages total=page.total />
+    }
+    .into_any()
+}
+
+#[component]
+fn UserRow(
+    user: AdminUser,
+    change: ServerAction<ChangeUser>,
+    grant: ServerAction<GrantCredits>,
+) -> impl IntoView {
+    let amount = RwSignal::new(String::new());
+    let note = RwSignal::new(String::new());
+    let id = user.id.clone();
+    let role_change = {
+        let id = id.clone();
+        let to = if user.role == Role::Admin {
+            Role::User
+        } else {
+            Role::Admin
+        };
+        move |_| {
+            change.dispatch(ChangeUser {
+                user_id: id.clone(),
+                change: UserChange {
+                    role: Some(to),
+                    locked: None,
+                },
+            });
+        }
+    };
+    let lock_change = {
+        let id = id.clone();
+        let locked = !user.locked;
+        move |_| {
+            change.dispatch(ChangeUser {
+                user_id: id.clone(),
+                change: UserChange {
+                    role: None,
+                    locked: Some(locked),
+                },
+            });
+        }
+    };
+    let submit_grant = {
+        let id = id.clone();
+        move |ev: leptos::ev::SubmitEvent| {
+            ev.prevent_default();
+            grant.dispatch(GrantCredits {
+                user_id: id.clone(),
+                amount: amount.get_untracked(),
+                note: note.get_untracked(),
+            });
+            amount.set(String::new());
+            note.set(String::new());
+        }
+    };
+    let name = user.name.clone();
+    view! {
+        <tr data-user=user.name.clone()>
+            <td>
+                {user.name.clone()}
+                {user.single_sign_on.then(|| view! { <span class="chip">"single sign-on"</span> })}
+                {user.locked.then(|| view! { <span class="chip state-failed">"locked"</span> })}
+            </td>
+            <td>{user.role.as_str()}</td>
+            <td data-testid="balance">
+                {credits::format(user.balance)}
+                {(user.held > 0)
+                    .then(|| {
+                        view! {
+                            <span class="muted">
+                                {format!(" ({} held)", credits::format(user.held))}
+                            </span>
+                        }
+                    })}
+            </td>
+            <td>{user.live_sessions}</td>
+            <td>{format_utc(user.created_at_ms)}</td>
+            <td class="row-actions">
+                <button on:click=role_change>
+                    {if user.role == Role::Admin { "Make user" } else { "Make admin" }}
+                </button>
+                <button on:click=lock_change>{if user.locked { "Unlock" } else { "Lock" }}</button>
+                <form class="grant" on:submit=submit_grant>
+                    <input
+                        name="amount"
+                        inputmode="decimal"
+                        required
+                        size="6"
+                        placeholder="credits"
+                        aria-label=format!("Credits to grant {name}")
+                        bind:value=amount
+                    />
+                    <input
+                        name="note"
+                        maxlength="200"
+                        placeholder="note"
+                        aria-label="Note"
+                        bind:value=note
+                    />
+                    <button type="submit">"Grant"</button>
+                </form>
+            </td>
+        </tr>
+    }
+}
+
+#[component]
+fn SessionsTab(list: Memo<ListQuery>) -> impl IntoView {
+    let stop = ServerAction::<AdminStop>::new();
+    let data = Resource::new(
+        move || (list.get(), stop.version().get()),
+        |(query, _)| admin_sessions(query),
+    );
+    view! {
+        <SearchForm
+            tab=Tab::Sessions
+            list
+            placeholder="User name or session id"
+            filters=&[
+                ("all", "all sessions"),
+                ("live", "live"),
+                ("ended", "ended"),
+                ("queued", "queued"),
+                ("ready", "ready"),
+            ]
+        />
+        {action_error(move || stop.value().get())}
+        <Transition fallback=|| view! { <p class="muted">"Loading sessions…"</p> }>
+            {move || Suspend::new(async move {
+                match data.await {
+                    Ok(page) => view! { <SessionsTable page list stop /> }.into_any(),
+                    Err(error) => view! { <ErrorNotice error /> }.into_any(),
+                }
+            })}
+        </Transition>
+    }
+}
+
+#[component]
+fn SessionsTable(
+    page: Page<AdminSession>,
+    list: Memo<ListQuery>,
+    stop: ServerAction<AdminStop>,
+) -> impl IntoView {
+    let pages = page.pages();
+    if page.items.is_empty() {
+        return view! { <p class="muted empty">"No session matches."</p> }.into_any();
+    }
+    view! {
+        <table class="admin-table" data-testid="sessions">
+            <thead>
+                <tr>
+                    <SortHeader tab=Tab::Sessions list key="user" label="User" />
+                    <th>"Editor"</th>
+                    <th>"Slice"</th>
+                    <SortHeader tab=Tab::Sessions list key="state" label="State" />
+                    <SortHeader tab=Tab::Sessions list key="created" label="Started" />
+                    <th>"Ends / ended"</th>
+                    <th></th>
+                </tr>
+            </thead>
+            <tbody>
+                {page
+                    .items
+                    .into_iter()
+                    .map(|session| view! { <SessionRow session stop /> })
+                    .collect_view()}
+            </tbody>
+        </table>
+        <Pager tab=Tab::Sessions list page=page.page pages total=page.total />
+    }
+    .into_any()
+}
+
+#[component]
+fn SessionRow(session: AdminSession, stop: ServerAction<AdminStop>) -> impl IntoView {
+    let live = session.state.is_live();
+    let id = session.id.clone();
+    let state = match (session.state.is_live(), session.end_reason) {
+        (false, Some(reason)) => format!("ended ({})", reason.as_str()),
+        _ => session.state.as_str().to_string(),
+    };
+    let ends = session
+        .ended_at_ms
+        .or(session.ends_at_ms)
+        .map(format_utc)
+        .unwrap_or_default();
+    let slice = match &session.gpu_model {
+        Some(model) => format!("{} on {model}", format_mib(session.slice_mib)),
+        None => format_mib(session.slice_mib),
+    };
+    view! {
+        <tr data-session=session.id.clone()>
+            <td>{session.user_name.clone()}</td>
+            <td>{session.editor.label()}</td>
+            <td>{slice}</td>
+            <td>
+                <span class=format!("chip state-{}", session.state.as_str()) title=session.detail.clone()>
+                    {state}
+                </span>
+            </td>
+            <td>{format_utc(session.created_at_ms)}</td>
+            <td>{ends}</td>
+            <td>
+                {live
+                    .then(|| {
+                        view! {
+                            <button
+                                class="danger"
+                                on:click=move |_| {
+                                    stop.dispatch(AdminStop { id: id.clone() });
+                                }
+                            >
+                                "Stop"
+                            </button>
+                        }
+                    })}
+            </td>
+        </tr>
+    }
+}
+
+#[component]
+fn PoolTab() -> impl IntoView {
+    let data = Resource::new(|| (), |_| admin_pool());
+    view! {
+        <Transition fallback=|| view! { <p class="muted">"Loading the pool…"</p> }>
+            {move || Suspend::new(async move {
+                match data.await {
+                    Ok(gpus) if gpus.is_empty() => {
+                        view! { <p class="muted empty">"No GPU is configured: see [pool] in the configuration."</p> }
+                            .into_any()
+                    }
+                    Ok(gpus) => {
+                        gpus.into_iter().map(|gpu| view! { <PoolGpu gpu /> }).collect_view().into_any()
+                    }
+                    Err(error) => view! { <ErrorNotice error /> }.into_any(),
+                }
+            })}
+        </Transition>
+    }
+}
+
+#[component]
+fn PoolGpu(gpu: AdminGpu) -> impl IntoView {
+    let used = gpu.slots.iter().filter(|s| s.state.is_some()).count();
+    let total = gpu.slots.len();
+    view! {
+        <section class="card" data-gpu=gpu.id.clone()>
+            <h2>
+                {format!("{} · {}", gpu.model, format_mib(gpu.memory_mib))}
+                <span class="chip">{if gpu.enforced { "enforced" } else { "not enforced" }}</span>
+            </h2>
+            <p class="muted">{format!("{used} of {total} slots in use · {}", gpu.id)}</p>
+            <table class="admin-table">
+                <thead>
+                    <tr>
+                        <th>"Slot"</th>
+                        <th>"Slice"</th>
+                        <th>"Held by"</th>
+                    </tr>
+                </thead>
+                <tbody>
+                    {gpu
+                        .slots
+                        .into_iter()
+                        .map(|slot| {
+                            let held = match (&slot.user_name, slot.editor, slot.state) {
+                                (Some(user), Some(editor), Some(state)) => {
+                                    format!("{user} · {} · {}", editor.label(), state.as_str())
+                                }
+                                (None, Some(editor), None) => {
+                                    format!("pre-started {}", editor.label())
+                                }
+                                _ if slot.holder.is_some() => "reserved".to_string(),
+                                _ => "free".to_string(),
+                            };
+                            view! {
+                                <tr>
+                                    <td>{slot.id}</td>
+                                    <td>
+                                        {format!("{} · {} % cores", format_mib(slot.slice_mib), slot.cores_pct)}
+                                    </td>
+                                    <td>{held}</td>
+                                </tr>
+                            }
+                        })
+                        .collect_view()}
+                </tbody>
+            </table>
+        </section>
+    }
+}
+
+#[component]
+fn AuditTab(list: Memo<ListQuery>) -> impl IntoView {
+    let data = Resource::new(move || list.get(), admin_audit);
+    view! {
+        <SearchForm tab=Tab::Audit list placeholder="Action, user or detail" filters=&[] />
+        <Transition fallback=|| view! { <p class="muted">"Loading the audit log…"</p> }>
+            {move || Suspend::new(async move {
+                match data.await {
+                    Ok(page) => view! { <AuditTable page list /> }.into_any(),
+                    Err(error) => view! { <ErrorNotice error /> }.into_any(),
+                }
+            })}
+        </Transition>
+    }
+}
+
+#[component]
+fn AuditTable(page: Page<AuditLine>, list: Memo<ListQuery>) -> impl IntoView {
+    let pages = page.pages();
+    if page.items.is_empty() {
+        return view! { <p class="muted empty">"Nothing in the log matches."</p> }.into_any();
+    }
+    view! {
+        <table class="admin-table" data-testid="audit">
+            <thead>
+                <tr>
+                    <SortHeader tab=Tab::Audit list key="at" label="When (UTC)" />
+                    <th>"Who"</th>
+                    <th>"Action"</th>
+                    <th>"Target"</th>
+                    <th>"Detail"</th>
+                </tr>
+            </thead>
+            <tbody>
+                {page
+                    .items
+                    .into_iter()
+                    .map(|line| {
+                        let target = match &line.target_name {
+                            Some(name) => format!("user {name}"),
+                            None => line.target.clone(),
+                        };
+                        view! {
+                            <tr>
+                                <td>{format_utc(line.at_ms)}</td>
+                                <td>{line.actor.unwrap_or_else(|| "system".into())}</td>
+                                <td>
+                                    <code>{line.action}</code>
+                                </td>
+                                <td>{target}</td>
+                                <td>{line.detail}</td>
+                            </tr>
+                        }
+                    })
+                    .collect_view()}
+            </tbody>
+        </table>
+        <Pager tab=Tab::Audit list page=page.page pages total=page.total />
+    }
+    .into_any()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_are_utc_minutes() {
+        assert_eq!(format_utc(0), "1970-01-01 00:00");
+        assert_eq!(format_utc(951_782_400_000), "2000-02-29 00:00");
+        assert_eq!(format_utc(1_795_919_040_000), "2026-11-29 02:24");
+    }
+
+    #[test]
+    fn links_keep_the_tables_place_and_encode_it() {
+        let query = ListQuery {
+            q: Some("a&b c".into()),
+            sort: Some("-balance".into()),
+            page: Some(2),
+            ..ListQuery::default()
+        };
+        assert_eq!(
+            admin_href(Tab::Users, &query),
+            "/admin?tab=users&q=a%26b%20c&sort=-balance&page=2"
+        );
+        assert_eq!(
+            admin_href(Tab::Audit, &ListQuery::default()),
+            "/admin?tab=audit"
+        );
+        assert_eq!(Tab::parse(Some("pool")), Tab::Pool);
+        assert_eq!(Tab::parse(Some("nonsense")), Tab::Users);
+    }
+}

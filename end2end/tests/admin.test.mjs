@@ -1,0 +1,101 @@
+// The admin pages in the browser: grant credits, lock and unlock a user, search, the pool and the
+// audit log; a user who is not an admin is refused.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { BASE, hydrated, launchBrowser, signIn } from './helpers.mjs';
+
+const TARGET = 'e2e-target';
+
+async function balanceOf(row) {
+  return parseFloat(await row.getByTestId('balance').innerText());
+}
+
+test('an admin grants credits, locks and unlocks a user, and finds it all in the audit log', async () => {
+  const browser = await launchBrowser();
+  const page = await browser.newPage();
+  try {
+    await signIn(page, 'admin');
+    await page.waitForURL(`${BASE}/`);
+    await hydrated(page);
+    await page.getByRole('link', { name: 'Admin', exact: true }).click();
+    await page.waitForURL(`${BASE}/admin`);
+    await hydrated(page);
+
+    const row = page.locator(`tr[data-user="${TARGET}"]`);
+    await row.waitFor();
+    const before = await balanceOf(row);
+    await row.getByLabel(`Credits to grant ${TARGET}`).fill('2.5');
+    await row.getByLabel('Note').fill('e2e grant');
+    await row.getByRole('button', { name: 'Grant' }).click();
+    const granted = page.getByRole('status').filter({ hasText: 'Granted' });
+    await granted.waitFor();
+    assert.match(await granted.innerText(), new RegExp(`now ${before + 2.5} credits`));
+    await page.waitForFunction(
+      ([user, expected]) =>
+        parseFloat(document.querySelector(`tr[data-user="${user}"] [data-testid="balance"]`)?.innerText) === expected,
+      [TARGET, before + 2.5],
+    );
+
+    // Taking back more than there is: refused, with the reason, and nothing changes.
+    await row.getByLabel(`Credits to grant ${TARGET}`).fill(`-${before + 100}`);
+    await row.getByRole('button', { name: 'Grant' }).click();
+    const refused = page.getByRole('alert').filter({ hasText: 'more than the balance' });
+    await refused.waitFor();
+    assert.equal(await balanceOf(row), before + 2.5);
+
+    await row.getByRole('button', { name: 'Lock' }).click();
+    await row.getByText('locked', { exact: true }).waitFor();
+    // Locked: the account cannot sign in.
+    const other = await browser.newPage();
+    await signIn(other, TARGET);
+    await other.getByRole('alert').waitFor();
+    await other.close();
+    await row.getByRole('button', { name: 'Unlock' }).click();
+    await row.getByText('locked', { exact: true }).waitFor({ state: 'detached' });
+
+    // Search is on the server and lives in the address.
+    await page.getByLabel('Search').fill('target');
+    await page.getByRole('button', { name: 'Search' }).click();
+    await page.waitForURL(/[?&]q=target/);
+    await hydrated(page);
+    await page.locator(`tr[data-user="${TARGET}"]`).waitFor();
+    assert.equal(await page.locator('tr[data-user]').count(), 1);
+    assert.match(await page.getByTestId('pager').innerText(), /Page 1 of 1 \(1\)/);
+
+    await page.getByRole('link', { name: 'Pool' }).click();
+    await page.waitForURL(/tab=pool/);
+    const gpu = page.locator('section[data-gpu]').first();
+    await gpu.waitFor();
+    assert.match(await gpu.innerText(), /not enforced/);
+
+    await page.getByRole('link', { name: 'Audit log' }).click();
+    await page.waitForURL(/tab=audit/);
+    const log = page.getByTestId('audit');
+    await log.waitFor();
+    const text = await log.innerText();
+    for (const action of ['credits.grant', 'user.lock', 'user.unlock']) {
+      assert.match(text, new RegExp(`admin\\s+${action.replace('.', '\\.')}\\s+user ${TARGET}`), action);
+    }
+  } finally {
+    await browser.close();
+  }
+});
+
+test('someone who is not an admin is refused the admin pages', async () => {
+  const browser = await launchBrowser();
+  const page = await browser.newPage();
+  try {
+    await signIn(page);
+    await page.waitForURL(`${BASE}/`);
+    await hydrated(page);
+    assert.equal(await page.getByRole('link', { name: 'Admin', exact: true }).count(), 0);
+    await page.goto(`${BASE}/admin`);
+    const alert = page.getByRole('alert');
+    await alert.waitFor();
+    assert.match(await alert.innerText(), /admins only/);
+    const api = await page.evaluate(async () => (await fetch('/api/v1/admin/users')).status);
+    assert.equal(api, 403);
+  } finally {
+    await browser.close();
+  }
+});

@@ -1,0 +1,216 @@
+//! What admins do: see every user, session and slot and the audit log; change roles, lock
+//! accounts, grant credits, stop anyone's session. Every function checks the role and the
+//! scope `admin` itself, so the pages and the REST API refuse alike; every change is audited
+//! with the admin who made it.
+
+use crate::service::Service;
+use crate::store::StoreError;
+use app::domain::credits;
+use app::domain::listing::{ListQuery, Listing, Page};
+use app::domain::scope::Scope;
+use app::domain::session::EndReason;
+use app::error::AppError;
+use app::model::{AdminGpu, AdminSession, AdminUser, AuditLine, Role, UserChange, Viewer};
+use std::sync::Arc;
+
+/// The longest note a grant keeps in the ledger.
+const MAX_NOTE_CHARS: usize = 200;
+
+/// Refuses anyone but an admin whose credential carries `admin`.
+pub fn require_admin(viewer: &Viewer) -> Result<(), AppError> {
+    if viewer.role != Role::Admin {
+        return Err(AppError::Forbidden("this is for admins only".into()));
+    }
+    viewer.scopes.require(Scope::Admin)
+}
+
+impl Service {
+    pub async fn admin_users(
+        &self,
+        viewer: &Viewer,
+        query: &ListQuery,
+    ) -> Result<Page<AdminUser>, AppError> {
+        require_admin(viewer)?;
+        Ok(self.store.admin_users(&Listing::users(query)?).await?)
+    }
+
+    pub async fn admin_sessions(
+        &self,
+        viewer: &Viewer,
+        query: &ListQuery,
+    ) -> Result<Page<AdminSession>, AppError> {
+        require_admin(viewer)?;
+        Ok(self
+            .store
+            .admin_sessions(&Listing::sessions(query)?)
+            .await?)
+    }
+
+    pub async fn admin_audit(
+        &self,
+        viewer: &Viewer,
+        query: &ListQuery,
+    ) -> Result<Page<AuditLine>, AppError> {
+        require_admin(viewer)?;
+        Ok(self.store.admin_audit(&Listing::audit(query)?).await?)
+    }
+
+    pub async fn admin_pool(&self, viewer: &Viewer) -> Result<Vec<AdminGpu>, AppError> {
+        require_admin(viewer)?;
+        Ok(self.store.admin_pool().await?)
+    }
+
+    /// Changes a user's role or lock. An admin cannot demote or lock themselves, so that some
+    /// admin always remains to undo a mistake.
+    pub async fn change_user(
+        &self,
+        viewer: &Viewer,
+        user_id: &str,
+        change: &UserChange,
+    ) -> Result<(), AppError> {
+        require_admin(viewer)?;
+        if change.role.is_none() && change.locked.is_none() {
+            return Err(AppError::Invalid(
+                "say what to change: `role` (user or admin) or `locked` (true or false)".into(),
+            ));
+        }
+        let user = self
+            .store
+            .user_by_id(user_id)
+            .await?
+            .ok_or(AppError::NotFound)?;
+        if user.id == viewer.id && (change.role == Some(Role::User) || change.locked == Some(true))
+        {
+            return Err(AppError::Forbidden(
+                "you cannot take away your own admin role or lock yourself out; ask another admin"
+                    .into(),
+            ));
+        }
+        if let Some(role) = change.role.filter(|role| *role != user.role) {
+            self.store
+                .set_role(
+                    &user.id,
+                    role,
+                    Some(&viewer.id),
+                    &format!("by {}", viewer.name),
+                )
+                .await?;
+        }
+        if let Some(locked) = change.locked.filter(|locked| *locked != user.locked) {
+            self.set_locked(&user.id, locked, Some(&viewer.id)).await?;
+        }
+        // Cached sign-ins carry the old role and lock.
+        self.auth.forget_user(&user.id);
+        Ok(())
+    }
+
+    /// Grants `amount` credits ("10", "2.5"; negative takes back, down to zero); returns the
+    /// new balance in milli-credits.
+    pub async fn grant_credits(
+        &self,
+        actor: Option<&Viewer>,
+        user_id: &str,
+        amount: &str,
+        note: &str,
+    ) -> Result<i64, AppError> {
+        if let Some(viewer) = actor {
+            require_admin(viewer)?;
+        }
+        let milli = credits::parse(amount).map_err(AppError::Invalid)?;
+        if milli == 0 {
+            return Err(AppError::Invalid("grant a non-zero amount".into()));
+        }
+        let note = note.trim();
+        if note.chars().count() > MAX_NOTE_CHARS || note.chars().any(char::is_control) {
+            return Err(AppError::Invalid(format!(
+                "a note must be at most {MAX_NOTE_CHARS} characters, without control characters"
+            )));
+        }
+        if self.store.user_by_id(user_id).await?.is_none() {
+            return Err(AppError::NotFound);
+        }
+        let by = actor.map_or("the command line", |viewer| viewer.name.as_str());
+        let note = if note.is_empty() {
+            format!("granted by {by}")
+        } else {
+            format!("granted by {by}: {note}")
+        };
+        match self
+            .store
+            .grant(user_id, milli, actor.map(|v| v.id.as_str()), &note)
+            .await
+        {
+            Ok(balance) => Ok(balance),
+            Err(StoreError::InsufficientCredits { balance, .. }) => {
+                Err(AppError::Invalid(format!(
+                    "that takes back more than the balance ({} credits)",
+                    credits::format(balance)
+                )))
+            }
+            Err(other) => Err(other.into()),
+        }
+    }
+
+    /// Stops anyone's session, with the reason `admin`.
+    pub async fn admin_stop(
+        self: &Arc<Self>,
+        viewer: &Viewer,
+        session_id: &str,
+    ) -> Result<AdminSession, AppError> {
+        require_admin(viewer)?;
+        let record = self
+            .store
+            .session(session_id)
+            .await?
+            .ok_or(AppError::NotFound)?;
+        if record.state.is_live() {
+            self.store
+                .audit(
+                    Some(&viewer.id),
+                    "session.stop",
+                    &format!("session:{session_id}"),
+                    &format!("user:{}", record.user_id),
+                )
+                .await?;
+            // Its own task: a client that disconnects must not leave the session half-stopped.
+            let this = Arc::clone(self);
+            let id = session_id.to_string();
+            let detail = format!("stopped by the admin {}", viewer.name);
+            let _ = tokio::spawn(async move {
+                this.stop_session(&id, EndReason::Admin, Some(&detail))
+                    .await
+            })
+            .await;
+        }
+        self.store
+            .admin_session(session_id)
+            .await?
+            .ok_or(AppError::NotFound)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use app::domain::scope::Scopes;
+
+    fn viewer(role: Role, scopes: Scopes) -> Viewer {
+        Viewer {
+            id: "u".into(),
+            name: "u".into(),
+            role,
+            scopes,
+            token_expires_at_ms: None,
+        }
+    }
+
+    #[test]
+    fn only_an_admin_with_the_admin_scope_passes() {
+        assert!(require_admin(&viewer(Role::Admin, Scopes::ALL)).is_ok());
+        let user = require_admin(&viewer(Role::User, Scopes::ALL)).unwrap_err();
+        assert_eq!(user.status(), 403);
+        let narrow = require_admin(&viewer(Role::Admin, Scopes::of(&[Scope::Read]))).unwrap_err();
+        assert_eq!(narrow.status(), 403);
+        assert!(narrow.to_string().contains("`admin`"), "{narrow}");
+    }
+}

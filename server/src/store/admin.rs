@@ -1,0 +1,364 @@
+//! The admin tables: every user, every session, the pool and who holds it, the audit log.
+//! Paged, sorted and filtered here, in SQL, from the checked [`Listing`]s of the domain: what
+//! a request asked for reaches the database only as bound values.
+
+use super::*;
+use app::domain::listing::{
+    AuditSort, Listing, Page, SessionFilter, SessionSort, UserFilter, UserSort, like_pattern,
+};
+use app::model::{AdminGpu, AdminSession, AdminSlot, AdminUser, AuditLine};
+
+/// A `WHERE` clause being built: its conditions and their text values, numbered from `$1`.
+#[derive(Default)]
+struct Conditions {
+    clauses: Vec<String>,
+    values: Vec<String>,
+}
+
+impl Conditions {
+    /// The next value's placeholder.
+    fn bind(&mut self, value: String) -> String {
+        self.values.push(value);
+        format!("${}", self.values.len())
+    }
+
+    fn sql(&self) -> String {
+        if self.clauses.is_empty() {
+            String::new()
+        } else {
+            format!("WHERE {}", self.clauses.join(" AND "))
+        }
+    }
+
+    fn query<'q>(
+        &'q self,
+        sql: &'q str,
+    ) -> sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>> {
+        self.values
+            .iter()
+            .fold(sqlx::query(sql), |query, value| query.bind(value))
+    }
+}
+
+const USER_COLUMNS: &str = "u.id, u.name, u.role, u.locked, u.created_at,
+    CASE WHEN u.oidc_subject IS NULL THEN 0 ELSE 1 END AS sso,
+    (SELECT CAST(COALESCE(SUM(l.amount), 0) AS BIGINT) FROM credit_ledger l
+      WHERE l.user_id = u.id) AS balance,
+    (SELECT CAST(COALESCE(SUM(-l.amount), 0) AS BIGINT) FROM credit_ledger l
+      JOIN sessions s ON s.id = l.session_id
+      WHERE l.user_id = u.id AND l.kind = 'hold' AND s.state <> 'ended') AS held,
+    (SELECT CAST(COUNT(*) AS BIGINT) FROM sessions s
+      WHERE s.user_id = u.id AND s.state <> 'ended') AS live";
+const ADMIN_SESSION_COLUMNS: &str = "s.id, s.user_id, u.name AS user_name, s.editor, s.slice_mib, \
+    g.model AS gpu_model, s.state, s.end_reason, s.detail, s.created_at, s.ends_at, s.ended_at, s.price_per_hour";
+const ADMIN_SESSIONS_FROM: &str = "FROM sessions s JOIN users u ON u.id = s.user_id \
+    LEFT JOIN slots sl ON sl.id = s.slot_id LEFT JOIN gpus g ON g.id = sl.gpu_id";
+
+fn admin_session_from_row(r: &AnyRow) -> Result<AdminSession> {
+    let editor: String = r.try_get("editor")?;
+    let state: String = r.try_get("state")?;
+    let reason: Option<String> = r.try_get("end_reason")?;
+    Ok(AdminSession {
+        id: r.try_get("id")?,
+        user_id: r.try_get("user_id")?,
+        user_name: r.try_get("user_name")?,
+        editor: EditorKind::parse(&editor).ok_or(bad("editor"))?,
+        slice_mib: r.try_get::<i64, _>("slice_mib")? as u64,
+        gpu_model: r.try_get("gpu_model")?,
+        state: SessionState::parse(&state).ok_or(bad("state"))?,
+        end_reason: reason
+            .map(|r| EndReason::parse(&r).ok_or(bad("end reason")))
+            .transpose()?,
+        detail: r.try_get("detail")?,
+        created_at_ms: r.try_get("created_at")?,
+        ends_at_ms: r.try_get("ends_at")?,
+        ended_at_ms: r.try_get("ended_at")?,
+        price_per_hour: r.try_get("price_per_hour")?,
+    })
+}
+
+fn direction(descending: bool) -> &'static str {
+    if descending { "DESC" } else { "ASC" }
+}
+
+impl Store {
+    pub async fn admin_users(
+        &self,
+        listing: &Listing<UserSort, UserFilter>,
+    ) -> Result<Page<AdminUser>> {
+        let mut c = Conditions::default();
+        if let Some(search) = &listing.search {
+            let p = c.bind(like_pattern(search));
+            c.clauses
+                .push(format!("LOWER(u.name) LIKE {p} ESCAPE '\\'"));
+        }
+        match listing.filter {
+            UserFilter::All => {}
+            UserFilter::Admins => c.clauses.push("u.role = 'admin'".into()),
+            UserFilter::Users => c.clauses.push("u.role = 'user'".into()),
+            UserFilter::Locked => c.clauses.push("u.locked = 1".into()),
+        }
+        let by_name = self.by_name("u.name");
+        let order = match listing.sort {
+            UserSort::Name => by_name.as_str(),
+            UserSort::Created => "u.created_at",
+            UserSort::Balance => "balance",
+        };
+        let order = format!(
+            "{order} {dir}, u.id {dir}",
+            dir = direction(listing.descending)
+        );
+        let (rows, total) = self
+            .page_of(&c, USER_COLUMNS, "FROM users u", &order, listing)
+            .await?;
+        let items = rows
+            .iter()
+            .map(|r| {
+                let role: String = r.try_get("role")?;
+                Ok(AdminUser {
+                    id: r.try_get("id")?,
+                    name: r.try_get("name")?,
+                    role: Role::parse(&role).ok_or(bad("role"))?,
+                    locked: r.try_get::<i64, _>("locked")? != 0,
+                    single_sign_on: r.try_get::<i64, _>("sso")? != 0,
+                    balance: r.try_get("balance")?,
+                    held: r.try_get("held")?,
+                    live_sessions: r.try_get::<i64, _>("live")? as u32,
+                    created_at_ms: r.try_get("created_at")?,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(page(items, listing, total))
+    }
+
+    pub async fn admin_sessions(
+        &self,
+        listing: &Listing<SessionSort, SessionFilter>,
+    ) -> Result<Page<AdminSession>> {
+        let mut c = Conditions::default();
+        if let Some(search) = &listing.search {
+            let name = c.bind(like_pattern(search));
+            let id = c.bind(search.clone());
+            c.clauses.push(format!(
+                "(LOWER(u.name) LIKE {name} ESCAPE '\\' OR s.id = {id})"
+            ));
+        }
+        match listing.filter {
+            SessionFilter::All => {}
+            SessionFilter::Live => c.clauses.push("s.state <> 'ended'".into()),
+            SessionFilter::Ended => c.clauses.push("s.state = 'ended'".into()),
+            SessionFilter::State(state) => {
+                let p = c.bind(state.as_str().to_string());
+                c.clauses.push(format!("s.state = {p}"));
+            }
+        }
+        let by_name = self.by_name("u.name");
+        let order = match listing.sort {
+            SessionSort::Created => "s.created_at",
+            SessionSort::User => by_name.as_str(),
+            SessionSort::State => "s.state",
+        };
+        let order = format!(
+            "{order} {dir}, s.id {dir}",
+            dir = direction(listing.descending)
+        );
+        let (rows, total) = self
+            .page_of(
+                &c,
+                ADMIN_SESSION_COLUMNS,
+                ADMIN_SESSIONS_FROM,
+                &order,
+                listing,
+            )
+            .await?;
+        let items = rows
+            .iter()
+            .map(admin_session_from_row)
+            .collect::<Result<_>>()?;
+        Ok(page(items, listing, total))
+    }
+
+    pub async fn admin_session(&self, id: &str) -> Result<Option<AdminSession>> {
+        let row = sqlx::query(&format!(
+            "SELECT {ADMIN_SESSION_COLUMNS} {ADMIN_SESSIONS_FROM} WHERE s.id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(admin_session_from_row).transpose()
+    }
+
+    pub async fn admin_audit(&self, listing: &Listing<AuditSort, ()>) -> Result<Page<AuditLine>> {
+        let mut c = Conditions::default();
+        if let Some(search) = &listing.search {
+            let p = c.bind(like_pattern(search));
+            c.clauses.push(format!(
+                "(LOWER(e.action) LIKE {p} ESCAPE '\\' OR LOWER(e.target) LIKE {p} ESCAPE '\\'
+                  OR LOWER(e.detail) LIKE {p} ESCAPE '\\' OR LOWER(a.name) LIKE {p} ESCAPE '\\'
+                  OR e.target IN (SELECT 'user:' || t.id FROM users t WHERE LOWER(t.name) LIKE {p} ESCAPE '\\'))"
+            ));
+        }
+        let order = format!("e.id {}", direction(listing.descending));
+        let (rows, total) = self
+            .page_of(
+                &c,
+                "e.id, e.at, a.name AS actor, e.action, e.target, e.detail",
+                "FROM audit_events e LEFT JOIN users a ON a.id = e.actor_id",
+                &order,
+                listing,
+            )
+            .await?;
+        let mut items: Vec<AuditLine> = rows
+            .iter()
+            .map(|r| {
+                Ok(AuditLine {
+                    id: r.try_get("id")?,
+                    at_ms: r.try_get("at")?,
+                    actor: r.try_get("actor")?,
+                    action: r.try_get("action")?,
+                    target: r.try_get("target")?,
+                    target_name: None,
+                    detail: r.try_get("detail")?,
+                })
+            })
+            .collect::<Result<_>>()?;
+        // Targets name users by id; the page shows their names.
+        let mut ids: Vec<&str> = items
+            .iter()
+            .filter_map(|line| line.target.strip_prefix("user:"))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let names = self.user_names(&ids).await?;
+        for line in &mut items {
+            line.target_name = line
+                .target
+                .strip_prefix("user:")
+                .and_then(|id| names.get(id).cloned());
+        }
+        Ok(page(items, listing, total))
+    }
+
+    /// The pool per GPU, each slot with the session (and user) or pre-started editor on it.
+    pub async fn admin_pool(&self) -> Result<Vec<AdminGpu>> {
+        let holders = sqlx::query(
+            "SELECT s.id, s.editor, s.state, u.name FROM sessions s JOIN users u ON u.id = s.user_id
+             WHERE s.slot_id IS NOT NULL AND s.state <> 'ended'",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut by_session = std::collections::HashMap::new();
+        for r in &holders {
+            let editor: String = r.try_get("editor")?;
+            let state: String = r.try_get("state")?;
+            by_session.insert(
+                r.try_get::<String, _>("id")?,
+                (
+                    r.try_get::<String, _>("name")?,
+                    EditorKind::parse(&editor).ok_or(bad("editor"))?,
+                    SessionState::parse(&state).ok_or(bad("state"))?,
+                ),
+            );
+        }
+        let warm: std::collections::HashMap<String, EditorKind> = self
+            .warm_editors()
+            .await?
+            .into_iter()
+            .map(|w| (w.id, w.editor))
+            .collect();
+        Ok(self
+            .pool()
+            .await?
+            .into_iter()
+            .map(|(gpu, slots)| AdminGpu {
+                id: gpu.id,
+                model: gpu.model,
+                memory_mib: gpu.memory_mib,
+                enforced: gpu.enforced,
+                slots: slots
+                    .into_iter()
+                    .map(|slot| {
+                        let session = slot.session_id.as_ref().and_then(|id| by_session.get(id));
+                        let warm_editor = slot.session_id.as_ref().and_then(|id| warm.get(id));
+                        AdminSlot {
+                            id: slot.id,
+                            slice_mib: slot.slice_mib,
+                            cores_pct: slot.cores_pct,
+                            user_name: session.map(|(name, _, _)| name.clone()),
+                            editor: session
+                                .map(|(_, editor, _)| *editor)
+                                .or(warm_editor.copied()),
+                            state: session.map(|(_, _, state)| *state),
+                            holder: slot.session_id,
+                        }
+                    })
+                    .collect(),
+            })
+            .collect())
+    }
+
+    async fn user_names(&self, ids: &[&str]) -> Result<std::collections::HashMap<String, String>> {
+        if ids.is_empty() {
+            return Ok(Default::default());
+        }
+        let placeholders: Vec<String> = (1..=ids.len()).map(|i| format!("${i}")).collect();
+        let sql = format!(
+            "SELECT id, name FROM users WHERE id IN ({})",
+            placeholders.join(", ")
+        );
+        let rows = ids
+            .iter()
+            .fold(sqlx::query(&sql), |q, id| q.bind(*id))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("id")?, r.try_get("name")?)))
+            .collect()
+    }
+
+    /// Names in one order on both databases: case aside, by code point (PostgreSQL's default
+    /// collation would follow the server's locale, which skips punctuation).
+    fn by_name(&self, column: &str) -> String {
+        match self.kind {
+            DbKind::Sqlite => format!("LOWER({column})"),
+            DbKind::Postgres => format!("LOWER({column}) COLLATE \"C\""),
+        }
+    }
+
+    /// One page of `columns` `from` under the conditions, in `order`, and how many rows there
+    /// are under them in all.
+    async fn page_of<S, F>(
+        &self,
+        c: &Conditions,
+        columns: &str,
+        from: &str,
+        order: &str,
+        listing: &Listing<S, F>,
+    ) -> Result<(Vec<AnyRow>, u64)> {
+        let n = c.values.len();
+        let sql = format!(
+            "SELECT {columns} {from} {where_} ORDER BY {order} LIMIT ${} OFFSET ${}",
+            n + 1,
+            n + 2,
+            where_ = c.sql(),
+        );
+        let rows = c
+            .query(&sql)
+            .bind(i64::from(listing.per_page))
+            .bind(listing.offset() as i64)
+            .fetch_all(&self.pool)
+            .await?;
+        let count = format!("SELECT CAST(COUNT(*) AS BIGINT) AS n {from} {}", c.sql());
+        let total = c.query(&count).fetch_one(&self.pool).await?;
+        Ok((rows, total.try_get::<i64, _>("n")? as u64))
+    }
+}
+
+fn page<T, S, F>(items: Vec<T>, listing: &Listing<S, F>, total: u64) -> Page<T> {
+    Page {
+        items,
+        page: listing.page,
+        per_page: listing.per_page,
+        total,
+    }
+}

@@ -1,0 +1,306 @@
+//! Store tests of the admin tables (paging, sorting, filtering, names for ids), on SQLite and
+//! PostgreSQL alike.
+
+use super::tests::{launch, on_both_fns, six_slots, user};
+use super::*;
+use app::domain::listing::{ListQuery, Listing};
+
+fn query(
+    q: Option<&str>,
+    filter: Option<&str>,
+    sort: Option<&str>,
+    page: u32,
+    per_page: u32,
+) -> ListQuery {
+    ListQuery {
+        page: Some(page),
+        per_page: Some(per_page),
+        sort: sort.map(str::to_string),
+        q: q.map(str::to_string),
+        filter: filter.map(str::to_string),
+    }
+}
+
+async fn users_page_sorts_filters_and_counts(store: Store) {
+    let slots = six_slots(&store).await;
+    // Names that a careless LIKE would mix up: '_' and '%' must match only themselves.
+    let ann = user(&store, "ann", 5_000).await;
+    let _bob = user(&store, "bob", 1_000).await;
+    let _under = user(&store, "a_c", 3_000).await;
+    let _abc = user(&store, "abc", 2_000).await;
+    let root = store
+        .create_user("Root", Some("hash"), Role::Admin, 0, None)
+        .await
+        .unwrap();
+    store
+        .set_locked(&_bob.id, true, Some(&root.id))
+        .await
+        .unwrap();
+    // ann holds 1 000 for a live session.
+    let (s, _) = store.create_session(launch(&ann.id, 1_000)).await.unwrap();
+    store.assign_slot(&s.id, &slots).await.unwrap().unwrap();
+
+    let all = store
+        .admin_users(&Listing::users(&query(None, None, None, 1, 2)).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(all.total, 5);
+    assert_eq!(all.pages(), 3);
+    let names: Vec<&str> = all.items.iter().map(|u| u.name.as_str()).collect();
+    assert_eq!(names, ["a_c", "abc"], "by name, case aside, ascending");
+    let second = store
+        .admin_users(&Listing::users(&query(None, None, None, 2, 2)).unwrap())
+        .await
+        .unwrap();
+    let names: Vec<&str> = second.items.iter().map(|u| u.name.as_str()).collect();
+    assert_eq!(names, ["ann", "bob"]);
+
+    let richest = store
+        .admin_users(&Listing::users(&query(None, None, Some("-balance"), 1, 10)).unwrap())
+        .await
+        .unwrap();
+    let first = &richest.items[0];
+    assert_eq!(first.name, "ann");
+    assert_eq!(
+        (first.balance, first.held, first.live_sessions),
+        (4_000, 1_000, 1)
+    );
+    let balances: Vec<i64> = richest.items.iter().map(|u| u.balance).collect();
+    assert!(balances.windows(2).all(|w| w[0] >= w[1]), "{balances:?}");
+
+    let literal = store
+        .admin_users(&Listing::users(&query(Some("A_"), None, None, 1, 10)).unwrap())
+        .await
+        .unwrap();
+    let names: Vec<&str> = literal.items.iter().map(|u| u.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["a_c"],
+        "'_' is no wildcard, and the search ignores case"
+    );
+    assert_eq!(literal.total, 1);
+
+    let locked = store
+        .admin_users(&Listing::users(&query(None, Some("locked"), None, 1, 10)).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(locked.items.len(), 1);
+    assert!(locked.items[0].locked && locked.items[0].name == "bob");
+    let admins = store
+        .admin_users(&Listing::users(&query(None, Some("admin"), None, 1, 10)).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        admins
+            .items
+            .iter()
+            .map(|u| u.name.as_str())
+            .collect::<Vec<_>>(),
+        ["Root"]
+    );
+    assert!(!admins.items[0].single_sign_on);
+
+    let past_the_end = store
+        .admin_users(&Listing::users(&query(None, None, None, 9, 10)).unwrap())
+        .await
+        .unwrap();
+    assert!(past_the_end.items.is_empty());
+    assert_eq!(past_the_end.total, 5);
+}
+
+async fn sessions_page_filters_by_state_and_user(store: Store) {
+    let slots = six_slots(&store).await;
+    let ann = user(&store, "ann", 10_000).await;
+    let bob = user(&store, "bob", 10_000).await;
+    let mut ids = Vec::new();
+    for who in [&ann, &bob, &ann] {
+        let (s, _) = store.create_session(launch(&who.id, 1_000)).await.unwrap();
+        store.assign_slot(&s.id, &slots).await.unwrap().unwrap();
+        ids.push(s.id);
+    }
+    store
+        .begin_stop(
+            &ids[0],
+            app::domain::session::EndReason::Admin,
+            Some("by root"),
+        )
+        .await
+        .unwrap();
+    store.finish(&ids[0]).await.unwrap();
+
+    let all = store
+        .admin_sessions(&Listing::sessions(&ListQuery::default()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(all.total, 3);
+    let newest_first: Vec<&str> = all.items.iter().map(|s| s.id.as_str()).collect();
+    let mut expected: Vec<&str> = ids.iter().map(String::as_str).collect();
+    expected.reverse();
+    // Made in the same millisecond, they fall back on their ids; only the set is certain then.
+    let mut sorted_seen = newest_first.clone();
+    sorted_seen.sort_unstable();
+    let mut sorted_expected = expected.clone();
+    sorted_expected.sort_unstable();
+    assert_eq!(sorted_seen, sorted_expected);
+
+    let live = store
+        .admin_sessions(&Listing::sessions(&query(None, Some("live"), None, 1, 25)).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(live.total, 2);
+    assert!(live.items.iter().all(|s| s.state.is_live()));
+    let ended = store
+        .admin_sessions(&Listing::sessions(&query(None, Some("ended"), None, 1, 25)).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(ended.items.len(), 1);
+    let gone = &ended.items[0];
+    assert_eq!(gone.id, ids[0]);
+    assert_eq!(gone.user_name, "ann");
+    assert_eq!(
+        gone.end_reason,
+        Some(app::domain::session::EndReason::Admin)
+    );
+    assert!(gone.ended_at_ms.is_some());
+    assert_eq!(gone.gpu_model.as_deref(), Some("Virtual 48G"));
+
+    let bobs = store
+        .admin_sessions(&Listing::sessions(&query(Some("BOB"), None, None, 1, 25)).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        bobs.items.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
+        [ids[1].as_str()]
+    );
+    let by_id = store
+        .admin_sessions(&Listing::sessions(&query(Some(&ids[2]), None, None, 1, 25)).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(by_id.items.len(), 1);
+    assert_eq!(by_id.items[0].id, ids[2]);
+    let by_user = store
+        .admin_sessions(&Listing::sessions(&query(None, None, Some("user"), 1, 25)).unwrap())
+        .await
+        .unwrap();
+    let users: Vec<&str> = by_user.items.iter().map(|s| s.user_name.as_str()).collect();
+    assert_eq!(users, ["ann", "ann", "bob"]);
+
+    assert_eq!(
+        store
+            .admin_session(&ids[1])
+            .await
+            .unwrap()
+            .unwrap()
+            .user_name,
+        "bob"
+    );
+    assert!(store.admin_session("nope").await.unwrap().is_none());
+
+    let pool = store.admin_pool().await.unwrap();
+    assert_eq!(pool.len(), 1);
+    let held: Vec<(&str, Option<&str>)> = pool[0]
+        .slots
+        .iter()
+        .filter(|s| s.state.is_some())
+        .map(|s| (s.holder.as_deref().unwrap(), s.user_name.as_deref()))
+        .collect();
+    assert_eq!(
+        held.len(),
+        2,
+        "the ended session gave its slot back: {held:?}"
+    );
+    assert!(held.contains(&(ids[1].as_str(), Some("bob"))));
+    assert!(held.contains(&(ids[2].as_str(), Some("ann"))));
+}
+
+async fn audit_page_names_users_and_searches(store: Store) {
+    let root = store
+        .create_user("root", Some("hash"), Role::Admin, 0, None)
+        .await
+        .unwrap();
+    let ann = user(&store, "ann", 0).await;
+    store
+        .grant(&ann.id, 2_500, Some(&root.id), "granted by root")
+        .await
+        .unwrap();
+    store
+        .set_locked(&ann.id, true, Some(&root.id))
+        .await
+        .unwrap();
+    store
+        .set_role(&ann.id, Role::Admin, Some(&root.id), "by root")
+        .await
+        .unwrap();
+
+    let newest = store
+        .admin_audit(&Listing::audit(&query(None, None, None, 1, 2)).unwrap())
+        .await
+        .unwrap();
+    assert!(
+        newest.total >= 5,
+        "two creations, a grant, a lock, a role: {}",
+        newest.total
+    );
+    let actions: Vec<&str> = newest.items.iter().map(|l| l.action.as_str()).collect();
+    assert_eq!(actions, ["user.role", "user.lock"], "newest first");
+    assert_eq!(newest.items[0].actor.as_deref(), Some("root"));
+    assert_eq!(newest.items[0].target_name.as_deref(), Some("ann"));
+
+    let oldest = store
+        .admin_audit(&Listing::audit(&query(None, None, Some("at"), 1, 1)).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(oldest.items[0].action, "user.create");
+
+    let grants = store
+        .admin_audit(&Listing::audit(&query(Some("credits."), None, None, 1, 25)).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(grants.total, 1);
+    assert_eq!(grants.items[0].detail, "2500");
+    // By the target's name, which the log keeps as an id.
+    let about_ann = store
+        .admin_audit(&Listing::audit(&query(Some("ANN"), None, None, 1, 25)).unwrap())
+        .await
+        .unwrap();
+    assert!(about_ann.total >= 3, "{:?}", about_ann.items);
+    assert!(
+        about_ann
+            .items
+            .iter()
+            .all(|l| l.target.contains(&ann.id) || l.target.contains("ann"))
+    );
+    let nothing = store
+        .admin_audit(&Listing::audit(&query(Some("100%"), None, None, 1, 25)).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(nothing.total, 0);
+}
+
+async fn taking_credits_back_stops_at_zero(store: Store) {
+    let ann = user(&store, "ann", 1_000).await;
+    assert_eq!(store.grant(&ann.id, -400, None, "x").await.unwrap(), 600);
+    let refused = store.grant(&ann.id, -700, None, "x").await;
+    assert!(
+        matches!(
+            refused,
+            Err(StoreError::InsufficientCredits {
+                balance: 600,
+                needed: 700
+            })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(
+        store.credits(&ann.id).await.unwrap().0,
+        600,
+        "nothing written"
+    );
+}
+
+on_both_fns! {
+    users_page_sorts_filters_and_counts => users_page_sorts_filters_and_counts_sqlite, users_page_sorts_filters_and_counts_postgres;
+    sessions_page_filters_by_state_and_user => sessions_page_filters_by_state_and_user_sqlite, sessions_page_filters_by_state_and_user_postgres;
+    audit_page_names_users_and_searches => audit_page_names_users_and_searches_sqlite, audit_page_names_users_and_searches_postgres;
+    taking_credits_back_stops_at_zero => taking_credits_back_stops_at_zero_sqlite, taking_credits_back_stops_at_zero_postgres;
+}

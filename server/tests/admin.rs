@@ -1,0 +1,382 @@
+//! The admin API (`/api/v1/admin/…`) and the pages' admin server functions, through a real
+//! listener: who may use them, and that what they change takes effect at once and is audited.
+
+mod common;
+
+use app::domain::scope::{Scope, Scopes};
+use app::model::Role;
+use common::{FakeRuntime, Response, TestApp};
+use http::{Method, Request, StatusCode};
+use http_body_util::Full;
+use serde_json::json;
+
+/// An admin with a token of `scopes`; (id, token).
+async fn admin(app: &TestApp, name: &str, scopes: Scopes) -> (String, String) {
+    let user = app
+        .service
+        .create_user(name, Some("password123"), Role::Admin, None)
+        .await
+        .expect("admin");
+    let (token, hash) = server::auth::new_api_token();
+    app.service
+        .store
+        .create_token(&user.id, &hash, "test", scopes, None)
+        .await
+        .expect("token");
+    (user.id, token)
+}
+
+fn refused(response: &Response, status: StatusCode, says: &str) {
+    response.assert_status(status);
+    let message = response.json()["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(message.contains(says), "expected '{says}' in: {message}");
+}
+
+#[tokio::test]
+async fn only_admins_with_the_admin_scope_reach_the_admin_api() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (_, user) = app.user("uma").await;
+    let (_, root) = admin(&app, "root", Scopes::ALL).await;
+    let (_, reader) = admin(&app, "reader", Scopes::of(&[Scope::Read])).await;
+    for path in [
+        "/api/v1/admin/users",
+        "/api/v1/admin/sessions",
+        "/api/v1/admin/pool",
+        "/api/v1/admin/audit",
+    ] {
+        app.get(path, None)
+            .await
+            .assert_status(StatusCode::UNAUTHORIZED);
+        refused(
+            &app.get(path, Some(&user)).await,
+            StatusCode::FORBIDDEN,
+            "admins only",
+        );
+        refused(
+            &app.get(path, Some(&reader)).await,
+            StatusCode::FORBIDDEN,
+            "`admin`",
+        );
+        app.get(path, Some(&root))
+            .await
+            .assert_status(StatusCode::OK);
+    }
+    let users = app.get("/api/v1/admin/users", Some(&root)).await.json();
+    assert_eq!(users["total"], 3);
+    let names: Vec<&str> = users["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["reader", "root", "uma"]);
+    let pool = app.get("/api/v1/admin/pool", Some(&root)).await.json();
+    assert_eq!(pool[0]["slots"].as_array().unwrap().len(), 6);
+
+    // A user's tokens never carry `admin`, asked for or by default.
+    refused(
+        &app.call(
+            Method::POST,
+            "/api/v1/tokens",
+            Some(&user),
+            Some(json!({ "label": "sneaky", "scopes": ["admin"] })),
+        )
+        .await,
+        StatusCode::FORBIDDEN,
+        "only an admin",
+    );
+    let made = app
+        .call(
+            Method::POST,
+            "/api/v1/tokens",
+            Some(&user),
+            Some(json!({ "label": "all" })),
+        )
+        .await;
+    made.assert_status(StatusCode::CREATED);
+    let scopes = made.json()["scopes"].clone();
+    assert!(
+        !scopes.as_array().unwrap().contains(&json!("admin")),
+        "{scopes}"
+    );
+    let made = app
+        .call(
+            Method::POST,
+            "/api/v1/tokens",
+            Some(&root),
+            Some(json!({ "label": "all" })),
+        )
+        .await;
+    assert!(
+        made.json()["scopes"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("admin"))
+    );
+
+    // Bad tables are clear 400s.
+    for (query, says) in [
+        ("page=0", "`page` starts at 1"),
+        ("per_page=1000", "`per_page`"),
+        ("sort=password_hash", "cannot sort by `password_hash`"),
+        ("filter=root", "unknown filter `root`"),
+        ("page=abc", "query string is malformed"),
+        ("colour=red", "query string is malformed"),
+    ] {
+        let answer = app
+            .get(&format!("/api/v1/admin/users?{query}"), Some(&root))
+            .await;
+        refused(&answer, StatusCode::BAD_REQUEST, says);
+    }
+    app.get("/api/v1/admin/nothing", Some(&root))
+        .await
+        .assert_status(StatusCode::NOT_FOUND);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn admins_grant_lock_promote_and_stop_and_each_is_audited() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (alice_id, alice) = app.user("alice").await;
+    let (root_id, root) = admin(&app, "root", Scopes::ALL).await;
+    let user_path = format!("/api/v1/admin/users/{alice_id}");
+    let credits_path = format!("{user_path}/credits");
+
+    // Credits: granted, and visible to her at once; taking back stops at zero.
+    let before = app.get("/api/v1/me", Some(&alice)).await.json()["credits"]["balance"]
+        .as_i64()
+        .unwrap();
+    let granted = app
+        .call(
+            Method::POST,
+            &credits_path,
+            Some(&root),
+            Some(json!({ "amount": "2.5", "note": "hackathon" })),
+        )
+        .await;
+    granted.assert_status(StatusCode::OK);
+    assert_eq!(granted.json()["balance"], before + 2_500);
+    let me = app.get("/api/v1/me", Some(&alice)).await.json();
+    assert_eq!(me["credits"]["balance"], before + 2_500);
+    let number = app
+        .call(
+            Method::POST,
+            &credits_path,
+            Some(&root),
+            Some(json!({ "amount": -1 })),
+        )
+        .await;
+    assert_eq!(number.json()["balance"], before + 1_500);
+    refused(
+        &app.call(
+            Method::POST,
+            &credits_path,
+            Some(&root),
+            Some(json!({ "amount": "-1000000" })),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        "more than the balance",
+    );
+    for body in [
+        json!({ "amount": "lots" }),
+        json!({ "amount": "0" }),
+        json!({ "amount": true }),
+    ] {
+        app.call(Method::POST, &credits_path, Some(&root), Some(body))
+            .await
+            .assert_status(StatusCode::BAD_REQUEST);
+    }
+    app.call(
+        Method::POST,
+        "/api/v1/admin/users/nobody/credits",
+        Some(&root),
+        Some(json!({ "amount": "1" })),
+    )
+    .await
+    .assert_status(StatusCode::NOT_FOUND);
+    refused(
+        &app.call(
+            Method::POST,
+            &credits_path,
+            Some(&alice),
+            Some(json!({ "amount": "5" })),
+        )
+        .await,
+        StatusCode::FORBIDDEN,
+        "admins only",
+    );
+    let balance = app.get("/api/v1/me", Some(&alice)).await.json()["credits"]["balance"].clone();
+    assert_eq!(balance, before + 1_500, "refused grants wrote nothing");
+
+    // Lock: her token stops working at once; unlock: it works again.
+    let patch = async |path: &str, token: &str, body: serde_json::Value| {
+        app.call(Method::PATCH, path, Some(token), Some(body)).await
+    };
+    patch(&user_path, &root, json!({ "locked": true }))
+        .await
+        .assert_status(StatusCode::NO_CONTENT);
+    app.get("/api/v1/me", Some(&alice))
+        .await
+        .assert_status(StatusCode::UNAUTHORIZED);
+    patch(&user_path, &root, json!({ "locked": false }))
+        .await
+        .assert_status(StatusCode::NO_CONTENT);
+    app.get("/api/v1/me", Some(&alice))
+        .await
+        .assert_status(StatusCode::OK);
+
+    // Promotion takes effect on her next request; an admin cannot demote or lock themselves.
+    patch(&user_path, &root, json!({ "role": "admin" }))
+        .await
+        .assert_status(StatusCode::NO_CONTENT);
+    app.get("/api/v1/admin/users", Some(&alice))
+        .await
+        .assert_status(StatusCode::OK);
+    let root_path = format!("/api/v1/admin/users/{root_id}");
+    for body in [json!({ "role": "user" }), json!({ "locked": true })] {
+        refused(
+            &patch(&root_path, &root, body).await,
+            StatusCode::FORBIDDEN,
+            "ask another admin",
+        );
+    }
+    patch(&user_path, &root, json!({ "role": "user" }))
+        .await
+        .assert_status(StatusCode::NO_CONTENT);
+    refused(
+        &app.get("/api/v1/admin/users", Some(&alice)).await,
+        StatusCode::FORBIDDEN,
+        "admins only",
+    );
+    refused(
+        &patch(&user_path, &root, json!({})).await,
+        StatusCode::BAD_REQUEST,
+        "say what to change",
+    );
+    refused(
+        &patch(&user_path, &root, json!({ "role": "owner" })).await,
+        StatusCode::BAD_REQUEST,
+        "malformed JSON",
+    );
+    patch(
+        "/api/v1/admin/users/nobody",
+        &root,
+        json!({ "locked": true }),
+    )
+    .await
+    .assert_status(StatusCode::NOT_FOUND);
+
+    // Stop: anyone's session ends with the reason `admin`, and her view says so.
+    let id = app.launch_ready(&alice, "jupyterlab").await;
+    let live = app
+        .get("/api/v1/admin/sessions?filter=live", Some(&root))
+        .await
+        .json();
+    assert_eq!(live["total"], 1);
+    assert_eq!(live["items"][0]["user_name"], "alice");
+    refused(
+        &app.delete(&format!("/api/v1/admin/sessions/{id}"), Some(&alice))
+            .await,
+        StatusCode::FORBIDDEN,
+        "admins only",
+    );
+    let stopped = app
+        .delete(&format!("/api/v1/admin/sessions/{id}"), Some(&root))
+        .await;
+    stopped.assert_status(StatusCode::OK);
+    assert_eq!(stopped.json()["state"], "ended");
+    assert_eq!(stopped.json()["end_reason"], "admin");
+    let hers = app
+        .get(&format!("/api/v1/sessions/{id}"), Some(&alice))
+        .await
+        .json();
+    assert_eq!(hers["state"], "ended");
+    assert_eq!(hers["end_reason"], "admin");
+    assert!(hers["detail"].as_str().unwrap().contains("root"), "{hers}");
+    let live = app
+        .get("/api/v1/admin/sessions?filter=live", Some(&root))
+        .await
+        .json();
+    assert_eq!(live["total"], 0);
+    app.delete("/api/v1/admin/sessions/nope", Some(&root))
+        .await
+        .assert_status(StatusCode::NOT_FOUND);
+
+    // The audit log has each change with the admin who made it, newest first.
+    let log = app
+        .get("/api/v1/admin/audit?per_page=100", Some(&root))
+        .await
+        .json();
+    let by_root: Vec<(String, String)> = log["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["actor"] == "root")
+        .map(|l| {
+            (
+                l["action"].as_str().unwrap().to_string(),
+                l["target_name"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("session.stop", ""),
+        ("user.role", "alice"),
+        ("user.role", "alice"),
+        ("user.unlock", "alice"),
+        ("user.lock", "alice"),
+        ("credits.grant", "alice"),
+        ("credits.grant", "alice"),
+        // The test's own set-up.
+        ("token.create", "root"),
+    ];
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(a, t)| (a.to_string(), t.to_string()))
+        .collect();
+    assert_eq!(by_root, expected);
+    let grants = app
+        .get("/api/v1/admin/audit?q=credits.grant", Some(&root))
+        .await
+        .json();
+    assert_eq!(grants["total"], 2);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_pages_admin_functions_refuse_a_user_too() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    app.user("uma").await;
+    admin(&app, "root", Scopes::ALL).await;
+    let call = async |name: &str, path: &str, body: Option<serde_json::Value>| {
+        let cookie = app.sign_in_cookie(name).await;
+        let (kind, body) = match body {
+            Some(json) => ("application/json", json.to_string()),
+            None => ("application/x-www-form-urlencoded", String::new()),
+        };
+        let request = Request::post(app.url(path))
+            .header("cookie", format!("sandbox_session={cookie}"))
+            .header("accept", "application/json")
+            .header("content-type", kind)
+            .body(Full::new(body.into()))
+            .unwrap();
+        app.send(request).await
+    };
+    let pool = <app::api::AdminPool as leptos::server_fn::ServerFn>::PATH;
+    let users = <app::api::AdminUsers as leptos::server_fn::ServerFn>::PATH;
+    let answer = call("uma", pool, None).await;
+    answer.assert_status(StatusCode::FORBIDDEN);
+    assert_eq!(answer.json()["error"], "forbidden");
+    call("uma", users, Some(json!({ "query": {} })))
+        .await
+        .assert_status(StatusCode::FORBIDDEN);
+    let answer = call("root", users, Some(json!({ "query": {} }))).await;
+    answer.assert_status(StatusCode::OK);
+    assert_eq!(answer.json()["total"], 2);
+    call("root", pool, None).await.assert_status(StatusCode::OK);
+    app.stop().await;
+}
