@@ -42,6 +42,11 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     const refused = page.getByRole('alert').filter({ hasText: 'more than the balance' });
     await refused.waitFor();
     assert.equal(await balanceOf(row), before + 2.5);
+    assert.equal(
+      await row.getByLabel(`Credits to grant ${TARGET}`).inputValue(),
+      `-${before + 100}`,
+      'a refused grant keeps what was typed',
+    );
 
     await row.getByRole('button', { name: 'Lock' }).click();
     await row.getByText('locked', { exact: true }).waitFor();

@@ -55,6 +55,18 @@ impl Service {
         Ok(self.store.admin_audit(&Listing::audit(query)?).await?)
     }
 
+    pub async fn admin_session(
+        &self,
+        viewer: &Viewer,
+        session_id: &str,
+    ) -> Result<AdminSession, AppError> {
+        require_admin(viewer)?;
+        self.store
+            .admin_session(session_id)
+            .await?
+            .ok_or(AppError::NotFound)
+    }
+
     pub async fn admin_pool(&self, viewer: &Viewer) -> Result<Vec<AdminGpu>, AppError> {
         require_admin(viewer)?;
         Ok(self.store.admin_pool().await?)
@@ -182,10 +194,7 @@ impl Service {
             })
             .await;
         }
-        self.store
-            .admin_session(session_id)
-            .await?
-            .ok_or(AppError::NotFound)
+        self.admin_session(viewer, session_id).await
     }
 }
 

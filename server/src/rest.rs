@@ -531,15 +531,7 @@ async fn admin_session(
     ApiUser(viewer): ApiUser,
     PathId(id): PathId,
 ) -> ApiResult<Json<app::model::AdminSession>> {
-    crate::admin::require_admin(&viewer)?;
-    let session = state
-        .service
-        .store
-        .admin_session(&id)
-        .await
-        .map_err(AppError::from)?
-        .ok_or(AppError::NotFound)?;
-    Ok(Json(session))
+    Ok(Json(state.service.admin_session(&viewer, &id).await?))
 }
 
 async fn admin_stop(

@@ -1047,19 +1047,14 @@ impl Service {
         days: Option<u32>,
     ) -> Result<NewToken, AppError> {
         viewer.scopes.require(Scope::Tokens)?;
-        // `admin` is of use to an admin only: nobody else's tokens carry it.
-        let is_admin = viewer.role == Role::Admin;
-        if !is_admin && scopes.is_some_and(|s| s.allows(Scope::Admin)) {
+        // `admin` is of use to an admin only: nobody else's tokens carry it (nor their viewer).
+        if viewer.role != Role::Admin && scopes.is_some_and(|s| s.allows(Scope::Admin)) {
             return Err(AppError::Forbidden(
                 "only an admin can give a token the scope `admin`".into(),
             ));
         }
         // A token makes tokens of at most its own scopes; a sign-in, of any.
-        let scopes = scopes.unwrap_or(if is_admin {
-            viewer.scopes
-        } else {
-            viewer.scopes.without(Scope::Admin)
-        });
+        let scopes = scopes.unwrap_or(viewer.scopes);
         if !scopes.within(viewer.scopes) {
             return Err(AppError::Forbidden(format!(
                 "a token can grant only scopes it has itself ({})",
@@ -1170,9 +1165,16 @@ impl Service {
         }
     }
 
+    /// The viewer's tokens, each with what it may do: `admin` only while the viewer is an admin.
     pub async fn tokens(&self, viewer: &Viewer) -> Result<Vec<TokenRecord>, AppError> {
         viewer.scopes.require(Scope::Tokens)?;
-        Ok(self.store.tokens_of(&viewer.id).await?)
+        let mut tokens = self.store.tokens_of(&viewer.id).await?;
+        if viewer.role != Role::Admin {
+            for token in &mut tokens {
+                token.scopes = token.scopes.without(Scope::Admin);
+            }
+        }
+        Ok(tokens)
     }
 
     /// Ends one of the viewer's tokens at once: requests with it are refused from now on, and

@@ -76,7 +76,17 @@ async fn only_admins_with_the_admin_scope_reach_the_admin_api() {
     let pool = app.get("/api/v1/admin/pool", Some(&root)).await.json();
     assert_eq!(pool[0]["slots"].as_array().unwrap().len(), 6);
 
-    // A user's tokens never carry `admin`, asked for or by default.
+    // A user's credentials never carry `admin`: not this token, written with every scope, nor
+    // the ones they make, asked for or by default.
+    let me = app.get("/api/v1/me", Some(&user)).await.json();
+    assert!(
+        !me["scopes"].as_array().unwrap().contains(&json!("admin")),
+        "{me}"
+    );
+    assert!(
+        me["scopes"].as_array().unwrap().contains(&json!("tokens")),
+        "{me}"
+    );
     refused(
         &app.call(
             Method::POST,

@@ -276,9 +276,21 @@ fn action_error<T>(
 fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
     let change = ServerAction::<ChangeUser>::new();
     let grant = ServerAction::<GrantCredits>::new();
+    // Reloaded after what succeeded only: a refused grant keeps what was typed in its row.
+    let changed = RwSignal::new(0u32);
+    Effect::new(move |_| {
+        if let Some(Ok(_)) = change.value().get() {
+            changed.update(|n| *n += 1);
+        }
+    });
+    Effect::new(move |_| {
+        if let Some(Ok(_)) = grant.value().get() {
+            changed.update(|n| *n += 1);
+        }
+    });
     let data = Resource::new(
-        move || (list.get(), change.version().get(), grant.version().get()),
-        |(query, _, _)| admin_users(query),
+        move || (list.get(), changed.get()),
+        |(query, _)| admin_users(query),
     );
     let granted = move || {
         grant.value().get().and_then(Result::ok).map(|balance| {
@@ -395,8 +407,6 @@ fn UserRow(
                 amount: amount.get_untracked(),
                 note: note.get_untracked(),
             });
-            amount.set(String::new());
-            note.set(String::new());
         }
     };
     let name = user.name.clone();

@@ -71,13 +71,18 @@ impl UserRecord {
         })
     }
 
-    /// The user as a viewer whose credential allows `scopes`.
+    /// The user as a viewer whose credential allows `scopes`; `admin` only for an admin (a
+    /// token made before a demotion keeps it written, to no effect).
     pub fn viewer(&self, scopes: Scopes) -> app::model::Viewer {
         app::model::Viewer {
             id: self.id.clone(),
             name: self.name.clone(),
             role: self.role,
-            scopes,
+            scopes: if self.role == Role::Admin {
+                scopes
+            } else {
+                scopes.without(app::domain::scope::Scope::Admin)
+            },
             token_expires_at_ms: None,
         }
     }
