@@ -9,7 +9,7 @@ use crate::domain::listing::{ListQuery, Page};
 use crate::error::AppError;
 use crate::model::{
     AdminGpu, AdminSession, AdminUser, AuditLine, Dashboard, NewToken, SessionView, TokensPage,
-    UserChange, Viewer,
+    UsageRow, UserChange, Viewer,
 };
 use leptos::prelude::*;
 
@@ -80,6 +80,11 @@ mod backend {
             viewer: &Viewer,
             query: &ListQuery,
         ) -> Result<Page<AuditLine>, AppError>;
+        async fn admin_usage(
+            &self,
+            viewer: &Viewer,
+            query: &ListQuery,
+        ) -> Result<Page<UsageRow>, AppError>;
         async fn admin_pool(&self, viewer: &Viewer) -> Result<Vec<AdminGpu>, AppError>;
         async fn change_user(
             &self,
@@ -270,6 +275,13 @@ pub async fn admin_sessions(query: ListQuery) -> Result<Page<AdminSession>, AppE
 pub async fn admin_audit(query: ListQuery) -> Result<Page<AuditLine>, AppError> {
     let viewer = backend::require_viewer().await?;
     backend::backend()?.admin_audit(&viewer, &query).await
+}
+
+// JSON: a table's query may be all defaults, which a form encodes as nothing at all.
+#[server(input = leptos::server_fn::codec::Json)]
+pub async fn admin_usage(query: ListQuery) -> Result<Page<UsageRow>, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.admin_usage(&viewer, &query).await
 }
 
 #[server]

@@ -291,3 +291,29 @@ pub struct UserChange {
     #[serde(default)]
     pub locked: Option<bool>,
 }
+
+/// One user's use of the GPUs over a period, for the admin pages.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageRow {
+    pub user_id: String,
+    pub user_name: String,
+    /// Sessions started in the period.
+    pub sessions: u32,
+    /// Time those sessions were ready (up to now for the running ones).
+    pub used_ms: i64,
+    /// The same time weighted by slice size: MiB × milliseconds.
+    pub slice_mib_ms: i64,
+    /// Milli-credits charged in the period.
+    pub charged: i64,
+    /// Average GPU utilization (%) and memory in use (MiB) over the sampler's readings; None
+    /// where the runtime cannot see the GPU (no NVIDIA driver, or a virtual card).
+    pub gpu_utilization_pct: Option<u32>,
+    pub gpu_memory_mib: Option<u64>,
+}
+
+impl UsageRow {
+    /// GiB-hours of slices: a whole 48 GB card for an hour is 48.
+    pub fn slice_gib_hours(&self) -> f64 {
+        self.slice_mib_ms as f64 / 1024.0 / 3_600_000.0
+    }
+}

@@ -73,6 +73,11 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     await gpu.waitFor();
     assert.match(await gpu.innerText(), /not enforced/);
 
+    await page.getByRole('link', { name: 'Usage and cost' }).click();
+    await page.waitForURL(/tab=usage/);
+    await page.getByLabel('Show').waitFor();
+    await page.locator('[data-testid="usage"], .empty').first().waitFor();
+
     await page.getByRole('link', { name: 'Audit log' }).click();
     await page.waitForURL(/tab=audit/);
     const log = page.getByTestId('audit');

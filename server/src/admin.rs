@@ -10,7 +10,9 @@ use app::domain::listing::{ListQuery, Listing, Page};
 use app::domain::scope::Scope;
 use app::domain::session::EndReason;
 use app::error::AppError;
-use app::model::{AdminGpu, AdminSession, AdminUser, AuditLine, Role, UserChange, Viewer};
+use app::model::{
+    AdminGpu, AdminSession, AdminUser, AuditLine, Role, UsageRow, UserChange, Viewer,
+};
 use std::sync::Arc;
 
 /// The longest note a grant keeps in the ledger.
@@ -53,6 +55,18 @@ impl Service {
     ) -> Result<Page<AuditLine>, AppError> {
         require_admin(viewer)?;
         Ok(self.store.admin_audit(&Listing::audit(query)?).await?)
+    }
+
+    pub async fn admin_usage(
+        &self,
+        viewer: &Viewer,
+        query: &ListQuery,
+    ) -> Result<Page<UsageRow>, AppError> {
+        require_admin(viewer)?;
+        Ok(self
+            .store
+            .admin_usage(&Listing::usage(query)?, crate::store::now_ms())
+            .await?)
     }
 
     pub async fn admin_session(

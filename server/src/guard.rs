@@ -508,7 +508,14 @@ impl Service {
             let busy_at = (editor_busy == Some(true) || gpu_busy || cpu_busy).then(now_ms);
             if let Err(e) = self
                 .store
-                .record_sample(&record.id, busy_at, usage.map(|u| u.memory_used_mib))
+                .record_sample(
+                    &record.id,
+                    busy_at,
+                    usage.map(|u| crate::store::GpuSample {
+                        memory_used_mib: u.memory_used_mib,
+                        utilization_pct: u.utilization_pct.min(100),
+                    }),
+                )
                 .await
             {
                 tracing::warn!(session = %record.id, error = %e, "recording a sample");

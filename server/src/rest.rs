@@ -438,6 +438,7 @@ fn admin_router() -> Router<AppState> {
         .route("/sessions/{id}", get(admin_session).delete(admin_stop))
         .route("/pool", get(admin_pool))
         .route("/audit", get(admin_audit))
+        .route("/usage", get(admin_usage))
 }
 
 /// A table's paging, sorting and filtering from the query string; anything unreadable is a
@@ -555,4 +556,12 @@ async fn admin_audit(
     ApiQuery(query): ApiQuery,
 ) -> ApiResult<Json<app::domain::listing::Page<app::model::AuditLine>>> {
     Ok(Json(state.service.admin_audit(&viewer, &query).await?))
+}
+
+async fn admin_usage(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    ApiQuery(query): ApiQuery,
+) -> ApiResult<Json<app::domain::listing::Page<app::model::UsageRow>>> {
+    Ok(Json(state.service.admin_usage(&viewer, &query).await?))
 }

@@ -1384,6 +1384,14 @@ impl app::api::Backend for PagesBackend {
         self.0.admin_audit(viewer, query).await
     }
 
+    async fn admin_usage(
+        &self,
+        viewer: &Viewer,
+        query: &app::domain::listing::ListQuery,
+    ) -> Result<app::domain::listing::Page<UsageRow>, AppError> {
+        self.0.admin_usage(viewer, query).await
+    }
+
     async fn admin_pool(&self, viewer: &Viewer) -> Result<Vec<AdminGpu>, AppError> {
         self.0.admin_pool(viewer).await
     }

@@ -46,6 +46,7 @@ async fn only_admins_with_the_admin_scope_reach_the_admin_api() {
         "/api/v1/admin/sessions",
         "/api/v1/admin/pool",
         "/api/v1/admin/audit",
+        "/api/v1/admin/usage",
     ] {
         app.get(path, None)
             .await
@@ -138,6 +139,15 @@ async fn only_admins_with_the_admin_scope_reach_the_admin_api() {
     ] {
         let answer = app
             .get(&format!("/api/v1/admin/users?{query}"), Some(&root))
+            .await;
+        refused(&answer, StatusCode::BAD_REQUEST, says);
+    }
+    for (query, says) in [
+        ("filter=8d", "usage covers 1d, 7d, 30d or 90d"),
+        ("sort=name,cost", "cannot sort by `name,cost`"),
+    ] {
+        let answer = app
+            .get(&format!("/api/v1/admin/usage?{query}"), Some(&root))
             .await;
         refused(&answer, StatusCode::BAD_REQUEST, says);
     }
@@ -315,6 +325,18 @@ async fn admins_grant_lock_promote_and_stop_and_each_is_audited() {
     app.delete("/api/v1/admin/sessions/nope", Some(&root))
         .await
         .assert_status(StatusCode::NOT_FOUND);
+    // Her session counts in the usage of the last day, with what it was charged.
+    let usage = app
+        .get("/api/v1/admin/usage?filter=1d", Some(&root))
+        .await
+        .json();
+    assert_eq!(usage["total"], 1);
+    assert_eq!(usage["items"][0]["user_name"], "alice");
+    assert_eq!(usage["items"][0]["sessions"], 1);
+    assert!(
+        usage["items"][0]["charged"].as_i64().unwrap() > 0,
+        "{usage}"
+    );
 
     // The audit log has each change with the admin who made it, newest first.
     let log = app

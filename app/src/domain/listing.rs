@@ -96,6 +96,44 @@ impl SortKey for AuditSort {
     }
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UsageSort {
+    Cost,
+    Hours,
+    Name,
+}
+
+impl SortKey for UsageSort {
+    const DEFAULT: (Self, bool) = (UsageSort::Cost, true);
+    fn parse(name: &str) -> Option<Self> {
+        match name {
+            "cost" => Some(UsageSort::Cost),
+            "hours" => Some(UsageSort::Hours),
+            "name" => Some(UsageSort::Name),
+            _ => None,
+        }
+    }
+    fn names() -> &'static [&'static str] {
+        &["cost", "hours", "name"]
+    }
+}
+
+/// The days the usage table covers, up to now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UsagePeriod {
+    pub days: u32,
+}
+
+impl UsagePeriod {
+    pub const CHOICES: [u32; 4] = [1, 7, 30, 90];
+    pub const DEFAULT: UsagePeriod = UsagePeriod { days: 30 };
+
+    /// Where the period starts, in milliseconds since the epoch.
+    pub fn since_ms(self, now_ms: i64) -> i64 {
+        now_ms - i64::from(self.days) * 86_400_000
+    }
+}
+
 /// Which users a table shows besides the text filter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UserFilter {
@@ -222,6 +260,26 @@ impl Listing<SessionSort, SessionFilter> {
                 ))
             }),
         }
+        })
+    }
+}
+
+impl Listing<UsageSort, UsagePeriod> {
+    pub fn usage(query: &ListQuery) -> Result<Self, AppError> {
+        Listing::checked(query, |filter| {
+            if filter.is_empty() {
+                return Ok(UsagePeriod::DEFAULT);
+            }
+            filter
+                .strip_suffix('d')
+                .and_then(|days| days.parse().ok())
+                .filter(|days| UsagePeriod::CHOICES.contains(days))
+                .map(|days| UsagePeriod { days })
+                .ok_or_else(|| {
+                    AppError::Invalid(format!(
+                        "unknown period `{filter}`; usage covers 1d, 7d, 30d or 90d"
+                    ))
+                })
         })
     }
 }
@@ -365,6 +423,24 @@ mod tests {
         assert!(Listing::users(&q).is_err());
         q.q = Some("a\u{0}b".into());
         assert!(Listing::users(&q).is_err());
+    }
+
+    #[test]
+    fn usage_covers_a_chosen_number_of_days_and_sorts_by_cost_first() {
+        let usage = Listing::usage(&ListQuery::default()).unwrap();
+        assert_eq!(usage.filter, UsagePeriod { days: 30 });
+        assert_eq!((usage.sort, usage.descending), (UsageSort::Cost, true));
+        let week = Listing::usage(&query(Some("-hours"), Some("7d"))).unwrap();
+        assert_eq!(week.filter.days, 7);
+        assert_eq!((week.sort, week.descending), (UsageSort::Hours, true));
+        assert_eq!(week.filter.since_ms(10 * 86_400_000), 3 * 86_400_000);
+        for bad in ["8d", "30", "d", "-1d", "1000000000000d"] {
+            let refused = Listing::usage(&query(None, Some(bad))).unwrap_err();
+            assert!(
+                refused.to_string().contains("1d, 7d, 30d or 90d"),
+                "{bad}: {refused}"
+            );
+        }
     }
 
     #[test]

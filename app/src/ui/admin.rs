@@ -4,12 +4,13 @@
 
 use super::ErrorNotice;
 use crate::api::{
-    AdminStop, ChangeUser, GrantCredits, admin_audit, admin_pool, admin_sessions, admin_users,
+    AdminStop, ChangeUser, GrantCredits, admin_audit, admin_pool, admin_sessions, admin_usage,
+    admin_users,
 };
 use crate::domain::credits;
 use crate::domain::listing::{ListQuery, Page};
 use crate::domain::pool::format_mib;
-use crate::model::{AdminGpu, AdminSession, AdminUser, AuditLine, Role, UserChange};
+use crate::model::{AdminGpu, AdminSession, AdminUser, AuditLine, Role, UsageRow, UserChange};
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
@@ -18,16 +19,18 @@ enum Tab {
     Users,
     Sessions,
     Pool,
+    Usage,
     Audit,
 }
 
 impl Tab {
-    const ALL: [Tab; 4] = [Tab::Users, Tab::Sessions, Tab::Pool, Tab::Audit];
+    const ALL: [Tab; 5] = [Tab::Users, Tab::Sessions, Tab::Pool, Tab::Usage, Tab::Audit];
 
     fn parse(name: Option<&str>) -> Tab {
         match name {
             Some("sessions") => Tab::Sessions,
             Some("pool") => Tab::Pool,
+            Some("usage") => Tab::Usage,
             Some("audit") => Tab::Audit,
             _ => Tab::Users,
         }
@@ -38,6 +41,7 @@ impl Tab {
             Tab::Users => "users",
             Tab::Sessions => "sessions",
             Tab::Pool => "pool",
+            Tab::Usage => "usage",
             Tab::Audit => "audit",
         }
     }
@@ -47,6 +51,7 @@ impl Tab {
             Tab::Users => "Users",
             Tab::Sessions => "Sessions",
             Tab::Pool => "Pool",
+            Tab::Usage => "Usage and cost",
             Tab::Audit => "Audit log",
         }
     }
@@ -148,6 +153,7 @@ pub fn AdminPage() -> impl IntoView {
                 Tab::Users => view! { <UsersTab list /> }.into_any(),
                 Tab::Sessions => view! { <SessionsTab list /> }.into_any(),
                 Tab::Pool => view! { <PoolTab /> }.into_any(),
+                Tab::Usage => view! { <UsageTab list /> }.into_any(),
                 Tab::Audit => view! { <AuditTab list /> }.into_any(),
             }}
         </main>
@@ -649,6 +655,102 @@ fn PoolGpu(gpu: AdminGpu) -> impl IntoView {
 }
 
 #[component]
+fn UsageTab(list: Memo<ListQuery>) -> impl IntoView {
+    let data = Resource::new(move || list.get(), admin_usage);
+    view! {
+        <SearchForm
+            tab=Tab::Usage
+            list
+            placeholder="User name"
+            filters=&[
+                ("30d", "the last 30 days"),
+                ("7d", "the last 7 days"),
+                ("1d", "the last day"),
+                ("90d", "the last 90 days"),
+            ]
+        />
+        <p class="muted">
+            "Sessions started in the period: their ready time, the same weighted by slice size, "
+            "the GPU's average utilization and memory in use where the runtime can see the GPU, "
+            "and the credits charged in the period."
+        </p>
+        <Transition fallback=|| view! { <p class="muted">"Loading usage…"</p> }>
+            {move || Suspend::new(async move {
+                match data.await {
+                    Ok(page) => view! { <UsageTable page list /> }.into_any(),
+                    Err(error) => view! { <ErrorNotice error /> }.into_any(),
+                }
+            })}
+        </Transition>
+    }
+}
+
+#[component]
+fn UsageTable(page: Page<UsageRow>, list: Memo<ListQuery>) -> impl IntoView {
+    let pages = page.pages();
+    if page.items.is_empty() {
+        return view! { <p class="muted empty">"Nobody started a session in this period."</p> }
+            .into_any();
+    }
+    let not_measured = || view! { <span class="muted">"not measured"</span> }.into_any();
+    view! {
+        <table class="admin-table" data-testid="usage">
+            <thead>
+                <tr>
+                    <SortHeader tab=Tab::Usage list key="name" label="User" />
+                    <th>"Sessions"</th>
+                    <th>"Ready"</th>
+                    <SortHeader tab=Tab::Usage list key="hours" label="Slice GiB·h" />
+                    <th>"GPU utilization"</th>
+                    <th>"GPU memory"</th>
+                    <SortHeader tab=Tab::Usage list key="cost" label="Credits charged" />
+                </tr>
+            </thead>
+            <tbody>
+                {page
+                    .items
+                    .into_iter()
+                    .map(|row| {
+                        view! {
+                            <tr data-user=row.user_name.clone()>
+                                <td>{row.user_name.clone()}</td>
+                                <td>{row.sessions}</td>
+                                <td>{format_hours(row.used_ms)}</td>
+                                <td>{format!("{:.1}", row.slice_gib_hours())}</td>
+                                <td>
+                                    {row
+                                        .gpu_utilization_pct
+                                        .map(|p| view! { {format!("{p} %")} }.into_any())
+                                        .unwrap_or_else(not_measured)}
+                                </td>
+                                <td>
+                                    {row
+                                        .gpu_memory_mib
+                                        .map(|m| view! { {format_mib(m)} }.into_any())
+                                        .unwrap_or_else(not_measured)}
+                                </td>
+                                <td data-testid="charged">{credits::format(row.charged)}</td>
+                            </tr>
+                        }
+                    })
+                    .collect_view()}
+            </tbody>
+        </table>
+        <Pager tab=Tab::Usage list page=page.page pages total=page.total />
+    }
+    .into_any()
+}
+
+/// "2 h 05 min", "7 min", "0 min".
+fn format_hours(ms: i64) -> String {
+    let minutes = ms.max(0) / 60_000;
+    match (minutes / 60, minutes % 60) {
+        (0, m) => format!("{m} min"),
+        (h, m) => format!("{h} h {m:02} min"),
+    }
+}
+
+#[component]
 fn AuditTab(list: Memo<ListQuery>) -> impl IntoView {
     let data = Resource::new(move || list.get(), admin_audit);
     view! {
@@ -713,6 +815,14 @@ fn AuditTable(page: Page<AuditLine>, list: Memo<ListQuery>) -> impl IntoView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ready_time_reads_in_hours_and_minutes() {
+        assert_eq!(format_hours(0), "0 min");
+        assert_eq!(format_hours(7 * 60_000 + 59_999), "7 min");
+        assert_eq!(format_hours(125 * 60_000), "2 h 05 min");
+        assert_eq!(format_hours(-1), "0 min");
+    }
 
     #[test]
     fn dates_are_utc_minutes() {

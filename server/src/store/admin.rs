@@ -4,21 +4,33 @@
 
 use super::*;
 use app::domain::listing::{
-    AuditSort, Listing, Page, SessionFilter, SessionSort, UserFilter, UserSort, like_pattern,
+    AuditSort, Listing, Page, SessionFilter, SessionSort, UsagePeriod, UsageSort, UserFilter,
+    UserSort, like_pattern,
 };
-use app::model::{AdminGpu, AdminSession, AdminSlot, AdminUser, AuditLine};
+use app::model::{AdminGpu, AdminSession, AdminSlot, AdminUser, AuditLine, UsageRow};
 
-/// A `WHERE` clause being built: its conditions and their text values, numbered from `$1`.
+/// A value a condition compares with.
+enum Value {
+    Text(String),
+    Int(i64),
+}
+
+/// A `WHERE` clause being built: its conditions and their values, numbered from `$1`.
 #[derive(Default)]
 struct Conditions {
     clauses: Vec<String>,
-    values: Vec<String>,
+    values: Vec<Value>,
 }
 
 impl Conditions {
     /// The next value's placeholder.
     fn bind(&mut self, value: String) -> String {
-        self.values.push(value);
+        self.values.push(Value::Text(value));
+        format!("${}", self.values.len())
+    }
+
+    fn bind_int(&mut self, value: i64) -> String {
+        self.values.push(Value::Int(value));
         format!("${}", self.values.len())
     }
 
@@ -36,7 +48,10 @@ impl Conditions {
     ) -> sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>> {
         self.values
             .iter()
-            .fold(sqlx::query(sql), |query, value| query.bind(value))
+            .fold(sqlx::query(sql), |query, value| match value {
+                Value::Text(text) => query.bind(text),
+                Value::Int(n) => query.bind(*n),
+            })
     }
 }
 
@@ -237,6 +252,80 @@ impl Store {
                 .and_then(|id| names.get(id).cloned());
         }
         Ok(page(items, listing, total))
+    }
+
+    /// Each user's use of the GPUs in the period: sessions started in it, their ready time
+    /// (weighted by slice size too), the sampler's GPU readings, and the credits charged in it.
+    pub async fn admin_usage(
+        &self,
+        listing: &Listing<UsageSort, UsagePeriod>,
+        now: i64,
+    ) -> Result<Page<UsageRow>> {
+        let mut c = Conditions::default();
+        let since = c.bind_int(listing.filter.since_ms(now));
+        let at = c.bind_int(now);
+        c.clauses.push(format!("s.created_at >= {since}"));
+        if let Some(search) = &listing.search {
+            let p = c.bind(like_pattern(search));
+            c.clauses
+                .push(format!("LOWER(u.name) LIKE {p} ESCAPE '\\'"));
+        }
+        let ready = format!(
+            "CASE WHEN s.ready_at IS NULL THEN 0 ELSE COALESCE(s.ended_at, {at}) - s.ready_at END"
+        );
+        let by_name = self.by_name("u.name");
+        let order = match listing.sort {
+            UsageSort::Cost => "charged",
+            UsageSort::Hours => "mib_ms",
+            UsageSort::Name => by_name.as_str(),
+        };
+        let n = c.values.len();
+        let sql = format!(
+            "SELECT u.id, u.name, CAST(COUNT(s.id) AS BIGINT) AS sessions,
+                    CAST(SUM({ready}) AS BIGINT) AS used_ms,
+                    CAST(SUM(({ready}) * s.slice_mib) AS BIGINT) AS mib_ms,
+                    CAST(SUM(s.gpu_samples) AS BIGINT) AS gpu_samples,
+                    CAST(SUM(s.gpu_util_sum) AS BIGINT) AS gpu_util_sum,
+                    CAST(SUM(s.gpu_mib_sum) AS BIGINT) AS gpu_mib_sum,
+                    (SELECT CAST(COALESCE(SUM(-l.amount), 0) AS BIGINT) FROM credit_ledger l
+                      WHERE l.user_id = u.id AND l.kind = 'charge' AND l.at >= {since}) AS charged
+             FROM users u JOIN sessions s ON s.user_id = u.id {where_}
+             GROUP BY u.id, u.name
+             ORDER BY {order} {dir}, u.id {dir} LIMIT ${} OFFSET ${}",
+            n + 1,
+            n + 2,
+            where_ = c.sql(),
+            dir = direction(listing.descending),
+        );
+        let rows = c
+            .query(&sql)
+            .bind(i64::from(listing.per_page))
+            .bind(listing.offset() as i64)
+            .fetch_all(&self.pool)
+            .await?;
+        let items = rows
+            .iter()
+            .map(|r| {
+                let samples: i64 = r.try_get("gpu_samples")?;
+                let average = |sum: i64| (samples > 0).then(|| sum / samples);
+                Ok(UsageRow {
+                    user_id: r.try_get("id")?,
+                    user_name: r.try_get("name")?,
+                    sessions: r.try_get::<i64, _>("sessions")? as u32,
+                    used_ms: r.try_get("used_ms")?,
+                    slice_mib_ms: r.try_get("mib_ms")?,
+                    charged: r.try_get("charged")?,
+                    gpu_utilization_pct: average(r.try_get("gpu_util_sum")?).map(|p| p as u32),
+                    gpu_memory_mib: average(r.try_get("gpu_mib_sum")?).map(|m| m as u64),
+                })
+            })
+            .collect::<Result<_>>()?;
+        let count = format!(
+            "SELECT CAST(COUNT(DISTINCT u.id) AS BIGINT) AS n FROM users u JOIN sessions s ON s.user_id = u.id {}",
+            c.sql()
+        );
+        let total = c.query(&count).fetch_one(&self.pool).await?;
+        Ok(page(items, listing, total.try_get::<i64, _>("n")? as u64))
     }
 
     /// The pool per GPU, each slot with the session (and user) or pre-started editor on it.

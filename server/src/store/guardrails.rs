@@ -8,6 +8,13 @@ use app::domain::credits;
 use app::domain::pool::format_mib;
 use app::domain::quota::{self, Limits, Overrides, Usage};
 
+/// One reading of a session's GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuSample {
+    pub memory_used_mib: u64,
+    pub utilization_pct: u32,
+}
+
 /// One launch as the service decided it; the store checks and claims.
 pub struct LaunchPlan<'a> {
     pub user_id: &'a str,
@@ -476,18 +483,23 @@ impl Store {
         Ok(())
     }
 
-    /// What the sampler saw: `busy_at` when a kernel or the GPU was working, and GPU memory in use.
+    /// What the sampler saw: `busy_at` when a kernel or the GPU was working, and the GPU's
+    /// reading where the runtime sees it (kept as the latest, and added to the session's sums).
     pub async fn record_sample(
         &self,
         session_id: &str,
         busy_at: Option<i64>,
-        gpu_used_mib: Option<u64>,
+        gpu: Option<GpuSample>,
     ) -> Result<()> {
         sqlx::query(
-            "UPDATE sessions SET last_busy_at = COALESCE($1, last_busy_at), gpu_used_mib = $2 WHERE id = $3",
+            "UPDATE sessions SET last_busy_at = COALESCE($1, last_busy_at), gpu_used_mib = $2,
+             gpu_samples = gpu_samples + $3, gpu_util_sum = gpu_util_sum + $4,
+             gpu_mib_sum = gpu_mib_sum + COALESCE($2, 0) WHERE id = $5",
         )
         .bind(busy_at)
-        .bind(gpu_used_mib.map(|m| m as i64))
+        .bind(gpu.map(|g| g.memory_used_mib as i64))
+        .bind(i64::from(gpu.is_some()))
+        .bind(gpu.map_or(0, |g| i64::from(g.utilization_pct)))
         .bind(session_id)
         .execute(&self.pool)
         .await?;

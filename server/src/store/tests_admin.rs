@@ -1,7 +1,7 @@
 //! Store tests of the admin tables (paging, sorting, filtering, names for ids), on SQLite and
 //! PostgreSQL alike.
 
-use super::tests::{launch, on_both_fns, six_slots, user};
+use super::tests::{backdate_ready, launch, on_both_fns, six_slots, user};
 use super::*;
 use app::domain::listing::{ListQuery, Listing};
 
@@ -298,7 +298,113 @@ async fn taking_credits_back_stops_at_zero(store: Store) {
     );
 }
 
+async fn usage_sums_each_users_sessions_in_the_period(store: Store) {
+    let slots = six_slots(&store).await;
+    let ann = user(&store, "ann", 10_000).await;
+    let bob = user(&store, "bob", 10_000).await;
+    let carl = user(&store, "carl", 10_000).await;
+    // ann: ready for 30 minutes, two GPU readings and one where the GPU was not seen.
+    let (s, _) = store.create_session(launch(&ann.id, 3_000)).await.unwrap();
+    store.assign_slot(&s.id, &slots).await.unwrap().unwrap();
+    store.mark_ready(&s.id, "ready").await.unwrap();
+    backdate_ready(&store, &s.id, 30 * 60_000).await;
+    for sample in [
+        Some(GpuSample {
+            memory_used_mib: 1_000,
+            utilization_pct: 40,
+        }),
+        Some(GpuSample {
+            memory_used_mib: 3_000,
+            utilization_pct: 60,
+        }),
+        None,
+    ] {
+        store.record_sample(&s.id, None, sample).await.unwrap();
+    }
+    store
+        .begin_stop(&s.id, app::domain::session::EndReason::User, None)
+        .await
+        .unwrap();
+    store.finish(&s.id).await.unwrap().unwrap();
+    // bob: a session that never got ready.
+    store.create_session(launch(&bob.id, 1_000)).await.unwrap();
+    // carl: a session from 40 days ago only.
+    let (old, _) = store.create_session(launch(&carl.id, 1_000)).await.unwrap();
+    sqlx::query("UPDATE sessions SET created_at = $1 WHERE id = $2")
+        .bind(now_ms() - 40 * 86_400_000)
+        .bind(&old.id)
+        .execute(store.pool_handle())
+        .await
+        .unwrap();
+
+    let now = now_ms();
+    let month = store
+        .admin_usage(&Listing::usage(&ListQuery::default()).unwrap(), now)
+        .await
+        .unwrap();
+    assert_eq!(month.total, 2, "carl's session is older than 30 days");
+    let names: Vec<&str> = month.items.iter().map(|r| r.user_name.as_str()).collect();
+    assert_eq!(names, ["ann", "bob"], "by credits charged, most first");
+    let a = &month.items[0];
+    assert_eq!(a.sessions, 1);
+    assert!(
+        (30 * 60_000..31 * 60_000).contains(&a.used_ms),
+        "{}",
+        a.used_ms
+    );
+    assert_eq!(a.slice_mib_ms, a.used_ms * 8192);
+    assert_eq!(a.gpu_utilization_pct, Some(50), "the readings' average");
+    assert_eq!(a.gpu_memory_mib, Some(2_000));
+    let charged: i64 = store
+        .ledger(&ann.id)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|e| e.kind == "charge")
+        .map(|e| -e.amount)
+        .sum();
+    assert!(charged > 0);
+    assert_eq!(a.charged, charged);
+    let b = &month.items[1];
+    assert_eq!((b.sessions, b.used_ms, b.charged), (1, 0, 0));
+    assert_eq!(
+        (b.gpu_utilization_pct, b.gpu_memory_mib),
+        (None, None),
+        "not measured"
+    );
+
+    let quarter = store
+        .admin_usage(
+            &Listing::usage(&query(None, Some("90d"), Some("name"), 1, 25)).unwrap(),
+            now,
+        )
+        .await
+        .unwrap();
+    let names: Vec<&str> = quarter.items.iter().map(|r| r.user_name.as_str()).collect();
+    assert_eq!(names, ["ann", "bob", "carl"]);
+    let bobs = store
+        .admin_usage(
+            &Listing::usage(&query(Some("BO"), None, None, 1, 25)).unwrap(),
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!((bobs.total, bobs.items[0].user_name.as_str()), (1, "bob"));
+    let second = store
+        .admin_usage(
+            &Listing::usage(&query(None, None, Some("-hours"), 2, 1)).unwrap(),
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (second.total, second.items[0].user_name.as_str()),
+        (2, "bob")
+    );
+}
+
 on_both_fns! {
+    usage_sums_each_users_sessions_in_the_period => usage_sums_each_users_sessions_in_the_period_sqlite, usage_sums_each_users_sessions_in_the_period_postgres;
     users_page_sorts_filters_and_counts => users_page_sorts_filters_and_counts_sqlite, users_page_sorts_filters_and_counts_postgres;
     sessions_page_filters_by_state_and_user => sessions_page_filters_by_state_and_user_sqlite, sessions_page_filters_by_state_and_user_postgres;
     audit_page_names_users_and_searches => audit_page_names_users_and_searches_sqlite, audit_page_names_users_and_searches_postgres;
