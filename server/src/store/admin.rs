@@ -124,7 +124,16 @@ impl Store {
             dir = direction(listing.descending)
         );
         let (rows, total) = self
-            .page_of(&c, USER_COLUMNS, "FROM users u", &order, listing)
+            .page_of(
+                &c,
+                Table {
+                    columns: USER_COLUMNS,
+                    from: "FROM users u",
+                    group: None,
+                },
+                &order,
+                listing,
+            )
             .await?;
         let items = rows
             .iter()
@@ -180,8 +189,11 @@ impl Store {
         let (rows, total) = self
             .page_of(
                 &c,
-                ADMIN_SESSION_COLUMNS,
-                ADMIN_SESSIONS_FROM,
+                Table {
+                    columns: ADMIN_SESSION_COLUMNS,
+                    from: ADMIN_SESSIONS_FROM,
+                    group: None,
+                },
                 &order,
                 listing,
             )
@@ -217,8 +229,11 @@ impl Store {
         let (rows, total) = self
             .page_of(
                 &c,
-                "e.id, e.at, a.name AS actor, e.action, e.target, e.detail",
-                "FROM audit_events e LEFT JOIN users a ON a.id = e.actor_id",
+                Table {
+                    columns: "e.id, e.at, a.name AS actor, e.action, e.target, e.detail",
+                    from: "FROM audit_events e LEFT JOIN users a ON a.id = e.actor_id",
+                    group: None,
+                },
                 &order,
                 listing,
             )
@@ -279,29 +294,31 @@ impl Store {
             UsageSort::Hours => "mib_ms",
             UsageSort::Name => by_name.as_str(),
         };
-        let n = c.values.len();
-        let sql = format!(
-            "SELECT u.id, u.name, CAST(COUNT(s.id) AS BIGINT) AS sessions,
-                    CAST(SUM({ready}) AS BIGINT) AS used_ms,
-                    CAST(SUM(({ready}) * s.slice_mib) AS BIGINT) AS mib_ms,
-                    CAST(SUM(s.gpu_samples) AS BIGINT) AS gpu_samples,
-                    CAST(SUM(s.gpu_util_sum) AS BIGINT) AS gpu_util_sum,
-                    CAST(SUM(s.gpu_mib_sum) AS BIGINT) AS gpu_mib_sum,
-                    (SELECT CAST(COALESCE(SUM(-l.amount), 0) AS BIGINT) FROM credit_ledger l
-                      WHERE l.user_id = u.id AND l.kind = 'charge' AND l.at >= {since}) AS charged
-             FROM users u JOIN sessions s ON s.user_id = u.id {where_}
-             GROUP BY u.id, u.name
-             ORDER BY {order} {dir}, u.id {dir} LIMIT ${} OFFSET ${}",
-            n + 1,
-            n + 2,
-            where_ = c.sql(),
-            dir = direction(listing.descending),
+        let order = format!(
+            "{order} {dir}, u.id {dir}",
+            dir = direction(listing.descending)
         );
-        let rows = c
-            .query(&sql)
-            .bind(i64::from(listing.per_page))
-            .bind(listing.offset() as i64)
-            .fetch_all(&self.pool)
+        let columns = format!(
+            "u.id, u.name, CAST(COUNT(s.id) AS BIGINT) AS sessions,
+             CAST(SUM({ready}) AS BIGINT) AS used_ms,
+             CAST(SUM(({ready}) * s.slice_mib) AS BIGINT) AS mib_ms,
+             CAST(SUM(s.gpu_samples) AS BIGINT) AS gpu_samples,
+             CAST(SUM(s.gpu_util_sum) AS BIGINT) AS gpu_util_sum,
+             CAST(SUM(s.gpu_mib_sum) AS BIGINT) AS gpu_mib_sum,
+             (SELECT CAST(COALESCE(SUM(-l.amount), 0) AS BIGINT) FROM credit_ledger l
+               WHERE l.user_id = u.id AND l.kind = 'charge' AND l.at >= {since}) AS charged"
+        );
+        let (rows, total) = self
+            .page_of(
+                &c,
+                Table {
+                    columns: &columns,
+                    from: "FROM users u JOIN sessions s ON s.user_id = u.id",
+                    group: Some(("u.id, u.name", "u.id")),
+                },
+                &order,
+                listing,
+            )
             .await?;
         let items = rows
             .iter()
@@ -320,12 +337,7 @@ impl Store {
                 })
             })
             .collect::<Result<_>>()?;
-        let count = format!(
-            "SELECT CAST(COUNT(DISTINCT u.id) AS BIGINT) AS n FROM users u JOIN sessions s ON s.user_id = u.id {}",
-            c.sql()
-        );
-        let total = c.query(&count).fetch_one(&self.pool).await?;
-        Ok(page(items, listing, total.try_get::<i64, _>("n")? as u64))
+        Ok(page(items, listing, total))
     }
 
     /// The pool per GPU, each slot with the session (and user) or pre-started editor on it.
@@ -419,14 +431,19 @@ impl Store {
     async fn page_of<S, F>(
         &self,
         c: &Conditions,
-        columns: &str,
-        from: &str,
+        table: Table<'_>,
         order: &str,
         listing: &Listing<S, F>,
     ) -> Result<(Vec<AnyRow>, u64)> {
+        let Table {
+            columns,
+            from,
+            group,
+        } = table;
         let n = c.values.len();
+        let grouped = group.map_or(String::new(), |(by, _)| format!("GROUP BY {by}"));
         let sql = format!(
-            "SELECT {columns} {from} {where_} ORDER BY {order} LIMIT ${} OFFSET ${}",
+            "SELECT {columns} {from} {where_} {grouped} ORDER BY {order} LIMIT ${} OFFSET ${}",
             n + 1,
             n + 2,
             where_ = c.sql(),
@@ -437,10 +454,22 @@ impl Store {
             .bind(listing.offset() as i64)
             .fetch_all(&self.pool)
             .await?;
-        let count = format!("SELECT CAST(COUNT(*) AS BIGINT) AS n {from} {}", c.sql());
+        let counted = group.map_or("*".to_string(), |(_, key)| format!("DISTINCT {key}"));
+        let count = format!(
+            "SELECT CAST(COUNT({counted}) AS BIGINT) AS n {from} {}",
+            c.sql()
+        );
         let total = c.query(&count).fetch_one(&self.pool).await?;
         Ok((rows, total.try_get::<i64, _>("n")? as u64))
     }
+}
+
+/// What a page of a table reads: its columns, `FROM` and joins, and for a table of groups, its
+/// `GROUP BY` and the key that counts them.
+struct Table<'a> {
+    columns: &'a str,
+    from: &'a str,
+    group: Option<(&'a str, &'a str)>,
 }
 
 fn page<T, S, F>(items: Vec<T>, listing: &Listing<S, F>, total: u64) -> Page<T> {
