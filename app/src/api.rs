@@ -101,6 +101,12 @@ mod backend {
             note: &str,
         ) -> Result<i64, AppError>;
         async fn admin_stop(&self, viewer: &Viewer, id: &str) -> Result<AdminSession, AppError>;
+        async fn set_user_quota(
+            &self,
+            viewer: &Viewer,
+            user_id: &str,
+            overrides: crate::domain::quota::Overrides,
+        ) -> Result<crate::domain::quota::Limits, AppError>;
     }
 
     pub(super) fn backend() -> Result<Arc<dyn Backend>, AppError> {
@@ -311,4 +317,15 @@ pub async fn grant_credits(user_id: String, amount: String, note: String) -> Res
 pub async fn admin_stop(id: String) -> Result<AdminSession, AppError> {
     let viewer = backend::require_viewer().await?;
     backend::backend()?.admin_stop(&viewer, &id).await
+}
+
+#[server(input = leptos::server_fn::codec::Json)]
+pub async fn set_user_quota(
+    user_id: String,
+    overrides: crate::domain::quota::Overrides,
+) -> Result<crate::domain::quota::Limits, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?
+        .set_user_quota(&viewer, &user_id, overrides)
+        .await
 }

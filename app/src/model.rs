@@ -225,6 +225,10 @@ pub struct AdminUser {
     pub held: i64,
     pub live_sessions: u32,
     pub created_at_ms: i64,
+    /// What an admin set for this user; `None` keeps the configured default.
+    pub overrides: crate::domain::quota::Overrides,
+    /// The limits that apply: the defaults with the overrides.
+    pub limits: crate::domain::quota::Limits,
 }
 
 /// A session of any user, for the admin pages.

@@ -6,6 +6,14 @@ import { BASE, hydrated, launchBrowser, signIn } from './helpers.mjs';
 
 const TARGET = 'e2e-target';
 
+// Opens the row's quota editor, whether or not it is open already (a reload draws it anew).
+async function openQuota(row) {
+  const details = row.locator('details.quota');
+  if ((await details.getAttribute('open')) === null) {
+    await details.locator('summary').click();
+  }
+}
+
 async function balanceOf(row) {
   return parseFloat(await row.getByTestId('balance').innerText());
 }
@@ -58,6 +66,26 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     await row.getByRole('button', { name: 'Unlock' }).click();
     await row.getByText('locked', { exact: true }).waitFor({ state: 'detached' });
 
+    // Quota: an override shows in the row's summary; emptied, the default is back.
+    await openQuota(row);
+    await row.getByLabel('Sessions').fill('0');
+    await row.getByRole('button', { name: 'Save quota' }).click();
+    await page.waitForFunction(
+      (user) => /Quota: 0 sessions/.test(document.querySelector(`tr[data-user="${user}"] details.quota summary`)?.innerText ?? ''),
+      TARGET,
+    );
+    await openQuota(row);
+    assert.equal(await row.getByLabel('Sessions').inputValue(), '0');
+    await row.getByLabel('Sessions').fill('many');
+    await row.getByRole('button', { name: 'Save quota' }).click();
+    await row.getByRole('alert').filter({ hasText: 'whole number' }).waitFor();
+    await row.getByLabel('Sessions').fill('');
+    await row.getByRole('button', { name: 'Save quota' }).click();
+    await page.waitForFunction(
+      (user) => !/Quota: 0 sessions/.test(document.querySelector(`tr[data-user="${user}"] details.quota summary`)?.innerText ?? 'Quota: 0 sessions'),
+      TARGET,
+    );
+
     // Search is on the server and lives in the address.
     await page.getByLabel('Search').fill('target');
     await page.getByRole('button', { name: 'Search' }).click();
@@ -83,7 +111,7 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     const log = page.getByTestId('audit');
     await log.waitFor();
     const text = await log.innerText();
-    for (const action of ['credits.grant', 'user.lock', 'user.unlock']) {
+    for (const action of ['credits.grant', 'user.lock', 'user.unlock', 'quota.set']) {
       assert.match(text, new RegExp(`admin\\s+${action.replace('.', '\\.')}\\s+user ${TARGET}`), action);
     }
   } finally {

@@ -7,6 +7,7 @@ use crate::service::Service;
 use crate::store::StoreError;
 use app::domain::credits;
 use app::domain::listing::{ListQuery, Listing, Page};
+use app::domain::quota::{Limits, Overrides};
 use app::domain::scope::Scope;
 use app::domain::session::EndReason;
 use app::error::AppError;
@@ -33,7 +34,11 @@ impl Service {
         query: &ListQuery,
     ) -> Result<Page<AdminUser>, AppError> {
         require_admin(viewer)?;
-        Ok(self.store.admin_users(&Listing::users(query)?).await?)
+        let defaults = self.config.default_limits();
+        Ok(self
+            .store
+            .admin_users(&Listing::users(query)?, defaults)
+            .await?)
     }
 
     pub async fn admin_sessions(
@@ -130,6 +135,25 @@ impl Service {
         Ok(())
     }
 
+    /// Sets a user's quota overrides (each `None` back to the configured default); returns the
+    /// limits that apply now.
+    pub async fn set_user_quota(
+        &self,
+        viewer: &Viewer,
+        user_id: &str,
+        overrides: &Overrides,
+    ) -> Result<Limits, AppError> {
+        require_admin(viewer)?;
+        check_overrides(overrides)?;
+        if self.store.user_by_id(user_id).await?.is_none() {
+            return Err(AppError::NotFound);
+        }
+        self.store
+            .set_quota(user_id, overrides, Some(&viewer.id))
+            .await?;
+        Ok(self.config.default_limits().with(overrides))
+    }
+
     /// Grants `amount` credits ("10", "2.5"; negative takes back, down to zero); returns the
     /// new balance in milli-credits.
     pub async fn grant_credits(
@@ -212,6 +236,27 @@ impl Service {
     }
 }
 
+/// The largest amount of GPU memory or disk a limit names: a pebibyte, past any machine, and
+/// far inside the database's integers.
+const MAX_LIMIT_MIB: u64 = 1 << 30;
+
+/// Overrides within what the database and the rules can hold.
+pub fn check_overrides(overrides: &Overrides) -> Result<(), AppError> {
+    let too_big = |mib: Option<u64>| mib.is_some_and(|mib| mib > MAX_LIMIT_MIB);
+    if too_big(overrides.max_gpu_mib) || too_big(overrides.max_disk_mib) {
+        return Err(AppError::Invalid(format!(
+            "a memory or disk limit is at most {MAX_LIMIT_MIB} MiB"
+        )));
+    }
+    if overrides.max_minutes == Some(0) {
+        return Err(AppError::Invalid(
+            "a session's longest duration is at least 1 minute (to stop launches, set max_sessions to 0)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,6 +270,29 @@ mod tests {
             scopes,
             token_expires_at_ms: None,
         }
+    }
+
+    #[test]
+    fn overrides_are_bounded() {
+        assert!(check_overrides(&Overrides::default()).is_ok());
+        let zero_sessions = Overrides {
+            max_sessions: Some(0),
+            ..Overrides::default()
+        };
+        assert!(
+            check_overrides(&zero_sessions).is_ok(),
+            "a way to stop launches"
+        );
+        let no_minutes = Overrides {
+            max_minutes: Some(0),
+            ..Overrides::default()
+        };
+        assert!(check_overrides(&no_minutes).is_err());
+        let huge = Overrides {
+            max_gpu_mib: Some(u64::MAX),
+            ..Overrides::default()
+        };
+        assert!(check_overrides(&huge).is_err());
     }
 
     #[test]

@@ -329,6 +329,7 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
                 max_minutes,
                 max_disk_mib,
             };
+            server::admin::check_overrides(&overrides).map_err(|e| e.to_string())?;
             service
                 .store
                 .set_quota(&record.id, &overrides, None)

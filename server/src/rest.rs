@@ -434,6 +434,7 @@ fn admin_router() -> Router<AppState> {
         .route("/users", get(admin_users))
         .route("/users/{id}", axum::routing::patch(admin_change_user))
         .route("/users/{id}/credits", post(admin_grant))
+        .route("/users/{id}/quota", axum::routing::put(admin_set_quota))
         .route("/sessions", get(admin_sessions))
         .route("/sessions/{id}", get(admin_session).delete(admin_stop))
         .route("/pool", get(admin_pool))
@@ -564,4 +565,38 @@ async fn admin_usage(
     ApiQuery(query): ApiQuery,
 ) -> ApiResult<Json<app::domain::listing::Page<app::model::UsageRow>>> {
     Ok(Json(state.service.admin_usage(&viewer, &query).await?))
+}
+
+/// A user's quota overrides; each left out (or null) goes back to the configured default.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QuotaBody {
+    #[serde(default)]
+    max_sessions: Option<u32>,
+    #[serde(default)]
+    max_gpu_mib: Option<u64>,
+    #[serde(default)]
+    max_minutes: Option<u32>,
+    #[serde(default)]
+    max_disk_mib: Option<u64>,
+}
+
+async fn admin_set_quota(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+    ApiJson(body): ApiJson<QuotaBody>,
+) -> ApiResult<Json<app::domain::quota::Limits>> {
+    let overrides = app::domain::quota::Overrides {
+        max_sessions: body.max_sessions,
+        max_gpu_mib: body.max_gpu_mib,
+        max_minutes: body.max_minutes,
+        max_disk_mib: body.max_disk_mib,
+    };
+    Ok(Json(
+        state
+            .service
+            .set_user_quota(&viewer, &id, &overrides)
+            .await?,
+    ))
 }

@@ -1420,4 +1420,13 @@ impl app::api::Backend for PagesBackend {
     async fn admin_stop(&self, viewer: &Viewer, id: &str) -> Result<AdminSession, AppError> {
         self.0.admin_stop(viewer, id).await
     }
+
+    async fn set_user_quota(
+        &self,
+        viewer: &Viewer,
+        user_id: &str,
+        overrides: app::domain::quota::Overrides,
+    ) -> Result<app::domain::quota::Limits, AppError> {
+        self.0.set_user_quota(viewer, user_id, &overrides).await
+    }
 }

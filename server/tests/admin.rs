@@ -338,6 +338,52 @@ async fn admins_grant_lock_promote_and_stop_and_each_is_audited() {
         "{usage}"
     );
 
+    // Quota: zero sessions stops her launches; an empty body gives her the defaults back.
+    let quota_path = format!("{user_path}/quota");
+    let put = async |path: &str, token: &str, body: serde_json::Value| {
+        app.call(Method::PUT, path, Some(token), Some(body)).await
+    };
+    let none = put(
+        &quota_path,
+        &root,
+        json!({ "max_sessions": 0, "max_minutes": 45 }),
+    )
+    .await;
+    none.assert_status(StatusCode::OK);
+    assert_eq!(none.json()["max_sessions"], 0);
+    assert_eq!(none.json()["max_minutes"], 45);
+    let hers = app.get("/api/v1/quota", Some(&alice)).await.json();
+    assert_eq!(hers["limits"]["max_sessions"], 0);
+    refused(
+        &app.launch(&alice, "jupyterlab", 30).await,
+        StatusCode::FORBIDDEN,
+        "limit is 0 concurrent sessions",
+    );
+    let back = put(&quota_path, &root, json!({})).await;
+    back.assert_status(StatusCode::OK);
+    let defaults = app.service.config.default_limits();
+    assert_eq!(back.json()["max_sessions"], defaults.max_sessions);
+    for (body, says) in [
+        (json!({ "max_minutes": 0 }), "at least 1 minute"),
+        (json!({ "max_gpu_mib": 1u64 << 40 }), "at most"),
+        (json!({ "max_sessions": -1 }), "malformed JSON"),
+        (json!({ "sessions": 1 }), "malformed JSON"),
+    ] {
+        refused(
+            &put(&quota_path, &root, body).await,
+            StatusCode::BAD_REQUEST,
+            says,
+        );
+    }
+    refused(
+        &put(&quota_path, &alice, json!({})).await,
+        StatusCode::FORBIDDEN,
+        "admins only",
+    );
+    put("/api/v1/admin/users/nobody/quota", &root, json!({}))
+        .await
+        .assert_status(StatusCode::NOT_FOUND);
+
     // The audit log has each change with the admin who made it, newest first.
     let log = app
         .get("/api/v1/admin/audit?per_page=100", Some(&root))
@@ -356,6 +402,8 @@ async fn admins_grant_lock_promote_and_stop_and_each_is_audited() {
         })
         .collect();
     let expected = [
+        ("quota.set", "alice"),
+        ("quota.set", "alice"),
         ("session.stop", ""),
         ("user.role", "alice"),
         ("user.role", "alice"),

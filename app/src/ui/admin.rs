@@ -4,8 +4,8 @@
 
 use super::ErrorNotice;
 use crate::api::{
-    AdminStop, ChangeUser, GrantCredits, admin_audit, admin_pool, admin_sessions, admin_usage,
-    admin_users,
+    AdminStop, ChangeUser, GrantCredits, SetUserQuota, admin_audit, admin_pool, admin_sessions,
+    admin_usage, admin_users,
 };
 use crate::domain::credits;
 use crate::domain::listing::{ListQuery, Page};
@@ -282,8 +282,14 @@ fn action_error<T>(
 fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
     let change = ServerAction::<ChangeUser>::new();
     let grant = ServerAction::<GrantCredits>::new();
+    let quota = ServerAction::<SetUserQuota>::new();
     // Reloaded after what succeeded only: a refused grant keeps what was typed in its row.
     let changed = RwSignal::new(0u32);
+    Effect::new(move |_| {
+        if let Some(Ok(_)) = quota.value().get() {
+            changed.update(|n| *n += 1);
+        }
+    });
     Effect::new(move |_| {
         if let Some(Ok(_)) = change.value().get() {
             changed.update(|n| *n += 1);
@@ -316,11 +322,12 @@ fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
         />
         {action_error(move || change.value().get())}
         {action_error(move || grant.value().get())}
+        {action_error(move || quota.value().get())}
         {granted}
         <Transition fallback=|| view! { <p class="muted">"Loading users…"</p> }>
             {move || Suspend::new(async move {
                 match data.await {
-                    Ok(page) => view! { <UsersTable page list change grant /> }.into_any(),
+                    Ok(page) => view! { <UsersTable page list change grant quota /> }.into_any(),
                     Err(error) => view! { <ErrorNotice error /> }.into_any(),
                 }
             })}
@@ -334,6 +341,7 @@ fn UsersTable(
     list: Memo<ListQuery>,
     change: ServerAction<ChangeUser>,
     grant: ServerAction<GrantCredits>,
+    quota: ServerAction<SetUserQuota>,
 ) -> impl IntoView {
     let pages = page.pages();
     if page.items.is_empty() {
@@ -356,7 +364,7 @@ fn UsersTable(
                 {page
                     .items
                     .into_iter()
-                    .map(|user| view! { <UserRow user change grant /> })
+                    .map(|user| view! { <UserRow user change grant quota /> })
                     .collect_view()}
             </tbody>
         </table>
@@ -370,6 +378,7 @@ fn UserRow(
     user: AdminUser,
     change: ServerAction<ChangeUser>,
     grant: ServerAction<GrantCredits>,
+    quota: ServerAction<SetUserQuota>,
 ) -> impl IntoView {
     let amount = RwSignal::new(String::new());
     let note = RwSignal::new(String::new());
@@ -461,9 +470,107 @@ fn UserRow(
                     />
                     <button type="submit">"Grant"</button>
                 </form>
+                <QuotaEditor user=user.clone() quota />
             </td>
         </tr>
     }
+}
+
+/// A user's limits: each field holds the override, empty for the configured default.
+#[component]
+fn QuotaEditor(user: AdminUser, quota: ServerAction<SetUserQuota>) -> impl IntoView {
+    let text = |value: Option<u64>| value.map(|v| v.to_string()).unwrap_or_default();
+    let o = user.overrides;
+    let sessions = RwSignal::new(text(o.max_sessions.map(u64::from)));
+    let gpu = RwSignal::new(text(o.max_gpu_mib));
+    let minutes = RwSignal::new(text(o.max_minutes.map(u64::from)));
+    let disk = RwSignal::new(text(o.max_disk_mib));
+    let problem = RwSignal::new(None::<String>);
+    let id = user.id.clone();
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        match read_overrides([
+            sessions.get_untracked(),
+            gpu.get_untracked(),
+            minutes.get_untracked(),
+            disk.get_untracked(),
+        ]) {
+            Ok(overrides) => {
+                problem.set(None);
+                quota.dispatch(SetUserQuota {
+                    user_id: id.clone(),
+                    overrides,
+                });
+            }
+            Err(e) => problem.set(Some(e)),
+        }
+    };
+    let limits = user.limits;
+    let field = move |label: &'static str, value: RwSignal<String>| {
+        view! {
+            <label>
+                {label}
+                <input inputmode="numeric" size="7" placeholder="default" bind:value=value />
+            </label>
+        }
+    };
+    let summary = format!(
+        "Quota: {} sessions, {} GPU, {} min",
+        limits.max_sessions,
+        format_mib(limits.max_gpu_mib),
+        limits.max_minutes
+    );
+    view! {
+        <details class="quota">
+            <summary>{summary}</summary>
+            <form on:submit=submit>
+                {field("Sessions", sessions)}
+                {field("GPU MiB", gpu)}
+                {field("Minutes", minutes)}
+                {field("Disk MiB", disk)}
+                <button type="submit">"Save quota"</button>
+                {move || {
+                    problem
+                        .get()
+                        .map(|e| {
+                            view! {
+                                <p class="notice error" role="alert">
+                                    {e}
+                                </p>
+                            }
+                        })
+                }}
+            </form>
+        </details>
+    }
+}
+
+/// Sessions, GPU MiB, minutes and disk MiB as typed: empty for the default, else a whole number.
+fn read_overrides(fields: [String; 4]) -> Result<crate::domain::quota::Overrides, String> {
+    let names = ["sessions", "GPU MiB", "minutes", "disk MiB"];
+    let mut values = [None; 4];
+    for (i, text) in fields.iter().enumerate() {
+        let text = text.trim();
+        if !text.is_empty() {
+            values[i] = Some(text.parse::<u64>().map_err(|_| {
+                format!(
+                    "{} must be a whole number, or empty for the default",
+                    names[i]
+                )
+            })?);
+        }
+    }
+    let small = |value: Option<u64>, name: &str| {
+        value
+            .map(|v| u32::try_from(v).map_err(|_| format!("{name} is too large")))
+            .transpose()
+    };
+    Ok(crate::domain::quota::Overrides {
+        max_sessions: small(values[0], "sessions")?,
+        max_gpu_mib: values[1],
+        max_minutes: small(values[2], "minutes")?,
+        max_disk_mib: values[3],
+    })
 }
 
 #[component]
@@ -815,6 +922,23 @@ fn AuditTable(page: Page<AuditLine>, list: Memo<ListQuery>) -> impl IntoView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quota_fields_read_as_overrides_and_empty_is_the_default() {
+        let read = |f: [&str; 4]| read_overrides(f.map(str::to_string));
+        let o = read(["3", "", " 120 ", ""]).unwrap();
+        assert_eq!(
+            (o.max_sessions, o.max_gpu_mib, o.max_minutes, o.max_disk_mib),
+            (Some(3), None, Some(120), None)
+        );
+        assert!(read(["-1", "", "", ""]).unwrap_err().contains("sessions"));
+        assert!(read(["", "lots", "", ""]).unwrap_err().contains("GPU MiB"));
+        assert!(
+            read(["", "", "99999999999", ""])
+                .unwrap_err()
+                .contains("too large")
+        );
+    }
 
     #[test]
     fn ready_time_reads_in_hours_and_minutes() {

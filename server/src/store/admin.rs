@@ -7,6 +7,7 @@ use app::domain::listing::{
     AuditSort, Listing, Page, SessionFilter, SessionSort, UsagePeriod, UsageSort, UserFilter,
     UserSort, like_pattern,
 };
+use app::domain::quota::Limits;
 use app::model::{AdminGpu, AdminSession, AdminSlot, AdminUser, AuditLine, UsageRow};
 
 /// A value a condition compares with.
@@ -56,6 +57,7 @@ impl Conditions {
 }
 
 const USER_COLUMNS: &str = "u.id, u.name, u.role, u.locked, u.created_at,
+    q.max_sessions, q.max_gpu_mib, q.max_minutes, q.max_disk_mib,
     CASE WHEN u.oidc_subject IS NULL THEN 0 ELSE 1 END AS sso,
     (SELECT CAST(COALESCE(SUM(l.amount), 0) AS BIGINT) FROM credit_ledger l
       WHERE l.user_id = u.id) AS balance,
@@ -97,9 +99,11 @@ fn direction(descending: bool) -> &'static str {
 }
 
 impl Store {
+    /// Users, each with their limits: `defaults` with their overrides.
     pub async fn admin_users(
         &self,
         listing: &Listing<UserSort, UserFilter>,
+        defaults: Limits,
     ) -> Result<Page<AdminUser>> {
         let mut c = Conditions::default();
         if let Some(search) = &listing.search {
@@ -128,7 +132,7 @@ impl Store {
                 &c,
                 Table {
                     columns: USER_COLUMNS,
-                    from: "FROM users u",
+                    from: "FROM users u LEFT JOIN user_quotas q ON q.user_id = u.id",
                     group: None,
                 },
                 &order,
@@ -139,7 +143,10 @@ impl Store {
             .iter()
             .map(|r| {
                 let role: String = r.try_get("role")?;
+                let overrides = super::guardrails::overrides_of(r)?;
                 Ok(AdminUser {
+                    limits: defaults.with(&overrides),
+                    overrides,
                     id: r.try_get("id")?,
                     name: r.try_get("name")?,
                     role: Role::parse(&role).ok_or(bad("role"))?,

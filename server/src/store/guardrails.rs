@@ -729,9 +729,11 @@ async fn overrides_in(conn: &mut sqlx::AnyConnection, user_id: &str) -> Result<O
     .bind(user_id)
     .fetch_optional(&mut *conn)
     .await?;
-    let Some(row) = row else {
-        return Ok(Overrides::default());
-    };
+    row.as_ref().map_or(Ok(Overrides::default()), overrides_of)
+}
+
+/// A row's `max_sessions`, `max_gpu_mib`, `max_minutes` and `max_disk_mib`; NULL keeps the default.
+pub(super) fn overrides_of(row: &AnyRow) -> Result<Overrides> {
     let get = |key: &str| row.try_get::<Option<i64>, _>(key);
     Ok(Overrides {
         max_sessions: get("max_sessions")?.map(|v| v as u32),

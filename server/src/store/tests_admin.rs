@@ -5,6 +5,13 @@ use super::tests::{backdate_ready, launch, on_both_fns, six_slots, user};
 use super::*;
 use app::domain::listing::{ListQuery, Listing};
 
+const DEFAULTS: app::domain::quota::Limits = app::domain::quota::Limits {
+    max_sessions: 2,
+    max_gpu_mib: 16_384,
+    max_minutes: 240,
+    max_disk_mib: 10_240,
+};
+
 fn query(
     q: Option<&str>,
     filter: Option<&str>,
@@ -36,12 +43,23 @@ async fn users_page_sorts_filters_and_counts(store: Store) {
         .set_locked(&_bob.id, true, Some(&root.id))
         .await
         .unwrap();
+    let five = app::domain::quota::Overrides {
+        max_sessions: Some(5),
+        ..Default::default()
+    };
+    store
+        .set_quota(&ann.id, &five, Some(&root.id))
+        .await
+        .unwrap();
     // ann holds 1 000 for a live session.
     let (s, _) = store.create_session(launch(&ann.id, 1_000)).await.unwrap();
     store.assign_slot(&s.id, &slots).await.unwrap().unwrap();
 
     let all = store
-        .admin_users(&Listing::users(&query(None, None, None, 1, 2)).unwrap())
+        .admin_users(
+            &Listing::users(&query(None, None, None, 1, 2)).unwrap(),
+            DEFAULTS,
+        )
         .await
         .unwrap();
     assert_eq!(all.total, 5);
@@ -49,14 +67,20 @@ async fn users_page_sorts_filters_and_counts(store: Store) {
     let names: Vec<&str> = all.items.iter().map(|u| u.name.as_str()).collect();
     assert_eq!(names, ["a_c", "abc"], "by name, case aside, ascending");
     let second = store
-        .admin_users(&Listing::users(&query(None, None, None, 2, 2)).unwrap())
+        .admin_users(
+            &Listing::users(&query(None, None, None, 2, 2)).unwrap(),
+            DEFAULTS,
+        )
         .await
         .unwrap();
     let names: Vec<&str> = second.items.iter().map(|u| u.name.as_str()).collect();
     assert_eq!(names, ["ann", "bob"]);
 
     let richest = store
-        .admin_users(&Listing::users(&query(None, None, Some("-balance"), 1, 10)).unwrap())
+        .admin_users(
+            &Listing::users(&query(None, None, Some("-balance"), 1, 10)).unwrap(),
+            DEFAULTS,
+        )
         .await
         .unwrap();
     let first = &richest.items[0];
@@ -65,11 +89,21 @@ async fn users_page_sorts_filters_and_counts(store: Store) {
         (first.balance, first.held, first.live_sessions),
         (4_000, 1_000, 1)
     );
+    assert_eq!(first.overrides.max_sessions, Some(5));
+    assert_eq!(
+        (first.limits.max_sessions, first.limits.max_minutes),
+        (5, 240),
+        "the override, and the default where none"
+    );
+    assert_eq!(richest.items[1].limits, DEFAULTS);
     let balances: Vec<i64> = richest.items.iter().map(|u| u.balance).collect();
     assert!(balances.windows(2).all(|w| w[0] >= w[1]), "{balances:?}");
 
     let literal = store
-        .admin_users(&Listing::users(&query(Some("A_"), None, None, 1, 10)).unwrap())
+        .admin_users(
+            &Listing::users(&query(Some("A_"), None, None, 1, 10)).unwrap(),
+            DEFAULTS,
+        )
         .await
         .unwrap();
     let names: Vec<&str> = literal.items.iter().map(|u| u.name.as_str()).collect();
@@ -81,13 +115,19 @@ async fn users_page_sorts_filters_and_counts(store: Store) {
     assert_eq!(literal.total, 1);
 
     let locked = store
-        .admin_users(&Listing::users(&query(None, Some("locked"), None, 1, 10)).unwrap())
+        .admin_users(
+            &Listing::users(&query(None, Some("locked"), None, 1, 10)).unwrap(),
+            DEFAULTS,
+        )
         .await
         .unwrap();
     assert_eq!(locked.items.len(), 1);
     assert!(locked.items[0].locked && locked.items[0].name == "bob");
     let admins = store
-        .admin_users(&Listing::users(&query(None, Some("admin"), None, 1, 10)).unwrap())
+        .admin_users(
+            &Listing::users(&query(None, Some("admin"), None, 1, 10)).unwrap(),
+            DEFAULTS,
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -101,7 +141,10 @@ async fn users_page_sorts_filters_and_counts(store: Store) {
     assert!(!admins.items[0].single_sign_on);
 
     let past_the_end = store
-        .admin_users(&Listing::users(&query(None, None, None, 9, 10)).unwrap())
+        .admin_users(
+            &Listing::users(&query(None, None, None, 9, 10)).unwrap(),
+            DEFAULTS,
+        )
         .await
         .unwrap();
     assert!(past_the_end.items.is_empty());
