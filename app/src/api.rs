@@ -86,6 +86,21 @@ mod backend {
             query: &ListQuery,
         ) -> Result<Page<UsageRow>, AppError>;
         async fn admin_pool(&self, viewer: &Viewer) -> Result<Vec<AdminGpu>, AppError>;
+        fn admin_settings(
+            &self,
+            viewer: &Viewer,
+        ) -> Result<Vec<crate::model::SettingsSection>, AppError>;
+        /// Whether the admin pages are open to this request's sign-in now.
+        async fn admin_access(
+            &self,
+            request: &http::request::Parts,
+        ) -> Result<crate::model::AdminAccess, AppError>;
+        /// Opens the admin pages to this browser's sign-in for a while, with the password.
+        async fn confirm_admin(
+            &self,
+            request: &http::request::Parts,
+            password: &str,
+        ) -> Result<(), AppError>;
         async fn change_user(
             &self,
             viewer: &Viewer,
@@ -151,6 +166,14 @@ mod backend {
 
     pub(super) async fn make_token(form: TokenForm) -> Result<NewToken, AppError> {
         backend()?.make_token(&parts()?, form).await
+    }
+
+    pub(super) async fn admin_access() -> Result<crate::model::AdminAccess, AppError> {
+        backend()?.admin_access(&parts()?).await
+    }
+
+    pub(super) async fn confirm_admin(password: &str) -> Result<(), AppError> {
+        backend()?.confirm_admin(&parts()?, password).await
     }
 }
 
@@ -328,4 +351,20 @@ pub async fn set_user_quota(
     backend::backend()?
         .set_user_quota(&viewer, &user_id, overrides)
         .await
+}
+
+#[server]
+pub async fn admin_settings() -> Result<Vec<crate::model::SettingsSection>, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.admin_settings(&viewer)
+}
+
+#[server]
+pub async fn admin_access() -> Result<crate::model::AdminAccess, AppError> {
+    backend::admin_access().await
+}
+
+#[server]
+pub async fn confirm_admin(password: String) -> Result<(), AppError> {
+    backend::confirm_admin(&password).await
 }

@@ -321,3 +321,19 @@ impl UsageRow {
         self.slice_mib_ms as f64 / 1024.0 / 3_600_000.0
     }
 }
+
+/// One part of the running configuration, as the admin pages show it (never a secret).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SettingsSection {
+    pub title: String,
+    /// (what, its value) in words.
+    pub entries: Vec<(String, String)>,
+}
+
+/// Whether this browser's admin may use the admin pages now, and how they confirm otherwise.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminAccess {
+    /// Confirmed within the last few minutes (or a token with the scope `admin`).
+    pub confirmed: bool,
+    pub confirmation: Confirmation,
+}

@@ -2,7 +2,7 @@
 // audit log; a user who is not an admin is refused.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { BASE, hydrated, launchBrowser, signIn } from './helpers.mjs';
+import { BASE, PASSWORD, hydrated, launchBrowser, signIn } from './helpers.mjs';
 
 const TARGET = 'e2e-target';
 
@@ -28,12 +28,18 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     await page.getByRole('link', { name: 'Admin', exact: true }).click();
     await page.waitForURL(`${BASE}/admin`);
     await hydrated(page);
+    // The cookie alone does not open the admin pages: the password does, for a while.
+    await page.getByLabel('Your password').fill('not-the-password');
+    await page.getByRole('button', { name: 'Confirm' }).click();
+    await page.getByRole('alert').filter({ hasText: 'not your password' }).waitFor();
+    await page.getByLabel('Your password').fill(PASSWORD);
+    await page.getByRole('button', { name: 'Confirm' }).click();
 
     const row = page.locator(`tr[data-user="${TARGET}"]`);
     await row.waitFor();
     const before = await balanceOf(row);
     await row.getByLabel(`Credits to grant ${TARGET}`).fill('2.5');
-    await row.getByLabel('Note').fill('e2e grant');
+    await row.getByLabel(`Note for ${TARGET}`).fill('e2e grant');
     await row.getByRole('button', { name: 'Grant' }).click();
     const granted = page.getByRole('status').filter({ hasText: 'Granted' });
     await granted.waitFor();
@@ -56,14 +62,14 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
       'a refused grant keeps what was typed',
     );
 
-    await row.getByRole('button', { name: 'Lock' }).click();
+    await row.getByRole('button', { name: `Lock ${TARGET}`, exact: true }).click();
     await row.getByText('locked', { exact: true }).waitFor();
     // Locked: the account cannot sign in.
     const other = await browser.newPage();
     await signIn(other, TARGET);
     await other.getByRole('alert').waitFor();
     await other.close();
-    await row.getByRole('button', { name: 'Unlock' }).click();
+    await row.getByRole('button', { name: `Unlock ${TARGET}`, exact: true }).click();
     await row.getByText('locked', { exact: true }).waitFor({ state: 'detached' });
 
     // Quota: an override shows in the row's summary; emptied, the default is back.
@@ -105,6 +111,10 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     await page.waitForURL(/tab=usage/);
     await page.getByLabel('Show').waitFor();
     await page.locator('[data-testid="usage"], .empty').first().waitFor();
+
+    await page.getByRole('link', { name: 'Settings' }).click();
+    await page.waitForURL(/tab=settings/);
+    await page.getByRole('heading', { name: 'Default quota' }).waitFor();
 
     await page.getByRole('link', { name: 'Audit log' }).click();
     await page.waitForURL(/tab=audit/);

@@ -6,15 +6,20 @@
 use crate::service::Service;
 use crate::store::StoreError;
 use app::domain::credits;
+use app::domain::launch::EditorKind;
 use app::domain::listing::{ListQuery, Listing, Page};
 use app::domain::quota::{Limits, Overrides};
 use app::domain::scope::Scope;
 use app::domain::session::EndReason;
 use app::error::AppError;
 use app::model::{
-    AdminGpu, AdminSession, AdminUser, AuditLine, Role, UsageRow, UserChange, Viewer,
+    AdminGpu, AdminSession, AdminUser, AuditLine, Role, SettingsSection, UsageRow, UserChange,
+    Viewer,
 };
 use std::sync::Arc;
+
+/// The most one grant gives or takes: a million credits, far inside the ledger's integers.
+const MAX_GRANT_MILLI: i64 = 1_000_000 * credits::MILLI;
 
 /// The longest note a grant keeps in the ledger.
 const MAX_NOTE_CHARS: usize = 200;
@@ -24,7 +29,14 @@ pub fn require_admin(viewer: &Viewer) -> Result<(), AppError> {
     if viewer.role != Role::Admin {
         return Err(AppError::Forbidden("this is for admins only".into()));
     }
-    viewer.scopes.require(Scope::Admin)
+    if viewer.scopes.allows(Scope::Admin) {
+        Ok(())
+    } else {
+        Err(AppError::Forbidden(format!(
+            "admin actions take a recent confirmation: enter your password on the admin page (it lasts {} minutes), or use a token with the scope `admin`",
+            crate::auth::ADMIN_CONFIRMATION_MS / 60_000
+        )))
+    }
 }
 
 impl Service {
@@ -91,6 +103,19 @@ impl Service {
         Ok(self.store.admin_pool().await?)
     }
 
+    /// The configuration the server runs with, in words: what admins ask about when a launch
+    /// is refused or a session ends. Secrets (the provider's client secret, the database's
+    /// password) are never part of it.
+    pub fn admin_settings(&self, viewer: &Viewer) -> Result<Vec<SettingsSection>, AppError> {
+        require_admin(viewer)?;
+        Ok(settings(
+            &self.config,
+            &self.gpus,
+            &self.enforcement.describe(),
+            &self.runtime.availability(),
+        ))
+    }
+
     /// Changes a user's role or lock. An admin cannot demote or lock themselves, so that some
     /// admin always remains to undo a mistake.
     pub async fn change_user(
@@ -117,22 +142,22 @@ impl Service {
                     .into(),
             ));
         }
-        if let Some(role) = change.role.filter(|role| *role != user.role) {
-            self.store
-                .set_role(
-                    &user.id,
-                    role,
-                    Some(&viewer.id),
-                    &format!("by {}", viewer.name),
-                )
-                .await?;
+        let changed = async {
+            if let Some(role) = change.role.filter(|role| *role != user.role) {
+                let why = format!("by {}", viewer.name);
+                self.store
+                    .set_role(&user.id, role, Some(&viewer.id), &why)
+                    .await?;
+            }
+            if let Some(locked) = change.locked.filter(|locked| *locked != user.locked) {
+                self.set_locked(&user.id, locked, Some(&viewer.id)).await?;
+            }
+            Ok::<_, AppError>(())
         }
-        if let Some(locked) = change.locked.filter(|locked| *locked != user.locked) {
-            self.set_locked(&user.id, locked, Some(&viewer.id)).await?;
-        }
-        // Cached sign-ins carry the old role and lock.
+        .await;
+        // Cached sign-ins carry the old role and lock, whatever part of the change was made.
         self.auth.forget_user(&user.id);
-        Ok(())
+        changed
     }
 
     /// Sets a user's quota overrides (each `None` back to the configured default); returns the
@@ -169,6 +194,12 @@ impl Service {
         let milli = credits::parse(amount).map_err(AppError::Invalid)?;
         if milli == 0 {
             return Err(AppError::Invalid("grant a non-zero amount".into()));
+        }
+        if milli.unsigned_abs() > MAX_GRANT_MILLI as u64 {
+            return Err(AppError::Invalid(format!(
+                "grant at most {} credits at a time",
+                credits::format(MAX_GRANT_MILLI)
+            )));
         }
         let note = note.trim();
         if note.chars().count() > MAX_NOTE_CHARS || note.chars().any(char::is_control) {
@@ -218,8 +249,8 @@ impl Service {
                 .audit(
                     Some(&viewer.id),
                     "session.stop",
-                    &format!("session:{session_id}"),
                     &format!("user:{}", record.user_id),
+                    &format!("session {session_id}"),
                 )
                 .await?;
             // Its own task: a client that disconnects must not leave the session half-stopped.
@@ -234,6 +265,231 @@ impl Service {
         }
         self.admin_session(viewer, session_id).await
     }
+}
+
+fn section(title: &str, entries: Vec<(&str, String)>) -> SettingsSection {
+    SettingsSection {
+        title: title.into(),
+        entries: entries
+            .into_iter()
+            .map(|(key, value)| (key.to_string(), value))
+            .collect(),
+    }
+}
+
+fn yes_no(on: bool) -> String {
+    if on { "yes" } else { "no" }.into()
+}
+
+fn or_none(items: Vec<String>) -> String {
+    if items.is_empty() {
+        "none".into()
+    } else {
+        items.join("; ")
+    }
+}
+
+/// The settings page's sections from the configuration and what the server found at start.
+pub fn settings(
+    config: &crate::config::Config,
+    gpus: &[app::domain::pool::GpuSpec],
+    enforcement: &str,
+    editors: &[(EditorKind, Result<(), String>)],
+) -> Vec<SettingsSection> {
+    use app::domain::pool::format_mib;
+    let database = config.database_url();
+    let database = if database.starts_with("sqlite:") {
+        format!("SQLite ({})", config.data_dir.display())
+    } else {
+        "PostgreSQL (SANDBOX_DATABASE_URL)".into()
+    };
+    let seconds = |s: u64| format!("{s} s");
+    let minutes = |m: u32| format!("{m} min");
+    let limits = config.default_limits();
+    let mut sections = vec![
+        section(
+            "Server",
+            vec![
+                ("Listening on", config.listen.clone()),
+                ("Database", database),
+                ("Runtime", format!("{:?}", config.runtime).to_lowercase()),
+                ("Secure cookies", yes_no(config.secure_cookies)),
+            ],
+        ),
+        section(
+            "Editors",
+            editors
+                .iter()
+                .map(|(kind, available)| {
+                    let state = match available {
+                        Ok(()) => "available".to_string(),
+                        Err(why) => format!("unavailable: {why}"),
+                    };
+                    (kind.label(), state)
+                })
+                .collect(),
+        ),
+        section(
+            "Pool",
+            vec![
+                ("Enforcement", enforcement.to_string()),
+                (
+                    "GPUs",
+                    or_none(
+                        gpus.iter()
+                            .map(|g| {
+                                format!(
+                                    "{} ({}, {}, slices of {})",
+                                    g.id,
+                                    g.model,
+                                    format_mib(g.memory_mib),
+                                    format_mib(g.slice_mib)
+                                )
+                            })
+                            .collect(),
+                    ),
+                ),
+                (
+                    "Pre-started editors",
+                    or_none(
+                        config
+                            .pool
+                            .warm
+                            .iter()
+                            .map(|w| {
+                                format!("{} × {} on {}", w.count, w.editor, format_mib(w.slice_mib))
+                            })
+                            .collect(),
+                    ),
+                ),
+                (
+                    "Longest whole-GPU burst",
+                    minutes(config.pool.burst_max_minutes),
+                ),
+            ],
+        ),
+        section(
+            "Credits",
+            vec![
+                (
+                    "Starting grant",
+                    format!("{} credits", config.credits.initial_grant),
+                ),
+                (
+                    "Default price",
+                    format!(
+                        "{} credits per GiB-hour",
+                        config.pool.default_price_per_gib_hour
+                    ),
+                ),
+                (
+                    "Prices",
+                    or_none(
+                        config
+                            .pool
+                            .prices
+                            .iter()
+                            .map(|p| {
+                                format!(
+                                    "{} {}: {} credits per hour",
+                                    p.model,
+                                    format_mib(p.slice_mib),
+                                    p.per_hour
+                                )
+                            })
+                            .collect(),
+                    ),
+                ),
+            ],
+        ),
+        section(
+            "Sessions",
+            vec![
+                (
+                    "Duration",
+                    format!(
+                        "{} to {} (default {})",
+                        minutes(config.sessions.min_minutes),
+                        minutes(config.sessions.max_minutes),
+                        minutes(config.sessions.default_minutes)
+                    ),
+                ),
+                (
+                    "Time to get ready",
+                    seconds(config.sessions.ready_timeout_seconds),
+                ),
+                (
+                    "Stopped when the server stops",
+                    yes_no(config.sessions.stop_on_shutdown),
+                ),
+            ],
+        ),
+        section(
+            "Default quota",
+            vec![
+                ("Sessions at once", limits.max_sessions.to_string()),
+                ("GPU memory", format_mib(limits.max_gpu_mib)),
+                ("Longest session", minutes(limits.max_minutes)),
+                ("Workspace", format_mib(limits.max_disk_mib)),
+            ],
+        ),
+        section(
+            "Idle",
+            vec![
+                ("Ends after", seconds(config.idle.timeout_seconds)),
+                ("Warns before", seconds(config.idle.warn_seconds)),
+                (
+                    "An open tab keeps a session",
+                    yes_no(config.idle.open_tab_keeps_alive),
+                ),
+                (
+                    "CPU that counts as work",
+                    format!("{} %", config.idle.busy_cpu_percent),
+                ),
+                (
+                    "By slice",
+                    or_none(
+                        config
+                            .idle
+                            .per_slice
+                            .iter()
+                            .map(|o| {
+                                format!(
+                                    "{}: ends after {} s, warns {} s before",
+                                    format_mib(o.slice_mib),
+                                    o.timeout_seconds,
+                                    o.warn_seconds
+                                )
+                            })
+                            .collect(),
+                    ),
+                ),
+            ],
+        ),
+    ];
+    sections.push(match &config.oidc {
+        Some(oidc) => section(
+            "Single sign-on",
+            vec![
+                (
+                    "Provider",
+                    format!("{} ({})", oidc.display_name, oidc.issuer),
+                ),
+                ("Client", oidc.client_id.clone()),
+                ("Name from", oidc.username_claim.clone()),
+                (
+                    "Admins by group",
+                    if oidc.admin_groups.is_empty() {
+                        "off: roles are set here".into()
+                    } else {
+                        oidc.admin_groups.join(", ")
+                    },
+                ),
+            ],
+        ),
+        None => section("Single sign-on", vec![("Provider", "none".into())]),
+    });
+    sections
 }
 
 /// The largest amount of GPU memory or disk a limit names: a pebibyte, past any machine, and
@@ -273,6 +529,65 @@ mod tests {
     }
 
     #[test]
+    fn settings_say_what_runs_and_never_a_secret() {
+        let config = crate::config::Config {
+            database_url: "postgres://sandbox:hunter2@db:5432/sandbox".into(),
+            oidc: Some(
+                serde_json::from_value(serde_json::json!({
+                    "issuer": "https://id.example",
+                    "client_id": "sandbox",
+                    "client_secret": "very-secret",
+                    "redirect_url": "https://sandbox.example/auth/oidc/callback",
+                    "admin_groups": ["gpu-admins"],
+                }))
+                .unwrap(),
+            ),
+            ..crate::config::Config::default()
+        };
+        let gpu = app::domain::pool::GpuSpec {
+            id: "virtual-0".into(),
+            model: "Virtual".into(),
+            memory_mib: 49_152,
+            slice_mib: 8_192,
+            enforced: false,
+            cuda_index: None,
+        };
+        let editors = [
+            (EditorKind::JupyterLab, Ok(())),
+            (EditorKind::Marimo, Err("not installed".to_string())),
+        ];
+        let sections = settings(&config, &[gpu], "not enforced", &editors);
+        let json = serde_json::to_string(&sections).unwrap();
+        assert!(
+            !json.contains("hunter2") && !json.contains("very-secret"),
+            "{json}"
+        );
+        let value = |title: &str, key: &str| {
+            sections
+                .iter()
+                .find(|s| s.title == title)
+                .and_then(|s| s.entries.iter().find(|(k, _)| k == key))
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| panic!("{title} / {key} in {json}"))
+        };
+        assert_eq!(
+            value("Server", "Database"),
+            "PostgreSQL (SANDBOX_DATABASE_URL)"
+        );
+        assert_eq!(value("Editors", "marimo"), "unavailable: not installed");
+        assert_eq!(value("Editors", "JupyterLab"), "available");
+        assert!(
+            value("Pool", "GPUs").contains("virtual-0 (Virtual, 48 GB"),
+            "{json}"
+        );
+        assert_eq!(value("Single sign-on", "Admins by group"), "gpu-admins");
+        assert_eq!(
+            value("Default quota", "Sessions at once"),
+            config.quotas.max_sessions.to_string()
+        );
+    }
+
+    #[test]
     fn overrides_are_bounded() {
         assert!(check_overrides(&Overrides::default()).is_ok());
         let zero_sessions = Overrides {
@@ -303,5 +618,6 @@ mod tests {
         let narrow = require_admin(&viewer(Role::Admin, Scopes::of(&[Scope::Read]))).unwrap_err();
         assert_eq!(narrow.status(), 403);
         assert!(narrow.to_string().contains("`admin`"), "{narrow}");
+        assert!(narrow.to_string().contains("password"), "{narrow}");
     }
 }

@@ -1,7 +1,7 @@
 //! Who is asking: session cookies (tower-sessions) and bearer tokens, passwords with argon2.
 
 use crate::store::{HttpSessionStore, Store, StoreError, UserRecord};
-use app::domain::scope::Scopes;
+use app::domain::scope::{Scope, Scopes};
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use http::HeaderMap;
@@ -18,6 +18,14 @@ pub const SSO_CONFIRMED_KEY: &str = "sso_confirmed_at";
 pub async fn sso_confirmed_at(session: &tower_sessions::Session) -> Option<i64> {
     session.get::<i64>(SSO_CONFIRMED_KEY).await.ok().flatten()
 }
+
+/// When this browser's admin last confirmed with their password that they are at it (ms).
+pub const ADMIN_CONFIRMED_KEY: &str = "admin_confirmed_at";
+/// How long a confirmation (password, or a fresh sign-in at the provider) lets a browser's
+/// sign-in act as an admin. Editors are served from our origin, so a script in an editor's page
+/// can send requests with the browser's cookie; admin powers are in reach of the cookie only
+/// for this long after the person proved they are at the keyboard.
+pub const ADMIN_CONFIRMATION_MS: i64 = 15 * 60 * 1000;
 
 /// How long a sign-in lasts without use.
 pub const SIGN_IN_IDLE_DAYS: i64 = 7;
@@ -212,17 +220,27 @@ pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomS
 #[derive(Clone, PartialEq, Eq)]
 pub struct Caller {
     pub user: UserRecord,
-    /// Everything for a browser's sign-in; what was granted for an API token.
+    /// Everything but `admin` for a browser's sign-in; what was granted for an API token.
     pub scopes: Scopes,
     /// When the API token expires, if it does.
     pub token_expires_at: Option<i64>,
+    /// Until when a browser's sign-in may also act as an admin (see [`ADMIN_CONFIRMATION_MS`]).
+    pub admin_until: Option<i64>,
 }
 
 impl Caller {
+    /// What the credential may do now.
+    pub fn scopes(&self) -> Scopes {
+        match self.admin_until {
+            Some(until) if until > crate::store::now_ms() => self.scopes.with(Scope::Admin),
+            _ => self.scopes,
+        }
+    }
+
     pub fn viewer(&self) -> app::model::Viewer {
         app::model::Viewer {
             token_expires_at_ms: self.token_expires_at,
-            ..self.user.viewer(self.scopes)
+            ..self.user.viewer(self.scopes())
         }
     }
 }
@@ -328,13 +346,17 @@ impl Authenticator {
                     user: owner.user,
                     scopes: owner.scopes,
                     token_expires_at: owner.expires_at,
+                    admin_until: None,
                 })
         } else {
-            self.user_of_cookie(key).await?.map(|user| Caller {
-                user,
-                scopes: Scopes::ALL,
-                token_expires_at: None,
-            })
+            self.user_of_cookie(key)
+                .await?
+                .map(|(user, confirmed_at)| Caller {
+                    user,
+                    scopes: Scopes::ALL.without(Scope::Admin),
+                    token_expires_at: None,
+                    admin_until: confirmed_at.map(|at| at + ADMIN_CONFIRMATION_MS),
+                })
         };
         let user = caller.filter(|c| !c.user.locked).map(Arc::new);
         // Only known users are cached: unknown cookies and tokens cost a lookup each, but
@@ -363,7 +385,11 @@ impl Authenticator {
             .map(|(user, _)| user.clone())
     }
 
-    async fn user_of_cookie(&self, cookie: &str) -> Result<Option<UserRecord>, StoreError> {
+    /// The cookie's user, and when the person last confirmed who they are in it.
+    async fn user_of_cookie(
+        &self,
+        cookie: &str,
+    ) -> Result<Option<(UserRecord, Option<i64>)>, StoreError> {
         let Ok(id) = tower_sessions::session::Id::from_str(cookie) else {
             return Ok(None);
         };
@@ -373,8 +399,16 @@ impl Authenticator {
             Ok(None) => return Ok(None),
             Err(e) => return Err(StoreError::Sessions(e.to_string())),
         };
+        let confirmed_at = [ADMIN_CONFIRMED_KEY, SSO_CONFIRMED_KEY]
+            .iter()
+            .filter_map(|key| record.data.get(*key).and_then(|v| v.as_i64()))
+            .max();
         match record.data.get(USER_KEY).and_then(|v| v.as_str()) {
-            Some(user_id) => self.store.user_by_id(user_id).await,
+            Some(user_id) => Ok(self
+                .store
+                .user_by_id(user_id)
+                .await?
+                .map(|user| (user, confirmed_at))),
             None => Ok(None),
         }
     }

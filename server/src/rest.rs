@@ -411,6 +411,13 @@ async fn create_token(
             confirmed_at,
         )
         .await?;
+    // A sign-in that proved itself just now: an admin's may give the new token `admin`. A
+    // token only ever grants what it has.
+    let viewer = if crate::auth::bearer_token(&headers).is_some() {
+        viewer
+    } else {
+        crate::service::confirmed(viewer)
+    };
     let token = state
         .service
         .create_token(&viewer, &request.label, request.scopes, request.days)
@@ -440,6 +447,7 @@ fn admin_router() -> Router<AppState> {
         .route("/pool", get(admin_pool))
         .route("/audit", get(admin_audit))
         .route("/usage", get(admin_usage))
+        .route("/settings", get(admin_settings))
 }
 
 /// A table's paging, sorting and filtering from the query string; anything unreadable is a
@@ -599,4 +607,11 @@ async fn admin_set_quota(
             .set_user_quota(&viewer, &id, &overrides)
             .await?,
     ))
+}
+
+async fn admin_settings(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+) -> ApiResult<Json<Vec<app::model::SettingsSection>>> {
+    Ok(Json(state.service.admin_settings(&viewer)?))
 }

@@ -35,6 +35,10 @@ impl From<StoreError> for AppError {
                 ))
             }
             StoreError::Quota(message) => AppError::QuotaExceeded(message),
+            StoreError::LastAdmin => AppError::Conflict(
+                "that would leave no admin who can sign in; make someone else an admin first"
+                    .into(),
+            ),
             StoreError::Transition(_) | StoreError::Conflict => AppError::Conflict(
                 "the session changed meanwhile; reload to see where it is".into(),
             ),
@@ -1053,8 +1057,9 @@ impl Service {
                 "only an admin can give a token the scope `admin`".into(),
             ));
         }
-        // A token makes tokens of at most its own scopes; a sign-in, of any.
-        let scopes = scopes.unwrap_or(viewer.scopes);
+        // A token makes tokens of at most its own scopes; a sign-in, of any. `admin` only when
+        // asked for.
+        let scopes = scopes.unwrap_or(viewer.scopes.without(Scope::Admin));
         if !scopes.within(viewer.scopes) {
             return Err(AppError::Forbidden(format!(
                 "a token can grant only scopes it has itself ({})",
@@ -1140,21 +1145,33 @@ impl Service {
         password: Option<&str>,
         confirmed_at: Option<i64>,
     ) -> Result<(), AppError> {
+        self.confirm_person(viewer, by_token, password, confirmed_at, "make a token")
+            .await
+    }
+
+    /// Refuses unless the request shows what [`Self::confirmation`] asks for, before it may `act`.
+    pub async fn confirm_person(
+        &self,
+        viewer: &Viewer,
+        by_token: bool,
+        password: Option<&str>,
+        confirmed_at: Option<i64>,
+        act: &str,
+    ) -> Result<(), AppError> {
         let (confirmation, hash) = self
             .confirmation_and_hash(viewer, by_token, confirmed_at)
             .await?;
         match confirmation {
             Confirmation::None | Confirmation::SingleSignOn { fresh: true, .. } => Ok(()),
             Confirmation::SingleSignOn { provider, .. } => Err(AppError::Forbidden(format!(
-                "confirm who you are with {provider} first (it asks you to sign in again), then make the token within {} minutes",
+                "confirm who you are with {provider} first (it asks you to sign in again), then {act} within {} minutes",
                 SSO_CONFIRMATION_MS / 60_000
             ))),
             Confirmation::Password => {
                 let Some(password) = password.filter(|p| !p.is_empty()) else {
-                    return Err(AppError::Forbidden(
-                        "send your password (`password`) to make a token from a browser's sign-in"
-                            .into(),
-                    ));
+                    return Err(AppError::Forbidden(format!(
+                        "send your password (`password`) to {act} from a browser's sign-in"
+                    )));
                 };
                 if auth::check_password(password.to_string(), hash).await {
                     Ok(())
@@ -1225,6 +1242,18 @@ fn checked_user_name(name: &str) -> Result<&str, AppError> {
 
 fn by_token(request: &http::request::Parts) -> bool {
     auth::bearer_token(&request.headers).is_some()
+}
+
+/// A viewer who just proved who they are: an admin may act as one in this request.
+pub fn confirmed(viewer: Viewer) -> Viewer {
+    if viewer.role == Role::Admin {
+        Viewer {
+            scopes: viewer.scopes.with(Scope::Admin),
+            ..viewer
+        }
+    } else {
+        viewer
+    }
 }
 
 /// When this browser last confirmed who it is at the identity provider.
@@ -1316,6 +1345,13 @@ impl app::api::Backend for PagesBackend {
                 sso_confirmed_at(request).await,
             )
             .await?;
+        // A sign-in that proved itself just now: an admin's may give the new token `admin`. A
+        // token only ever grants what it has.
+        let viewer = if by_token(request) {
+            viewer
+        } else {
+            confirmed(viewer)
+        };
         self.0
             .create_token(&viewer, &form.label, Some(form.scopes), form.days)
             .await
@@ -1390,6 +1426,75 @@ impl app::api::Backend for PagesBackend {
         query: &app::domain::listing::ListQuery,
     ) -> Result<app::domain::listing::Page<UsageRow>, AppError> {
         self.0.admin_usage(viewer, query).await
+    }
+
+    async fn admin_access(
+        &self,
+        request: &http::request::Parts,
+    ) -> Result<app::model::AdminAccess, AppError> {
+        let viewer = self
+            .viewer(request)
+            .await?
+            .ok_or(AppError::Unauthenticated)?;
+        if viewer.role != Role::Admin {
+            return Err(AppError::Forbidden("this is for admins only".into()));
+        }
+        let confirmation = self
+            .0
+            .confirmation(&viewer, by_token(request), sso_confirmed_at(request).await)
+            .await?;
+        Ok(app::model::AdminAccess {
+            confirmed: viewer.scopes.allows(Scope::Admin),
+            confirmation,
+        })
+    }
+
+    async fn confirm_admin(
+        &self,
+        request: &http::request::Parts,
+        password: &str,
+    ) -> Result<(), AppError> {
+        let viewer = self
+            .viewer(request)
+            .await?
+            .ok_or(AppError::Unauthenticated)?;
+        if viewer.role != Role::Admin {
+            return Err(AppError::Forbidden("this is for admins only".into()));
+        }
+        if by_token(request) {
+            return Err(AppError::Invalid(
+                "a token has the scope `admin` or not: there is nothing to confirm".into(),
+            ));
+        }
+        self.0
+            .confirm_person(
+                &viewer,
+                false,
+                Some(password),
+                sso_confirmed_at(request).await,
+                "use the admin pages",
+            )
+            .await?;
+        let session = request
+            .extensions
+            .get::<tower_sessions::Session>()
+            .ok_or(AppError::Internal)?;
+        session
+            .insert(auth::ADMIN_CONFIRMED_KEY, crate::store::now_ms())
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "recording an admin's confirmation");
+                AppError::Internal
+            })?;
+        // The cached sign-in was resolved without it.
+        if let Some(cookie) = auth::session_cookie(&request.headers) {
+            self.0.auth.forget_cookie(cookie);
+        }
+        Ok(())
+    }
+
+    fn admin_settings(&self, viewer: &Viewer) -> Result<Vec<SettingsSection>, AppError> {
+        self.0.admin_settings(viewer)
     }
 
     async fn admin_pool(&self, viewer: &Viewer) -> Result<Vec<AdminGpu>, AppError> {

@@ -47,6 +47,7 @@ async fn only_admins_with_the_admin_scope_reach_the_admin_api() {
         "/api/v1/admin/pool",
         "/api/v1/admin/audit",
         "/api/v1/admin/usage",
+        "/api/v1/admin/settings",
     ] {
         app.get(path, None)
             .await
@@ -74,6 +75,17 @@ async fn only_admins_with_the_admin_scope_reach_the_admin_api() {
         .map(|u| u["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["reader", "root", "uma"]);
+    let settings = app.get("/api/v1/admin/settings", Some(&root)).await.json();
+    let titles: Vec<&str> = settings
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["title"].as_str().unwrap())
+        .collect();
+    assert!(
+        titles.contains(&"Default quota") && titles.contains(&"Editors"),
+        "{settings}"
+    );
     let pool = app.get("/api/v1/admin/pool", Some(&root)).await.json();
     assert_eq!(pool[0]["slots"].as_array().unwrap().len(), 6);
 
@@ -121,12 +133,24 @@ async fn only_admins_with_the_admin_scope_reach_the_admin_api() {
             Some(json!({ "label": "all" })),
         )
         .await;
+    let scopes = made.json()["scopes"].clone();
     assert!(
-        made.json()["scopes"]
-            .as_array()
-            .unwrap()
-            .contains(&json!("admin"))
+        !scopes.as_array().unwrap().contains(&json!("admin")),
+        "only when asked: {scopes}"
     );
+    let made = app
+        .call(
+            Method::POST,
+            "/api/v1/tokens",
+            Some(&root),
+            Some(json!({ "label": "admin", "scopes": ["admin", "read"] })),
+        )
+        .await;
+    made.assert_status(StatusCode::CREATED);
+    let admin_token = made.json()["token"].as_str().unwrap().to_string();
+    app.get("/api/v1/admin/users", Some(&admin_token))
+        .await
+        .assert_status(StatusCode::OK);
 
     // Bad tables are clear 400s.
     for (query, says) in [
@@ -200,6 +224,17 @@ async fn admins_grant_lock_promote_and_stop_and_each_is_audited() {
         .await,
         StatusCode::BAD_REQUEST,
         "more than the balance",
+    );
+    refused(
+        &app.call(
+            Method::POST,
+            &credits_path,
+            Some(&root),
+            Some(json!({ "amount": "2000000" })),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        "at most 1000000 credits",
     );
     for body in [
         json!({ "amount": "lots" }),
@@ -404,7 +439,7 @@ async fn admins_grant_lock_promote_and_stop_and_each_is_audited() {
     let expected = [
         ("quota.set", "alice"),
         ("quota.set", "alice"),
-        ("session.stop", ""),
+        ("session.stop", "alice"),
         ("user.role", "alice"),
         ("user.role", "alice"),
         ("user.unlock", "alice"),
@@ -428,12 +463,13 @@ async fn admins_grant_lock_promote_and_stop_and_each_is_audited() {
 }
 
 #[tokio::test]
-async fn the_pages_admin_functions_refuse_a_user_too() {
+async fn the_pages_admin_functions_refuse_a_user_and_wait_for_an_admins_password() {
     let app = TestApp::start(Some(FakeRuntime::new())).await;
     app.user("uma").await;
     admin(&app, "root", Scopes::ALL).await;
-    let call = async |name: &str, path: &str, body: Option<serde_json::Value>| {
-        let cookie = app.sign_in_cookie(name).await;
+    let uma = app.sign_in_cookie("uma").await;
+    let root = app.sign_in_cookie("root").await;
+    let call = async |cookie: &str, path: &str, body: Option<serde_json::Value>| {
         let (kind, body) = match body {
             Some(json) => ("application/json", json.to_string()),
             None => ("application/x-www-form-urlencoded", String::new()),
@@ -446,17 +482,95 @@ async fn the_pages_admin_functions_refuse_a_user_too() {
             .unwrap();
         app.send(request).await
     };
+    let rest = async |cookie: &str, path: &str| {
+        let request = Request::get(app.url(path))
+            .header("cookie", format!("sandbox_session={cookie}"))
+            .body(Full::new(bytes::Bytes::new()))
+            .unwrap();
+        app.send(request).await
+    };
     let pool = <app::api::AdminPool as leptos::server_fn::ServerFn>::PATH;
     let users = <app::api::AdminUsers as leptos::server_fn::ServerFn>::PATH;
-    let answer = call("uma", pool, None).await;
-    answer.assert_status(StatusCode::FORBIDDEN);
-    assert_eq!(answer.json()["error"], "forbidden");
-    call("uma", users, Some(json!({ "query": {} })))
-        .await
-        .assert_status(StatusCode::FORBIDDEN);
-    let answer = call("root", users, Some(json!({ "query": {} }))).await;
+    let access = <app::api::AdminAccess as leptos::server_fn::ServerFn>::PATH;
+    let confirm = <app::api::ConfirmAdmin as leptos::server_fn::ServerFn>::PATH;
+    let everyone = Some(json!({ "query": {} }));
+
+    refused(
+        &call(&uma, pool, None).await,
+        StatusCode::FORBIDDEN,
+        "admins only",
+    );
+    refused(
+        &call(&uma, users, everyone.clone()).await,
+        StatusCode::FORBIDDEN,
+        "admins only",
+    );
+    refused(
+        &call(&uma, access, None).await,
+        StatusCode::FORBIDDEN,
+        "admins only",
+    );
+
+    // An admin's cookie alone is not enough: a script in an editor's page sends it too.
+    let open = call(&root, access, None).await;
+    open.assert_status(StatusCode::OK);
+    assert_eq!(open.json()["confirmed"], false);
+    assert_eq!(open.json()["confirmation"], "Password");
+    refused(
+        &call(&root, users, everyone.clone()).await,
+        StatusCode::FORBIDDEN,
+        "password",
+    );
+    refused(
+        &rest(&root, "/api/v1/admin/users").await,
+        StatusCode::FORBIDDEN,
+        "password",
+    );
+    let me = rest(&root, "/api/v1/me").await.json();
+    assert!(
+        !me["scopes"].as_array().unwrap().contains(&json!("admin")),
+        "{me}"
+    );
+
+    let form = "application/x-www-form-urlencoded";
+    let wrong = Request::post(app.url(confirm))
+        .header("cookie", format!("sandbox_session={root}"))
+        .header("accept", "application/json")
+        .header("content-type", form)
+        .body(Full::new("password=guess".into()))
+        .unwrap();
+    refused(
+        &app.send(wrong).await,
+        StatusCode::FORBIDDEN,
+        "not your password",
+    );
+    refused(
+        &call(&root, users, everyone.clone()).await,
+        StatusCode::FORBIDDEN,
+        "password",
+    );
+    let right = Request::post(app.url(confirm))
+        .header("cookie", format!("sandbox_session={root}"))
+        .header("accept", "application/json")
+        .header("content-type", form)
+        .body(Full::new("password=password123".into()))
+        .unwrap();
+    app.send(right).await.assert_status(StatusCode::OK);
+
+    assert_eq!(call(&root, access, None).await.json()["confirmed"], true);
+    let answer = call(&root, users, everyone.clone()).await;
     answer.assert_status(StatusCode::OK);
     assert_eq!(answer.json()["total"], 2);
-    call("root", pool, None).await.assert_status(StatusCode::OK);
+    call(&root, pool, None).await.assert_status(StatusCode::OK);
+    rest(&root, "/api/v1/admin/users")
+        .await
+        .assert_status(StatusCode::OK);
+    // Another browser of the same admin has not confirmed.
+    let elsewhere = app.sign_in_cookie("root").await;
+    refused(
+        &call(&elsewhere, users, everyone).await,
+        StatusCode::FORBIDDEN,
+        "password",
+    );
     app.stop().await;
 }

@@ -313,11 +313,18 @@ impl<T> Page<T> {
     }
 }
 
-/// `text` for a SQL `LIKE … ESCAPE '\'` that matches it anywhere, its `%` and `_` taken literally.
-pub fn like_pattern(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
+/// `text` for a SQL `LOWER(column) LIKE … ESCAPE '\'` that matches it anywhere, its `%` and `_`
+/// taken literally, lowercased as the database's `LOWER` does: all of Unicode (PostgreSQL), or
+/// ASCII only (SQLite, whose `LOWER` leaves "É" as it is).
+pub fn like_pattern(text: &str, unicode_lower: bool) -> String {
+    let lower = if unicode_lower {
+        text.to_lowercase()
+    } else {
+        text.to_ascii_lowercase()
+    };
+    let mut out = String::with_capacity(lower.len() + 2);
     out.push('%');
-    for c in text.to_lowercase().chars() {
+    for c in lower.chars() {
         if matches!(c, '%' | '_' | '\\') {
             out.push('\\');
         }
@@ -445,8 +452,14 @@ mod tests {
 
     #[test]
     fn like_patterns_take_wildcards_literally() {
-        assert_eq!(like_pattern("Ali"), "%ali%");
-        assert_eq!(like_pattern("50%_a\\b"), "%50\\%\\_a\\\\b%");
+        assert_eq!(like_pattern("Ali", true), "%ali%");
+        assert_eq!(like_pattern("50%_a\\b", true), "%50\\%\\_a\\\\b%");
+        assert_eq!(like_pattern("Émile", true), "%émile%");
+        assert_eq!(
+            like_pattern("Émile", false),
+            "%Émile%",
+            "as SQLite's LOWER leaves it"
+        );
     }
 
     #[test]

@@ -75,6 +75,10 @@ impl Scopes {
         self.0 & scope.bit() != 0
     }
 
+    pub fn with(self, scope: Scope) -> Scopes {
+        Scopes::implied(self.0 | scope.bit())
+    }
+
     pub fn without(self, scope: Scope) -> Scopes {
         Scopes(self.0 & !scope.bit())
     }

@@ -4,13 +4,16 @@
 
 use super::ErrorNotice;
 use crate::api::{
-    AdminStop, ChangeUser, GrantCredits, SetUserQuota, admin_audit, admin_pool, admin_sessions,
-    admin_usage, admin_users,
+    AdminStop, ChangeUser, ConfirmAdmin, GrantCredits, SetUserQuota, admin_access, admin_audit,
+    admin_pool, admin_sessions, admin_settings, admin_usage, admin_users,
 };
 use crate::domain::credits;
 use crate::domain::listing::{ListQuery, Page};
 use crate::domain::pool::format_mib;
-use crate::model::{AdminGpu, AdminSession, AdminUser, AuditLine, Role, UsageRow, UserChange};
+use crate::model::{
+    AdminAccess, AdminGpu, AdminSession, AdminUser, AuditLine, Confirmation, Role, UsageRow,
+    UserChange,
+};
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
@@ -21,10 +24,18 @@ enum Tab {
     Pool,
     Usage,
     Audit,
+    Settings,
 }
 
 impl Tab {
-    const ALL: [Tab; 5] = [Tab::Users, Tab::Sessions, Tab::Pool, Tab::Usage, Tab::Audit];
+    const ALL: [Tab; 6] = [
+        Tab::Users,
+        Tab::Sessions,
+        Tab::Pool,
+        Tab::Usage,
+        Tab::Audit,
+        Tab::Settings,
+    ];
 
     fn parse(name: Option<&str>) -> Tab {
         match name {
@@ -32,6 +43,7 @@ impl Tab {
             Some("pool") => Tab::Pool,
             Some("usage") => Tab::Usage,
             Some("audit") => Tab::Audit,
+            Some("settings") => Tab::Settings,
             _ => Tab::Users,
         }
     }
@@ -43,6 +55,7 @@ impl Tab {
             Tab::Pool => "pool",
             Tab::Usage => "usage",
             Tab::Audit => "audit",
+            Tab::Settings => "settings",
         }
     }
 
@@ -53,6 +66,7 @@ impl Tab {
             Tab::Pool => "Pool",
             Tab::Usage => "Usage and cost",
             Tab::Audit => "Audit log",
+            Tab::Settings => "Settings",
         }
     }
 }
@@ -120,6 +134,104 @@ pub fn AdminPage() -> impl IntoView {
             filter: q.get("filter"),
         }
     });
+    let confirm = ServerAction::<ConfirmAdmin>::new();
+    let access = Resource::new(move || confirm.version().get(), |_| admin_access());
+    view! {
+        <header class="topbar">
+            <a class="brand" href="/">
+                "GPU Sandbox"
+            </a>
+            <strong>"Admin"</strong>
+            <a href="/">"Back to the dashboard"</a>
+        </header>
+        <main class="admin">
+            <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    match access.await {
+                        Ok(AdminAccess { confirmed: true, .. }) => {
+                            view! { <AdminTabs tab list /> }.into_any()
+                        }
+                        Ok(AdminAccess { confirmation, .. }) => {
+                            view! { <ConfirmAdmin confirmation confirm /> }.into_any()
+                        }
+                        Err(error) => view! { <ErrorNotice error /> }.into_any(),
+                    }
+                })}
+            </Transition>
+        </main>
+    }
+}
+
+/// Asks an admin to prove they are at the keyboard before the admin pages open: editors are
+/// served from this site, so a script in an editor's page could otherwise act with the cookie.
+#[component]
+fn ConfirmAdmin(confirmation: Confirmation, confirm: ServerAction<ConfirmAdmin>) -> impl IntoView {
+    let password = RwSignal::new(String::new());
+    let refused = move || {
+        confirm.value().get().and_then(Result::err).map(|e| {
+            view! {
+                <p class="notice error" role="alert">
+                    {e.to_string()}
+                </p>
+            }
+        })
+    };
+    let body = match confirmation {
+        Confirmation::SingleSignOn { provider, .. } => view! {
+            <p>
+                "Confirm it is you with " {provider.clone()} ": "
+                <a rel="external" href="/auth/oidc/login?confirm=true&next=/admin">
+                    {format!("Sign in again with {provider}")}
+                </a>
+            </p>
+        }
+        .into_any(),
+        _ => view! {
+            <form
+                class="confirm"
+                on:submit=move |ev: leptos::ev::SubmitEvent| {
+                    ev.prevent_default();
+                    confirm.dispatch(ConfirmAdmin { password: password.get_untracked() });
+                    password.set(String::new());
+                }
+            >
+                <label>
+                    "Your password"
+                    <input
+                        type="password"
+                        name="password"
+                        autocomplete="current-password"
+                        required
+                        bind:value=password
+                    />
+                </label>
+                <button type="submit" class="primary">
+                    "Confirm"
+                </button>
+            </form>
+        }
+        .into_any(),
+    };
+    view! {
+        <section class="card narrow" aria-labelledby="confirm-title">
+            <h1 id="confirm-title">"Confirm it is you"</h1>
+            <p class="muted">
+                {format!(
+                    "The admin pages stay open for {} minutes after you confirm.",
+                    ADMIN_CONFIRMATION_MINUTES,
+                )}
+            </p>
+            {refused}
+            {body}
+        </section>
+    }
+}
+
+/// What the server allows after a confirmation (`server::auth::ADMIN_CONFIRMATION_MS`).
+const ADMIN_CONFIRMATION_MINUTES: u32 = 15;
+
+#[component]
+fn AdminTabs(tab: Memo<Tab>, list: Memo<ListQuery>) -> impl IntoView {
     let tabs = move || {
         let current = tab.get();
         Tab::ALL
@@ -138,25 +250,17 @@ pub fn AdminPage() -> impl IntoView {
             .collect_view()
     };
     view! {
-        <header class="topbar">
-            <a class="brand" href="/">
-                "GPU Sandbox"
-            </a>
-            <strong>"Admin"</strong>
-            <a href="/">"Back to the dashboard"</a>
-        </header>
-        <main class="admin">
-            <nav class="tabs" aria-label="Admin sections">
-                {tabs}
-            </nav>
-            {move || match tab.get() {
+        <nav class="tabs" aria-label="Admin sections">
+            {tabs}
+        </nav>
+        {move || match tab.get() {
                 Tab::Users => view! { <UsersTab list /> }.into_any(),
                 Tab::Sessions => view! { <SessionsTab list /> }.into_any(),
                 Tab::Pool => view! { <PoolTab /> }.into_any(),
                 Tab::Usage => view! { <UsageTab list /> }.into_any(),
                 Tab::Audit => view! { <AuditTab list /> }.into_any(),
-            }}
-        </main>
+                Tab::Settings => view! { <SettingsTab /> }.into_any(),
+        }}
     }
 }
 
@@ -193,6 +297,10 @@ fn SearchForm(
     view! {
         <form class="search" method="get" action="/admin">
             <input type="hidden" name="tab" value=tab.name() />
+            {current
+                .sort
+                .clone()
+                .map(|sort| view! { <input type="hidden" name="sort" value=sort /> })}
             <input
                 type="search"
                 name="q"
@@ -240,6 +348,19 @@ fn SortHeader(
         <th>
             <a href=href>{label}{mark}</a>
         </th>
+    }
+}
+
+/// A table with no rows here; past its last page, a way back to the first.
+#[component]
+fn Empty(tab: Tab, list: Memo<ListQuery>, page: u32, text: &'static str) -> impl IntoView {
+    let first = (page > 1).then(|| {
+        let mut q = list.get_untracked();
+        q.page = None;
+        view! { <a href=admin_href(tab, &q)>"Back to the first page"</a> }
+    });
+    view! {
+        <p class="muted empty">{text} " " {first}</p>
     }
 }
 
@@ -345,7 +466,7 @@ fn UsersTable(
 ) -> impl IntoView {
     let pages = page.pages();
     if page.items.is_empty() {
-        return view! { <p class="muted empty">"No user matches. Clear the search to see everyone."</p> }
+        return view! { <Empty tab=Tab::Users list page=page.page text="No user matches. Clear the search to see everyone." /> }
             .into_any();
     }
     view! {
@@ -447,10 +568,22 @@ fn UserRow(
             <td>{user.live_sessions}</td>
             <td>{format_utc(user.created_at_ms)}</td>
             <td class="row-actions">
-                <button on:click=role_change>
+                <button
+                    on:click=role_change
+                    aria-label=if user.role == Role::Admin {
+                        format!("Make {name} a user")
+                    } else {
+                        format!("Make {name} an admin")
+                    }
+                >
                     {if user.role == Role::Admin { "Make user" } else { "Make admin" }}
                 </button>
-                <button on:click=lock_change>{if user.locked { "Unlock" } else { "Lock" }}</button>
+                <button
+                    on:click=lock_change
+                    aria-label=format!("{} {name}", if user.locked { "Unlock" } else { "Lock" })
+                >
+                    {if user.locked { "Unlock" } else { "Lock" }}
+                </button>
                 <form class="grant" on:submit=submit_grant>
                     <input
                         name="amount"
@@ -465,7 +598,7 @@ fn UserRow(
                         name="note"
                         maxlength="200"
                         placeholder="note"
-                        aria-label="Note"
+                        aria-label=format!("Note for {name}")
                         bind:value=note
                     />
                     <button type="submit">"Grant"</button>
@@ -589,8 +722,11 @@ fn SessionsTab(list: Memo<ListQuery>) -> impl IntoView {
                 ("all", "all sessions"),
                 ("live", "live"),
                 ("ended", "ended"),
+                ("requested", "requested"),
                 ("queued", "queued"),
+                ("starting", "starting"),
                 ("ready", "ready"),
+                ("stopping", "stopping"),
             ]
         />
         {action_error(move || stop.value().get())}
@@ -613,7 +749,8 @@ fn SessionsTable(
 ) -> impl IntoView {
     let pages = page.pages();
     if page.items.is_empty() {
-        return view! { <p class="muted empty">"No session matches."</p> }.into_any();
+        return view! { <Empty tab=Tab::Sessions list page=page.page text="No session matches." /> }
+            .into_any();
     }
     view! {
         <table class="admin-table" data-testid="sessions">
@@ -796,7 +933,7 @@ fn UsageTab(list: Memo<ListQuery>) -> impl IntoView {
 fn UsageTable(page: Page<UsageRow>, list: Memo<ListQuery>) -> impl IntoView {
     let pages = page.pages();
     if page.items.is_empty() {
-        return view! { <p class="muted empty">"Nobody started a session in this period."</p> }
+        return view! { <Empty tab=Tab::Usage list page=page.page text="Nobody used a GPU in this period." /> }
             .into_any();
     }
     let not_measured = || view! { <span class="muted">"not measured"</span> }.into_any();
@@ -858,6 +995,49 @@ fn format_hours(ms: i64) -> String {
 }
 
 #[component]
+fn SettingsTab() -> impl IntoView {
+    let data = Resource::new(|| (), |_| admin_settings());
+    view! {
+        <p class="muted">
+            "The configuration this server runs with. Change it in the configuration file (or its "
+            <code>"SANDBOX_*"</code> " variables) and restart; README lists every key."
+        </p>
+        <Transition fallback=|| view! { <p class="muted">"Loading the settings…"</p> }>
+            {move || Suspend::new(async move {
+                match data.await {
+                    Ok(sections) => {
+                        sections
+                            .into_iter()
+                            .map(|section| {
+                                view! {
+                                    <section class="card settings">
+                                        <h2>{section.title}</h2>
+                                        <dl>
+                                            {section
+                                                .entries
+                                                .into_iter()
+                                                .map(|(key, value)| {
+                                                    view! {
+                                                        <dt>{key}</dt>
+                                                        <dd>{value}</dd>
+                                                    }
+                                                })
+                                                .collect_view()}
+                                        </dl>
+                                    </section>
+                                }
+                            })
+                            .collect_view()
+                            .into_any()
+                    }
+                    Err(error) => view! { <ErrorNotice error /> }.into_any(),
+                }
+            })}
+        </Transition>
+    }
+}
+
+#[component]
 fn AuditTab(list: Memo<ListQuery>) -> impl IntoView {
     let data = Resource::new(move || list.get(), admin_audit);
     view! {
@@ -877,7 +1057,8 @@ fn AuditTab(list: Memo<ListQuery>) -> impl IntoView {
 fn AuditTable(page: Page<AuditLine>, list: Memo<ListQuery>) -> impl IntoView {
     let pages = page.pages();
     if page.items.is_empty() {
-        return view! { <p class="muted empty">"Nothing in the log matches."</p> }.into_any();
+        return view! { <Empty tab=Tab::Audit list page=page.page text="Nothing in the log matches." /> }
+            .into_any();
     }
     view! {
         <table class="admin-table" data-testid="audit">

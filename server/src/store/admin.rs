@@ -107,7 +107,7 @@ impl Store {
     ) -> Result<Page<AdminUser>> {
         let mut c = Conditions::default();
         if let Some(search) = &listing.search {
-            let p = c.bind(like_pattern(search));
+            let p = c.bind(self.pattern(search));
             c.clauses
                 .push(format!("LOWER(u.name) LIKE {p} ESCAPE '\\'"));
         }
@@ -168,7 +168,7 @@ impl Store {
     ) -> Result<Page<AdminSession>> {
         let mut c = Conditions::default();
         if let Some(search) = &listing.search {
-            let name = c.bind(like_pattern(search));
+            let name = c.bind(self.pattern(search));
             let id = c.bind(search.clone());
             c.clauses.push(format!(
                 "(LOWER(u.name) LIKE {name} ESCAPE '\\' OR s.id = {id})"
@@ -225,7 +225,7 @@ impl Store {
     pub async fn admin_audit(&self, listing: &Listing<AuditSort, ()>) -> Result<Page<AuditLine>> {
         let mut c = Conditions::default();
         if let Some(search) = &listing.search {
-            let p = c.bind(like_pattern(search));
+            let p = c.bind(self.pattern(search));
             c.clauses.push(format!(
                 "(LOWER(e.action) LIKE {p} ESCAPE '\\' OR LOWER(e.target) LIKE {p} ESCAPE '\\'
                   OR LOWER(e.detail) LIKE {p} ESCAPE '\\' OR LOWER(a.name) LIKE {p} ESCAPE '\\'
@@ -276,8 +276,9 @@ impl Store {
         Ok(page(items, listing, total))
     }
 
-    /// Each user's use of the GPUs in the period: sessions started in it, their ready time
-    /// (weighted by slice size too), the sampler's GPU readings, and the credits charged in it.
+    /// Each user's use of the GPUs in the period: the sessions there during it, their ready time
+    /// within it (weighted by slice size too), the sampler's GPU readings over those sessions,
+    /// and the credits charged in it.
     pub async fn admin_usage(
         &self,
         listing: &Listing<UsageSort, UsagePeriod>,
@@ -286,14 +287,21 @@ impl Store {
         let mut c = Conditions::default();
         let since = c.bind_int(listing.filter.since_ms(now));
         let at = c.bind_int(now);
-        c.clauses.push(format!("s.created_at >= {since}"));
+        // Sessions that were there at some time in the period, however long before it they began.
+        c.clauses.push(format!(
+            "s.created_at <= {at} AND (s.ended_at IS NULL OR s.ended_at >= {since})"
+        ));
         if let Some(search) = &listing.search {
-            let p = c.bind(like_pattern(search));
+            let p = c.bind(self.pattern(search));
             c.clauses
                 .push(format!("LOWER(u.name) LIKE {p} ESCAPE '\\'"));
         }
+        // Ready time within the period: from the later of readiness and the period's start to
+        // the end (or now). CASE rather than GREATEST/MAX, which the two databases spell apart.
+        let start = format!("CASE WHEN s.ready_at > {since} THEN s.ready_at ELSE {since} END");
+        let end = format!("COALESCE(s.ended_at, {at})");
         let ready = format!(
-            "CASE WHEN s.ready_at IS NULL THEN 0 ELSE COALESCE(s.ended_at, {at}) - s.ready_at END"
+            "CASE WHEN s.ready_at IS NULL THEN 0 WHEN {end} > {start} THEN {end} - ({start}) ELSE 0 END"
         );
         let by_name = self.by_name("u.name");
         let order = match listing.sort {
@@ -422,6 +430,10 @@ impl Store {
         rows.iter()
             .map(|r| Ok((r.try_get("id")?, r.try_get("name")?)))
             .collect()
+    }
+
+    fn pattern(&self, search: &str) -> String {
+        like_pattern(search, self.kind == DbKind::Postgres)
     }
 
     /// Names in one order on both databases: case aside, by code point (PostgreSQL's default

@@ -50,6 +50,9 @@ pub enum StoreError {
     /// A quota refuses the launch; the message names the limit and the use.
     #[error("{0}")]
     Quota(String),
+    /// An admin's change would leave no unlocked admin.
+    #[error("the last admin")]
+    LastAdmin,
 }
 
 /// Maps a unique violation to `Duplicate(what)` by constraint name, never by message text.
@@ -249,7 +252,8 @@ impl Store {
         Ok(())
     }
 
-    /// Changes a user's role, audited with `why`.
+    /// Changes a user's role, audited with `why`. An admin's change (`actor_id`) never demotes
+    /// the last unlocked admin; a demoted user's tokens lose `admin`.
     pub async fn set_role(
         &self,
         user_id: &str,
@@ -258,6 +262,12 @@ impl Store {
         why: &str,
     ) -> Result<()> {
         let mut w = self.begin_write().await?;
+        if role == Role::User {
+            if actor_id.is_some() {
+                self.keep_an_admin(&mut w, user_id).await?;
+            }
+            self.strip_admin_scope(&mut w, user_id).await?;
+        }
         let done = sqlx::query("UPDATE users SET role = $1 WHERE id = $2")
             .bind(role.as_str())
             .bind(user_id)
@@ -402,6 +412,9 @@ impl Store {
         actor_id: Option<&str>,
     ) -> Result<()> {
         let mut w = self.begin_write().await?;
+        if locked && actor_id.is_some() {
+            self.keep_an_admin(&mut w, user_id).await?;
+        }
         let done = sqlx::query("UPDATE users SET locked = $1 WHERE id = $2")
             .bind(locked as i64)
             .bind(user_id)
@@ -421,6 +434,49 @@ impl Store {
         )
         .await?;
         w.tx.commit().await?;
+        Ok(())
+    }
+
+    /// Refuses when `user_id` is the only unlocked admin. On PostgreSQL the admins' rows stay
+    /// locked until the transaction ends, so two admins demoting each other at once take turns
+    /// and the second sees the first's change (SQLite's writers take turns already).
+    async fn keep_an_admin(&self, w: &mut WriteTx, user_id: &str) -> Result<()> {
+        let lock = match w.kind {
+            DbKind::Postgres => " FOR UPDATE",
+            DbKind::Sqlite => "",
+        };
+        let admins = sqlx::query(&format!(
+            "SELECT id FROM users WHERE role = 'admin' AND locked = 0{lock}"
+        ))
+        .fetch_all(&mut *w.tx)
+        .await?;
+        let ids: Vec<String> = admins
+            .iter()
+            .map(|r| r.try_get("id"))
+            .collect::<Result<_, _>>()?;
+        if ids.iter().any(|id| id == user_id) && ids.len() == 1 {
+            return Err(StoreError::LastAdmin);
+        }
+        Ok(())
+    }
+
+    /// Takes `admin` off the user's tokens, so that a later promotion does not revive old ones.
+    async fn strip_admin_scope(&self, w: &mut WriteTx, user_id: &str) -> Result<()> {
+        let tokens = sqlx::query("SELECT id, scopes FROM api_tokens WHERE user_id = $1")
+            .bind(user_id)
+            .fetch_all(&mut *w.tx)
+            .await?;
+        for token in &tokens {
+            let scopes = scopes_of(token)?;
+            if scopes.allows(app::domain::scope::Scope::Admin) {
+                let id: String = token.try_get("id")?;
+                sqlx::query("UPDATE api_tokens SET scopes = $1 WHERE id = $2")
+                    .bind(scopes.without(app::domain::scope::Scope::Admin).to_string())
+                    .bind(id)
+                    .execute(&mut *w.tx)
+                    .await?;
+            }
+        }
         Ok(())
     }
 

@@ -3,7 +3,8 @@
 
 use super::tests::{backdate_ready, launch, on_both_fns, six_slots, user};
 use super::*;
-use app::domain::listing::{ListQuery, Listing};
+use app::domain::listing::{ListQuery, Listing, Page};
+use app::model::UsageRow;
 
 const DEFAULTS: app::domain::quota::Limits = app::domain::quota::Limits {
     max_sessions: 2,
@@ -373,9 +374,23 @@ async fn usage_sums_each_users_sessions_in_the_period(store: Store) {
     store.create_session(launch(&bob.id, 1_000)).await.unwrap();
     // carl: a session from 40 days ago only.
     let (old, _) = store.create_session(launch(&carl.id, 1_000)).await.unwrap();
-    sqlx::query("UPDATE sessions SET created_at = $1 WHERE id = $2")
-        .bind(now_ms() - 40 * 86_400_000)
+    let long_ago = now_ms() - 40 * 86_400_000;
+    sqlx::query("UPDATE sessions SET created_at = $1, ready_at = $1, ended_at = $2, state = 'ended' WHERE id = $3")
+        .bind(long_ago)
+        .bind(long_ago + 3_600_000)
         .bind(&old.id)
+        .execute(store.pool_handle())
+        .await
+        .unwrap();
+    // dana: ready for a day and a half, ended an hour into the last day: that hour is the day's.
+    let dana = user(&store, "dana", 10_000).await;
+    let (long, _) = store.create_session(launch(&dana.id, 1_000)).await.unwrap();
+    let day = 86_400_000;
+    let set_up = now_ms();
+    sqlx::query("UPDATE sessions SET created_at = $1, ready_at = $1, ended_at = $2, state = 'ended' WHERE id = $3")
+        .bind(set_up - 2 * day)
+        .bind(set_up - day + 3_600_000)
+        .bind(&long.id)
         .execute(store.pool_handle())
         .await
         .unwrap();
@@ -385,9 +400,36 @@ async fn usage_sums_each_users_sessions_in_the_period(store: Store) {
         .admin_usage(&Listing::usage(&ListQuery::default()).unwrap(), now)
         .await
         .unwrap();
-    assert_eq!(month.total, 2, "carl's session is older than 30 days");
+    assert_eq!(month.total, 3, "carl's session ended before the 30 days");
     let names: Vec<&str> = month.items.iter().map(|r| r.user_name.as_str()).collect();
-    assert_eq!(names, ["ann", "bob"], "by credits charged, most first");
+    assert_eq!(names[0], "ann", "by credits charged, most first");
+    let last_day = store
+        .admin_usage(
+            &Listing::usage(&query(Some("dana"), Some("1d"), None, 1, 25)).unwrap(),
+            now,
+        )
+        .await
+        .unwrap();
+    let d = &last_day.items[0];
+    assert!(
+        (3_590_000..=3_600_000).contains(&d.used_ms),
+        "the hour within the day: {}",
+        d.used_ms
+    );
+    let month_of_dana = month.items.iter().find(|r| r.user_name == "dana").unwrap();
+    assert!(
+        month_of_dana.used_ms >= day + 3_600_000,
+        "{}",
+        month_of_dana.used_ms
+    );
+    let month: Page<UsageRow> = Page {
+        items: month
+            .items
+            .into_iter()
+            .filter(|r| r.user_name != "dana")
+            .collect(),
+        ..month
+    };
     let a = &month.items[0];
     assert_eq!(a.sessions, 1);
     assert!(
@@ -424,7 +466,7 @@ async fn usage_sums_each_users_sessions_in_the_period(store: Store) {
         .await
         .unwrap();
     let names: Vec<&str> = quarter.items.iter().map(|r| r.user_name.as_str()).collect();
-    assert_eq!(names, ["ann", "bob", "carl"]);
+    assert_eq!(names, ["ann", "bob", "carl", "dana"]);
     let bobs = store
         .admin_usage(
             &Listing::usage(&query(Some("BO"), None, None, 1, 25)).unwrap(),
@@ -440,13 +482,72 @@ async fn usage_sums_each_users_sessions_in_the_period(store: Store) {
         )
         .await
         .unwrap();
+    assert_eq!(second.total, 3);
     assert_eq!(
-        (second.total, second.items[0].user_name.as_str()),
-        (2, "bob")
+        second.items[0].user_name, "ann",
+        "dana's 25 hours, ann's half hour, bob's none"
     );
 }
 
+async fn an_admin_change_keeps_an_admin_and_demotion_takes_admin_off_tokens(store: Store) {
+    let root = store
+        .create_user("root", Some("hash"), Role::Admin, 0, None)
+        .await
+        .unwrap();
+    let ada = store
+        .create_user("ada", Some("hash"), Role::Admin, 0, None)
+        .await
+        .unwrap();
+    let all = app::domain::scope::Scopes::ALL;
+    store
+        .create_token(&ada.id, "hash-ada", "ci", all, None)
+        .await
+        .unwrap();
+    store
+        .set_role(&ada.id, Role::User, Some(&root.id), "by root")
+        .await
+        .unwrap();
+    let scopes = store.tokens_of(&ada.id).await.unwrap()[0].scopes;
+    assert_eq!(scopes, all.without(app::domain::scope::Scope::Admin));
+
+    // root is the last admin now: no admin's change takes that away.
+    for refused in [
+        store
+            .set_role(&root.id, Role::User, Some(&ada.id), "x")
+            .await,
+        store.set_locked(&root.id, true, Some(&ada.id)).await,
+    ] {
+        assert!(matches!(refused, Err(StoreError::LastAdmin)), "{refused:?}");
+    }
+    let still = store.user_by_id(&root.id).await.unwrap().unwrap();
+    assert_eq!((still.role, still.locked), (Role::Admin, false));
+
+    // Two admins demoting each other at once: one of them stays.
+    store
+        .set_role(&ada.id, Role::Admin, Some(&root.id), "by root")
+        .await
+        .unwrap();
+    let (a, b) = tokio::join!(
+        store.set_role(&ada.id, Role::User, Some(&root.id), "by root"),
+        store.set_role(&root.id, Role::User, Some(&ada.id), "by ada"),
+    );
+    assert!(a.is_ok() != b.is_ok(), "exactly one: {a:?} {b:?}");
+    let admins = store
+        .admin_users(
+            &Listing::users(&query(None, Some("admin"), None, 1, 10)).unwrap(),
+            DEFAULTS,
+        )
+        .await
+        .unwrap();
+    assert_eq!(admins.total, 1);
+
+    // The command line and the provider's groups are not an admin's change: they may.
+    let last = &admins.items[0].id;
+    store.set_locked(last, true, None).await.unwrap();
+}
+
 on_both_fns! {
+    an_admin_change_keeps_an_admin_and_demotion_takes_admin_off_tokens => an_admin_change_keeps_an_admin_and_demotion_takes_admin_off_tokens_sqlite, an_admin_change_keeps_an_admin_and_demotion_takes_admin_off_tokens_postgres;
     usage_sums_each_users_sessions_in_the_period => usage_sums_each_users_sessions_in_the_period_sqlite, usage_sums_each_users_sessions_in_the_period_postgres;
     users_page_sorts_filters_and_counts => users_page_sorts_filters_and_counts_sqlite, users_page_sorts_filters_and_counts_postgres;
     sessions_page_filters_by_state_and_user => sessions_page_filters_by_state_and_user_sqlite, sessions_page_filters_by_state_and_user_postgres;
