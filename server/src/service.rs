@@ -1017,6 +1017,14 @@ impl Service {
             tracing::error!(error = %e, "writing the session");
             AppError::Internal
         })?;
+        // A confirmation was someone's, at some time: a new sign-in starts without one (a
+        // single sign-on that confirmed writes its own afterwards).
+        for key in [auth::ADMIN_CONFIRMED_KEY, auth::SSO_CONFIRMED_KEY] {
+            session.remove_value(key).await.map_err(|e| {
+                tracing::error!(error = %e, "writing the session");
+                AppError::Internal
+            })?;
+        }
         self.store
             .audit(Some(&user.id), "login", &format!("user:{}", user.name), how)
             .await?;
@@ -1173,9 +1181,30 @@ impl Service {
                         "send your password (`password`) to {act} from a browser's sign-in"
                     )));
                 };
+                // The sign-in's limit on guesses holds here too: a script in an editor's page
+                // sends the cookie, and could otherwise guess the password at full speed.
+                if let Err(wait) = self
+                    .sign_ins
+                    .attempt(&viewer.name, std::time::Instant::now())
+                {
+                    return Err(AppError::RateLimited(format!(
+                        "Too many wrong passwords. Try again in {} seconds.",
+                        wait.as_secs().max(1)
+                    )));
+                }
                 if auth::check_password(password.to_string(), hash).await {
+                    self.sign_ins.succeeded(&viewer.name);
                     Ok(())
                 } else {
+                    let _ = self
+                        .store
+                        .audit(
+                            Some(&viewer.id),
+                            "confirm.failed",
+                            &format!("user:{}", viewer.id),
+                            act,
+                        )
+                        .await;
                     Err(AppError::Forbidden("That is not your password.".into()))
                 }
             }
@@ -1465,6 +1494,16 @@ impl app::api::Backend for PagesBackend {
             return Err(AppError::Invalid(
                 "a token has the scope `admin` or not: there is nothing to confirm".into(),
             ));
+        }
+        // An account without a password confirms at its provider, whose sign-in opens the pages.
+        if let Confirmation::SingleSignOn { provider, .. } = self
+            .0
+            .confirmation(&viewer, false, sso_confirmed_at(request).await)
+            .await?
+        {
+            return Err(AppError::Invalid(format!(
+                "your account confirms with {provider}: sign in again there"
+            )));
         }
         self.0
             .confirm_person(

@@ -565,6 +565,26 @@ async fn the_pages_admin_functions_refuse_a_user_and_wait_for_an_admins_password
     rest(&root, "/api/v1/admin/users")
         .await
         .assert_status(StatusCode::OK);
+    // A new sign-in in this browser starts without the confirmation.
+    let again = Request::post(app.url(<app::api::Login as leptos::server_fn::ServerFn>::PATH))
+        .header("cookie", format!("sandbox_session={root}"))
+        .header("accept", "application/json")
+        .header("content-type", form)
+        .body(Full::new("name=root&password=password123".into()))
+        .unwrap();
+    let again = app.send(again).await;
+    again.assert_status(StatusCode::OK);
+    let cycled = again
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| v.strip_prefix("sandbox_session="))
+        .and_then(|v| v.split(';').next())
+        .unwrap()
+        .to_string();
+    assert_ne!(cycled, root);
+    assert_eq!(call(&cycled, access, None).await.json()["confirmed"], false);
     // Another browser of the same admin has not confirmed.
     let elsewhere = app.sign_in_cookie("root").await;
     refused(
@@ -572,5 +592,47 @@ async fn the_pages_admin_functions_refuse_a_user_and_wait_for_an_admins_password
         StatusCode::FORBIDDEN,
         "password",
     );
+    app.stop().await;
+}
+
+/// Guessing the password at the admin confirmation (as a script in an editor's page could, with
+/// the cookie) is held to the sign-in's limit.
+#[tokio::test]
+async fn guesses_at_the_admin_confirmation_are_limited_like_sign_ins() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    admin(&app, "root", Scopes::ALL).await;
+    let root = app.sign_in_cookie("root").await;
+    let confirm = async |password: &str| {
+        let request =
+            Request::post(app.url(<app::api::ConfirmAdmin as leptos::server_fn::ServerFn>::PATH))
+                .header("cookie", format!("sandbox_session={root}"))
+                .header("accept", "application/json")
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(Full::new(format!("password={password}").into()))
+                .unwrap();
+        app.send(request).await
+    };
+    for guess in 0..5 {
+        refused(
+            &confirm(&format!("guess{guess}")).await,
+            StatusCode::FORBIDDEN,
+            "not your password",
+        );
+    }
+    refused(
+        &confirm("password123").await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "Try again in",
+    );
+    let log = app
+        .service
+        .store
+        .audit_log(20)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.action == "confirm.failed")
+        .count();
+    assert_eq!(log, 5);
     app.stop().await;
 }

@@ -441,8 +441,21 @@ impl Store {
     /// locked until the transaction ends, so two admins demoting each other at once take turns
     /// and the second sees the first's change (SQLite's writers take turns already).
     async fn keep_an_admin(&self, w: &mut WriteTx, user_id: &str) -> Result<()> {
+        let target = sqlx::query("SELECT role, locked FROM users WHERE id = $1")
+            .bind(user_id)
+            .fetch_optional(&mut *w.tx)
+            .await?;
+        let Some(target) = target else {
+            return Err(StoreError::NotFound("user"));
+        };
+        let role: String = target.try_get("role")?;
+        if role != Role::Admin.as_str() || target.try_get::<i64, _>("locked")? != 0 {
+            return Ok(());
+        }
+        // In one order, so that guards running at once wait rather than deadlock; NO KEY, so that
+        // rows referring to the admins (ledger, sessions) can still be written meanwhile.
         let lock = match w.kind {
-            DbKind::Postgres => " FOR UPDATE",
+            DbKind::Postgres => " ORDER BY id FOR NO KEY UPDATE",
             DbKind::Sqlite => "",
         };
         let admins = sqlx::query(&format!(
