@@ -574,15 +574,7 @@ async fn the_pages_admin_functions_refuse_a_user_and_wait_for_an_admins_password
         .unwrap();
     let again = app.send(again).await;
     again.assert_status(StatusCode::OK);
-    let cycled = again
-        .headers
-        .get_all("set-cookie")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .find_map(|v| v.strip_prefix("sandbox_session="))
-        .and_then(|v| v.split(';').next())
-        .unwrap()
-        .to_string();
+    let cycled = again.session_cookie().unwrap();
     assert_ne!(cycled, root);
     assert_eq!(call(&cycled, access, None).await.json()["confirmed"], false);
     // Another browser of the same admin has not confirmed.

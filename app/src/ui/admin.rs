@@ -344,8 +344,18 @@ fn SortHeader(
             ""
         }
     };
+    let order = move || {
+        let now = list.get().sort.unwrap_or_default();
+        if now == key {
+            Some("ascending")
+        } else if now == format!("-{key}") {
+            Some("descending")
+        } else {
+            None
+        }
+    };
     view! {
-        <th>
+        <th aria-sort=order>
             <a href=href>{label}{mark}</a>
         </th>
     }

@@ -52,6 +52,17 @@ impl Response {
         self
     }
 
+    /// The sign-in cookie this answer sets, if it sets one.
+    pub fn session_cookie(&self) -> Option<String> {
+        self.headers
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find_map(|v| v.strip_prefix("sandbox_session="))
+            .and_then(|v| v.split(';').next())
+            .map(str::to_string)
+    }
+
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
@@ -173,13 +184,7 @@ impl TestApp {
     pub async fn sign_in_cookie(&self, name: &str) -> String {
         let answer = self.sign_in(name, "password123").await;
         answer
-            .headers
-            .get_all("set-cookie")
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .find_map(|v| v.strip_prefix("sandbox_session="))
-            .and_then(|v| v.split(';').next())
-            .map(str::to_string)
+            .session_cookie()
             .unwrap_or_else(|| panic!("signed in: {:?}", answer.status))
     }
 
