@@ -34,6 +34,37 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     await page.getByRole('alert').filter({ hasText: 'not your password' }).waitFor();
     await page.getByLabel('Your password').fill(PASSWORD);
     await page.getByRole('button', { name: 'Confirm' }).click();
+    await page.locator('tr[data-user]').first().waitFor();
+
+    // Another user's session: listed among the live ones, and stopped by the admin.
+    const owner = await browser.newPage();
+    await signIn(owner, TARGET);
+    await owner.waitForURL(`${BASE}/`);
+    const [status, launched] = await owner.evaluate(async () => {
+      const answer = await fetch('/api/v1/sessions', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ editor: 'marimo', slice_mib: 8192, duration_minutes: 30 }),
+      });
+      return [answer.status, await answer.json()];
+    });
+    assert.equal(status, 201, JSON.stringify(launched));
+    await page.getByRole('link', { name: 'Sessions', exact: true }).click();
+    await page.waitForURL(/tab=sessions/);
+    const session = page.locator(`tr[data-session="${launched.id}"]`);
+    await session.waitFor();
+    assert.match(await session.innerText(), new RegExp(TARGET));
+    await session.getByRole('button', { name: 'Stop' }).click();
+    await session.getByText('ended (admin)').waitFor();
+    const seen = await owner.evaluate(
+      async (id) => (await fetch(`/api/v1/sessions/${id}`)).json(),
+      launched.id,
+    );
+    assert.equal(seen.end_reason, 'admin');
+    assert.match(seen.detail, /admin/);
+    await owner.close();
+    await page.getByRole('link', { name: 'Users', exact: true }).click();
+    await page.waitForURL(/tab=users/);
 
     const row = page.locator(`tr[data-user="${TARGET}"]`);
     await row.waitFor();
