@@ -123,10 +123,14 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
       TARGET,
     );
 
-    // Search is on the server and lives in the address.
+    // Sorting and search are on the server and live in the address; a search keeps the sort.
+    await page.getByRole('link', { name: 'Credits' }).click();
+    await page.waitForURL(/[?&]sort=balance/);
+    await page.getByRole('columnheader', { name: /Credits/ }).and(page.locator('[aria-sort="ascending"]')).waitFor();
     await page.getByLabel('Search').fill('target');
     await page.getByRole('button', { name: 'Search' }).click();
     await page.waitForURL(/[?&]q=target/);
+    assert.match(page.url(), /[?&]sort=balance/);
     await hydrated(page);
     await page.locator(`tr[data-user="${TARGET}"]`).waitFor();
     assert.equal(await page.locator('tr[data-user]').count(), 1);

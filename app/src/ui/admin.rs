@@ -273,9 +273,8 @@ fn SearchForm(
     placeholder: &'static str,
     filters: &'static [(&'static str, &'static str)],
 ) -> impl IntoView {
-    let current = list.get_untracked();
+    // Follows the address, which back and forward change without drawing the form anew.
     let filter_select = (!filters.is_empty()).then(|| {
-        let chosen = current.filter.clone().unwrap_or_default();
         view! {
             <label>
                 "Show "
@@ -283,8 +282,15 @@ fn SearchForm(
                     {filters
                         .iter()
                         .map(|(value, label)| {
+                            let value = *value;
                             view! {
-                                <option value=*value selected=chosen == *value>
+                                <option
+                                    value=value
+                                    selected=move || list.get().filter.unwrap_or_default() == value
+                                    prop:selected=move || {
+                                        list.get().filter.unwrap_or_default() == value
+                                    }
+                                >
                                     {*label}
                                 </option>
                             }
@@ -297,17 +303,20 @@ fn SearchForm(
     view! {
         <form class="search" method="get" action="/admin">
             <input type="hidden" name="tab" value=tab.name() />
-            {current
-                .sort
-                .clone()
-                .map(|sort| view! { <input type="hidden" name="sort" value=sort /> })}
+            <input
+                type="hidden"
+                name="sort"
+                value=move || list.get().sort.unwrap_or_default()
+                disabled=move || list.get().sort.is_none()
+            />
             <input
                 type="search"
                 name="q"
                 placeholder=placeholder
                 aria-label="Search"
                 maxlength="100"
-                value=current.q.unwrap_or_default()
+                value=move || list.get().q.unwrap_or_default()
+                prop:value=move || list.get().q.unwrap_or_default()
             />
             {filter_select}
             <button type="submit">"Search"</button>
