@@ -25,7 +25,7 @@ pub const ADMIN_CONFIRMED_KEY: &str = "admin_confirmed_at";
 /// sign-in act as an admin. Editors are served from our origin, so a script in an editor's page
 /// can send requests with the browser's cookie; admin powers are in reach of the cookie only
 /// for this long after the person proved they are at the keyboard.
-pub const ADMIN_CONFIRMATION_MS: i64 = 15 * 60 * 1000;
+pub const ADMIN_CONFIRMATION_MS: i64 = app::domain::scope::ADMIN_CONFIRMATION_MINUTES * 60 * 1000;
 
 /// How long a sign-in lasts without use.
 pub const SIGN_IN_IDLE_DAYS: i64 = 7;

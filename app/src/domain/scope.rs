@@ -5,6 +5,10 @@
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
+/// How long a browser's sign-in may act as an admin after the person confirmed who they are
+/// (editors share our origin: see `server::auth`).
+pub const ADMIN_CONFIRMATION_MINUTES: i64 = 15;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope {
     /// Read the account, its sessions (and their progress), the quota and the pool.

@@ -218,7 +218,7 @@ fn ConfirmAdmin(confirmation: Confirmation, confirm: ServerAction<ConfirmAdmin>)
             <p class="muted">
                 {format!(
                     "The admin pages stay open for {} minutes after you confirm.",
-                    ADMIN_CONFIRMATION_MINUTES,
+                    crate::domain::scope::ADMIN_CONFIRMATION_MINUTES,
                 )}
             </p>
             {refused}
@@ -226,9 +226,6 @@ fn ConfirmAdmin(confirmation: Confirmation, confirm: ServerAction<ConfirmAdmin>)
         </section>
     }
 }
-
-/// What the server allows after a confirmation (`server::auth::ADMIN_CONFIRMATION_MS`).
-const ADMIN_CONFIRMATION_MINUTES: u32 = 15;
 
 #[component]
 fn AdminTabs(tab: Memo<Tab>, list: Memo<ListQuery>) -> impl IntoView {
