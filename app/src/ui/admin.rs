@@ -399,6 +399,28 @@ fn Pager(tab: Tab, list: Memo<ListQuery>, page: u32, pages: u32, total: u64) -> 
     }
 }
 
+/// `data` drawn by `show` once it has loaded (the last rows stay while the next load), or its
+/// error.
+fn loaded<T>(
+    data: Resource<Result<T, crate::error::AppError>>,
+    waiting: &'static str,
+    show: impl Fn(T) -> AnyView + Copy + Send + Sync + 'static,
+) -> impl IntoView
+where
+    T: Clone + Send + Sync + serde::Serialize + serde::de::DeserializeOwned + 'static,
+{
+    view! {
+        <Transition fallback=move || view! { <p class="muted">{waiting}</p> }>
+            {move || Suspend::new(async move {
+                match data.await {
+                    Ok(value) => show(value),
+                    Err(error) => view! { <ErrorNotice error /> }.into_any(),
+                }
+            })}
+        </Transition>
+    }
+}
+
 /// An action's refusal, shown until the next attempt.
 fn action_error<T>(
     value: impl Fn() -> Option<Result<T, crate::error::AppError>>,
@@ -461,14 +483,7 @@ fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
         {action_error(move || grant.value().get())}
         {action_error(move || quota.value().get())}
         {granted}
-        <Transition fallback=|| view! { <p class="muted">"Loading users…"</p> }>
-            {move || Suspend::new(async move {
-                match data.await {
-                    Ok(page) => view! { <UsersTable page list change grant quota /> }.into_any(),
-                    Err(error) => view! { <ErrorNotice error /> }.into_any(),
-                }
-            })}
-        </Transition>
+        {loaded(data, "Loading users…", move |page| view! { <UsersTable page list change grant quota /> }.into_any())}
     }
 }
 
@@ -746,14 +761,7 @@ fn SessionsTab(list: Memo<ListQuery>) -> impl IntoView {
             ]
         />
         {action_error(move || stop.value().get())}
-        <Transition fallback=|| view! { <p class="muted">"Loading sessions…"</p> }>
-            {move || Suspend::new(async move {
-                match data.await {
-                    Ok(page) => view! { <SessionsTable page list stop /> }.into_any(),
-                    Err(error) => view! { <ErrorNotice error /> }.into_any(),
-                }
-            })}
-        </Transition>
+        {loaded(data, "Loading sessions…", move |page| view! { <SessionsTable page list stop /> }.into_any())}
     }
 }
 
@@ -846,20 +854,18 @@ fn SessionRow(session: AdminSession, stop: ServerAction<AdminStop>) -> impl Into
 fn PoolTab() -> impl IntoView {
     let data = Resource::new(|| (), |_| admin_pool());
     view! {
-        <Transition fallback=|| view! { <p class="muted">"Loading the pool…"</p> }>
-            {move || Suspend::new(async move {
-                match data.await {
-                    Ok(gpus) if gpus.is_empty() => {
-                        view! { <p class="muted empty">"No GPU is configured: see [pool] in the configuration."</p> }
-                            .into_any()
-                    }
-                    Ok(gpus) => {
-                        gpus.into_iter().map(|gpu| view! { <PoolGpu gpu /> }).collect_view().into_any()
-                    }
-                    Err(error) => view! { <ErrorNotice error /> }.into_any(),
+        {loaded(
+            data,
+            "Loading the pool…",
+            |gpus| {
+                if gpus.is_empty() {
+                    view! { <p class="muted empty">"No GPU is configured: see [pool] in the configuration."</p> }
+                        .into_any()
+                } else {
+                    gpus.into_iter().map(|gpu| view! { <PoolGpu gpu /> }).collect_view().into_any()
                 }
-            })}
-        </Transition>
+            },
+        )}
     }
 }
 
@@ -930,18 +936,11 @@ fn UsageTab(list: Memo<ListQuery>) -> impl IntoView {
             ]
         />
         <p class="muted">
-            "Sessions started in the period: their ready time, the same weighted by slice size, "
-            "the GPU's average utilization and memory in use where the runtime can see the GPU, "
-            "and the credits charged in the period."
+            "The sessions there during the period: their ready time within it, the same weighted "
+            "by slice size, the GPU's average utilization and memory in use where the runtime can "
+            "see the GPU, and the credits charged in the period."
         </p>
-        <Transition fallback=|| view! { <p class="muted">"Loading usage…"</p> }>
-            {move || Suspend::new(async move {
-                match data.await {
-                    Ok(page) => view! { <UsageTable page list /> }.into_any(),
-                    Err(error) => view! { <ErrorNotice error /> }.into_any(),
-                }
-            })}
-        </Transition>
+        {loaded(data, "Loading usage…", move |page| view! { <UsageTable page list /> }.into_any())}
     }
 }
 
@@ -1018,38 +1017,35 @@ fn SettingsTab() -> impl IntoView {
             "The configuration this server runs with. Change it in the configuration file (or its "
             <code>"SANDBOX_*"</code> " variables) and restart; README lists every key."
         </p>
-        <Transition fallback=|| view! { <p class="muted">"Loading the settings…"</p> }>
-            {move || Suspend::new(async move {
-                match data.await {
-                    Ok(sections) => {
-                        sections
-                            .into_iter()
-                            .map(|section| {
-                                view! {
-                                    <section class="card settings">
-                                        <h2>{section.title}</h2>
-                                        <dl>
-                                            {section
-                                                .entries
-                                                .into_iter()
-                                                .map(|(key, value)| {
-                                                    view! {
-                                                        <dt>{key}</dt>
-                                                        <dd>{value}</dd>
-                                                    }
-                                                })
-                                                .collect_view()}
-                                        </dl>
-                                    </section>
-                                }
-                            })
-                            .collect_view()
-                            .into_any()
-                    }
-                    Err(error) => view! { <ErrorNotice error /> }.into_any(),
-                }
-            })}
-        </Transition>
+        {loaded(
+            data,
+            "Loading the settings…",
+            |sections| {
+                sections
+                    .into_iter()
+                    .map(|section| {
+                        view! {
+                            <section class="card settings">
+                                <h2>{section.title}</h2>
+                                <dl>
+                                    {section
+                                        .entries
+                                        .into_iter()
+                                        .map(|(key, value)| {
+                                            view! {
+                                                <dt>{key}</dt>
+                                                <dd>{value}</dd>
+                                            }
+                                        })
+                                        .collect_view()}
+                                </dl>
+                            </section>
+                        }
+                    })
+                    .collect_view()
+                    .into_any()
+            },
+        )}
     }
 }
 
@@ -1058,14 +1054,7 @@ fn AuditTab(list: Memo<ListQuery>) -> impl IntoView {
     let data = Resource::new(move || list.get(), admin_audit);
     view! {
         <SearchForm tab=Tab::Audit list placeholder="Action, user or detail" filters=&[] />
-        <Transition fallback=|| view! { <p class="muted">"Loading the audit log…"</p> }>
-            {move || Suspend::new(async move {
-                match data.await {
-                    Ok(page) => view! { <AuditTable page list /> }.into_any(),
-                    Err(error) => view! { <ErrorNotice error /> }.into_any(),
-                }
-            })}
-        </Transition>
+        {loaded(data, "Loading the audit log…", move |page| view! { <AuditTable page list /> }.into_any())}
     }
 }
 

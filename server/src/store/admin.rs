@@ -94,8 +94,10 @@ fn admin_session_from_row(r: &AnyRow) -> Result<AdminSession> {
     })
 }
 
-fn direction(descending: bool) -> &'static str {
-    if descending { "DESC" } else { "ASC" }
+/// `ORDER BY` by `column`, then by `key` so that rows of equal `column` keep one order.
+fn ordered(column: &str, key: &str, descending: bool) -> String {
+    let dir = if descending { "DESC" } else { "ASC" };
+    format!("{column} {dir}, {key} {dir}")
 }
 
 impl Store {
@@ -123,10 +125,7 @@ impl Store {
             UserSort::Created => "u.created_at",
             UserSort::Balance => "balance",
         };
-        let order = format!(
-            "{order} {dir}, u.id {dir}",
-            dir = direction(listing.descending)
-        );
+        let order = ordered(order, "u.id", listing.descending);
         let (rows, total) = self
             .page_of(
                 &c,
@@ -189,10 +188,7 @@ impl Store {
             SessionSort::User => by_name.as_str(),
             SessionSort::State => "s.state",
         };
-        let order = format!(
-            "{order} {dir}, s.id {dir}",
-            dir = direction(listing.descending)
-        );
+        let order = ordered(order, "s.id", listing.descending);
         let (rows, total) = self
             .page_of(
                 &c,
@@ -232,7 +228,12 @@ impl Store {
                   OR e.target IN (SELECT 'user:' || t.id FROM users t WHERE LOWER(t.name) LIKE {p} ESCAPE '\\'))"
             ));
         }
-        let order = format!("e.id {}", direction(listing.descending));
+        // The log's ids follow its writes, so they are its order in time.
+        let order = if listing.descending {
+            "e.id DESC"
+        } else {
+            "e.id ASC"
+        };
         let (rows, total) = self
             .page_of(
                 &c,
@@ -241,7 +242,7 @@ impl Store {
                     from: "FROM audit_events e LEFT JOIN users a ON a.id = e.actor_id",
                     group: None,
                 },
-                &order,
+                order,
                 listing,
             )
             .await?;
@@ -309,10 +310,7 @@ impl Store {
             UsageSort::Hours => "mib_ms",
             UsageSort::Name => by_name.as_str(),
         };
-        let order = format!(
-            "{order} {dir}, u.id {dir}",
-            dir = direction(listing.descending)
-        );
+        let order = ordered(order, "u.id", listing.descending);
         let columns = format!(
             "u.id, u.name, CAST(COUNT(s.id) AS BIGINT) AS sessions,
              CAST(SUM({ready}) AS BIGINT) AS used_ms,
