@@ -92,7 +92,8 @@ fi
 
 # --- Test-only --------------------------------------------------------------------------------
 if [ "$WANT_TEST" = 1 ]; then
-  apt_install chromium postgresql
+  # docker-registry: the CNCF distribution server, the promotion tests' registry on loopback.
+  apt_install chromium postgresql docker-registry
   if [ ! -d end2end/node_modules/playwright-core ] || [ ! -d end2end/node_modules/oidc-provider ]; then
     say "installing playwright-core (no browser download: Debian's Chromium is used) and oidc-provider"
     (cd end2end && npm install --silent --no-audit --no-fund >"$TOOLS/logs/end2end-npm.log" 2>&1) \

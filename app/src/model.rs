@@ -337,3 +337,32 @@ pub struct AdminAccess {
     pub confirmed: bool,
     pub confirmation: Confirmation,
 }
+
+/// A file marked for the production registry, and where it stands.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromotionView {
+    pub id: String,
+    pub user_id: String,
+    pub user_name: String,
+    pub session_id: String,
+    /// Relative to the user's workspace.
+    pub path: String,
+    pub repository: String,
+    pub tag: String,
+    pub media_type: String,
+    pub size_bytes: u64,
+    /// Hex, of the file as it was copied at the request.
+    pub sha256: String,
+    pub image: String,
+    pub state: crate::domain::promotion::PromotionState,
+    pub requested_at_ms: i64,
+    pub decided_by: Option<String>,
+    pub decided_at_ms: Option<i64>,
+    pub pushed_at_ms: Option<i64>,
+    /// The manifest's digest once pushed.
+    pub digest: Option<String>,
+    /// Where it can be pulled from once pushed: `registry/repository@digest`.
+    pub reference: Option<String>,
+    /// Why it was rejected or why its push failed.
+    pub message: Option<String>,
+}

@@ -489,6 +489,34 @@ pub fn settings(
         ),
         None => section("Single sign-on", vec![("Provider", "none".into())]),
     });
+    let promotion = &config.promotion;
+    sections.push(if promotion.enabled() {
+        section(
+            "Promotion",
+            vec![
+                ("Registry", promotion.registry.clone()),
+                (
+                    "Artifacts land at",
+                    format!("{}<user>/<name>:<tag>", promotion.repository_prefix),
+                ),
+                (
+                    "Pushed as",
+                    if promotion.username.is_empty() {
+                        "anonymous".into()
+                    } else {
+                        promotion.username.clone()
+                    },
+                ),
+                ("Approval by an admin", yes_no(promotion.require_approval)),
+                ("Largest file", format_mib(promotion.max_file_mib)),
+            ],
+        )
+    } else {
+        section(
+            "Promotion",
+            vec![("Registry", "none: promotion is off".into())],
+        )
+    });
     sections
 }
 
@@ -542,6 +570,12 @@ mod tests {
                 }))
                 .unwrap(),
             ),
+            promotion: crate::promotion::PromotionConfig {
+                registry: "https://registry.example".into(),
+                username: "pusher".into(),
+                password: "registry-secret".into(),
+                ..Default::default()
+            },
             ..crate::config::Config::default()
         };
         let gpu = app::domain::pool::GpuSpec {
@@ -559,7 +593,9 @@ mod tests {
         let sections = settings(&config, &[gpu], "not enforced", &editors);
         let json = serde_json::to_string(&sections).unwrap();
         assert!(
-            !json.contains("hunter2") && !json.contains("very-secret"),
+            !json.contains("hunter2")
+                && !json.contains("very-secret")
+                && !json.contains("registry-secret"),
             "{json}"
         );
         let value = |title: &str, key: &str| {
@@ -581,6 +617,8 @@ mod tests {
             "{json}"
         );
         assert_eq!(value("Single sign-on", "Admins by group"), "gpu-admins");
+        assert_eq!(value("Promotion", "Pushed as"), "pusher");
+        assert_eq!(value("Promotion", "Approval by an admin"), "yes");
         assert_eq!(
             value("Default quota", "Sessions at once"),
             config.quotas.max_sessions.to_string()

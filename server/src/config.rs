@@ -35,6 +35,8 @@ pub struct Config {
     pub kube: crate::runtime::kube::KubeConfig,
     /// Sign-in with an OpenID Connect provider, besides local accounts.
     pub oidc: Option<crate::oidc::OidcConfig>,
+    /// Pushing users' files to the production registry.
+    pub promotion: crate::promotion::PromotionConfig,
 }
 
 /// Per-user limits; admins override them per user (`server quota set`).
@@ -272,6 +274,7 @@ impl Default for Config {
             runtime: crate::runtime::RuntimeKind::Local,
             kube: crate::runtime::kube::KubeConfig::default(),
             oidc: None,
+            promotion: crate::promotion::PromotionConfig::default(),
         }
     }
 }
@@ -561,6 +564,9 @@ impl Config {
         }
         if let Err((key, why)) = self.kube.validate() {
             return bad(&key, why);
+        }
+        if let Some((key, why)) = self.promotion.problem() {
+            return bad(&format!("promotion.{key}"), why);
         }
         Ok(())
     }

@@ -21,7 +21,10 @@ pub mod events;
 pub mod gpu;
 pub mod guard;
 pub mod oidc;
+pub mod outbound;
+pub mod promotion;
 pub mod proxy;
+pub mod registry;
 pub mod relay;
 pub mod rest;
 pub mod runtime;
@@ -438,6 +441,8 @@ async fn background(service: Arc<Service>) {
     let mut swept = tokio::time::Instant::now();
     let mut sign_ins_swept = tokio::time::Instant::now();
     let mut reconciled = tokio::time::Instant::now();
+    // Pushes left waiting by a restart go out at once; then a look each minute.
+    let mut promoted: Option<tokio::time::Instant> = None;
     loop {
         tick.tick().await;
         // Activity first, so the reaper judges on what the proxy saw up to now.
@@ -454,6 +459,11 @@ async fn background(service: Arc<Service>) {
         {
             reconciled = tokio::time::Instant::now();
             runtime::kube::reconcile::tick(&service).await;
+        }
+        if promoted.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
+            promoted = Some(tokio::time::Instant::now());
+            let pusher = service.clone();
+            tokio::spawn(async move { pusher.resume_promotions().await });
         }
         if swept.elapsed() >= Duration::from_secs(10) {
             swept = tokio::time::Instant::now();

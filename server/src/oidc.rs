@@ -215,10 +215,7 @@ type OidcClient = oauth2::Client<
     EndpointSet,
 >;
 
-type HttpClient = hyper_util::client::legacy::Client<
-    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
-    Full<Bytes>,
->;
+type HttpClient = crate::outbound::HttpsClient<Full<Bytes>>;
 
 /// How long the provider may take to answer one request.
 const PROVIDER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -254,20 +251,7 @@ impl Oidc {
 
     fn http(&self) -> Result<&HttpClient, ProviderUnreachable> {
         self.http
-            .get_or_init(|| {
-                let https = hyper_rustls::HttpsConnectorBuilder::new()
-                    .with_native_roots()
-                    .map_err(|e| format!("reading the system's trusted certificates: {e}"))?
-                    .https_or_http()
-                    .enable_http1()
-                    .build();
-                Ok(
-                    hyper_util::client::legacy::Client::builder(
-                        hyper_util::rt::TokioExecutor::new(),
-                    )
-                    .build(https),
-                )
-            })
+            .get_or_init(crate::outbound::https_client)
             .as_ref()
             .map_err(|e| ProviderUnreachable(e.clone()))
     }

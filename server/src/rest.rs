@@ -119,6 +119,9 @@ pub fn router() -> Router<AppState> {
         .route("/tokens", get(list_tokens).post(create_token))
         .route("/tokens/{id}", axum::routing::delete(revoke_token))
         .route("/pool", get(pool))
+        .route("/sessions/{id}/promotions", post(request_promotion))
+        .route("/promotions", get(list_promotions))
+        .route("/promotions/{id}", get(get_promotion))
         .nest("/admin", admin_router())
         .fallback(|| async { ApiError(AppError::NotFound) })
         .method_not_allowed_fallback(|| async {
@@ -448,6 +451,8 @@ fn admin_router() -> Router<AppState> {
         .route("/audit", get(admin_audit))
         .route("/usage", get(admin_usage))
         .route("/settings", get(admin_settings))
+        .route("/promotions", get(admin_promotions))
+        .route("/promotions/{id}/{decision}", post(admin_decide_promotion))
 }
 
 /// A table's paging, sorting and filtering from the query string; anything unreadable is a
@@ -526,6 +531,81 @@ async fn admin_grant(
         balance,
         credits: app::domain::credits::format(balance),
     }))
+}
+
+async fn request_promotion(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+    ApiJson(request): ApiJson<app::domain::promotion::PromotionRequest>,
+) -> ApiResult<(StatusCode, Json<app::model::PromotionView>)> {
+    let view = state
+        .service
+        .request_promotion(&viewer, &id, &request)
+        .await?;
+    Ok((StatusCode::CREATED, Json(view)))
+}
+
+async fn list_promotions(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+) -> ApiResult<Json<Vec<app::model::PromotionView>>> {
+    Ok(Json(state.service.promotions(&viewer).await?))
+}
+
+async fn get_promotion(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+) -> ApiResult<Json<app::model::PromotionView>> {
+    Ok(Json(state.service.promotion(&viewer, &id).await?))
+}
+
+async fn admin_promotions(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    ApiQuery(query): ApiQuery,
+) -> ApiResult<Json<app::domain::listing::Page<app::model::PromotionView>>> {
+    Ok(Json(state.service.admin_promotions(&viewer, &query).await?))
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct DecisionBody {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// `POST …/promotions/{id}/approve|reject|retry`, with an optional `{"reason": …}`.
+async fn admin_decide_promotion(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    Path((id, decision)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<app::model::PromotionView>> {
+    use app::domain::promotion::Decision;
+    let decision = match decision.as_str() {
+        "approve" => Decision::Approve,
+        "reject" => Decision::Reject,
+        "retry" => Decision::Retry,
+        _ => return Err(ApiError(AppError::NotFound)),
+    };
+    let body: DecisionBody = if body.iter().all(u8::is_ascii_whitespace) {
+        DecisionBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| {
+            ApiError(AppError::Invalid(format!(
+                "malformed JSON: {e}; send nothing, or {{\"reason\": \"…\"}}"
+            )))
+        })?
+    };
+    let reason = body.reason;
+    Ok(Json(
+        state
+            .service
+            .decide_promotion(&viewer, &id, decision, reason.as_deref())
+            .await?,
+    ))
 }
 
 async fn admin_sessions(

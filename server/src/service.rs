@@ -76,6 +76,8 @@ pub struct Service {
     pub closing: tokio::sync::watch::Sender<bool>,
     /// Sign-in with the configured OpenID Connect provider.
     pub oidc: Option<crate::oidc::Oidc>,
+    /// The production registry promotions go to, when one is configured.
+    pub registry: Option<Result<crate::registry::Registry, String>>,
 }
 
 impl Service {
@@ -87,7 +89,15 @@ impl Service {
         enforcement: Enforcement,
     ) -> Service {
         let sessions = crate::store::HttpSessionStore::new(store.clone());
+        let promotion = &config.promotion;
         Service {
+            registry: promotion.enabled().then(|| {
+                crate::registry::Registry::new(
+                    &promotion.registry,
+                    &promotion.username,
+                    &promotion.password,
+                )
+            }),
             oidc: config.oidc.clone().map(crate::oidc::Oidc::new),
             auth: Authenticator::new(store.clone(), sessions),
             config,

@@ -97,6 +97,21 @@ impl SortKey for AuditSort {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PromotionSort {
+    Requested,
+}
+
+impl SortKey for PromotionSort {
+    const DEFAULT: (Self, bool) = (PromotionSort::Requested, true);
+    fn parse(name: &str) -> Option<Self> {
+        (name == "requested").then_some(PromotionSort::Requested)
+    }
+    fn names() -> &'static [&'static str] {
+        &["requested"]
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UsageSort {
     Cost,
     Hours,
@@ -280,6 +295,22 @@ impl Listing<UsageSort, UsagePeriod> {
                         "unknown period `{filter}`; usage covers 1d, 7d, 30d or 90d"
                     ))
                 })
+        })
+    }
+}
+
+impl Listing<PromotionSort, Option<crate::domain::promotion::PromotionState>> {
+    /// Promotions filter by state (`pending`, …) or none (`all`).
+    pub fn promotions(query: &ListQuery) -> Result<Self, AppError> {
+        use crate::domain::promotion::PromotionState;
+        Listing::checked(query, |filter| match filter {
+            "" | "all" => Ok(None),
+            name => PromotionState::parse(name).map(Some).ok_or_else(|| {
+                AppError::Invalid(format!(
+                    "unknown filter `{name}`; promotions filter by all or a state ({})",
+                    PromotionState::EVERY.map(|s| s.as_str()).join(", ")
+                ))
+            }),
         })
     }
 }
@@ -473,5 +504,21 @@ mod tests {
         assert_eq!(page(0).pages(), 1);
         assert_eq!(page(25).pages(), 1);
         assert_eq!(page(26).pages(), 2);
+    }
+
+    #[test]
+    fn promotions_filter_by_state() {
+        use crate::domain::promotion::PromotionState;
+        let query = |filter: &str| ListQuery {
+            filter: Some(filter.into()),
+            ..ListQuery::default()
+        };
+        assert_eq!(Listing::promotions(&query("")).unwrap().filter, None);
+        assert_eq!(
+            Listing::promotions(&query("pending")).unwrap().filter,
+            Some(PromotionState::Pending)
+        );
+        let err = Listing::promotions(&query("done")).unwrap_err().to_string();
+        assert!(err.contains("pending, approved, pushing"), "{err}");
     }
 }

@@ -4,10 +4,12 @@
 //! browser shows exactly the prices and limits the server will enforce.
 
 pub mod credits;
+pub mod dates;
 pub mod idle;
 pub mod launch;
 pub mod listing;
 pub mod pool;
+pub mod promotion;
 pub mod quota;
 pub mod scope;
 pub mod session;

@@ -349,17 +349,7 @@ fn TokenRow(token: TokenRecord, revoke: ServerAction<RevokeToken>) -> impl IntoV
 
 /// "2026-11-30" (UTC) for a time in milliseconds.
 fn format_day(ms: i64) -> String {
-    // Days to a civil date: Howard Hinnant's algorithm.
-    let z = ms.div_euclid(86_400_000) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
+    crate::domain::dates::day(ms)
 }
 
 #[cfg(test)]

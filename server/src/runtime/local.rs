@@ -535,6 +535,10 @@ impl Runtime for LocalRuntime {
         Ok(())
     }
 
+    fn workspace_dir(&self, user_name: &str) -> Option<PathBuf> {
+        Some(self.workspace_of(user_name))
+    }
+
     async fn workspace_mib(&self, user_name: &str) -> Option<u64> {
         let workspace = self.workspace_of(user_name);
         tokio::task::spawn_blocking(move || directory_bytes(&workspace))

@@ -146,6 +146,12 @@ pub trait Runtime: Send + Sync + 'static {
         let _ = user_name;
         None
     }
+    /// Where a user's workspace lies on this machine, for the server to read files of it
+    /// (promotion); `None` where the runtime keeps workspaces elsewhere (kube: in volumes).
+    fn workspace_dir(&self, user_name: &str) -> Option<std::path::PathBuf> {
+        let _ = user_name;
+        None
+    }
     /// GPU use per editor handle, one sample for all (the reaper asks once per tick).
     /// Editors missing from the answer have no GPU use the runtime can see.
     async fn gpu_usage(&self, handles: &[String]) -> std::collections::HashMap<String, GpuUsage> {

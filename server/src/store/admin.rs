@@ -18,14 +18,14 @@ enum Value {
 
 /// A `WHERE` clause being built: its conditions and their values, numbered from `$1`.
 #[derive(Default)]
-struct Conditions {
-    clauses: Vec<String>,
+pub(super) struct Conditions {
+    pub(super) clauses: Vec<String>,
     values: Vec<Value>,
 }
 
 impl Conditions {
     /// The next value's placeholder.
-    fn bind(&mut self, value: String) -> String {
+    pub(super) fn bind(&mut self, value: String) -> String {
         self.values.push(Value::Text(value));
         format!("${}", self.values.len())
     }
@@ -95,7 +95,7 @@ fn admin_session_from_row(r: &AnyRow) -> Result<AdminSession> {
 }
 
 /// `ORDER BY` by `column`, then by `key` so that rows of equal `column` keep one order.
-fn ordered(column: &str, key: &str, descending: bool) -> String {
+pub(super) fn ordered(column: &str, key: &str, descending: bool) -> String {
     let dir = if descending { "DESC" } else { "ASC" };
     format!("{column} {dir}, {key} {dir}")
 }
@@ -430,7 +430,7 @@ impl Store {
             .collect()
     }
 
-    fn pattern(&self, search: &str) -> String {
+    pub(super) fn pattern(&self, search: &str) -> String {
         like_pattern(search, self.kind == DbKind::Postgres)
     }
 
@@ -445,7 +445,7 @@ impl Store {
 
     /// One page of `columns` `from` under the conditions, in `order`, and how many rows there
     /// are under them in all.
-    async fn page_of<S, F>(
+    pub(super) async fn page_of<S, F>(
         &self,
         c: &Conditions,
         table: Table<'_>,
@@ -483,10 +483,10 @@ impl Store {
 
 /// What a page of a table reads: its columns, `FROM` and joins, and for a table of groups, its
 /// `GROUP BY` and the key that counts them.
-struct Table<'a> {
-    columns: &'a str,
-    from: &'a str,
-    group: Option<(&'a str, &'a str)>,
+pub(super) struct Table<'a> {
+    pub(super) columns: &'a str,
+    pub(super) from: &'a str,
+    pub(super) group: Option<(&'a str, &'a str)>,
 }
 
 fn page<T, S, F>(items: Vec<T>, listing: &Listing<S, F>, total: u64) -> Page<T> {

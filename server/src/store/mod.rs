@@ -8,11 +8,13 @@ mod admin;
 mod guardrails;
 mod http_sessions;
 mod kube;
+mod promotions;
 mod records;
 
 pub use guardrails::*;
 pub use http_sessions::HttpSessionStore;
 pub use kube::{ReconcileLock, SlotMove};
+pub use promotions::NewPromotion;
 pub use records::*;
 
 use app::domain::launch::EditorKind;
@@ -1366,3 +1368,5 @@ mod tests;
 mod tests_admin;
 #[cfg(test)]
 mod tests_guardrails;
+#[cfg(test)]
+mod tests_promotions;

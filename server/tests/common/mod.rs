@@ -375,6 +375,8 @@ pub struct FakeRuntime {
     pub never_ready: bool,
     /// Cores every editor's processes use, in hundredths (as `cpu_load` reports them).
     pub cpu_centi_cores: Arc<std::sync::atomic::AtomicU32>,
+    /// Where users' workspaces lie (one directory per user name), for promotion.
+    pub workspaces: Option<PathBuf>,
 }
 
 impl FakeRuntime {
@@ -394,6 +396,7 @@ impl FakeRuntime {
             stop_takes: Duration::ZERO,
             never_ready: false,
             cpu_centi_cores: Default::default(),
+            workspaces: None,
         }
     }
 
@@ -471,6 +474,10 @@ impl Runtime for FakeRuntime {
                 .load(std::sync::atomic::Ordering::Relaxed),
         ) / 100.0;
         handles.iter().map(|h| (h.clone(), cores)).collect()
+    }
+
+    fn workspace_dir(&self, user_name: &str) -> Option<PathBuf> {
+        self.workspaces.as_ref().map(|w| w.join(user_name))
     }
 
     fn prestarts_editors(&self) -> bool {

@@ -1,0 +1,559 @@
+//! The promotion path: a user marks a file of their workspace; it is copied aside at once (so
+//! that what an admin approves is what is pushed), approved where the configuration asks for
+//! it, then pushed to the production registry as an OCI artifact with its provenance.
+
+use crate::registry::{Artifact, Registry};
+use crate::service::Service;
+use crate::store::{NewPromotion, now_ms};
+use app::domain::dates;
+use app::domain::listing::{ListQuery, Listing, Page};
+use app::domain::promotion::{Decision, PromotionRequest, PromotionState, Provenance};
+use app::domain::scope::Scope;
+use app::error::AppError;
+use app::model::{PromotionView, Viewer};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A push silent this long is taken over by whichever server looks next (its server died).
+const STALE_PUSH_MS: i64 = 60 * 60 * 1000;
+/// Promotions one user may have waiting (pending, approved, pushing or failed) at once: each
+/// holds a copy of its file on the server's disk.
+const MAX_WAITING: usize = 10;
+/// The longest reason an admin may give.
+const MAX_MESSAGE_CHARS: usize = 500;
+
+/// `[promotion]` in the configuration.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PromotionConfig {
+    /// The production registry, e.g. `https://registry.example.com`; empty: promotion is off.
+    pub registry: String,
+    /// Before every repository, e.g. `sandbox/`: artifacts land at
+    /// `<prefix><user>/<name>:<tag>`.
+    pub repository_prefix: String,
+    /// The registry account the server pushes with (HTTP basic); empty: anonymous.
+    pub username: String,
+    pub password: String,
+    /// Whether an admin approves each promotion before it is pushed.
+    pub require_approval: bool,
+    /// The largest file that may be promoted (MiB).
+    pub max_file_mib: u64,
+}
+
+impl Default for PromotionConfig {
+    fn default() -> Self {
+        PromotionConfig {
+            registry: String::new(),
+            repository_prefix: String::new(),
+            username: String::new(),
+            password: String::new(),
+            require_approval: true,
+            max_file_mib: 2048,
+        }
+    }
+}
+
+impl PromotionConfig {
+    pub fn enabled(&self) -> bool {
+        !self.registry.is_empty()
+    }
+
+    /// The first key that is wrong, and why.
+    pub fn problem(&self) -> Option<(&'static str, String)> {
+        if self.enabled() {
+            let Some((scheme, rest)) = self.registry.split_once("://") else {
+                return Some(("registry", "must start with http:// or https://".into()));
+            };
+            let host = rest.trim_end_matches('/');
+            if !matches!(scheme, "http" | "https")
+                || host.is_empty()
+                || host.contains(['/', '?', '#', '@'])
+                || host.chars().any(char::is_whitespace)
+            {
+                return Some((
+                    "registry",
+                    format!(
+                        "'{}' is not a registry address like https://registry.example.com (no path)",
+                        self.registry
+                    ),
+                ));
+            }
+        }
+        if !self.repository_prefix.is_empty() {
+            let ok = self
+                .repository_prefix
+                .strip_suffix('/')
+                .is_some_and(app::domain::promotion::is_repository);
+            if !ok {
+                return Some((
+                    "repository_prefix",
+                    "must be empty or a repository path ending in `/`, e.g. `sandbox/`".into(),
+                ));
+            }
+        }
+        if self.username.is_empty() && !self.password.is_empty() {
+            return Some(("username", "a password is set without a user name".into()));
+        }
+        if self.max_file_mib == 0 || self.max_file_mib > 1024 * 1024 {
+            return Some(("max_file_mib", "must be 1 to 1048576".into()));
+        }
+        None
+    }
+}
+
+/// Why a file could not be copied aside.
+#[derive(Debug, thiserror::Error)]
+enum StageError {
+    #[error("{0}")]
+    Refused(String),
+    #[error("{0}")]
+    TooLarge(String),
+    #[error("copying the file: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Copies `relative` from `workspace` to `into`, hashing it on the way; (bytes, hex sha256).
+///
+/// The file is opened without following a link at its last step, then the path the kernel
+/// opened is checked to lie inside the workspace: a link anywhere in the path that leads out
+/// (to the server's own files) is refused, however it was swapped in.
+fn stage(
+    workspace: &Path,
+    relative: &str,
+    into: &Path,
+    max_bytes: u64,
+) -> Result<(u64, String), StageError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let shown = relative;
+    let root = std::fs::canonicalize(workspace).map_err(|_| {
+        StageError::Refused(
+            "your workspace is empty: launch a session and save a file first".into(),
+        )
+    })?;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        // A FIFO would block the open; a link at the last step is refused.
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(workspace.join(relative))
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ENOTDIR) => {
+                StageError::Refused(format!("there is no file `{shown}` in your workspace"))
+            }
+            Some(libc::ELOOP) => StageError::Refused(format!(
+                "`{shown}` is a link; promote the file it points to"
+            )),
+            Some(libc::EACCES) => StageError::Refused(format!("`{shown}` cannot be read")),
+            _ => StageError::Io(e),
+        })?;
+    let opened = std::fs::read_link(format!("/proc/self/fd/{}", {
+        use std::os::fd::AsRawFd;
+        file.as_raw_fd()
+    }))?;
+    if !opened.starts_with(&root) {
+        return Err(StageError::Refused(format!(
+            "`{shown}` leads outside your workspace"
+        )));
+    }
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        return Err(StageError::Refused(format!("`{shown}` is not a file")));
+    }
+    let too_large = || {
+        StageError::TooLarge(format!(
+            "`{shown}` is larger than the {} MiB a promotion may be",
+            max_bytes / (1024 * 1024)
+        ))
+    };
+    if metadata.len() > max_bytes {
+        return Err(too_large());
+    }
+    if let Some(parent) = into.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut out = std::fs::File::create(into)?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 256 * 1024];
+    let mut total = 0u64;
+    loop {
+        let n = file.read(&mut buffer)?;
+        if n == 0 {
+            break;
+        }
+        total += n as u64;
+        // It may grow while it is read.
+        if total > max_bytes {
+            return Err(too_large());
+        }
+        hasher.update(&buffer[..n]);
+        out.write_all(&buffer[..n])?;
+    }
+    out.sync_all()?;
+    Ok((total, hex::encode(hasher.finalize())))
+}
+
+impl Service {
+    /// Where promotions keep their copies until pushed.
+    fn staged(&self, id: &str) -> PathBuf {
+        self.config.data_dir.join("promotions").join(id)
+    }
+
+    fn registry(&self) -> Result<&Registry, AppError> {
+        if !self.config.promotion.enabled() {
+            return Err(AppError::Unavailable(
+                "promotion is not set up on this server: an admin sets `promotion.registry`".into(),
+            ));
+        }
+        match &self.registry {
+            Some(Ok(registry)) => Ok(registry),
+            Some(Err(e)) => {
+                tracing::error!(error = %e, "the registry client");
+                Err(AppError::Internal)
+            }
+            None => Err(AppError::Internal),
+        }
+    }
+
+    /// The editor's image as provenance records it.
+    fn editor_image(&self, editor: app::domain::launch::EditorKind) -> String {
+        match self.config.runtime {
+            crate::runtime::RuntimeKind::Kube => self.config.kube.images.of(editor).to_string(),
+            crate::runtime::RuntimeKind::Local => format!("local/{}", editor.as_str()),
+        }
+    }
+
+    /// Marks a file of the session's workspace for promotion.
+    pub async fn request_promotion(
+        self: &Arc<Self>,
+        viewer: &Viewer,
+        session_id: &str,
+        request: &PromotionRequest,
+    ) -> Result<PromotionView, AppError> {
+        viewer.scopes.require(Scope::Sessions)?;
+        let session = self.owned_record(viewer, session_id).await?;
+        self.registry()?;
+        if session.ready_at.is_none() {
+            return Err(AppError::Conflict(
+                "this session's editor never started, so it made no files to promote".into(),
+            ));
+        }
+        let settings = &self.config.promotion;
+        let checked = request
+            .check(&settings.repository_prefix, &viewer.name)
+            .map_err(AppError::Invalid)?;
+        let workspace = self.runtime.workspace_dir(&viewer.name).ok_or_else(|| {
+            AppError::Unavailable(
+                "promotion reads workspaces on this machine; this server's runtime keeps them elsewhere"
+                    .into(),
+            )
+        })?;
+        let waiting = self
+            .store
+            .promotions_of(&viewer.id, 200)
+            .await?
+            .iter()
+            .filter(|p| !p.state.is_final())
+            .count();
+        if waiting >= MAX_WAITING {
+            return Err(AppError::QuotaExceeded(format!(
+                "you have {waiting} promotions waiting; at most {MAX_WAITING} may wait at once"
+            )));
+        }
+        let id = crate::store::new_id();
+        let into = self.staged(&id);
+        let (path, copy, max) = (
+            checked.path.clone(),
+            into.clone(),
+            settings.max_file_mib * 1024 * 1024,
+        );
+        let staged = tokio::task::spawn_blocking(move || stage(&workspace, &path, &copy, max))
+            .await
+            .unwrap_or_else(|e| Err(StageError::Io(std::io::Error::other(e))));
+        let (size, sha256) = match staged {
+            Ok(done) => done,
+            Err(e) => {
+                let _ = tokio::fs::remove_file(&into).await;
+                return Err(match e {
+                    StageError::Refused(why) => AppError::Invalid(why),
+                    StageError::TooLarge(why) => AppError::TooLarge(why),
+                    StageError::Io(e) => {
+                        tracing::error!(error = %e, "copying a file for promotion");
+                        AppError::Internal
+                    }
+                });
+            }
+        };
+        let state = PromotionState::initial(settings.require_approval);
+        let record = NewPromotion {
+            id: id.clone(),
+            user_id: viewer.id.clone(),
+            session_id: session.id.clone(),
+            path: checked.path,
+            repository: checked.repository,
+            tag: checked.tag,
+            media_type: checked.media_type.to_string(),
+            size_bytes: size,
+            sha256,
+            image: self.editor_image(session.editor),
+            state,
+        };
+        if let Err(e) = self.store.insert_promotion(&record).await {
+            let _ = tokio::fs::remove_file(&into).await;
+            return Err(e.into());
+        }
+        if state == PromotionState::Approved {
+            self.spawn_push(id.clone());
+        }
+        self.promotion_view(&id).await
+    }
+
+    /// The viewer's promotions, newest first.
+    pub async fn promotions(&self, viewer: &Viewer) -> Result<Vec<PromotionView>, AppError> {
+        viewer.scopes.require(Scope::Read)?;
+        let mut list = self.store.promotions_of(&viewer.id, 50).await?;
+        for p in &mut list {
+            self.add_reference(p);
+        }
+        Ok(list)
+    }
+
+    /// One promotion, for its owner or an admin.
+    pub async fn promotion(&self, viewer: &Viewer, id: &str) -> Result<PromotionView, AppError> {
+        viewer.scopes.require(Scope::Read)?;
+        let view = self.promotion_view(id).await?;
+        let admin = crate::admin::require_admin(viewer).is_ok();
+        if view.user_id != viewer.id && !admin {
+            return Err(AppError::NotFound);
+        }
+        Ok(view)
+    }
+
+    pub async fn admin_promotions(
+        &self,
+        viewer: &Viewer,
+        query: &ListQuery,
+    ) -> Result<Page<PromotionView>, AppError> {
+        crate::admin::require_admin(viewer)?;
+        let mut page = self
+            .store
+            .admin_promotions(&Listing::promotions(query)?)
+            .await?;
+        for p in &mut page.items {
+            self.add_reference(p);
+        }
+        Ok(page)
+    }
+
+    /// An admin approves, rejects or retries a promotion.
+    pub async fn decide_promotion(
+        self: &Arc<Self>,
+        viewer: &Viewer,
+        id: &str,
+        decision: Decision,
+        message: Option<&str>,
+    ) -> Result<PromotionView, AppError> {
+        crate::admin::require_admin(viewer)?;
+        let message = message.map(str::trim).filter(|m| !m.is_empty());
+        if message.is_some_and(|m| {
+            m.chars().count() > MAX_MESSAGE_CHARS || m.chars().any(char::is_control)
+        }) {
+            return Err(AppError::Invalid(format!(
+                "the reason must be at most {MAX_MESSAGE_CHARS} characters on one line"
+            )));
+        }
+        let current = self.promotion_view(id).await?;
+        if !PromotionState::decidable(decision).contains(&current.state)
+            || !self
+                .store
+                .decide_promotion(id, &viewer.id, decision, message)
+                .await?
+        {
+            let now = self.promotion_view(id).await?;
+            return Err(AppError::Conflict(decision.refusal(now.state)));
+        }
+        match decision {
+            Decision::Reject => {
+                let _ = tokio::fs::remove_file(self.staged(id)).await;
+            }
+            Decision::Approve | Decision::Retry => self.spawn_push(id.to_string()),
+        }
+        self.promotion_view(id).await
+    }
+
+    async fn promotion_view(&self, id: &str) -> Result<PromotionView, AppError> {
+        let mut view = self.store.promotion(id).await?.ok_or(AppError::NotFound)?;
+        self.add_reference(&mut view);
+        Ok(view)
+    }
+
+    fn add_reference(&self, view: &mut PromotionView) {
+        if let (Some(digest), Some(Ok(registry))) = (&view.digest, &self.registry) {
+            view.reference = Some(registry.reference(&view.repository, digest));
+        }
+    }
+
+    fn spawn_push(self: &Arc<Self>, id: String) {
+        let this = Arc::clone(self);
+        tokio::spawn(async move { this.push_promotion(&id).await });
+    }
+
+    /// Pushes what waits: approved promotions, and pushes whose server went quiet.
+    pub async fn resume_promotions(self: &Arc<Self>) {
+        if !self.config.promotion.enabled() {
+            return;
+        }
+        match self
+            .store
+            .pushable_promotions(now_ms() - STALE_PUSH_MS)
+            .await
+        {
+            Ok(ids) => {
+                for id in ids {
+                    self.push_promotion(&id).await;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "finding promotions to push"),
+        }
+    }
+
+    /// Claims the promotion and pushes it; records the digest or why it failed.
+    async fn push_promotion(&self, id: &str) {
+        let Ok(registry) = self.registry() else {
+            return;
+        };
+        let promotion = match self
+            .store
+            .claim_promotion(id, now_ms() - STALE_PUSH_MS)
+            .await
+        {
+            Ok(Some(p)) => p,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, promotion = id, "claiming a promotion");
+                return;
+            }
+        };
+        let provenance = Provenance {
+            user_name: promotion.user_name.clone(),
+            session_id: promotion.session_id.clone(),
+            image: promotion.image.clone(),
+            sha256: promotion.sha256.clone(),
+            path: promotion.path.clone(),
+            created: dates::rfc3339(promotion.requested_at_ms),
+            approved_by: promotion.decided_by.clone(),
+        };
+        let file = self.staged(id);
+        let outcome = registry
+            .push(&Artifact {
+                repository: &promotion.repository,
+                tag: &promotion.tag,
+                file: &file,
+                size: promotion.size_bytes,
+                sha256: &promotion.sha256,
+                media_type: &promotion.media_type,
+                provenance: &provenance,
+            })
+            .await;
+        let recorded = match &outcome {
+            Ok(digest) => {
+                tracing::info!(promotion = id, %digest, repository = %promotion.repository, "promoted");
+                self.store.finish_promotion(id, Ok(digest)).await
+            }
+            Err(e) => {
+                tracing::warn!(promotion = id, error = %e, "promotion push failed");
+                let message = match e {
+                    crate::registry::RegistryError::Io(_) => {
+                        "the server's copy of the file is gone; ask for the promotion again"
+                            .to_string()
+                    }
+                    other => other.to_string(),
+                };
+                self.store.finish_promotion(id, Err(&message)).await
+            }
+        };
+        if let Err(e) = recorded {
+            tracing::error!(error = %e, promotion = id, "recording a push");
+        } else if outcome.is_ok() {
+            let _ = tokio::fs::remove_file(&file).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workspace() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(ws.join("models")).unwrap();
+        std::fs::write(ws.join("models/m.bin"), b"hello").unwrap();
+        std::fs::write(dir.path().join("secret"), b"server's own").unwrap();
+        (dir, ws)
+    }
+
+    #[test]
+    fn a_file_is_copied_with_its_checksum() {
+        let (dir, ws) = workspace();
+        let into = dir.path().join("staged/p1");
+        let (size, sha) = stage(&ws, "models/m.bin", &into, 1024).unwrap();
+        assert_eq!(size, 5);
+        assert_eq!(
+            sha,
+            "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+        );
+        assert_eq!(std::fs::read(&into).unwrap(), b"hello");
+    }
+
+    #[test]
+    fn links_out_of_the_workspace_and_odd_files_are_refused() {
+        let (dir, ws) = workspace();
+        let into = dir.path().join("staged/x");
+        std::os::unix::fs::symlink(dir.path().join("secret"), ws.join("link")).unwrap();
+        std::os::unix::fs::symlink(dir.path(), ws.join("outside")).unwrap();
+        let refused = |path: &str| match stage(&ws, path, &into, 1024) {
+            Err(StageError::Refused(why)) => why,
+            other => panic!("{path}: {other:?}"),
+        };
+        assert!(refused("link").contains("is a link"));
+        assert!(refused("outside/secret").contains("outside your workspace"));
+        assert!(refused("models").contains("not a file"));
+        assert!(refused("nope.bin").contains("no file `nope.bin`"));
+        assert!(!into.exists(), "nothing was copied");
+        match stage(&ws, "models/m.bin", &into, 4) {
+            Err(StageError::TooLarge(why)) => assert!(why.contains("larger than"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_settings_name_their_key() {
+        let with = |f: &dyn Fn(&mut PromotionConfig)| {
+            let mut c = PromotionConfig {
+                registry: "https://registry.example.com".into(),
+                ..PromotionConfig::default()
+            };
+            f(&mut c);
+            c.problem().map(|(key, _)| key)
+        };
+        assert_eq!(with(&|_| {}), None);
+        assert_eq!(PromotionConfig::default().problem(), None, "off is fine");
+        assert_eq!(
+            with(&|c| c.registry = "registry.example.com".into()),
+            Some("registry")
+        );
+        assert_eq!(
+            with(&|c| c.registry = "https://r.example.com/v2".into()),
+            Some("registry")
+        );
+        assert_eq!(
+            with(&|c| c.repository_prefix = "Sandbox/".into()),
+            Some("repository_prefix")
+        );
+        assert_eq!(with(&|c| c.repository_prefix = "sandbox/".into()), None);
+        assert_eq!(with(&|c| c.password = "x".into()), Some("username"));
+        assert_eq!(with(&|c| c.max_file_mib = 0), Some("max_file_mib"));
+    }
+}
