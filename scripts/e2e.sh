@@ -9,14 +9,24 @@ BIN="$TARGET/debug/server"
 DATA=$(mktemp -d)
 PORT=${E2E_PORT:-3100}
 OIDC_PORT=${E2E_OIDC_PORT:-$((PORT + 1))}
+REGISTRY_PORT=${E2E_REGISTRY_PORT:-$((PORT + 2))}
 export SANDBOX_DATA_DIR="$DATA" SANDBOX_LISTEN="127.0.0.1:$PORT" SANDBOX_SITE_ROOT="${SANDBOX_SITE_ROOT:-$PWD/target/site}"
 export SANDBOX_LOG=${SANDBOX_LOG:-warn}
 # A real OpenID Connect provider for the single sign-on test.
 node end2end/oidc/provider.mjs "$OIDC_PORT" "http://127.0.0.1:$PORT/auth/oidc/callback" >"$DATA/oidc.log" 2>&1 &
 PROVIDER=$!
+# A real registry (Debian's docker-registry) for the promotion test; anonymous, on loopback.
+cat >"$DATA/registry.yml" <<YAML
+version: 0.1
+log: {level: error, accesslog: {disabled: true}}
+storage: {filesystem: {rootdirectory: $DATA/registry}}
+http: {addr: 127.0.0.1:$REGISTRY_PORT}
+YAML
+docker-registry serve "$DATA/registry.yml" >"$DATA/registry.log" 2>&1 &
+REGISTRY=$!
 SERVER=
 cleanup() {
-  kill -TERM "$PROVIDER" 2>/dev/null || true
+  kill -TERM "$PROVIDER" "$REGISTRY" 2>/dev/null || true
   if [ -n "$SERVER" ]; then
     kill -TERM "$SERVER" 2>/dev/null || true
     wait "$SERVER" 2>/dev/null || true
@@ -59,8 +69,12 @@ redirect_url = "http://127.0.0.1:$PORT/auth/oidc/callback"
 display_name = "Test IdP"
 scopes = ["openid", "profile", "groups"]
 admin_groups = ["gpu-admins"]
+
+[promotion]
+registry = "http://127.0.0.1:$REGISTRY_PORT"
+repository_prefix = "e2e/"
 TOML
-for user in e2e e2e-idle e2e-queue e2e-queue-b e2e-target; do
+for user in e2e e2e-idle e2e-queue e2e-queue-b e2e-target e2e-promote; do
   echo "e2e-password" | "$BIN" --config "$DATA/e2e.toml" user add "$user" --password-stdin >/dev/null
 done
 # A local admin named as one of the provider's people, whom single sign-on must not make them.
@@ -75,7 +89,12 @@ for _ in $(seq 1 100); do
   curl -sf "http://127.0.0.1:$OIDC_PORT/.well-known/openid-configuration" >/dev/null && break
   sleep 0.2
 done
+for _ in $(seq 1 100); do
+  curl -s -o /dev/null "http://127.0.0.1:$REGISTRY_PORT/v2/" && break
+  sleep 0.2
+done
 export E2E_OIDC_URL="http://127.0.0.1:$OIDC_PORT"
+export E2E_REGISTRY_URL="http://127.0.0.1:$REGISTRY_PORT" E2E_DATA_DIR="$DATA"
 export E2E_BASE_URL="http://127.0.0.1:$PORT" E2E_USER=e2e E2E_PASSWORD=e2e-password
 export E2E_ARTIFACTS="$PWD/end2end/test-results"
 status=0

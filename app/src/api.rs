@@ -8,8 +8,8 @@ use crate::domain::launch::LaunchRequest;
 use crate::domain::listing::{ListQuery, Page};
 use crate::error::AppError;
 use crate::model::{
-    AdminGpu, AdminSession, AdminUser, AuditLine, Dashboard, NewToken, SessionView, TokensPage,
-    UsageRow, UserChange, Viewer,
+    AdminGpu, AdminSession, AdminUser, AuditLine, Dashboard, NewToken, PromotionView, Promotions,
+    SessionView, TokensPage, UsageRow, UserChange, Viewer,
 };
 use leptos::prelude::*;
 
@@ -122,6 +122,25 @@ mod backend {
             user_id: &str,
             overrides: crate::domain::quota::Overrides,
         ) -> Result<crate::domain::quota::Limits, AppError>;
+        async fn promote_file(
+            &self,
+            viewer: &Viewer,
+            session_id: &str,
+            request: crate::domain::promotion::PromotionRequest,
+        ) -> Result<PromotionView, AppError>;
+        async fn promotions(&self, viewer: &Viewer) -> Result<Promotions, AppError>;
+        async fn admin_promotions(
+            &self,
+            viewer: &Viewer,
+            query: &ListQuery,
+        ) -> Result<Page<PromotionView>, AppError>;
+        async fn decide_promotion(
+            &self,
+            viewer: &Viewer,
+            id: &str,
+            decision: crate::domain::promotion::Decision,
+            reason: Option<String>,
+        ) -> Result<PromotionView, AppError>;
     }
 
     pub(super) fn backend() -> Result<Arc<dyn Backend>, AppError> {
@@ -367,4 +386,40 @@ pub async fn admin_access() -> Result<crate::model::AdminAccess, AppError> {
 #[server]
 pub async fn confirm_admin(password: String) -> Result<(), AppError> {
     backend::confirm_admin(&password).await
+}
+
+// JSON: the request is a struct, and its tag may be absent.
+#[server(input = leptos::server_fn::codec::Json)]
+pub async fn promote_file(
+    session_id: String,
+    request: crate::domain::promotion::PromotionRequest,
+) -> Result<PromotionView, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?
+        .promote_file(&viewer, &session_id, request)
+        .await
+}
+
+#[server]
+pub async fn my_promotions() -> Result<Promotions, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.promotions(&viewer).await
+}
+
+#[server(input = leptos::server_fn::codec::Json)]
+pub async fn admin_promotions(query: ListQuery) -> Result<Page<PromotionView>, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.admin_promotions(&viewer, &query).await
+}
+
+#[server(input = leptos::server_fn::codec::Json)]
+pub async fn decide_promotion(
+    id: String,
+    decision: crate::domain::promotion::Decision,
+    reason: Option<String>,
+) -> Result<PromotionView, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?
+        .decide_promotion(&viewer, &id, decision, reason)
+        .await
 }

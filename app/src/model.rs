@@ -366,3 +366,13 @@ pub struct PromotionView {
     /// Why it was rejected or why its push failed.
     pub message: Option<String>,
 }
+
+/// The viewer's promotions, and whether this server promotes at all.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Promotions {
+    /// A registry is configured.
+    pub enabled: bool,
+    /// An admin approves each one before it is pushed.
+    pub needs_approval: bool,
+    pub items: Vec<PromotionView>,
+}

@@ -1583,4 +1583,42 @@ impl app::api::Backend for PagesBackend {
     ) -> Result<app::domain::quota::Limits, AppError> {
         self.0.set_user_quota(viewer, user_id, &overrides).await
     }
+
+    async fn promote_file(
+        &self,
+        viewer: &Viewer,
+        session_id: &str,
+        request: app::domain::promotion::PromotionRequest,
+    ) -> Result<app::model::PromotionView, AppError> {
+        self.0.request_promotion(viewer, session_id, &request).await
+    }
+
+    async fn promotions(&self, viewer: &Viewer) -> Result<app::model::Promotions, AppError> {
+        let settings = &self.0.config.promotion;
+        Ok(app::model::Promotions {
+            enabled: settings.enabled(),
+            needs_approval: settings.require_approval,
+            items: self.0.promotions(viewer).await?,
+        })
+    }
+
+    async fn admin_promotions(
+        &self,
+        viewer: &Viewer,
+        query: &app::domain::listing::ListQuery,
+    ) -> Result<app::domain::listing::Page<app::model::PromotionView>, AppError> {
+        self.0.admin_promotions(viewer, query).await
+    }
+
+    async fn decide_promotion(
+        &self,
+        viewer: &Viewer,
+        id: &str,
+        decision: app::domain::promotion::Decision,
+        reason: Option<String>,
+    ) -> Result<app::model::PromotionView, AppError> {
+        self.0
+            .decide_promotion(viewer, id, decision, reason.as_deref())
+            .await
+    }
 }

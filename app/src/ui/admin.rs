@@ -1,15 +1,18 @@
-//! The admin pages: users (roles, locks, credits), every session, the pool per GPU, the audit
-//! log. Tables page, sort and filter on the server; where the table is (tab, page, sort, search)
-//! lives in the address, so a reload or a shared link shows the same rows.
+//! The admin pages: users (roles, locks, credits), every session, the pool per GPU, usage and
+//! cost, promotions to approve, the audit log, the settings. Tables page, sort and filter on the
+//! server; where the table is (tab, page, sort, search) lives in the address, so a reload or a
+//! shared link shows the same rows.
 
 use super::ErrorNotice;
 use crate::api::{
-    AdminStop, ChangeUser, ConfirmAdmin, GrantCredits, SetUserQuota, admin_access, admin_audit,
-    admin_pool, admin_sessions, admin_settings, admin_usage, admin_users,
+    AdminStop, ChangeUser, ConfirmAdmin, DecidePromotion, GrantCredits, SetUserQuota, admin_access,
+    admin_audit, admin_pool, admin_promotions, admin_sessions, admin_settings, admin_usage,
+    admin_users,
 };
 use crate::domain::credits;
 use crate::domain::listing::{ListQuery, Page};
 use crate::domain::pool::format_mib;
+use crate::domain::promotion::{Decision, PromotionState};
 use crate::model::{
     AdminAccess, AdminGpu, AdminSession, AdminUser, AuditLine, Confirmation, Role, UsageRow,
     UserChange,
@@ -23,16 +26,18 @@ enum Tab {
     Sessions,
     Pool,
     Usage,
+    Promotions,
     Audit,
     Settings,
 }
 
 impl Tab {
-    const ALL: [Tab; 6] = [
+    const ALL: [Tab; 7] = [
         Tab::Users,
         Tab::Sessions,
         Tab::Pool,
         Tab::Usage,
+        Tab::Promotions,
         Tab::Audit,
         Tab::Settings,
     ];
@@ -42,6 +47,7 @@ impl Tab {
             Some("sessions") => Tab::Sessions,
             Some("pool") => Tab::Pool,
             Some("usage") => Tab::Usage,
+            Some("promotions") => Tab::Promotions,
             Some("audit") => Tab::Audit,
             Some("settings") => Tab::Settings,
             _ => Tab::Users,
@@ -54,6 +60,7 @@ impl Tab {
             Tab::Sessions => "sessions",
             Tab::Pool => "pool",
             Tab::Usage => "usage",
+            Tab::Promotions => "promotions",
             Tab::Audit => "audit",
             Tab::Settings => "settings",
         }
@@ -65,6 +72,7 @@ impl Tab {
             Tab::Sessions => "Sessions",
             Tab::Pool => "Pool",
             Tab::Usage => "Usage and cost",
+            Tab::Promotions => "Promotions",
             Tab::Audit => "Audit log",
             Tab::Settings => "Settings",
         }
@@ -239,6 +247,7 @@ fn AdminTabs(tab: Memo<Tab>, list: Memo<ListQuery>) -> impl IntoView {
                 Tab::Sessions => view! { <SessionsTab list /> }.into_any(),
                 Tab::Pool => view! { <PoolTab /> }.into_any(),
                 Tab::Usage => view! { <UsageTab list /> }.into_any(),
+                Tab::Promotions => view! { <PromotionsTab list /> }.into_any(),
                 Tab::Audit => view! { <AuditTab list /> }.into_any(),
                 Tab::Settings => view! { <SettingsTab /> }.into_any(),
         }}
@@ -830,6 +839,153 @@ fn SessionRow(session: AdminSession, stop: ServerAction<AdminStop>) -> impl Into
                         }
                     })}
             </td>
+        </tr>
+    }
+}
+
+#[component]
+fn PromotionsTab(list: Memo<ListQuery>) -> impl IntoView {
+    let decide = ServerAction::<DecidePromotion>::new();
+    let data = Resource::new(
+        move || (list.get(), decide.version().get()),
+        |(query, _)| admin_promotions(query),
+    );
+    view! {
+        <SearchForm
+            tab=Tab::Promotions
+            list
+            placeholder="User, artifact, tag or file"
+            filters=&[
+                ("all", "all promotions"),
+                ("pending", "waiting for approval"),
+                ("approved", "approved"),
+                ("pushing", "pushing"),
+                ("pushed", "pushed"),
+                ("rejected", "rejected"),
+                ("failed", "failed"),
+            ]
+        />
+        {action_error(move || decide.value().get())}
+        {loaded(
+            data,
+            "Loading promotions…",
+            move |page| view! { <PromotionsTable page list decide /> }.into_any(),
+        )}
+    }
+}
+
+#[component]
+fn PromotionsTable(
+    page: Page<crate::model::PromotionView>,
+    list: Memo<ListQuery>,
+    decide: ServerAction<DecidePromotion>,
+) -> impl IntoView {
+    let pages = page.pages();
+    if page.items.is_empty() {
+        return view! { <Empty tab=Tab::Promotions list page=page.page text="No promotion matches." /> }
+            .into_any();
+    }
+    view! {
+        <table class="admin-table" data-testid="admin-promotions">
+            <thead>
+                <tr>
+                    <th>"User"</th>
+                    <th>"File"</th>
+                    <th>"As"</th>
+                    <SortHeader tab=Tab::Promotions list key="requested" label="Requested" />
+                    <th>"State"</th>
+                    <th></th>
+                </tr>
+            </thead>
+            <tbody>
+                {page
+                    .items
+                    .into_iter()
+                    .map(|promotion| view! { <PromotionRow promotion decide /> })
+                    .collect_view()}
+            </tbody>
+        </table>
+        <Pager tab=Tab::Promotions list page=page.page pages total=page.total />
+    }
+    .into_any()
+}
+
+#[component]
+fn PromotionRow(
+    promotion: crate::model::PromotionView,
+    decide: ServerAction<DecidePromotion>,
+) -> impl IntoView {
+    let reason = RwSignal::new(String::new());
+    let id = promotion.id.clone();
+    let button = move |decision: Decision, label: &'static str, class: &'static str| {
+        let id = id.clone();
+        view! {
+            <button
+                class=class
+                on:click=move |_| {
+                    let text = reason.get_untracked();
+                    decide.dispatch(DecidePromotion {
+                        id: id.clone(),
+                        decision,
+                        reason: (!text.trim().is_empty()).then_some(text),
+                    });
+                }
+            >
+                {label}
+            </button>
+        }
+    };
+    let state = promotion.state;
+    // Pending ones are approved, failed ones retried; either may be rejected.
+    let first = match state {
+        PromotionState::Pending => Some((Decision::Approve, "Approve")),
+        PromotionState::Failed => Some((Decision::Retry, "Retry")),
+        _ => None,
+    };
+    let actions = first.map(|(decision, label)| {
+        view! {
+            <div class="decide">
+                {button(decision, label, "primary")}
+                <input
+                    aria-label="Reason to reject"
+                    placeholder="Reason (optional)"
+                    maxlength="500"
+                    bind:value=reason
+                />
+                {button(Decision::Reject, "Reject", "danger")}
+            </div>
+        }
+    });
+    let detail = promotion
+        .reference
+        .clone()
+        .or_else(|| promotion.message.clone())
+        .unwrap_or_default();
+    let provenance = format!(
+        "session {} · {} · sha256 {}",
+        promotion.session_id, promotion.image, promotion.sha256
+    );
+    view! {
+        <tr data-promotion=promotion.id.clone()>
+            <td>{promotion.user_name.clone()}</td>
+            <td title=provenance>
+                {format!(
+                    "{} ({})",
+                    promotion.path,
+                    super::promotion::format_bytes(promotion.size_bytes),
+                )}
+            </td>
+            <td>{format!("{}:{}", promotion.repository, promotion.tag)}</td>
+            <td>{format_utc(promotion.requested_at_ms)}</td>
+            <td>
+                <super::promotion::PromotionChip state />
+                <div class="muted small">{detail}</div>
+                {promotion
+                    .decided_by
+                    .clone()
+                    .map(|admin| view! { <div class="muted small">{format!("by {admin}")}</div> })}
+            </td>
+            <td>{actions}</td>
         </tr>
     }
 }

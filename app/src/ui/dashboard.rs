@@ -135,6 +135,7 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
                         }
                     })}
             </section>
+            <super::promotion::PromotionsCard />
             <PoolStrip gpus enforcement />
         </main>
     }

@@ -6,6 +6,7 @@ mod dashboard;
 mod live;
 mod login;
 mod presence;
+mod promotion;
 mod session;
 mod tokens;
 

@@ -117,6 +117,9 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
     }
 
     let state = move || session.with(|s| s.state);
+    // Only a change of readiness draws the promote menu anew: other updates (heartbeats, the
+    // clock) would clear what is being typed in it.
+    let ready = Memo::new(move |_| state() == SessionState::Ready);
     let progress = move || session.with(|s| s.steps.last().map(|st| st.progress).unwrap_or(0));
     let stop_id = id.clone();
     view! {
@@ -194,6 +197,16 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                                         extend.dispatch(ExtendSession { id: extend_id.clone(), minutes: 30 });
                                     }>"Extend 30 min"</button>
                                 </span>
+                            }
+                        })
+                }}
+                {move || {
+                    ready
+                        .get()
+                        .then(|| {
+                            view! {
+                                <super::promotion::PromoteMenu session_id=session
+                                    .with_untracked(|s| s.id.clone()) />
                             }
                         })
                 }}
