@@ -116,6 +116,11 @@ mod backend {
             note: &str,
         ) -> Result<i64, AppError>;
         async fn admin_stop(&self, viewer: &Viewer, id: &str) -> Result<AdminSession, AppError>;
+        async fn admin_open_editor(
+            &self,
+            viewer: &Viewer,
+            id: &str,
+        ) -> Result<crate::model::EditorAccess, AppError>;
         async fn set_user_quota(
             &self,
             viewer: &Viewer,
@@ -359,6 +364,12 @@ pub async fn grant_credits(user_id: String, amount: String, note: String) -> Res
 pub async fn admin_stop(id: String) -> Result<AdminSession, AppError> {
     let viewer = backend::require_viewer().await?;
     backend::backend()?.admin_stop(&viewer, &id).await
+}
+
+#[server]
+pub async fn admin_open_editor(id: String) -> Result<crate::model::EditorAccess, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.admin_open_editor(&viewer, &id).await
 }
 
 #[server(input = leptos::server_fn::codec::Json)]

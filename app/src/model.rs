@@ -376,3 +376,11 @@ pub struct Promotions {
     pub needs_approval: bool,
     pub items: Vec<PromotionView>,
 }
+
+/// An admin's way into a user's editor: where, and until when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EditorAccess {
+    /// `/s/<id>/`.
+    pub url: String,
+    pub expires_at_ms: i64,
+}

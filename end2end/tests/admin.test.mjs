@@ -49,11 +49,29 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
       return [answer.status, await answer.json()];
     });
     assert.equal(status, 201, JSON.stringify(launched));
+    // Ready before the table is read, so that its editor can be entered.
+    for (let i = 0; ; i += 1) {
+      const state = await owner.evaluate(
+        async (id) => (await (await fetch(`/api/v1/sessions/${id}`)).json()).state,
+        launched.id,
+      );
+      if (state === 'ready') break;
+      assert.ok(i < 240 && state !== 'ended', `the session got ${state}`);
+      await owner.waitForTimeout(250);
+    }
     await page.getByRole('link', { name: 'Sessions', exact: true }).click();
     await page.waitForURL(/tab=sessions/);
     const session = page.locator(`tr[data-session="${launched.id}"]`);
     await session.waitFor();
     assert.match(await session.innerText(), new RegExp(TARGET));
+    // Entering their editor is an explicit, audited step; then the proxy lets the admin in.
+    const editorUrl = `${BASE}/s/${launched.id}/`;
+    assert.equal((await page.request.get(editorUrl)).status(), 404, 'not without a grant');
+    await session.getByRole('button', { name: 'Enter editor' }).click();
+    const enter = session.getByTestId('enter-editor');
+    await enter.waitFor();
+    assert.equal(await enter.getAttribute('href'), `/s/${launched.id}/`);
+    assert.equal((await page.request.get(editorUrl)).status(), 200, 'the grant lets the admin in');
     await session.getByRole('button', { name: 'Stop' }).click();
     await session.getByText('ended (admin)').waitFor();
     const seen = await owner.evaluate(
@@ -156,7 +174,7 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     const log = page.getByTestId('audit');
     await log.waitFor();
     const text = await log.innerText();
-    for (const action of ['credits.grant', 'user.lock', 'user.unlock', 'quota.set']) {
+    for (const action of ['credits.grant', 'user.lock', 'user.unlock', 'quota.set', 'session.access']) {
       assert.match(text, new RegExp(`admin\\s+${action.replace('.', '\\.')}\\s+user ${TARGET}`), action);
     }
   } finally {

@@ -13,8 +13,8 @@ use app::domain::scope::Scope;
 use app::domain::session::EndReason;
 use app::error::AppError;
 use app::model::{
-    AdminGpu, AdminSession, AdminUser, AuditLine, Role, SettingsSection, UsageRow, UserChange,
-    Viewer,
+    AdminGpu, AdminSession, AdminUser, AuditLine, EditorAccess, Role, SettingsSection, UsageRow,
+    UserChange, Viewer,
 };
 use std::sync::Arc;
 
@@ -96,6 +96,55 @@ impl Service {
             .admin_session(session_id)
             .await?
             .ok_or(AppError::NotFound)
+    }
+
+    /// Lets the admin into a running session's editor for a while, by explicit choice: the
+    /// proxy answers them only while the grant lasts, and the entry is audited.
+    pub async fn admin_open_editor(
+        &self,
+        viewer: &Viewer,
+        session_id: &str,
+    ) -> Result<EditorAccess, AppError> {
+        require_admin(viewer)?;
+        let session = self
+            .store
+            .session(session_id)
+            .await?
+            .ok_or(AppError::NotFound)?;
+        if session.state != app::domain::session::SessionState::Ready {
+            return Err(AppError::Conflict(format!(
+                "this session's editor is not running (the session is {})",
+                session.state.as_str()
+            )));
+        }
+        let expires_at_ms =
+            crate::store::now_ms() + app::domain::scope::EDITOR_ACCESS_MINUTES * 60 * 1000;
+        self.store
+            .grant_editor_access(session_id, &viewer.id, &session.user_id, expires_at_ms)
+            .await?;
+        Ok(EditorAccess {
+            url: format!("/s/{session_id}/"),
+            expires_at_ms,
+        })
+    }
+
+    /// Until when this caller, not the session's owner, may use its editor: an admin, acting
+    /// as one now, with a running grant of their own.
+    pub async fn admin_entry(&self, caller: &crate::auth::Caller, session_id: &str) -> Option<i64> {
+        if caller.user.role != Role::Admin || !caller.scopes().allows(Scope::Admin) {
+            return None;
+        }
+        match self
+            .store
+            .editor_access_until(session_id, &caller.user.id)
+            .await
+        {
+            Ok(until) => until,
+            Err(e) => {
+                tracing::error!(error = %e, "reading an editor grant");
+                None
+            }
+        }
     }
 
     pub async fn admin_pool(&self, viewer: &Viewer) -> Result<Vec<AdminGpu>, AppError> {

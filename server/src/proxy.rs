@@ -1,4 +1,5 @@
-//! Our reverse proxy: `/s/<id>/…` reaches the editor of session `<id>`, for its owner only.
+//! Our reverse proxy: `/s/<id>/…` reaches the editor of session `<id>`, for its owner only (and
+//! an admin who chose to enter it, audited, while that lasts).
 //!
 //! HTTP bodies stream both ways; WebSocket (any upgrade) is spliced byte for byte after the
 //! editor's 101. Every request and every chunk of upgraded traffic counts as activity.
@@ -414,6 +415,8 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
             "this token lacks the scope `access`, which reaching an editor takes",
         );
     }
+    // Set when an admin enters another user's editor: until when their grant lets them.
+    let mut admin_until: Option<i64> = None;
     let (route, uri) = {
         let path = req.uri().path();
         let rest = path.strip_prefix("/s/").unwrap_or_default();
@@ -428,10 +431,19 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
                 return internal_error();
             }
         };
-        // Someone else's session answers exactly like one that does not exist.
-        let Some(route) = route.filter(|r| r.owner_id == caller.user.id) else {
+        let Some(route) = route else {
             return json_error(StatusCode::NOT_FOUND, "not_found", "no such session");
         };
+        // Someone else's session answers exactly like one that does not exist, unless an
+        // admin chose to enter it (audited) and the grant still runs.
+        if route.owner_id != caller.user.id {
+            match state.service.admin_entry(&caller, session_id).await {
+                Some(until) => admin_until = Some(until),
+                None => {
+                    return json_error(StatusCode::NOT_FOUND, "not_found", "no such session");
+                }
+            }
+        }
         if tail.is_empty() {
             let query = req
                 .uri()
@@ -450,10 +462,13 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
         }
     };
     let api = crate::auth::bearer_token(req.headers()).is_some();
-    if api {
-        route.touch_api();
-    } else {
-        route.touch();
+    // An admin looking in is not the user working: it keeps nothing alive.
+    if admin_until.is_none() {
+        if api {
+            route.touch_api();
+        } else {
+            route.touch();
+        }
     }
 
     // One session's WebSockets have a ceiling, so that one page or script cannot hold every
@@ -480,6 +495,8 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
     let credential = upgrade
         .then(|| crate::auth::Credential::of(req.headers()))
         .flatten();
+    // Whose credential it is: the owner's, or an admin's who entered.
+    let user_id = caller.user.id.clone();
     let (mut parts, body) = req.into_parts();
     let upgrade_to = parts.headers.get(header::UPGRADE).cloned();
     strip_hop_by_hop(&mut parts.headers);
@@ -574,10 +591,20 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
                 };
                 let relay = relay_upgraded(client, upstream, route.clone(), api, busy_poll);
                 let revoked = async {
-                    match &credential {
-                        Some(credential) => {
-                            until_revoked(&service.auth, credential, &route.owner_id).await
+                    let grant_ends = async {
+                        match admin_until {
+                            Some(until) => {
+                                let left = (until - crate::store::now_ms()).max(0) as u64;
+                                tokio::time::sleep(Duration::from_millis(left)).await;
+                            }
+                            None => std::future::pending().await,
                         }
+                    };
+                    match &credential {
+                        Some(credential) => tokio::select! {
+                            () = until_revoked(&service.auth, credential, &user_id) => {}
+                            () = grant_ends => {}
+                        },
                         None => std::future::pending().await,
                     }
                 };
@@ -649,8 +676,8 @@ static SPIN_LIMIT: LazyLock<relay::SpinLimit> = LazyLock::new(|| {
 /// (those on this one are seen at once): a lock, a logout, a revoked token.
 const RECHECK_CREDENTIAL: Duration = Duration::from_secs(10);
 
-/// Returns once `credential` no longer stands for `owner_id`: checked at once when this server
-/// forgets that user or that sign-in, and every [`RECHECK_CREDENTIAL`] otherwise, each
+/// Returns once `credential` no longer stands for `owner_id` (whoever it was made for): checked
+/// at once when this server forgets that user or that sign-in, and every [`RECHECK_CREDENTIAL`] otherwise, each
 /// connection at its own phase so that they do not all ask at once. A failing database keeps the
 /// connection: it is the editor's work the user would lose.
 async fn until_revoked(

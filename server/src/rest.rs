@@ -447,6 +447,7 @@ fn admin_router() -> Router<AppState> {
         .route("/users/{id}/quota", axum::routing::put(admin_set_quota))
         .route("/sessions", get(admin_sessions))
         .route("/sessions/{id}", get(admin_session).delete(admin_stop))
+        .route("/sessions/{id}/access", post(admin_open_editor))
         .route("/pool", get(admin_pool))
         .route("/audit", get(admin_audit))
         .route("/usage", get(admin_usage))
@@ -622,6 +623,14 @@ async fn admin_session(
     PathId(id): PathId,
 ) -> ApiResult<Json<app::model::AdminSession>> {
     Ok(Json(state.service.admin_session(&viewer, &id).await?))
+}
+
+async fn admin_open_editor(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+) -> ApiResult<Json<app::model::EditorAccess>> {
+    Ok(Json(state.service.admin_open_editor(&viewer, &id).await?))
 }
 
 async fn admin_stop(

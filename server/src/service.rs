@@ -1575,6 +1575,14 @@ impl app::api::Backend for PagesBackend {
         self.0.admin_stop(viewer, id).await
     }
 
+    async fn admin_open_editor(
+        &self,
+        viewer: &Viewer,
+        id: &str,
+    ) -> Result<app::model::EditorAccess, AppError> {
+        self.0.admin_open_editor(viewer, id).await
+    }
+
     async fn set_user_quota(
         &self,
         viewer: &Viewer,

@@ -628,3 +628,79 @@ async fn guesses_at_the_admin_confirmation_are_limited_like_sign_ins() {
     assert_eq!(log, 5);
     app.stop().await;
 }
+
+/// An admin reaches a user's editor only by asking for it: the request is audited, the grant is
+/// theirs alone, ends by itself, and needs a running editor.
+#[tokio::test]
+async fn an_admin_enters_a_users_editor_only_by_an_audited_grant() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (alice_id, alice) = app.user("alice").await;
+    let (_, bob) = app.user("bob").await;
+    let (root_id, root) = admin(&app, "root", Scopes::ALL).await;
+    let (_, other_admin) = admin(&app, "ada", Scopes::ALL).await;
+    let (_, no_admin_scope) = admin(&app, "eve", Scopes::ALL.without(Scope::Admin)).await;
+    let id = app.launch_ready(&alice, "jupyterlab").await;
+    let editor = format!("/s/{id}/api/status");
+    let enter = format!("/api/v1/admin/sessions/{id}/access");
+
+    // Being an admin is not enough: without a grant, the session does not exist for them.
+    app.get(&editor, Some(&root))
+        .await
+        .assert_status(StatusCode::NOT_FOUND);
+    for (who, token) in [
+        ("a user", &bob),
+        ("an admin's token without `admin`", &no_admin_scope),
+    ] {
+        let refused = app.call(Method::POST, &enter, Some(token), None).await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{who}");
+    }
+
+    let granted = app.call(Method::POST, &enter, Some(&root), None).await;
+    granted.assert_status(StatusCode::OK);
+    let access = granted.json();
+    assert_eq!(access["url"], format!("/s/{id}/"));
+    let until = access["expires_at_ms"].as_i64().unwrap();
+    let minutes = (until - server::store::now_ms()) / 60_000;
+    assert!((14..=15).contains(&minutes), "{minutes} minutes");
+    app.get(&editor, Some(&root))
+        .await
+        .assert_status(StatusCode::OK);
+    // The grant is root's alone.
+    app.get(&editor, Some(&other_admin))
+        .await
+        .assert_status(StatusCode::NOT_FOUND);
+    let audit = app.service.store.audit_log(20).await.unwrap();
+    let entry = audit
+        .iter()
+        .find(|e| e.action == "session.access")
+        .expect("the entry is audited");
+    assert_eq!(entry.actor_id.as_deref(), Some(root_id.as_str()));
+    assert_eq!(entry.target, format!("user:{alice_id}"));
+    assert!(entry.detail.contains(&id), "{}", entry.detail);
+
+    // It ends by itself.
+    app.sql(
+        "UPDATE editor_grants SET expires_at = 0 WHERE session_id = $1",
+        &id,
+    )
+    .await;
+    app.get(&editor, Some(&root))
+        .await
+        .assert_status(StatusCode::NOT_FOUND);
+
+    // A session that is not running has no editor to enter.
+    app.delete(&format!("/api/v1/sessions/{id}"), Some(&alice))
+        .await
+        .assert_status(StatusCode::OK);
+    app.wait_for(&alice, &id, |v| v["state"] == "ended").await;
+    let ended = app.call(Method::POST, &enter, Some(&root), None).await;
+    refused(&ended, StatusCode::CONFLICT, "not running");
+    app.call(
+        Method::POST,
+        "/api/v1/admin/sessions/nope/access",
+        Some(&root),
+        None,
+    )
+    .await
+    .assert_status(StatusCode::NOT_FOUND);
+}

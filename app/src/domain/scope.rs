@@ -9,6 +9,10 @@ use std::fmt;
 /// (editors share our origin: see `server::auth`).
 pub const ADMIN_CONFIRMATION_MINUTES: i64 = 15;
 
+/// How long an admin's explicit entry into a user's editor lasts before it must be asked for
+/// (and audited) again.
+pub const EDITOR_ACCESS_MINUTES: i64 = 15;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope {
     /// Read the account, its sessions (and their progress), the quota and the pool.

@@ -5,9 +5,9 @@
 
 use super::ErrorNotice;
 use crate::api::{
-    AdminStop, ChangeUser, ConfirmAdmin, DecidePromotion, GrantCredits, SetUserQuota, admin_access,
-    admin_audit, admin_pool, admin_promotions, admin_sessions, admin_settings, admin_usage,
-    admin_users,
+    AdminOpenEditor, AdminStop, ChangeUser, ConfirmAdmin, DecidePromotion, GrantCredits,
+    SetUserQuota, admin_access, admin_audit, admin_pool, admin_promotions, admin_sessions,
+    admin_settings, admin_usage, admin_users,
 };
 use crate::domain::credits;
 use crate::domain::listing::{ListQuery, Page};
@@ -798,7 +798,22 @@ fn SessionsTable(
 #[component]
 fn SessionRow(session: AdminSession, stop: ServerAction<AdminStop>) -> impl IntoView {
     let live = session.state.is_live();
+    let ready = session.state == crate::domain::session::SessionState::Ready;
     let id = session.id.clone();
+    let enter_id = session.id.clone();
+    // Entering a user's editor is a choice of its own, audited: the link appears once made.
+    let enter = ServerAction::<AdminOpenEditor>::new();
+    let entered = move || {
+        enter.value().get().map(|result| match result {
+            Ok(access) => view! {
+                <a href=access.url target="_blank" rel="noopener" data-testid="enter-editor">
+                    {format!("Open the editor (until {})", format_utc(access.expires_at_ms))}
+                </a>
+            }
+            .into_any(),
+            Err(e) => view! { <span class="error" role="alert">{e.to_string()}</span> }.into_any(),
+        })
+    };
     let state = match (session.state.is_live(), session.end_reason) {
         (false, Some(reason)) => format!("ended ({})", reason.as_str()),
         _ => session.state.as_str().to_string(),
@@ -825,6 +840,20 @@ fn SessionRow(session: AdminSession, stop: ServerAction<AdminStop>) -> impl Into
             <td>{format_utc(session.created_at_ms)}</td>
             <td>{ends}</td>
             <td>
+                {ready
+                    .then(|| {
+                        view! {
+                            <button
+                                title="Opens this user's editor to you for a while; the entry is in the audit log"
+                                on:click=move |_| {
+                                    enter.dispatch(AdminOpenEditor { id: enter_id.clone() });
+                                }
+                            >
+                                "Enter editor"
+                            </button>
+                        }
+                    })}
+                {entered}
                 {live
                     .then(|| {
                         view! {

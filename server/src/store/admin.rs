@@ -101,6 +101,63 @@ pub(super) fn ordered(column: &str, key: &str, descending: bool) -> String {
 }
 
 impl Store {
+    /// Lets `admin_id` into the session's editor until `expires_at`, audited against the
+    /// session's owner so that it shows beside their name.
+    pub async fn grant_editor_access(
+        &self,
+        session_id: &str,
+        admin_id: &str,
+        owner_id: &str,
+        expires_at: i64,
+    ) -> Result<()> {
+        let now = now_ms();
+        let mut w = self.begin_write().await?;
+        sqlx::query("DELETE FROM editor_grants WHERE session_id = $1 AND admin_id = $2")
+            .bind(session_id)
+            .bind(admin_id)
+            .execute(&mut *w.tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO editor_grants (session_id, admin_id, granted_at, expires_at)
+             VALUES ($1, $2, $3, $4)",
+        )
+        .bind(session_id)
+        .bind(admin_id)
+        .bind(now)
+        .bind(expires_at)
+        .execute(&mut *w.tx)
+        .await?;
+        insert_audit(
+            &mut w,
+            Some(admin_id),
+            "session.access",
+            &format!("user:{owner_id}"),
+            &format!("entered the editor of session {session_id}"),
+            now,
+        )
+        .await?;
+        w.tx.commit().await?;
+        Ok(())
+    }
+
+    /// Until when `admin_id` may enter the session's editor, if a grant is still running.
+    pub async fn editor_access_until(
+        &self,
+        session_id: &str,
+        admin_id: &str,
+    ) -> Result<Option<i64>> {
+        let row = sqlx::query(
+            "SELECT expires_at FROM editor_grants
+             WHERE session_id = $1 AND admin_id = $2 AND expires_at > $3",
+        )
+        .bind(session_id)
+        .bind(admin_id)
+        .bind(now_ms())
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| r.try_get("expires_at")).transpose()?)
+    }
+
     /// Users, each with their limits: `defaults` with their overrides.
     pub async fn admin_users(
         &self,

@@ -546,7 +546,60 @@ async fn an_admin_change_keeps_an_admin_and_demotion_takes_admin_off_tokens(stor
     store.set_locked(last, true, None).await.unwrap();
 }
 
+async fn editor_grants_are_per_admin_and_expire(store: Store) {
+    let alice = user(&store, "alice", 1_000).await;
+    let root = store
+        .create_user("root", Some("hash"), Role::Admin, 0, None)
+        .await
+        .unwrap();
+    let ada = store
+        .create_user("ada", Some("hash"), Role::Admin, 0, None)
+        .await
+        .unwrap();
+    let (s, _) = store.create_session(launch(&alice.id, 0)).await.unwrap();
+    assert_eq!(
+        store.editor_access_until(&s.id, &root.id).await.unwrap(),
+        None
+    );
+    let until = now_ms() + 60_000;
+    store
+        .grant_editor_access(&s.id, &root.id, &alice.id, until)
+        .await
+        .unwrap();
+    // Asked again, it is renewed rather than refused as a duplicate.
+    store
+        .grant_editor_access(&s.id, &root.id, &alice.id, until + 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.editor_access_until(&s.id, &root.id).await.unwrap(),
+        Some(until + 1)
+    );
+    assert_eq!(
+        store.editor_access_until(&s.id, &ada.id).await.unwrap(),
+        None
+    );
+    store
+        .grant_editor_access(&s.id, &ada.id, &alice.id, now_ms() - 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.editor_access_until(&s.id, &ada.id).await.unwrap(),
+        None,
+        "an expired grant lets nobody in"
+    );
+    let audited = store
+        .audit_log(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.action == "session.access" && e.target == format!("user:{}", alice.id))
+        .count();
+    assert_eq!(audited, 3);
+}
+
 on_both_fns! {
+    editor_grants_are_per_admin_and_expire => editor_grants_are_per_admin_and_expire_sqlite, editor_grants_are_per_admin_and_expire_postgres;
     an_admin_change_keeps_an_admin_and_demotion_takes_admin_off_tokens => an_admin_change_keeps_an_admin_and_demotion_takes_admin_off_tokens_sqlite, an_admin_change_keeps_an_admin_and_demotion_takes_admin_off_tokens_postgres;
     usage_sums_each_users_sessions_in_the_period => usage_sums_each_users_sessions_in_the_period_sqlite, usage_sums_each_users_sessions_in_the_period_postgres;
     users_page_sorts_filters_and_counts => users_page_sorts_filters_and_counts_sqlite, users_page_sorts_filters_and_counts_postgres;
