@@ -134,6 +134,21 @@ mod backend {
             request: crate::domain::promotion::PromotionRequest,
         ) -> Result<PromotionView, AppError>;
         async fn promotions(&self, viewer: &Viewer) -> Result<Promotions, AppError>;
+        async fn admin_images(
+            &self,
+            viewer: &Viewer,
+        ) -> Result<Vec<crate::model::ImageView>, AppError>;
+        async fn add_image(
+            &self,
+            viewer: &Viewer,
+            image: crate::domain::images::NewImage,
+        ) -> Result<crate::model::ImageView, AppError>;
+        async fn set_image_state(
+            &self,
+            viewer: &Viewer,
+            id: &str,
+            state: crate::domain::images::ImageState,
+        ) -> Result<crate::model::ImageView, AppError>;
         async fn admin_promotions(
             &self,
             viewer: &Viewer,
@@ -245,12 +260,14 @@ pub async fn launch(
     editor: String,
     slice_mib: u64,
     duration_minutes: u32,
+    #[server(default)] image: Option<String>,
 ) -> Result<SessionView, AppError> {
     let viewer = backend::require_viewer().await?;
     let request = LaunchRequest {
         editor,
         slice_mib,
         duration_minutes,
+        image,
     };
     backend::backend()?.launch(&viewer, request).await
 }
@@ -432,5 +449,30 @@ pub async fn decide_promotion(
     let viewer = backend::require_viewer().await?;
     backend::backend()?
         .decide_promotion(&viewer, &id, decision, reason)
+        .await
+}
+
+#[server]
+pub async fn admin_images() -> Result<Vec<crate::model::ImageView>, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.admin_images(&viewer).await
+}
+
+#[server(input = leptos::server_fn::codec::Json)]
+pub async fn add_image(
+    image: crate::domain::images::NewImage,
+) -> Result<crate::model::ImageView, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.add_image(&viewer, image).await
+}
+
+#[server(input = leptos::server_fn::codec::Json)]
+pub async fn set_image_state(
+    id: String,
+    state: crate::domain::images::ImageState,
+) -> Result<crate::model::ImageView, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?
+        .set_image_state(&viewer, &id, state)
         .await
 }

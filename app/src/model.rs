@@ -164,6 +164,9 @@ pub struct Dashboard {
     pub quota: QuotaView,
     /// "not enforced", "enforced by HAMi-core", …
     pub enforcement: String,
+    /// Approved images a launch may name (Kubernetes only; empty on the local runtime).
+    #[serde(default)]
+    pub images: Vec<ImageView>,
 }
 
 /// An API token as its owner may see it: never its secret, which only its hash stands for.
@@ -383,4 +386,19 @@ pub struct EditorAccess {
     /// `/s/<id>/`.
     pub url: String,
     pub expires_at_ms: i64,
+}
+
+/// An image editors may run, for the admin page (and, approved, for the launch form).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageView {
+    /// None for the configured default, which lives in the configuration, not the database.
+    pub id: Option<String>,
+    pub editor: EditorKind,
+    pub reference: String,
+    pub label: String,
+    pub state: crate::domain::images::ImageState,
+    /// Named by digest, so it cannot change under the same name.
+    pub pinned: bool,
+    pub added_by: Option<String>,
+    pub created_at_ms: Option<i64>,
 }

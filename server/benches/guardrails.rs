@@ -29,6 +29,7 @@ fn price(_: &str) -> i64 {
 fn plan(user_id: &str, use_warm: bool) -> LaunchPlan<'_> {
     LaunchPlan {
         user_id,
+        image: None,
         editor: EditorKind::JupyterLab,
         slice_mib: SLICE,
         burst: false,

@@ -129,9 +129,16 @@ impl Service {
     }
 
     /// Until when this caller, not the session's owner, may use its editor: an admin, acting
-    /// as one now, with a running grant of their own.
-    pub async fn admin_entry(&self, caller: &crate::auth::Caller, session_id: &str) -> Option<i64> {
-        if caller.user.role != Role::Admin || !caller.scopes().allows(Scope::Admin) {
+    /// as one now, with a running grant of their own, and by a bearer token only. A browser
+    /// never: editors share our origin, so the user's editor page (its code is theirs to
+    /// change) would run in the admin's browser with the admin's cookie.
+    pub async fn admin_entry(
+        &self,
+        caller: &crate::auth::Caller,
+        session_id: &str,
+        by_token: bool,
+    ) -> Option<i64> {
+        if !by_token || caller.user.role != Role::Admin || !caller.scopes().allows(Scope::Admin) {
             return None;
         }
         match self

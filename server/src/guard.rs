@@ -384,6 +384,7 @@ impl Service {
                 cores_pct,
             },
             prestart: true,
+            image: None,
         };
         let timeout = Duration::from_secs(self.config.sessions.ready_timeout_seconds);
         let running = match self.runtime.start(&launch).await {

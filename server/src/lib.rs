@@ -20,6 +20,7 @@ pub mod editors;
 pub mod events;
 pub mod gpu;
 pub mod guard;
+pub mod images;
 pub mod oidc;
 pub mod outbound;
 pub mod promotion;

@@ -73,12 +73,10 @@ impl PromotionConfig {
                 || host.contains(['/', '?', '#', '@'])
                 || host.chars().any(char::is_whitespace)
             {
+                // Not echoed: a URL with a user name may hold a password too.
                 return Some((
                     "registry",
-                    format!(
-                        "'{}' is not a registry address like https://registry.example.com (no path)",
-                        self.registry
-                    ),
+                    "is not a registry address like https://registry.example.com (no path, no user name: those go in username and password)".into(),
                 ));
             }
         }
@@ -102,6 +100,23 @@ impl PromotionConfig {
         }
         None
     }
+}
+
+/// Names that [`repository_component`] writes as a digest begin with this, and no name is
+/// kept as it is that begins with it.
+const DIGESTED: &str = "x--";
+
+/// A user's name as one repository component, one-to-one, so that no user can write into
+/// another's part of the registry: a name that is a valid component already is kept; any other
+/// ("Alice", "a.b@c") becomes `x--` and 16 hex digits of its SHA-256.
+pub fn repository_component(user_name: &str) -> String {
+    if app::domain::promotion::is_path_component(user_name) && !user_name.starts_with(DIGESTED) {
+        return user_name.to_string();
+    }
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(user_name.as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{DIGESTED}{hex}")
 }
 
 /// Why a file could not be copied aside.
@@ -146,6 +161,8 @@ fn stage(
                 "`{shown}` is a link; promote the file it points to"
             )),
             Some(libc::EACCES) => StageError::Refused(format!("`{shown}` cannot be read")),
+            // A socket.
+            Some(libc::ENXIO) => StageError::Refused(format!("`{shown}` is not a file")),
             _ => StageError::Io(e),
         })?;
     let opened = std::fs::read_link(format!("/proc/self/fd/{}", {
@@ -218,9 +235,10 @@ impl Service {
 
     /// The editor's image as provenance records it.
     fn editor_image(&self, editor: app::domain::launch::EditorKind) -> String {
-        match self.config.runtime {
-            crate::runtime::RuntimeKind::Kube => self.config.kube.images.of(editor).to_string(),
-            crate::runtime::RuntimeKind::Local => format!("local/{}", editor.as_str()),
+        if self.runtime.as_kube().is_some() {
+            self.config.kube.images.of(editor).to_string()
+        } else {
+            format!("local/{}", editor.as_str())
         }
     }
 
@@ -241,7 +259,10 @@ impl Service {
         }
         let settings = &self.config.promotion;
         let checked = request
-            .check(&settings.repository_prefix, &viewer.name)
+            .check(
+                &settings.repository_prefix,
+                &repository_component(&viewer.name),
+            )
             .map_err(AppError::Invalid)?;
         let workspace = self.runtime.workspace_dir(&viewer.name).ok_or_else(|| {
             AppError::Unavailable(
@@ -296,7 +317,10 @@ impl Service {
             media_type: checked.media_type.to_string(),
             size_bytes: size,
             sha256,
-            image: self.editor_image(session.editor),
+            image: session
+                .image
+                .clone()
+                .unwrap_or_else(|| self.editor_image(session.editor)),
             state,
         };
         if let Err(e) = self.store.insert_promotion(&record).await {
@@ -445,17 +469,30 @@ impl Service {
             approved_by: promotion.decided_by.clone(),
         };
         let file = self.staged(id);
-        let outcome = registry
-            .push(&Artifact {
-                repository: &promotion.repository,
-                tag: &promotion.tag,
-                file: &file,
-                size: promotion.size_bytes,
-                sha256: &promotion.sha256,
-                media_type: &promotion.media_type,
-                provenance: &provenance,
-            })
-            .await;
+        let artifact = Artifact {
+            repository: &promotion.repository,
+            tag: &promotion.tag,
+            file: &file,
+            size: promotion.size_bytes,
+            sha256: &promotion.sha256,
+            media_type: &promotion.media_type,
+            provenance: &provenance,
+        };
+        let push = registry.push(&artifact);
+        tokio::pin!(push);
+        // A long upload says it is alive, so that no server takes it over as abandoned.
+        let mut alive = tokio::time::interval(std::time::Duration::from_secs(60));
+        alive.tick().await;
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut push => break outcome,
+                _ = alive.tick() => {
+                    if let Err(e) = self.store.touch_promotion(id).await {
+                        tracing::warn!(error = %e, promotion = id, "marking a push alive");
+                    }
+                }
+            }
+        };
         let recorded = match &outcome {
             Ok(digest) => {
                 tracing::info!(promotion = id, %digest, repository = %promotion.repository, "promoted");
@@ -463,14 +500,9 @@ impl Service {
             }
             Err(e) => {
                 tracing::warn!(promotion = id, error = %e, "promotion push failed");
-                let message = match e {
-                    crate::registry::RegistryError::Io(_) => {
-                        "the server's copy of the file is gone; ask for the promotion again"
-                            .to_string()
-                    }
-                    other => other.to_string(),
-                };
-                self.store.finish_promotion(id, Err(&message)).await
+                self.store
+                    .finish_promotion(id, Err(&e.user_message()))
+                    .await
             }
         };
         if let Err(e) = recorded {
@@ -492,6 +524,38 @@ mod tests {
         std::fs::write(ws.join("models/m.bin"), b"hello").unwrap();
         std::fs::write(dir.path().join("secret"), b"server's own").unwrap();
         (dir, ws)
+    }
+
+    #[test]
+    fn each_user_name_has_a_component_of_its_own() {
+        assert_eq!(repository_component("e2e-target"), "e2e-target");
+        assert_eq!(repository_component("alice"), "alice");
+        // Names that a lossy mapping would merge stay apart.
+        let names = [
+            "alice",
+            "Alice",
+            "ALICE",
+            "a.b",
+            "a_b",
+            "a-b",
+            "x@y",
+            "x.y",
+            "Ünï Côde",
+            "___",
+        ];
+        let components: std::collections::HashSet<String> =
+            names.iter().map(|n| repository_component(n)).collect();
+        assert_eq!(components.len(), names.len(), "{components:?}");
+        for name in names {
+            assert!(
+                app::domain::promotion::is_repository(&repository_component(name)),
+                "{name}"
+            );
+        }
+        // A name shaped like a digested one is digested too, so it cannot pose as another.
+        let posing = repository_component("Alice");
+        assert_ne!(repository_component(&posing), posing);
+        assert!(repository_component("Alice").starts_with("x--"));
     }
 
     #[test]

@@ -415,6 +415,7 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
             "this token lacks the scope `access`, which reaching an editor takes",
         );
     }
+    let by_token = crate::auth::bearer_token(req.headers()).is_some();
     // Set when an admin enters another user's editor: until when their grant lets them.
     let mut admin_until: Option<i64> = None;
     let (route, uri) = {
@@ -437,7 +438,11 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
         // Someone else's session answers exactly like one that does not exist, unless an
         // admin chose to enter it (audited) and the grant still runs.
         if route.owner_id != caller.user.id {
-            match state.service.admin_entry(&caller, session_id).await {
+            match state
+                .service
+                .admin_entry(&caller, session_id, by_token)
+                .await
+            {
                 Some(until) => admin_until = Some(until),
                 None => {
                     return json_error(StatusCode::NOT_FOUND, "not_found", "no such session");
@@ -461,15 +466,13 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
             None => return json_error(StatusCode::BAD_REQUEST, "invalid", "malformed path"),
         }
     };
-    let api = crate::auth::bearer_token(req.headers()).is_some();
-    // An admin looking in is not the user working: it keeps nothing alive.
-    if admin_until.is_none() {
-        if api {
-            route.touch_api();
-        } else {
-            route.touch();
-        }
-    }
+    let activity = match (admin_until, by_token) {
+        // An admin looking in is not the user working: it keeps nothing alive.
+        (Some(_), _) => Activity::Uncounted,
+        (None, true) => Activity::Api,
+        (None, false) => Activity::Page,
+    };
+    activity.record(&route);
 
     // One session's WebSockets have a ceiling, so that one page or script cannot hold every
     // connection the server has.
@@ -589,7 +592,7 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
                 else {
                     return;
                 };
-                let relay = relay_upgraded(client, upstream, route.clone(), api, busy_poll);
+                let relay = relay_upgraded(client, upstream, route.clone(), activity, busy_poll);
                 let revoked = async {
                     let grant_ends = async {
                         match admin_until {
@@ -602,7 +605,7 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
                     };
                     match &credential {
                         Some(credential) => tokio::select! {
-                            () = until_revoked(&service.auth, credential, &user_id) => {}
+                            () = until_revoked(&service.auth, credential, &user_id, admin_until.is_some()) => {}
                             () = grant_ends => {}
                         },
                         None => std::future::pending().await,
@@ -676,7 +679,8 @@ static SPIN_LIMIT: LazyLock<relay::SpinLimit> = LazyLock::new(|| {
 /// (those on this one are seen at once): a lock, a logout, a revoked token.
 const RECHECK_CREDENTIAL: Duration = Duration::from_secs(10);
 
-/// Returns once `credential` no longer stands for `owner_id` (whoever it was made for): checked
+/// Returns once `credential` no longer stands for `owner_id` (whoever it was made for), or, `as_admin`,
+/// no longer for an admin acting as one: checked
 /// at once when this server forgets that user or that sign-in, and every [`RECHECK_CREDENTIAL`] otherwise, each
 /// connection at its own phase so that they do not all ask at once. A failing database keeps the
 /// connection: it is the editor's work the user would lose.
@@ -684,6 +688,7 @@ async fn until_revoked(
     auth: &crate::auth::Authenticator,
     credential: &crate::auth::Credential,
     owner_id: &str,
+    as_admin: bool,
 ) {
     use tokio::sync::broadcast::error::RecvError;
     let mut forgotten = auth.forgotten();
@@ -708,20 +713,46 @@ async fn until_revoked(
             },
         }
         match auth.caller_of(credential).await {
-            Ok(Some(caller)) if caller.user.id == owner_id => {}
+            // An admin who entered must stay one (a demotion ends it), acting as one now.
+            Ok(Some(caller))
+                if caller.user.id == owner_id
+                    && (!as_admin
+                        || (caller.user.role == app::model::Role::Admin
+                            && caller.scopes().allows(Scope::Admin))) => {}
             Ok(_) => return,
             Err(e) => tracing::warn!(error = %e, "checking a WebSocket's credential again"),
         }
     }
 }
 
+/// Whose traffic a request is, for the idle reaper.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Activity {
+    /// The user's browser.
+    Page,
+    /// The user's scripts (a bearer token).
+    Api,
+    /// An admin who entered: not the user's work.
+    Uncounted,
+}
+
+impl Activity {
+    fn record(self, route: &Route) {
+        match self {
+            Activity::Page => route.touch(),
+            Activity::Api => route.touch_api(),
+            Activity::Uncounted => {}
+        }
+    }
+}
+
 /// Relays an upgraded connection until both sides have ended it; bytes either way count as
-/// activity.
+/// `activity`.
 async fn relay_upgraded(
     client: Upgraded,
     upstream: Upgraded,
     route: Arc<Route>,
-    api: bool,
+    activity: Activity,
     busy_poll: Duration,
 ) {
     // Always our own connection type (`upstream::upgrade`); the relay polls its socket.
@@ -740,13 +771,7 @@ async fn relay_upgraded(
         &editor.read_buf,
         busy_poll,
         &SPIN_LIMIT,
-        || {
-            if api {
-                route.touch_api();
-            } else {
-                route.touch();
-            }
-        },
+        || activity.record(&route),
     )
     .await;
     if let Err(e) = relayed {

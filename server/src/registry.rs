@@ -26,6 +26,24 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Read from disk and sent in pieces of this size.
 const CHUNK: usize = 256 * 1024;
 
+impl RegistryError {
+    /// What the user and the admin pages are told; the details go to the log.
+    pub fn user_message(&self) -> String {
+        match self {
+            RegistryError::Unreachable(_) => {
+                "the registry could not be reached; an admin can retry once it is back".into()
+            }
+            RegistryError::Refused { what, status, .. } => {
+                format!("the registry refused {what} ({status}); the server's log has its reason")
+            }
+            RegistryError::TimedOut(_) => self.to_string(),
+            RegistryError::Io(_) => {
+                "the server's copy of the file is gone; ask for the promotion again".into()
+            }
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     #[error("the registry could not be reached: {0}")]
@@ -83,6 +101,8 @@ impl Registry {
 
     /// Pushes the file, the empty config and the manifest; returns the manifest's digest.
     pub async fn push(&self, artifact: &Artifact<'_>) -> Result<String, RegistryError> {
+        // Missing, it would fail inside the upload's body, as if the registry had.
+        tokio::fs::metadata(artifact.file).await?;
         let repository = artifact.repository;
         let file_digest = format!("sha256:{}", artifact.sha256);
         if !self.has_blob(repository, &file_digest).await? {
@@ -207,11 +227,16 @@ impl Registry {
         Ok(())
     }
 
+    /// A request; it carries the credentials only to the configured registry itself, not to
+    /// wherever an upload's `Location` may point.
     fn request(&self, method: Method, url: &str) -> http::request::Builder {
         let builder = Request::builder().method(method).uri(url);
+        let ours = url
+            .strip_prefix(&self.base)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'));
         match &self.authorization {
-            Some(value) => builder.header(header::AUTHORIZATION, value.clone()),
-            None => builder,
+            Some(value) if ours => builder.header(header::AUTHORIZATION, value.clone()),
+            _ => builder,
         }
     }
 
@@ -424,6 +449,22 @@ mod tests {
         );
         assert_eq!(registry_message(b""), "no reason given");
         assert_eq!(registry_message(b"plain"), "plain");
+    }
+
+    #[test]
+    fn credentials_go_to_the_registry_only() {
+        let registry = Registry::new("http://127.0.0.1:5000", "u", "p").unwrap();
+        let has = |url: &str| {
+            registry
+                .request(Method::PUT, url)
+                .body(())
+                .unwrap()
+                .headers()
+                .contains_key(header::AUTHORIZATION)
+        };
+        assert!(has("http://127.0.0.1:5000/v2/a/blobs/uploads/x"));
+        assert!(!has("http://127.0.0.1:50000/v2/a/blobs/uploads/x"));
+        assert!(!has("https://storage.example/upload?sig=1"));
     }
 
     #[test]

@@ -121,6 +121,7 @@ pub fn router() -> Router<AppState> {
         .route("/pool", get(pool))
         .route("/sessions/{id}/promotions", post(request_promotion))
         .route("/promotions", get(list_promotions))
+        .route("/images", get(list_images))
         .route("/promotions/{id}", get(get_promotion))
         .nest("/admin", admin_router())
         .fallback(|| async { ApiError(AppError::NotFound) })
@@ -453,6 +454,8 @@ fn admin_router() -> Router<AppState> {
         .route("/usage", get(admin_usage))
         .route("/settings", get(admin_settings))
         .route("/promotions", get(admin_promotions))
+        .route("/images", get(admin_images).post(admin_add_image))
+        .route("/images/{id}", axum::routing::patch(admin_set_image))
         .route("/promotions/{id}/{decision}", post(admin_decide_promotion))
 }
 
@@ -532,6 +535,50 @@ async fn admin_grant(
         balance,
         credits: app::domain::credits::format(balance),
     }))
+}
+
+async fn list_images(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+) -> ApiResult<Json<Vec<app::model::ImageView>>> {
+    viewer.scopes.require(app::domain::scope::Scope::Read)?;
+    Ok(Json(state.service.launch_images().await?))
+}
+
+async fn admin_images(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+) -> ApiResult<Json<Vec<app::model::ImageView>>> {
+    Ok(Json(state.service.admin_images(&viewer).await?))
+}
+
+async fn admin_add_image(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    ApiJson(image): ApiJson<app::domain::images::NewImage>,
+) -> ApiResult<(StatusCode, Json<app::model::ImageView>)> {
+    let view = state.service.add_image(&viewer, &image).await?;
+    Ok((StatusCode::CREATED, Json(view)))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ImageChange {
+    state: app::domain::images::ImageState,
+}
+
+async fn admin_set_image(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+    ApiJson(change): ApiJson<ImageChange>,
+) -> ApiResult<Json<app::model::ImageView>> {
+    Ok(Json(
+        state
+            .service
+            .set_image_state(&viewer, &id, change.state)
+            .await?,
+    ))
 }
 
 async fn request_promotion(

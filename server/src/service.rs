@@ -220,6 +220,7 @@ impl Service {
             burst_max_minutes: self.config.pool.burst_max_minutes,
             min_minutes: self.config.sessions.min_minutes,
             max_minutes: self.config.sessions.max_minutes,
+            images: None,
         }
     }
 
@@ -327,6 +328,7 @@ impl Service {
             .map(|(id, _, _, p)| (id.as_str(), *p))
             .collect();
         Ok(Dashboard {
+            images: self.launch_images().await?,
             viewer: viewer.clone(),
             credits: CreditsView { balance, held },
             editors: catalog
@@ -392,7 +394,9 @@ impl Service {
             ));
         }
         let pool = self.store.pool().await?;
-        let valid = launch::validate(&request, &self.catalog(&pool)).map_err(AppError::Invalid)?;
+        let mut catalog = self.catalog(&pool);
+        catalog.images = self.image_choices().await?;
+        let valid = launch::validate(&request, &catalog).map_err(AppError::Invalid)?;
         // From here on the work runs in its own task: a client that disconnects mid-request
         // must not leave a session half-launched (credits held, slot taken, nothing running).
         let this = Arc::clone(self);
@@ -416,6 +420,7 @@ impl Service {
             .store
             .launch(LaunchPlan {
                 user_id: &viewer.id,
+                image: valid.image.as_deref(),
                 editor: valid.editor,
                 slice_mib,
                 burst: valid.burst,
@@ -499,6 +504,7 @@ impl Service {
                 cores_pct,
             },
             prestart: false,
+            image: record.image.clone(),
         };
         self.step(
             session_id,
@@ -1628,5 +1634,26 @@ impl app::api::Backend for PagesBackend {
         self.0
             .decide_promotion(viewer, id, decision, reason.as_deref())
             .await
+    }
+
+    async fn admin_images(&self, viewer: &Viewer) -> Result<Vec<ImageView>, AppError> {
+        self.0.admin_images(viewer).await
+    }
+
+    async fn add_image(
+        &self,
+        viewer: &Viewer,
+        image: app::domain::images::NewImage,
+    ) -> Result<ImageView, AppError> {
+        self.0.add_image(viewer, &image).await
+    }
+
+    async fn set_image_state(
+        &self,
+        viewer: &Viewer,
+        id: &str,
+        state: app::domain::images::ImageState,
+    ) -> Result<ImageView, AppError> {
+        self.0.set_image_state(viewer, id, state).await
     }
 }

@@ -665,6 +665,31 @@ async fn an_admin_enters_a_users_editor_only_by_an_audited_grant() {
     app.get(&editor, Some(&root))
         .await
         .assert_status(StatusCode::OK);
+    // By the token only: root's browser sign-in, confirmed as an admin, stays out, since the
+    // user's page would run in it with root's cookie.
+    let cookie = app.sign_in_cookie("root").await;
+    let confirm =
+        Request::post(app.url(<app::api::ConfirmAdmin as leptos::server_fn::ServerFn>::PATH))
+            .header("cookie", format!("sandbox_session={cookie}"))
+            .header("accept", "application/json")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(Full::new("password=password123".into()))
+            .unwrap();
+    app.send(confirm).await.assert_status(StatusCode::OK);
+    let grant_by_cookie = Request::post(app.url(&enter))
+        .header("cookie", format!("sandbox_session={cookie}"))
+        .body(Full::default())
+        .unwrap();
+    app.send(grant_by_cookie)
+        .await
+        .assert_status(StatusCode::OK);
+    let by_cookie = Request::get(app.url(&editor))
+        .header("cookie", format!("sandbox_session={cookie}"))
+        .body(Full::default())
+        .unwrap();
+    app.send(by_cookie)
+        .await
+        .assert_status(StatusCode::NOT_FOUND);
     // The grant is root's alone.
     app.get(&editor, Some(&other_admin))
         .await
@@ -703,4 +728,121 @@ async fn an_admin_enters_a_users_editor_only_by_an_audited_grant() {
     )
     .await
     .assert_status(StatusCode::NOT_FOUND);
+}
+
+/// Admins keep the list of approved images; each change is audited; bad ones are refused.
+#[tokio::test]
+async fn admins_add_and_retire_approved_images() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (root_id, root) = admin(&app, "root", Scopes::ALL).await;
+    let (_, alice) = app.user("alice").await;
+    let add = |token: String, body: serde_json::Value| {
+        let app = &app;
+        async move {
+            app.call(
+                Method::POST,
+                "/api/v1/admin/images",
+                Some(&token),
+                Some(body),
+            )
+            .await
+        }
+    };
+    let good =
+        json!({"editor": "marimo", "reference": "ghcr.io/team/marimo:0.9", "label": "marimo 0.9"});
+    add(alice.clone(), good.clone())
+        .await
+        .assert_status(StatusCode::FORBIDDEN);
+    for (body, status, says) in [
+        (
+            json!({"editor": "emacs", "reference": "a/b:1", "label": "x"}),
+            StatusCode::BAD_REQUEST,
+            "unknown editor",
+        ),
+        (
+            json!({"editor": "marimo", "reference": "Bad/Ref", "label": "x"}),
+            StatusCode::BAD_REQUEST,
+            "not an image reference",
+        ),
+        (
+            json!({"editor": "marimo", "reference": "a/b:1", "label": ""}),
+            StatusCode::BAD_REQUEST,
+            "label",
+        ),
+        (
+            json!({"editor": "marimo", "reference": "ghcr.io/marimo-team/marimo:latest", "label": "x"}),
+            StatusCode::CONFLICT,
+            "configured default",
+        ),
+        (
+            json!({"editor": "marimo", "reference": "a/b:1"}),
+            StatusCode::BAD_REQUEST,
+            "malformed JSON",
+        ),
+    ] {
+        refused(&add(root.clone(), body).await, status, says);
+    }
+    let added = add(root.clone(), good.clone()).await;
+    added.assert_status(StatusCode::CREATED);
+    let image = added.json();
+    assert_eq!(image["state"], "approved");
+    assert_eq!(image["pinned"], false);
+    assert_eq!(image["added_by"], "root");
+    refused(
+        &add(root.clone(), good).await,
+        StatusCode::CONFLICT,
+        "already exists",
+    );
+
+    let listed = app.get("/api/v1/admin/images", Some(&root)).await.json();
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), 4, "three configured defaults and the new one");
+    assert!(listed[..3].iter().all(|i| i["id"].is_null()));
+
+    let id = image["id"].as_str().unwrap();
+    let retire = app
+        .call(
+            Method::PATCH,
+            &format!("/api/v1/admin/images/{id}"),
+            Some(&root),
+            Some(json!({"state": "retired"})),
+        )
+        .await;
+    retire.assert_status(StatusCode::OK);
+    assert_eq!(retire.json()["state"], "retired");
+    app.call(
+        Method::PATCH,
+        "/api/v1/admin/images/nope",
+        Some(&root),
+        Some(json!({"state": "retired"})),
+    )
+    .await
+    .assert_status(StatusCode::NOT_FOUND);
+
+    // This server runs local processes: no image to offer, and none may be named.
+    assert_eq!(
+        app.get("/api/v1/images", Some(&alice)).await.json(),
+        json!([])
+    );
+    let named = app
+        .call(
+            Method::POST,
+            "/api/v1/sessions",
+            Some(&alice),
+            Some(
+                json!({"editor": "marimo", "slice_mib": 8192, "duration_minutes": 30, "image": id}),
+            ),
+        )
+        .await;
+    refused(&named, StatusCode::BAD_REQUEST, "no image to choose");
+
+    let audit = app.service.store.audit_log(20).await.unwrap();
+    for action in ["image.add", "image.retire"] {
+        assert!(
+            audit.iter().any(|e| e.action == action
+                && e.actor_id.as_deref() == Some(root_id.as_str())
+                && e.target == format!("image:{id}")),
+            "{action} is audited"
+        );
+    }
 }

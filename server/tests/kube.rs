@@ -41,6 +41,7 @@ fn launch_for(user: &str, session_id: &str, editor: EditorKind) -> EditorLaunch 
             cores_pct: 25,
         },
         prestart: false,
+        image: None,
     }
 }
 
@@ -502,6 +503,7 @@ async fn a_reconciler_pass_deletes_orphans_and_ends_lost_sessions_with_a_refund(
     let record = store
         .launch(server::store::LaunchPlan {
             user_id: &user_id,
+            image: None,
             editor: EditorKind::JupyterLab,
             slice_mib: 8192,
             burst: false,
@@ -1088,6 +1090,113 @@ async fn a_pod_that_vanishes_ends_its_session_as_lost_with_a_refund() {
     // A second pass finds nothing left to do: ending is idempotent.
     let report = reconcile::run_once(&app.service).await.unwrap();
     assert_eq!(report, reconcile::Report::default());
+    app.stop().await;
+}
+
+/// A launch that names an approved image runs it; the default otherwise; a retired one is refused.
+#[tokio::test]
+async fn a_launch_runs_the_approved_image_it_names() {
+    let (app, fake) = fake_app(4).await;
+    let root = app
+        .service
+        .create_user("root", Some("password123"), app::model::Role::Admin, None)
+        .await
+        .unwrap();
+    let (admin_token, hash) = server::auth::new_api_token();
+    app.service
+        .store
+        .create_token(
+            &root.id,
+            &hash,
+            "test",
+            app::domain::scope::Scopes::ALL,
+            None,
+        )
+        .await
+        .unwrap();
+    let reference = format!(
+        "registry.example.com/ml/torch-notebook:2.5@sha256:{}",
+        "e".repeat(64)
+    );
+    let added = app
+        .call(
+            http::Method::POST,
+            "/api/v1/admin/images",
+            Some(&admin_token),
+            Some(json!({"editor": "jupyterlab", "reference": reference, "label": "PyTorch 2.5"})),
+        )
+        .await;
+    added.assert_status(http::StatusCode::CREATED);
+    let image_id = added.json()["id"].as_str().unwrap().to_string();
+    let (_, token) = app.user("ivy").await;
+    let offered = app.get("/api/v1/images", Some(&token)).await.json();
+    assert_eq!(offered[0]["reference"], reference.as_str());
+
+    let launch = |image: Option<&str>, editor: &str| {
+        let mut body = json!({"editor": editor, "slice_mib": 8192, "duration_minutes": 30});
+        if let Some(id) = image {
+            body["image"] = json!(id);
+        }
+        app.call(
+            http::Method::POST,
+            "/api/v1/sessions",
+            Some(&token),
+            Some(body),
+        )
+    };
+    let chosen = launch(Some(&image_id), "jupyterlab").await;
+    chosen.assert_status(http::StatusCode::CREATED);
+    let chosen_id = chosen.json()["id"].as_str().unwrap().to_string();
+    let plain = launch(None, "jupyterlab").await;
+    plain.assert_status(http::StatusCode::CREATED);
+    let plain_id = plain.json()["id"].as_str().unwrap().to_string();
+    for id in [&chosen_id, &plain_id] {
+        app.wait_for(&token, id, |v| v["state"] == "ready").await;
+    }
+    let image_of = |id: &str| {
+        let cluster = fake.0.lock().unwrap();
+        let key = (
+            "pods".to_string(),
+            "gsb-ivy".to_string(),
+            names::pod_name(id),
+        );
+        cluster.objects[&key]["spec"]["containers"][0]["image"].clone()
+    };
+    assert_eq!(image_of(&chosen_id), json!(reference));
+    assert_eq!(
+        image_of(&plain_id),
+        json!(KubeConfig::default().images.of(EditorKind::JupyterLab))
+    );
+
+    // Named for another editor, or retired: refused with the reason, nothing launched.
+    let wrong = launch(Some(&image_id), "marimo").await;
+    wrong.assert_status(http::StatusCode::BAD_REQUEST);
+    assert!(
+        wrong.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("runs JupyterLab, not marimo")
+    );
+    app.call(
+        http::Method::PATCH,
+        &format!("/api/v1/admin/images/{image_id}"),
+        Some(&admin_token),
+        Some(json!({"state": "retired"})),
+    )
+    .await
+    .assert_status(http::StatusCode::OK);
+    let retired = launch(Some(&image_id), "jupyterlab").await;
+    retired.assert_status(http::StatusCode::BAD_REQUEST);
+    assert!(
+        retired.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("no approved image")
+    );
+    assert_eq!(
+        app.get("/api/v1/images", Some(&token)).await.json(),
+        json!([])
+    );
     app.stop().await;
 }
 

@@ -435,6 +435,11 @@ async fn an_approved_file_lands_in_the_registry_with_its_provenance() {
         "{}",
         failed["message"]
     );
+    assert!(
+        !failed["message"].as_str().unwrap().contains("127.0.0.1"),
+        "the connection's details stay in the log: {}",
+        failed["message"]
+    );
     registry.run().await;
     decide(admin, &third_id, "retry", None)
         .await

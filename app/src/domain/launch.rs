@@ -59,6 +59,17 @@ pub struct LaunchRequest {
     pub editor: String,
     pub slice_mib: u64,
     pub duration_minutes: u32,
+    /// An approved image's id (Kubernetes only); absent: the editor's configured image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+}
+
+/// An approved image a launch may name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageChoice {
+    pub id: String,
+    pub editor: EditorKind,
+    pub reference: String,
 }
 
 /// What the pool and configuration offer right now.
@@ -72,11 +83,15 @@ pub struct Catalog {
     pub burst_max_minutes: u32,
     pub min_minutes: u32,
     pub max_minutes: u32,
+    /// Approved images; None where the runtime runs no images (local processes).
+    pub images: Option<Vec<ImageChoice>>,
 }
 
 /// A launch that passed every check of the catalog.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ValidLaunch {
+    /// The chosen image's reference; None for the configured default.
+    pub image: Option<String>,
     pub editor: EditorKind,
     pub slice_mib: u64,
     pub duration_minutes: u32,
@@ -126,7 +141,45 @@ pub fn validate(req: &LaunchRequest, catalog: &Catalog) -> Result<ValidLaunch, S
             catalog.burst_max_minutes, req.duration_minutes
         ));
     }
+    let image = match (req.image.as_deref().map(str::trim), &catalog.images) {
+        (None | Some(""), _) => None,
+        (Some(_), None) => {
+            return Err(
+                "this server runs editors as processes on its own machine: there is no image to choose"
+                    .into(),
+            );
+        }
+        (Some(id), Some(images)) => {
+            let offered: Vec<&str> = images
+                .iter()
+                .filter(|i| i.editor == editor)
+                .map(|i| i.id.as_str())
+                .collect();
+            match images.iter().find(|i| i.id == id) {
+                Some(image) if image.editor == editor => Some(image.reference.clone()),
+                Some(image) => {
+                    return Err(format!(
+                        "image `{id}` runs {}, not {}",
+                        image.editor.label(),
+                        editor.label()
+                    ));
+                }
+                None => {
+                    return Err(format!(
+                        "no approved image `{id}` for {}; {}",
+                        editor.label(),
+                        if offered.is_empty() {
+                            "it runs its default image only".to_string()
+                        } else {
+                            format!("choose one of: {}", offered.join(", "))
+                        }
+                    ));
+                }
+            }
+        }
+    };
     Ok(ValidLaunch {
+        image,
         editor,
         slice_mib: req.slice_mib,
         duration_minutes: req.duration_minutes,
@@ -149,6 +202,7 @@ mod tests {
             burst_max_minutes: 60,
             min_minutes: 15,
             max_minutes: 480,
+            images: None,
         }
     }
 
@@ -157,6 +211,7 @@ mod tests {
             editor: editor.into(),
             slice_mib,
             duration_minutes,
+            image: None,
         }
     }
 
@@ -206,5 +261,46 @@ mod tests {
         assert!(validate(&req("jupyterlab", 8192, 14), &catalog()).is_err());
         assert!(validate(&req("jupyterlab", 8192, 481), &catalog()).is_err());
         assert!(validate(&req("jupyterlab", 8192, 480), &catalog()).is_ok());
+    }
+
+    #[test]
+    fn an_image_must_be_approved_for_the_editor_and_the_runtime_must_run_images() {
+        let with_image = |id: &str| LaunchRequest {
+            image: Some(id.into()),
+            ..req("jupyterlab", 8192, 60)
+        };
+        let err = validate(&with_image("i1"), &catalog()).unwrap_err();
+        assert!(err.contains("no image to choose"), "{err}");
+        let kube = Catalog {
+            editors: vec![
+                (EditorKind::JupyterLab, Ok(())),
+                (EditorKind::Marimo, Ok(())),
+            ],
+            images: Some(vec![
+                ImageChoice {
+                    id: "i1".into(),
+                    editor: EditorKind::JupyterLab,
+                    reference: "reg.example/jupyter/torch:1".into(),
+                },
+                ImageChoice {
+                    id: "m1".into(),
+                    editor: EditorKind::Marimo,
+                    reference: "reg.example/marimo:1".into(),
+                },
+            ]),
+            ..catalog()
+        };
+        assert_eq!(
+            validate(&with_image("i1"), &kube).unwrap().image.as_deref(),
+            Some("reg.example/jupyter/torch:1")
+        );
+        assert_eq!(
+            validate(&req("jupyterlab", 8192, 60), &kube).unwrap().image,
+            None
+        );
+        let err = validate(&with_image("m1"), &kube).unwrap_err();
+        assert!(err.contains("runs marimo, not JupyterLab"), "{err}");
+        let err = validate(&with_image("gone"), &kube).unwrap_err();
+        assert!(err.contains("choose one of: i1"), "{err}");
     }
 }

@@ -6,6 +6,7 @@
 pub mod credits;
 pub mod dates;
 pub mod idle;
+pub mod images;
 pub mod launch;
 pub mod listing;
 pub mod pool;

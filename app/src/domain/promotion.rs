@@ -39,9 +39,10 @@ pub struct CheckedPromotion {
 }
 
 impl PromotionRequest {
-    /// Checks the request and places the artifact under `prefix` + the user's own name, so
-    /// that no user can overwrite another's artifacts.
-    pub fn check(&self, prefix: &str, user_name: &str) -> Result<CheckedPromotion, String> {
+    /// Checks the request and places the artifact under `prefix` + `owner`, the user's own
+    /// component (one per user: see `server::promotion::repository_component`), so that no
+    /// user can overwrite another's artifacts.
+    pub fn check(&self, prefix: &str, owner: &str) -> Result<CheckedPromotion, String> {
         let path = checked_path(&self.path)?;
         let name = self.name.trim();
         if name.is_empty() {
@@ -52,7 +53,6 @@ impl PromotionRequest {
                 "`{name}` is not a valid artifact name: use lowercase letters and digits, separated by `.`, `_`, `-` or `/`"
             ));
         }
-        let owner = repository_component(user_name);
         let repository = format!("{prefix}{owner}/{name}");
         if repository.chars().count() > MAX_REPOSITORY_CHARS {
             return Err(format!(
@@ -111,7 +111,7 @@ pub fn is_repository(name: &str) -> bool {
     !name.is_empty() && name.split('/').all(is_path_component)
 }
 
-fn is_path_component(part: &str) -> bool {
+pub fn is_path_component(part: &str) -> bool {
     let bytes = part.as_bytes();
     let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
     if bytes.is_empty() || !alnum(bytes[0]) || !alnum(bytes[bytes.len() - 1]) {
@@ -149,27 +149,6 @@ pub fn is_tag(tag: &str) -> bool {
         && bytes
             .iter()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
-}
-
-/// A user's name as one repository component: lowercased, anything else becomes `-`.
-pub fn repository_component(user_name: &str) -> String {
-    let mapped: String = user_name
-        .chars()
-        .map(|c| {
-            let c = c.to_ascii_lowercase();
-            if c.is_ascii_lowercase() || c.is_ascii_digit() {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    let trimmed = mapped.trim_matches('-');
-    if trimmed.is_empty() {
-        "user".into()
-    } else {
-        trimmed.to_string()
-    }
 }
 
 /// The file's media type, as registries and tools such as ORAS show it.
@@ -367,10 +346,10 @@ mod tests {
     #[test]
     fn a_request_lands_under_the_users_own_name() {
         let checked = request("./models//resnet.safetensors", "vision/resnet", Some("v1"))
-            .check("sandbox/", "Alice.B")
+            .check("sandbox/", "alice.b")
             .unwrap();
         assert_eq!(checked.path, "models/resnet.safetensors");
-        assert_eq!(checked.repository, "sandbox/alice-b/vision/resnet");
+        assert_eq!(checked.repository, "sandbox/alice.b/vision/resnet");
         assert_eq!(checked.tag, "v1");
         assert_eq!(checked.media_type, "application/vnd.safetensors");
         let untagged = request("nb.ipynb", "nb", None).check("", "bob").unwrap();
@@ -423,14 +402,6 @@ mod tests {
         }
         let err = request("f", "n", Some("-bad")).check("", "u").unwrap_err();
         assert!(err.contains("not a valid tag"), "{err}");
-    }
-
-    #[test]
-    fn odd_user_names_still_make_one_component() {
-        assert_eq!(repository_component("Ünï Côde"), "n--c-de");
-        assert_eq!(repository_component("___"), "user");
-        assert_eq!(repository_component("e2e-target"), "e2e-target");
-        assert!(is_repository(&repository_component("x@y.z")));
     }
 
     #[test]

@@ -5,9 +5,9 @@
 
 use super::ErrorNotice;
 use crate::api::{
-    AdminOpenEditor, AdminStop, ChangeUser, ConfirmAdmin, DecidePromotion, GrantCredits,
-    SetUserQuota, admin_access, admin_audit, admin_pool, admin_promotions, admin_sessions,
-    admin_settings, admin_usage, admin_users,
+    AddImage, AdminOpenEditor, AdminStop, ChangeUser, ConfirmAdmin, DecidePromotion, GrantCredits,
+    SetImageState, SetUserQuota, admin_access, admin_audit, admin_images, admin_pool,
+    admin_promotions, admin_sessions, admin_settings, admin_usage, admin_users,
 };
 use crate::domain::credits;
 use crate::domain::listing::{ListQuery, Page};
@@ -25,6 +25,7 @@ enum Tab {
     Users,
     Sessions,
     Pool,
+    Images,
     Usage,
     Promotions,
     Audit,
@@ -32,10 +33,11 @@ enum Tab {
 }
 
 impl Tab {
-    const ALL: [Tab; 7] = [
+    const ALL: [Tab; 8] = [
         Tab::Users,
         Tab::Sessions,
         Tab::Pool,
+        Tab::Images,
         Tab::Usage,
         Tab::Promotions,
         Tab::Audit,
@@ -46,6 +48,7 @@ impl Tab {
         match name {
             Some("sessions") => Tab::Sessions,
             Some("pool") => Tab::Pool,
+            Some("images") => Tab::Images,
             Some("usage") => Tab::Usage,
             Some("promotions") => Tab::Promotions,
             Some("audit") => Tab::Audit,
@@ -59,6 +62,7 @@ impl Tab {
             Tab::Users => "users",
             Tab::Sessions => "sessions",
             Tab::Pool => "pool",
+            Tab::Images => "images",
             Tab::Usage => "usage",
             Tab::Promotions => "promotions",
             Tab::Audit => "audit",
@@ -71,6 +75,7 @@ impl Tab {
             Tab::Users => "Users",
             Tab::Sessions => "Sessions",
             Tab::Pool => "Pool",
+            Tab::Images => "Images",
             Tab::Usage => "Usage and cost",
             Tab::Promotions => "Promotions",
             Tab::Audit => "Audit log",
@@ -246,6 +251,7 @@ fn AdminTabs(tab: Memo<Tab>, list: Memo<ListQuery>) -> impl IntoView {
                 Tab::Users => view! { <UsersTab list /> }.into_any(),
                 Tab::Sessions => view! { <SessionsTab list /> }.into_any(),
                 Tab::Pool => view! { <PoolTab /> }.into_any(),
+                Tab::Images => view! { <ImagesTab /> }.into_any(),
                 Tab::Usage => view! { <UsageTab list /> }.into_any(),
                 Tab::Promotions => view! { <PromotionsTab list /> }.into_any(),
                 Tab::Audit => view! { <AuditTab list /> }.into_any(),
@@ -801,14 +807,20 @@ fn SessionRow(session: AdminSession, stop: ServerAction<AdminStop>) -> impl Into
     let ready = session.state == crate::domain::session::SessionState::Ready;
     let id = session.id.clone();
     let enter_id = session.id.clone();
-    // Entering a user's editor is a choice of its own, audited: the link appears once made.
+    // Entering a user's editor is a choice of its own, audited. It takes an admin token, never
+    // this browser: the user's editor page would run here, with this page's cookie.
     let enter = ServerAction::<AdminOpenEditor>::new();
     let entered = move || {
         enter.value().get().map(|result| match result {
             Ok(access) => view! {
-                <a href=access.url target="_blank" rel="noopener" data-testid="enter-editor">
-                    {format!("Open the editor (until {})", format_utc(access.expires_at_ms))}
-                </a>
+                <p class="muted small" data-testid="enter-editor">
+                    {format!(
+                        "Granted until {}: reach {} with an admin token (scope admin), e.g. curl -H \"Authorization: Bearer $TOKEN\" …{}api/status. Not from this browser: the user's page would run with your sign-in.",
+                        format_utc(access.expires_at_ms),
+                        access.url,
+                        access.url,
+                    )}
+                </p>
             }
             .into_any(),
             Err(e) => view! { <span class="error" role="alert">{e.to_string()}</span> }.into_any(),
@@ -844,7 +856,7 @@ fn SessionRow(session: AdminSession, stop: ServerAction<AdminStop>) -> impl Into
                     .then(|| {
                         view! {
                             <button
-                                title="Opens this user's editor to you for a while; the entry is in the audit log"
+                                title="Lets your admin token into this user's editor for a while; the grant is in the audit log"
                                 on:click=move |_| {
                                     enter.dispatch(AdminOpenEditor { id: enter_id.clone() });
                                 }
@@ -1016,6 +1028,148 @@ fn PromotionRow(
             </td>
             <td>{actions}</td>
         </tr>
+    }
+}
+
+#[component]
+fn ImagesTab() -> impl IntoView {
+    let add = ServerAction::<AddImage>::new();
+    let change = ServerAction::<SetImageState>::new();
+    let data = Resource::new(
+        move || (add.version().get(), change.version().get()),
+        |_| admin_images(),
+    );
+    let editor = RwSignal::new("jupyterlab".to_string());
+    let reference = RwSignal::new(String::new());
+    let label = RwSignal::new(String::new());
+    // Added: the form empties for the next one; refused, what was typed stays.
+    Effect::new(move |_| {
+        if let Some(Ok(_)) = add.value().get() {
+            reference.set(String::new());
+            label.set(String::new());
+        }
+    });
+    view! {
+        <p class="muted">
+            "Images users may choose at launch, besides each editor's configured default. The Kubernetes runtime runs them; the local runtime runs the editors installed on its machine. Pin images by digest (@sha256:…) so that a name cannot change under a running team."
+        </p>
+        <form
+            class="search add-image"
+            on:submit=move |ev: leptos::ev::SubmitEvent| {
+                ev.prevent_default();
+                add.dispatch(AddImage {
+                    image: crate::domain::images::NewImage {
+                        editor: editor.get_untracked(),
+                        reference: reference.get_untracked(),
+                        label: label.get_untracked(),
+                    },
+                });
+            }
+        >
+            <label>
+                "Editor "
+                <select on:change=move |ev| editor.set(event_target_value(&ev))>
+                    {crate::domain::launch::EditorKind::ALL
+                        .into_iter()
+                        .map(|kind| {
+                            view! {
+                                <option
+                                    value=kind.as_str()
+                                    selected=move || editor.get() == kind.as_str()
+                                >
+                                    {kind.label()}
+                                </option>
+                            }
+                        })
+                        .collect_view()}
+                </select>
+            </label>
+            <input
+                class="reference"
+                aria-label="Image reference"
+                placeholder="registry.example.com/team/image:tag@sha256:…"
+                required
+                bind:value=reference
+            />
+            <input aria-label="Label" placeholder="PyTorch 2.5, CUDA 12.4" required bind:value=label />
+            <button type="submit" class="primary">
+                "Add image"
+            </button>
+        </form>
+        {action_error(move || add.value().get())}
+        {action_error(move || change.value().get())}
+        {loaded(
+            data,
+            "Loading images…",
+            move |images| view! { <ImagesTable images change /> }.into_any(),
+        )}
+    }
+}
+
+#[component]
+fn ImagesTable(
+    images: Vec<crate::model::ImageView>,
+    change: ServerAction<SetImageState>,
+) -> impl IntoView {
+    use crate::domain::images::ImageState;
+    view! {
+        <table class="admin-table" data-testid="images">
+            <thead>
+                <tr>
+                    <th>"Editor"</th>
+                    <th>"Label"</th>
+                    <th>"Reference"</th>
+                    <th>"State"</th>
+                    <th>"Added"</th>
+                    <th></th>
+                </tr>
+            </thead>
+            <tbody>
+                {images
+                    .into_iter()
+                    .map(|image| {
+                        let pinned = if image.pinned { "pinned" } else { "by tag: can change" };
+                        let added = match (&image.added_by, image.created_at_ms) {
+                            (Some(by), Some(at)) => format!("{} by {by}", format_utc(at)),
+                            _ => "configuration".to_string(),
+                        };
+                        let action = image
+                            .id
+                            .clone()
+                            .map(|id| {
+                                let (to, label, class) = match image.state {
+                                    ImageState::Approved => (ImageState::Retired, "Retire", "danger"),
+                                    ImageState::Retired => (ImageState::Approved, "Approve", "primary"),
+                                };
+                                view! {
+                                    <button
+                                        class=class
+                                        on:click=move |_| {
+                                            change.dispatch(SetImageState { id: id.clone(), state: to });
+                                        }
+                                    >
+                                        {label}
+                                    </button>
+                                }
+                            });
+                        view! {
+                            <tr data-image=image.reference.clone()>
+                                <td>{image.editor.label()}</td>
+                                <td>{image.label.clone()}</td>
+                                <td>
+                                    <code>{image.reference.clone()}</code>
+                                    " "
+                                    <span class="chip">{pinned}</span>
+                                </td>
+                                <td>{image.state.as_str()}</td>
+                                <td>{added}</td>
+                                <td>{action}</td>
+                            </tr>
+                        }
+                    })
+                    .collect_view()}
+            </tbody>
+        </table>
     }
 }
 

@@ -36,6 +36,7 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
         sessions,
         quota,
         enforcement,
+        images,
     } = data;
     let live: Vec<SessionView> = sessions
         .iter()
@@ -98,7 +99,7 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
                         quota.limits.max_minutes,
                     )}
                 </p>
-                <LaunchForm editors slices durations />
+                <LaunchForm editors slices durations images />
             </section>
             <section class="sessions" aria-labelledby="sessions-title">
                 <h2 id="sessions-title">"Your sessions"</h2>
@@ -188,8 +189,15 @@ fn LaunchForm(
     editors: Vec<crate::model::EditorOption>,
     slices: Vec<crate::model::SliceOption>,
     durations: crate::model::DurationLimits,
+    images: Vec<crate::model::ImageView>,
 ) -> impl IntoView {
     let launch = ServerAction::<Launch>::new();
+    // An approved image's id, or empty for the editor's default.
+    let image = RwSignal::new(String::new());
+    let image_editors: Vec<(String, EditorKind)> = images
+        .iter()
+        .filter_map(|i| Some((i.id.clone()?, i.editor)))
+        .collect();
     let first_editor = editors
         .iter()
         .find(|e| e.unavailable.is_none())
@@ -240,7 +248,47 @@ fn LaunchForm(
             editor: editor.get_untracked().as_str().to_string(),
             slice_mib: slice.get_untracked(),
             duration_minutes: minutes.get_untracked(),
+            // A choice made for another editor does not carry over.
+            image: Some(image.get_untracked()).filter(|id| {
+                image_editors
+                    .iter()
+                    .any(|(i, e)| i == id && *e == editor.get_untracked())
+            }),
         });
+    };
+    // Only where the runtime runs images (Kubernetes): the editor's approved ones.
+    let image_choice = move || {
+        let kind = editor.get();
+        let offered: Vec<crate::model::ImageView> = images
+            .iter()
+            .filter(|i| i.editor == kind)
+            .cloned()
+            .collect();
+        if offered.is_empty() {
+            return None;
+        }
+        Some(view! {
+            <label class="image">
+                "Image"
+                <select name="image" on:change=move |ev| image.set(event_target_value(&ev))>
+                    <option value="" selected=move || image.get().is_empty()>
+                        "Default"
+                    </option>
+                    {offered
+                        .into_iter()
+                        .filter_map(|i| {
+                            let id = i.id?;
+                            let selected = id.clone();
+                            Some(view! {
+                                <option value=id.clone() selected=move || image.get() == selected>
+                                    {format!("{} ({})", i.label, i.reference)}
+                                </option>
+                            })
+                        })
+                        .collect_view()}
+                </select>
+            </label>
+        })
     };
     view! {
         <form class="launch" on:submit=submit data-testid="launch-form">
@@ -316,6 +364,7 @@ fn LaunchForm(
                         .collect_view()}
                 </div>
             </fieldset>
+            {image_choice}
             <label class="duration">
                 "Duration (minutes)"
                 <input

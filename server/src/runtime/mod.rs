@@ -34,6 +34,8 @@ pub struct EditorLaunch {
     pub slice: SliceBinding,
     /// Started ahead of demand: no user yet; [`Runtime::bind_workspace`] brings one's files later.
     pub prestart: bool,
+    /// An approved image chosen at launch (kube); None: the configured image for the editor.
+    pub image: Option<String>,
 }
 
 /// Which share of which card a session holds.

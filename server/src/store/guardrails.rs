@@ -18,6 +18,8 @@ pub struct GpuSample {
 /// One launch as the service decided it; the store checks and claims.
 pub struct LaunchPlan<'a> {
     pub user_id: &'a str,
+    /// The chosen image's reference; None for the configured default.
+    pub image: Option<&'a str>,
     pub editor: EditorKind,
     pub slice_mib: u64,
     /// A whole card: every slot of one GPU whose memory is `slice_mib`.
@@ -132,6 +134,7 @@ impl Store {
             &Requested {
                 id: &id,
                 user_id: plan.user_id,
+                image: plan.image,
                 editor: plan.editor,
                 slice_mib: plan.slice_mib,
                 duration_minutes: plan.duration_minutes,

@@ -7,6 +7,7 @@
 mod admin;
 mod guardrails;
 mod http_sessions;
+mod images;
 mod kube;
 mod promotions;
 mod records;
@@ -773,6 +774,7 @@ impl Store {
             &Requested {
                 id: &id,
                 user_id: new.user_id,
+                image: new.image,
                 editor: new.editor,
                 slice_mib: new.slice_mib,
                 duration_minutes: new.duration_minutes,
@@ -1068,6 +1070,8 @@ impl LedgerKind {
 #[cfg(test)]
 pub struct NewSession<'a> {
     pub user_id: &'a str,
+    /// The chosen image's reference; None for the configured default.
+    pub image: Option<&'a str>,
     pub editor: EditorKind,
     pub slice_mib: u64,
     pub duration_minutes: u32,
@@ -1079,6 +1083,7 @@ pub struct NewSession<'a> {
 struct Requested<'a> {
     id: &'a str,
     user_id: &'a str,
+    image: Option<&'a str>,
     editor: EditorKind,
     slice_mib: u64,
     duration_minutes: u32,
@@ -1091,8 +1096,8 @@ struct Requested<'a> {
 /// audit event, inside the launch's transaction.
 async fn insert_requested(w: &mut WriteTx, r: &Requested<'_>, now: i64) -> Result<Vec<Step>> {
     sqlx::query(
-        "INSERT INTO sessions (id, user_id, editor, slice_mib, duration_minutes, price_per_hour, state, created_at, last_activity_at, burst)
-         VALUES ($1, $2, $3, $4, $5, $6, 'requested', $7, $7, $8)",
+        "INSERT INTO sessions (id, user_id, editor, slice_mib, duration_minutes, price_per_hour, state, created_at, last_activity_at, burst, image)
+         VALUES ($1, $2, $3, $4, $5, $6, 'requested', $7, $7, $8, $9)",
     )
     .bind(r.id)
     .bind(r.user_id)
@@ -1102,6 +1107,7 @@ async fn insert_requested(w: &mut WriteTx, r: &Requested<'_>, now: i64) -> Resul
     .bind(r.price_per_hour)
     .bind(now)
     .bind(r.burst as i64)
+    .bind(r.image)
     .execute(&mut *w.tx)
     .await?;
     let requested = insert_event(

@@ -251,6 +251,18 @@ impl Store {
         self.promotion(id).await
     }
 
+    /// Marks a push as still running (see [`Store::pushable_promotions`]).
+    pub async fn touch_promotion(&self, id: &str) -> Result<()> {
+        let mut w = self.begin_write().await?;
+        sqlx::query("UPDATE promotions SET claimed_at = $1 WHERE id = $2 AND state = 'pushing'")
+            .bind(now_ms())
+            .bind(id)
+            .execute(&mut *w.tx)
+            .await?;
+        w.tx.commit().await?;
+        Ok(())
+    }
+
     /// Records the push's outcome: the manifest's digest, or why it failed.
     pub async fn finish_promotion(
         &self,

@@ -147,6 +147,7 @@ pub(super) async fn six_slots(store: &Store) -> Vec<String> {
 pub(super) fn launch(user_id: &str, hold: i64) -> NewSession<'_> {
     NewSession {
         user_id,
+        image: None,
         editor: EditorKind::JupyterLab,
         slice_mib: SLICE,
         duration_minutes: 60,
@@ -622,6 +623,7 @@ async fn ready_path_settles(store: Store) {
     let (s, _) = store
         .create_session(NewSession {
             user_id: &alice.id,
+            image: None,
             editor: EditorKind::Marimo,
             slice_mib: SLICE,
             duration_minutes: 60,

@@ -598,7 +598,80 @@ async fn editor_grants_are_per_admin_and_expire(store: Store) {
     assert_eq!(audited, 3);
 }
 
+async fn images_are_added_once_retired_and_remembered_by_sessions(store: Store) {
+    use app::domain::images::ImageState;
+    let root = store
+        .create_user("root", Some("hash"), Role::Admin, 0, None)
+        .await
+        .unwrap();
+    let id = store
+        .add_image(
+            EditorKind::Marimo,
+            "reg.example/marimo:1",
+            "marimo 1",
+            &root.id,
+        )
+        .await
+        .unwrap();
+    let again = store
+        .add_image(EditorKind::Marimo, "reg.example/marimo:1", "same", &root.id)
+        .await;
+    assert!(matches!(again, Err(StoreError::Duplicate(_))), "{again:?}");
+    // The same reference for another editor is another image.
+    let other = store
+        .add_image(
+            EditorKind::JupyterLab,
+            "reg.example/marimo:1",
+            "odd",
+            &root.id,
+        )
+        .await
+        .unwrap();
+    assert!(
+        store
+            .set_image_state(&id, ImageState::Retired, &root.id)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .set_image_state("nope", ImageState::Retired, &root.id)
+            .await
+            .unwrap()
+    );
+    let images = store.images().await.unwrap();
+    assert_eq!(
+        images
+            .iter()
+            .map(|i| (i.id.clone().unwrap(), i.state))
+            .collect::<Vec<_>>(),
+        [(other, ImageState::Approved), (id, ImageState::Retired)],
+        "approved first"
+    );
+    assert_eq!(images[1].added_by.as_deref(), Some("root"));
+
+    let alice = user(&store, "alice", 1_000).await;
+    let (s, _) = store
+        .create_session(NewSession {
+            image: Some("reg.example/marimo:1"),
+            ..launch(&alice.id, 0)
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .session(&s.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .image
+            .as_deref(),
+        Some("reg.example/marimo:1")
+    );
+}
+
 on_both_fns! {
+    images_are_added_once_retired_and_remembered_by_sessions => images_are_added_once_retired_and_remembered_by_sessions_sqlite, images_are_added_once_retired_and_remembered_by_sessions_postgres;
     editor_grants_are_per_admin_and_expire => editor_grants_are_per_admin_and_expire_sqlite, editor_grants_are_per_admin_and_expire_postgres;
     an_admin_change_keeps_an_admin_and_demotion_takes_admin_off_tokens => an_admin_change_keeps_an_admin_and_demotion_takes_admin_off_tokens_sqlite, an_admin_change_keeps_an_admin_and_demotion_takes_admin_off_tokens_postgres;
     usage_sums_each_users_sessions_in_the_period => usage_sums_each_users_sessions_in_the_period_sqlite, usage_sums_each_users_sessions_in_the_period_postgres;

@@ -21,6 +21,7 @@ fn one_credit_an_hour(_: &str) -> i64 {
 fn plan(user_id: &str, burst: bool, limits: Limits, use_warm: bool) -> LaunchPlan<'_> {
     LaunchPlan {
         user_id,
+        image: None,
         editor: EditorKind::JupyterLab,
         slice_mib: if burst { 49152 } else { SLICE },
         burst,

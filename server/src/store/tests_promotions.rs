@@ -90,6 +90,12 @@ async fn decisions_and_pushes_happen_once(store: Store) {
             .unwrap()
             .contains(&"p2".to_string())
     );
+    // A push that says it is alive is not silent.
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let before_touch = now_ms();
+    store.touch_promotion("p2").await.unwrap();
+    let pushable = store.pushable_promotions(before_touch).await.unwrap();
+    assert!(pushable.iter().all(|id| id != "p2"), "{pushable:?}");
 
     store
         .finish_promotion("p2", Err("registry said no"))

@@ -344,7 +344,12 @@ impl<'a> UserPlan<'a> {
             .map(|uuid| BTreeMap::from([(USE_GPU_UUID.to_string(), uuid.clone())]));
         let container = Container {
             name: "editor".into(),
-            image: Some(c.images.of(editor).to_string()),
+            image: Some(
+                launch
+                    .image
+                    .clone()
+                    .unwrap_or_else(|| c.images.of(editor).to_string()),
+            ),
             image_pull_policy: Some("IfNotPresent".into()),
             command: Some(vec![program(editor).into()]),
             args: Some(crate::editors::arguments(
@@ -522,6 +527,7 @@ pub(crate) mod tests {
                 cores_pct: 25,
             },
             prestart: false,
+            image: None,
         }
     }
 

@@ -1,0 +1,112 @@
+//! Approved images: the editor images a launch may name, on top of each editor's configured
+//! default. Admins add and retire them (audited); the kube runtime runs them. The local runtime
+//! runs the editors installed on this machine, so it offers no choice.
+
+use crate::admin::require_admin;
+use crate::service::Service;
+use crate::store::StoreError;
+use app::domain::images::{self, ImageState, NewImage};
+use app::domain::launch::{EditorKind, ImageChoice};
+use app::error::AppError;
+use app::model::{ImageView, Viewer};
+
+impl Service {
+    /// Whether the runtime in use runs images (the kube runtime does).
+    fn runs_images(&self) -> bool {
+        self.runtime.as_kube().is_some()
+    }
+
+    /// The approved images a launch may name; None where the runtime runs no images.
+    pub async fn image_choices(&self) -> Result<Option<Vec<ImageChoice>>, StoreError> {
+        if !self.runs_images() {
+            return Ok(None);
+        }
+        Ok(Some(
+            self.store
+                .images()
+                .await?
+                .into_iter()
+                .filter(|i| i.state == ImageState::Approved)
+                .filter_map(|i| {
+                    Some(ImageChoice {
+                        id: i.id?,
+                        editor: i.editor,
+                        reference: i.reference,
+                    })
+                })
+                .collect(),
+        ))
+    }
+
+    /// What the launch form offers: the approved images (none on the local runtime).
+    pub async fn launch_images(&self) -> Result<Vec<ImageView>, AppError> {
+        if !self.runs_images() {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .store
+            .images()
+            .await?
+            .into_iter()
+            .filter(|i| i.state == ImageState::Approved)
+            .collect())
+    }
+
+    /// Every image: each editor's configured default first, then those admins added.
+    pub async fn admin_images(&self, viewer: &Viewer) -> Result<Vec<ImageView>, AppError> {
+        require_admin(viewer)?;
+        let defaults = EditorKind::ALL.into_iter().map(|editor| {
+            let reference = self.config.kube.images.of(editor).to_string();
+            ImageView {
+                id: None,
+                editor,
+                pinned: images::is_pinned(&reference),
+                reference,
+                label: "default (configuration: kube.images)".into(),
+                state: ImageState::Approved,
+                added_by: None,
+                created_at_ms: None,
+            }
+        });
+        Ok(defaults.chain(self.store.images().await?).collect())
+    }
+
+    pub async fn add_image(&self, viewer: &Viewer, new: &NewImage) -> Result<ImageView, AppError> {
+        require_admin(viewer)?;
+        let editor = EditorKind::parse(new.editor.trim()).ok_or_else(|| {
+            AppError::Invalid(format!(
+                "unknown editor `{}`; images run one of: {}",
+                new.editor,
+                EditorKind::ALL.map(EditorKind::as_str).join(", ")
+            ))
+        })?;
+        let reference = images::check_reference(&new.reference).map_err(AppError::Invalid)?;
+        let label = images::check_label(&new.label).map_err(AppError::Invalid)?;
+        if reference == self.config.kube.images.of(editor) {
+            return Err(AppError::Conflict(format!(
+                "`{reference}` is {}'s configured default already",
+                editor.label()
+            )));
+        }
+        let id = self
+            .store
+            .add_image(editor, &reference, &label, &viewer.id)
+            .await?;
+        self.store.image(&id).await?.ok_or(AppError::Internal)
+    }
+
+    /// Approves or retires an added image. Sessions running a retired image keep it; new
+    /// launches cannot name it.
+    pub async fn set_image_state(
+        &self,
+        viewer: &Viewer,
+        id: &str,
+        state: ImageState,
+    ) -> Result<ImageView, AppError> {
+        require_admin(viewer)?;
+        if !self.store.set_image_state(id, state, &viewer.id).await? {
+            return Err(AppError::NotFound);
+        }
+        self.store.image(id).await?.ok_or(AppError::NotFound)
+    }
+}
