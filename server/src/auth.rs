@@ -29,6 +29,18 @@ pub const ADMIN_CONFIRMATION_MS: i64 = app::domain::scope::ADMIN_CONFIRMATION_MI
 
 /// How long a sign-in lasts without use.
 pub const SIGN_IN_IDLE_DAYS: i64 = 7;
+/// How long a sign-in lasts however much it is used (JupyterHub's cookie lasts 14 days too):
+/// then the person signs in again, so a single sign-on account the provider has since removed
+/// or moved out of the admin group does not live on here.
+pub const SIGN_IN_MAX_DAYS: i64 = 14;
+/// When this browser signed in (ms), in its session.
+pub const SIGNED_IN_KEY: &str = "signed_in_at";
+
+/// Whether a sign-in made at `signed_in_at` is past [`SIGN_IN_MAX_DAYS`] at `now` (ms).
+/// Sign-ins from before the time was kept carry none; their idle limit still ends them.
+pub fn sign_in_expired(signed_in_at: Option<i64>, now: i64) -> bool {
+    signed_in_at.is_some_and(|at| now - at >= SIGN_IN_MAX_DAYS * 24 * 3600 * 1000)
+}
 const TOKEN_PREFIX: &str = "gsb_";
 /// How long a resolved cookie or token is trusted without asking the database again.
 /// Keeps the proxy's hot path free of queries; logout on this replica clears it at once.
@@ -399,6 +411,10 @@ impl Authenticator {
             Ok(None) => return Ok(None),
             Err(e) => return Err(StoreError::Sessions(e.to_string())),
         };
+        let signed_in_at = record.data.get(SIGNED_IN_KEY).and_then(|v| v.as_i64());
+        if sign_in_expired(signed_in_at, crate::store::now_ms()) {
+            return Ok(None);
+        }
         let confirmed_at = [ADMIN_CONFIRMED_KEY, SSO_CONFIRMED_KEY]
             .iter()
             .filter_map(|key| record.data.get(*key).and_then(|v| v.as_i64()))
@@ -436,6 +452,18 @@ impl Authenticator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sign_in_lives_fourteen_days_at_most() {
+        let day = 24 * 3600 * 1000;
+        let now = 100 * day;
+        assert!(!sign_in_expired(Some(now - 13 * day), now));
+        assert!(sign_in_expired(Some(now - 14 * day), now));
+        assert!(
+            !sign_in_expired(None, now),
+            "kept from before: its idle limit ends it"
+        );
+    }
 
     #[test]
     fn a_name_waits_after_five_failures_until_its_window_ends() {

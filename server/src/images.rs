@@ -38,7 +38,22 @@ impl Service {
         ))
     }
 
-    /// What the launch form offers: the approved images (none on the local runtime).
+    /// Whether `reference` is still an approved image of `editor` (a failing database: yes,
+    /// since the launch was checked when it was made).
+    pub async fn image_still_approved(&self, editor: EditorKind, reference: &str) -> bool {
+        match self.store.images().await {
+            Ok(images) => images.iter().any(|i| {
+                i.editor == editor && i.reference == reference && i.state == ImageState::Approved
+            }),
+            Err(e) => {
+                tracing::warn!(error = %e, "checking a session's image");
+                true
+            }
+        }
+    }
+
+    /// What the launch form offers: the approved images (none on the local runtime), without
+    /// who added them.
     pub async fn launch_images(&self) -> Result<Vec<ImageView>, AppError> {
         if !self.runs_images() {
             return Ok(Vec::new());
@@ -49,6 +64,10 @@ impl Service {
             .await?
             .into_iter()
             .filter(|i| i.state == ImageState::Approved)
+            .map(|i| ImageView {
+                added_by: None,
+                ..i
+            })
             .collect())
     }
 

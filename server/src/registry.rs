@@ -231,9 +231,7 @@ impl Registry {
     /// wherever an upload's `Location` may point.
     fn request(&self, method: Method, url: &str) -> http::request::Builder {
         let builder = Request::builder().method(method).uri(url);
-        let ours = url
-            .strip_prefix(&self.base)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'));
+        let ours = origin(url).is_some_and(|o| Some(o) == origin(&self.base));
         match &self.authorization {
             Some(value) if ours => builder.header(header::AUTHORIZATION, value.clone()),
             _ => builder,
@@ -287,6 +285,19 @@ pub fn manifest(artifact: &Artifact<'_>) -> Vec<u8> {
         "annotations": annotations,
     });
     serde_json::to_vec(&manifest).expect("a JSON value serializes")
+}
+
+/// A URL's scheme, lowercased host and port (the scheme's own when none is written), as a
+/// registry's `Location` and our configured address may spell the same place differently.
+fn origin(url: &str) -> Option<(String, String, u16)> {
+    let uri: http::Uri = url.parse().ok()?;
+    let scheme = uri.scheme_str()?.to_ascii_lowercase();
+    let port = uri.port_u16().or(match scheme.as_str() {
+        "http" => Some(80),
+        "https" => Some(443),
+        _ => None,
+    })?;
+    Some((scheme, uri.host()?.to_ascii_lowercase(), port))
 }
 
 pub fn sha256_digest(bytes: &[u8]) -> String {
@@ -464,7 +475,18 @@ mod tests {
         };
         assert!(has("http://127.0.0.1:5000/v2/a/blobs/uploads/x"));
         assert!(!has("http://127.0.0.1:50000/v2/a/blobs/uploads/x"));
+        assert!(!has("https://127.0.0.1:5000/v2/a/blobs/uploads/x"));
         assert!(!has("https://storage.example/upload?sig=1"));
+        // The same place, spelt otherwise: the default port written or left out, capitals.
+        let registry = Registry::new("https://Reg.Example:443", "u", "p").unwrap();
+        assert!(
+            registry
+                .request(Method::PUT, "https://reg.example/v2/a/blobs/uploads/x")
+                .body(())
+                .unwrap()
+                .headers()
+                .contains_key(header::AUTHORIZATION)
+        );
     }
 
     #[test]

@@ -429,7 +429,8 @@ impl Service {
                 disk_mib: self.runtime.workspace_mib(&viewer.name).await,
                 price_on: &price_on,
                 queue_price: self.price_for_slice(slice_mib),
-                use_warm: self.prestarts(),
+                // A pre-started editor runs the default image.
+                use_warm: self.prestarts() && valid.image.is_none(),
             })
             .await?;
         let id = launched.record.id.clone();
@@ -478,6 +479,21 @@ impl Service {
         let Ok(Some(record)) = self.store.session(session_id).await else {
             return;
         };
+        // Retired while the launch waited in the queue: retiring is how an admin stops an
+        // image, so it does not start now.
+        if let Some(reference) = &record.image
+            && !self.image_still_approved(record.editor, reference).await
+        {
+            self.end_without_editor(
+                session_id,
+                EndReason::Failed,
+                &format!(
+                    "the image {reference} was retired before this session started; launch again with another"
+                ),
+            )
+            .await;
+            return;
+        }
         let gpu = record
             .gpu_id
             .as_ref()
@@ -1033,6 +1049,13 @@ impl Service {
             tracing::error!(error = %e, "writing the session");
             AppError::Internal
         })?;
+        session
+            .insert(auth::SIGNED_IN_KEY, crate::store::now_ms())
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "writing the session");
+                AppError::Internal
+            })?;
         // A confirmation was someone's, at some time: a new sign-in starts without one (a
         // single sign-on that confirmed writes its own afterwards).
         for key in [auth::ADMIN_CONFIRMED_KEY, auth::SSO_CONFIRMED_KEY] {

@@ -1263,3 +1263,45 @@ async fn a_session_has_a_ceiling_on_open_websockets() {
     common::assert_echoes(&mut third, 2).await;
     app.stop().await;
 }
+
+/// A sign-in ends after `SIGN_IN_MAX_DAYS` however much it is used: the person signs in again
+/// (a provider's account removed since does not live on here).
+#[tokio::test]
+async fn a_sign_in_ends_after_its_longest_life_however_busy() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (olga, _) = app.user("olga").await;
+    let cookie = app.sign_in_cookie("olga").await;
+    let me = |cookie: String| {
+        let app = &app;
+        async move {
+            let request = Request::get(app.url("/api/v1/me"))
+                .header("cookie", format!("sandbox_session={cookie}"))
+                .body(Full::default())
+                .unwrap();
+            app.send(request).await
+        }
+    };
+    me(cookie.clone()).await.assert_status(StatusCode::OK);
+    // Signed in just inside the limit: still in.
+    let day_ms: i64 = 24 * 3600 * 1000;
+    let age = |days: i64| {
+        format!(
+            "UPDATE http_sessions SET data = json_set(data, '$.{}', {}) WHERE id = $1",
+            server::auth::SIGNED_IN_KEY,
+            server::store::now_ms() - days * day_ms
+        )
+    };
+    app.sql(&age(server::auth::SIGN_IN_MAX_DAYS - 1), &cookie)
+        .await;
+    // The database is asked again, not the few seconds' cache.
+    app.service.auth.forget_user(&olga);
+    me(cookie.clone()).await.assert_status(StatusCode::OK);
+    app.sql(&age(server::auth::SIGN_IN_MAX_DAYS), &cookie).await;
+    app.service.auth.forget_user(&olga);
+    me(cookie.clone())
+        .await
+        .assert_status(StatusCode::UNAUTHORIZED);
+    // A new sign-in starts a new life.
+    let fresh = app.sign_in_cookie("olga").await;
+    me(fresh).await.assert_status(StatusCode::OK);
+}

@@ -1200,6 +1200,82 @@ async fn a_launch_runs_the_approved_image_it_names() {
     app.stop().await;
 }
 
+/// Retiring an image stops it: a launch that waited in the queue for it ends with a refund when
+/// its turn comes, rather than start it.
+#[tokio::test]
+async fn a_queued_launch_of_an_image_retired_meanwhile_ends_with_a_refund() {
+    let fake = FakeApi::default();
+    let runtime = KubeRuntime::new(fake.client(), KubeConfig::default()).with_timing(fast());
+    let app = TestApp::start_with(Some(Arc::new(runtime)), |c| {
+        c.pool.gpus = vec![server::config::DeclaredGpu {
+            name: "one".into(),
+            model: "Virtual 8 GB".into(),
+            memory_mib: 8192,
+            slice_mib: 8192,
+        }];
+    })
+    .await;
+    let root = app
+        .service
+        .create_user("root", Some("password123"), app::model::Role::Admin, None)
+        .await
+        .unwrap();
+    let viewer = root.viewer(app::domain::scope::Scopes::ALL);
+    let image = app
+        .service
+        .add_image(
+            &viewer,
+            &app::domain::images::NewImage {
+                editor: "jupyterlab".into(),
+                reference: "registry.example.com/ml/torch:2.5".into(),
+                label: "PyTorch".into(),
+            },
+        )
+        .await
+        .unwrap();
+    let image_id = image.id.clone().unwrap();
+    let (_, first) = app.user("first").await;
+    let (_, second) = app.user("second").await;
+    let holder = app.launch_ready(&first, "jupyterlab").await;
+    let before = app.get("/api/v1/me", Some(&second)).await.json()["credits"].clone();
+    let body = json!({"editor": "jupyterlab", "slice_mib": 8192, "duration_minutes": 30, "image": image_id});
+    let queued = app
+        .call(
+            http::Method::POST,
+            "/api/v1/sessions",
+            Some(&second),
+            Some(body),
+        )
+        .await;
+    queued.assert_status(http::StatusCode::CREATED);
+    let waiting = queued.json();
+    assert_eq!(waiting["state"], "queued", "{waiting}");
+    let id = waiting["id"].as_str().unwrap().to_string();
+
+    app.service
+        .set_image_state(&viewer, &image_id, app::domain::images::ImageState::Retired)
+        .await
+        .unwrap();
+    app.delete(&format!("/api/v1/sessions/{holder}"), Some(&first))
+        .await
+        .assert_status(http::StatusCode::OK);
+    let ended = ended_detail(&app, &second, &id).await;
+    assert_eq!(ended["end_reason"], "failed", "{ended}");
+    assert!(
+        ended["detail"].as_str().unwrap().contains("was retired"),
+        "{ended}"
+    );
+    let after = app.get("/api/v1/me", Some(&second)).await.json()["credits"].clone();
+    assert_eq!(after, before, "everything it held came back");
+    assert!(
+        fake.names("pods")
+            .iter()
+            .all(|(_, name)| *name != names::pod_name(&id)),
+        "no pod was made for it"
+    );
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn a_launch_watches_its_pod_and_is_ready_when_the_pod_is() {
     let (app, fake) = fake_app(4).await;

@@ -815,7 +815,7 @@ fn SessionRow(session: AdminSession, stop: ServerAction<AdminStop>) -> impl Into
             Ok(access) => view! {
                 <p class="muted small" data-testid="enter-editor">
                     {format!(
-                        "Granted until {}: reach {} with an admin token (scope admin), e.g. curl -H \"Authorization: Bearer $TOKEN\" …{}api/status. Not from this browser: the user's page would run with your sign-in.",
+                        "Granted until {}: reach {} with an admin token (scopes access and admin), e.g. curl -H \"Authorization: Bearer $TOKEN\" …{}api/status. Not from this browser: the user's page would run with your sign-in.",
                         format_utc(access.expires_at_ms),
                         access.url,
                         access.url,
