@@ -141,6 +141,16 @@ pub struct SessionView {
     /// GPU memory the editor uses now, where the runtime can see it.
     pub gpu_used_mib: Option<u64>,
     pub steps: Vec<Step>,
+    /// An admin let into this editor now (audited), so that its owner knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_access: Option<AdminAccessNote>,
+}
+
+/// Who may reach a user's editor besides them, and until when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminAccessNote {
+    pub admin: String,
+    pub until_ms: i64,
 }
 
 /// A user's limits and what they use now.

@@ -73,6 +73,11 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     await enter.waitFor();
     assert.match(await enter.innerText(), new RegExp(`/s/${launched.id}/`));
     assert.equal((await page.request.get(editorUrl)).status(), 404, 'never with the cookie');
+    // Its owner is told, in the session's toolbar.
+    await owner.goto(`${BASE}/sessions/${launched.id}`);
+    const told = owner.getByTestId('admin-access');
+    await told.waitFor();
+    assert.match(await told.innerText(), /admin \(admin\) may reach this editor until/);
     await session.getByRole('button', { name: 'Stop' }).click();
     await session.getByText('ended (admin)').waitFor();
     const seen = await owner.evaluate(

@@ -710,7 +710,15 @@ impl Service {
         } else {
             None
         };
-        Ok(self.session_view(&record, steps, position))
+        let mut view = self.session_view(&record, steps, position);
+        if record.state.is_live() {
+            view.admin_access = self
+                .store
+                .editor_access_now(id)
+                .await?
+                .map(|(admin, until_ms)| AdminAccessNote { admin, until_ms });
+        }
+        Ok(view)
     }
 
     pub fn session_view(
@@ -747,6 +755,7 @@ impl Service {
             warn_ms: policy.warn_ms,
             gpu_used_mib: record.gpu_used_mib,
             steps,
+            admin_access: None,
         }
     }
 

@@ -665,6 +665,13 @@ async fn an_admin_enters_a_users_editor_only_by_an_audited_grant() {
     app.get(&editor, Some(&root))
         .await
         .assert_status(StatusCode::OK);
+    // Its owner is told who may reach it, and until when.
+    let seen = app
+        .get(&format!("/api/v1/sessions/{id}"), Some(&alice))
+        .await
+        .json();
+    assert_eq!(seen["admin_access"]["admin"], "root", "{seen}");
+    assert_eq!(seen["admin_access"]["until_ms"], until);
     // By the token only: root's browser sign-in, confirmed as an admin, stays out, since the
     // user's page would run in it with root's cookie.
     let cookie = app.sign_in_cookie("root").await;
@@ -712,6 +719,11 @@ async fn an_admin_enters_a_users_editor_only_by_an_audited_grant() {
     app.get(&editor, Some(&root))
         .await
         .assert_status(StatusCode::NOT_FOUND);
+    let seen = app
+        .get(&format!("/api/v1/sessions/{id}"), Some(&alice))
+        .await
+        .json();
+    assert!(seen.get("admin_access").is_none(), "{seen}");
 
     // A session that is not running has no editor to enter.
     app.delete(&format!("/api/v1/sessions/{id}"), Some(&alice))

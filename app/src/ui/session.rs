@@ -168,6 +168,21 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                             }
                         })
                 }}
+                {move || {
+                    session
+                        .with(|s| s.admin_access.clone())
+                        .map(|note| {
+                            view! {
+                                <span class="banner info" role="status" data-testid="admin-access">
+                                    {format!(
+                                        "{} (admin) may reach this editor until {} UTC; it is in the audit log.",
+                                        note.admin,
+                                        crate::domain::dates::minute(note.until_ms),
+                                    )}
+                                </span>
+                            }
+                        })
+                }}
                 <span class="spacer"></span>
                 {move || {
                     let (ready, warn) = session.with(|s| {
@@ -354,6 +369,7 @@ mod tests {
             warn_ms: 0,
             gpu_used_mib: None,
             steps: vec![],
+            admin_access: None,
         };
         apply_step(&mut s, step(1, SessionState::Starting, false));
         apply_step(&mut s, step(1, SessionState::Starting, false));

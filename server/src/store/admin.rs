@@ -158,6 +158,21 @@ impl Store {
         Ok(row.map(|r| r.try_get("expires_at")).transpose()?)
     }
 
+    /// The admin let into the session's editor now, if one is (the grant that lasts longest).
+    pub async fn editor_access_now(&self, session_id: &str) -> Result<Option<(String, i64)>> {
+        let row = sqlx::query(
+            "SELECT u.name, g.expires_at FROM editor_grants g JOIN users u ON u.id = g.admin_id
+             WHERE g.session_id = $1 AND g.expires_at > $2
+             ORDER BY g.expires_at DESC LIMIT 1",
+        )
+        .bind(session_id)
+        .bind(now_ms())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| Ok((r.try_get("name")?, r.try_get("expires_at")?)))
+            .transpose()
+    }
+
     /// Users, each with their limits: `defaults` with their overrides.
     pub async fn admin_users(
         &self,
