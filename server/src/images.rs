@@ -16,17 +16,22 @@ impl Service {
         self.runtime.as_kube().is_some()
     }
 
+    /// The images admins added and have not retired.
+    async fn approved_images(&self) -> Result<Vec<ImageView>, StoreError> {
+        let mut images = self.store.images().await?;
+        images.retain(|i| i.state == ImageState::Approved);
+        Ok(images)
+    }
+
     /// The approved images a launch may name; None where the runtime runs no images.
     pub async fn image_choices(&self) -> Result<Option<Vec<ImageChoice>>, StoreError> {
         if !self.runs_images() {
             return Ok(None);
         }
         Ok(Some(
-            self.store
-                .images()
+            self.approved_images()
                 .await?
                 .into_iter()
-                .filter(|i| i.state == ImageState::Approved)
                 .filter_map(|i| {
                     Some(ImageChoice {
                         id: i.id?,
@@ -41,10 +46,10 @@ impl Service {
     /// Whether `reference` is still an approved image of `editor` (a failing database: yes,
     /// since the launch was checked when it was made).
     pub async fn image_still_approved(&self, editor: EditorKind, reference: &str) -> bool {
-        match self.store.images().await {
-            Ok(images) => images.iter().any(|i| {
-                i.editor == editor && i.reference == reference && i.state == ImageState::Approved
-            }),
+        match self.approved_images().await {
+            Ok(images) => images
+                .iter()
+                .any(|i| i.editor == editor && i.reference == reference),
             Err(e) => {
                 tracing::warn!(error = %e, "checking a session's image");
                 true
@@ -59,11 +64,9 @@ impl Service {
             return Ok(Vec::new());
         }
         Ok(self
-            .store
-            .images()
+            .approved_images()
             .await?
             .into_iter()
-            .filter(|i| i.state == ImageState::Approved)
             .map(|i| ImageView {
                 added_by: None,
                 ..i

@@ -106,13 +106,11 @@ impl Registry {
         let repository = artifact.repository;
         let file_digest = format!("sha256:{}", artifact.sha256);
         if !self.has_blob(repository, &file_digest).await? {
-            let file = artifact.file.to_path_buf();
             // Time enough for the file at a slow 1 MiB/s, on top of the usual answer.
             let allowed = ANSWER_TIMEOUT + Duration::from_secs(artifact.size / (1024 * 1024));
-            self.upload(repository, &file_digest, artifact.size, allowed, || {
-                file_body(file.clone())
-            })
-            .await?;
+            let body = StreamBody::new(read_in_chunks(artifact.file.to_path_buf())).boxed();
+            self.upload(repository, &file_digest, artifact.size, allowed, body)
+                .await?;
         }
         let config_digest = sha256_digest(EMPTY_CONFIG);
         if !self.has_blob(repository, &config_digest).await? {
@@ -121,7 +119,7 @@ impl Registry {
                 &config_digest,
                 EMPTY_CONFIG.len() as u64,
                 ANSWER_TIMEOUT,
-                || Ok(full(Bytes::from_static(EMPTY_CONFIG))),
+                full(Bytes::from_static(EMPTY_CONFIG)),
             )
             .await?;
         }
@@ -187,7 +185,7 @@ impl Registry {
         digest: &str,
         size: u64,
         allowed: Duration,
-        body: impl Fn() -> Result<Body, RegistryError>,
+        body: Body,
     ) -> Result<(), RegistryError> {
         let request = self
             .request(
@@ -220,7 +218,7 @@ impl Registry {
             .request(Method::PUT, &url)
             .header(header::CONTENT_TYPE, "application/octet-stream")
             .header(header::CONTENT_LENGTH, size)
-            .body(body()?)
+            .body(body)
             .map_err(|e| RegistryError::Unreachable(e.to_string()))?;
         let response = self.send(request, allowed, "a blob").await?;
         expect(response, StatusCode::CREATED, "a blob").await?;
@@ -371,10 +369,6 @@ fn empty() -> Body {
 }
 
 /// The file, read in pieces as the registry takes them.
-fn file_body(path: PathBuf) -> Result<Body, RegistryError> {
-    Ok(StreamBody::new(read_in_chunks(path)).boxed())
-}
-
 fn read_in_chunks(
     path: PathBuf,
 ) -> impl futures_util::Stream<Item = Result<Frame<Bytes>, std::io::Error>> + Send + Sync + 'static
