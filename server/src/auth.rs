@@ -238,6 +238,8 @@ pub struct Caller {
     pub token_expires_at: Option<i64>,
     /// Until when a browser's sign-in may also act as an admin (see [`ADMIN_CONFIRMATION_MS`]).
     pub admin_until: Option<i64>,
+    /// The request carried one of our API tokens (else a browser's sign-in).
+    pub by_token: bool,
 }
 
 impl Caller {
@@ -304,10 +306,9 @@ impl Credential {
 
 /// The bearer token, or else our session cookie: (its value, whether it is a token).
 fn credential_key(headers: &HeaderMap) -> Option<(&str, bool)> {
-    match (bearer_token(headers), session_cookie(headers)) {
-        (Some(token), _) => Some((token, true)),
-        (None, Some(cookie)) => Some((cookie, false)),
-        (None, None) => None,
+    match bearer_token(headers) {
+        Some(token) => Some((token, true)),
+        None => session_cookie(headers).map(|cookie| (cookie, false)),
     }
 }
 
@@ -346,9 +347,15 @@ impl Authenticator {
 
     async fn resolve(&self, key: &str, is_token: bool) -> Result<Option<Arc<Caller>>, StoreError> {
         // Keyed by the credential itself: tokens start with "gsb_", session ids never do.
-        if let Some(hit) = self.cached(key) {
-            return Ok(Some(hit));
+        match self.cached(key) {
+            Some(hit) => Ok(Some(hit)),
+            // Boxed: the database's future is large, and every proxied request's own future
+            // would otherwise be as large.
+            None => Box::pin(self.look_up(key, is_token)).await,
         }
+    }
+
+    async fn look_up(&self, key: &str, is_token: bool) -> Result<Option<Arc<Caller>>, StoreError> {
         let forgets = self.forgets.load(std::sync::atomic::Ordering::Acquire);
         let caller = if is_token {
             self.store
@@ -359,6 +366,7 @@ impl Authenticator {
                     scopes: owner.scopes,
                     token_expires_at: owner.expires_at,
                     admin_until: None,
+                    by_token: true,
                 })
         } else {
             self.user_of_cookie(key)
@@ -368,6 +376,7 @@ impl Authenticator {
                     scopes: Scopes::ALL.without(Scope::Admin),
                     token_expires_at: None,
                     admin_until: confirmed_at.map(|at| at + ADMIN_CONFIRMATION_MS),
+                    by_token: false,
                 })
         };
         let user = caller.filter(|c| !c.user.locked).map(Arc::new);

@@ -18,16 +18,27 @@ use std::time::{Duration, Instant};
 /// How often the ticker looks: the most a deadline fires late.
 const TICK: Duration = Duration::from_secs(1);
 
+static START: LazyLock<Instant> = LazyLock::new(Instant::now);
+
 /// Milliseconds since this process's first deadline: what the atomics hold.
 fn now_ms() -> u64 {
-    static START: LazyLock<Instant> = LazyLock::new(Instant::now);
     START.elapsed().as_millis() as u64
 }
 
 fn ms_at(at: Instant) -> u64 {
-    let now = Instant::now();
-    let ahead = at.saturating_duration_since(now).as_millis() as u64;
-    now_ms() + ahead
+    at.saturating_duration_since(*START).as_millis() as u64
+}
+
+/// The ticker's last reading of [`now_ms`] (0 before it first ticks). Behind by at most a tick,
+/// which is a deadline's precision anyway; reading it costs no clock (a proxied request waits
+/// on several deadlines, each polled more than once).
+static TICKED_MS: AtomicU64 = AtomicU64::new(0);
+
+fn coarse_now_ms() -> u64 {
+    match TICKED_MS.load(Ordering::Acquire) {
+        0 => now_ms(),
+        ticked => ticked,
+    }
 }
 
 /// One deadline: when it passes, who waits for it, and whether the ticker knows it.
@@ -56,6 +67,8 @@ fn join_ticker(slot: &Arc<Slot>) {
                 loop {
                     std::thread::sleep(TICK);
                     let now = now_ms();
+                    // Before the wake-ups, so that what they wake sees its deadline passed.
+                    TICKED_MS.store(now, Ordering::Release);
                     let mut waiting = WAITING.lock().expect("deadlines");
                     waiting.retain(|slot| match slot.upgrade() {
                         Some(slot) => {
@@ -114,13 +127,19 @@ impl Deadline {
     pub fn has_passed(&self) -> bool {
         self.slot.at_ms.load(Ordering::Acquire) <= now_ms()
     }
+
+    /// Passed by the ticker's clock: a deadline that passed since its last tick is found at
+    /// the next, as a waiting one is.
+    fn has_passed_by_tick(&self) -> bool {
+        self.slot.at_ms.load(Ordering::Acquire) <= coarse_now_ms()
+    }
 }
 
 impl Future for Deadline {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.has_passed() {
+        if self.has_passed_by_tick() {
             return Poll::Ready(());
         }
         self.slot.waker.register(cx.waker());
@@ -128,7 +147,7 @@ impl Future for Deadline {
             join_ticker(&self.slot);
         }
         // Passed between the first look and the registration: the ticker may have missed it.
-        if self.has_passed() {
+        if self.has_passed_by_tick() {
             return Poll::Ready(());
         }
         Poll::Pending

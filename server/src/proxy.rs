@@ -27,7 +27,7 @@ pub struct Route {
     pub owner_id: String,
     /// The editor's address (see [`crate::upstream`]).
     pub upstream: String,
-    pub auth: UpstreamAuth,
+    credential: EditorCredential,
     pub strip_prefix: bool,
     last_activity: AtomicI64,
     flushed_activity: AtomicI64,
@@ -60,7 +60,7 @@ impl Route {
             session_id,
             owner_id,
             upstream,
-            auth,
+            credential: EditorCredential::of(&auth),
             strip_prefix,
             last_activity: AtomicI64::new(last_activity),
             flushed_activity: AtomicI64::new(last_activity),
@@ -147,6 +147,16 @@ impl RouteTable {
     }
 }
 
+// Made at compile time: a name or value given as a string is checked at every use.
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const CLEAR_SITE_DATA: HeaderName = HeaderName::from_static("clear-site-data");
+const SERVICE_WORKER_ALLOWED: HeaderName = HeaderName::from_static("service-worker-allowed");
+const HTTP: HeaderValue = HeaderValue::from_static("http");
+const HTTPS: HeaderValue = HeaderValue::from_static("https");
+const SAMEORIGIN: HeaderValue = HeaderValue::from_static("SAMEORIGIN");
+const FRAME_ANCESTORS_SELF: HeaderValue = HeaderValue::from_static("frame-ancestors 'self'");
+
 const HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
@@ -158,15 +168,41 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::UPGRADE,
 ];
 
+/// Connection options that name no header of their own, or one in [`HOP_BY_HOP`].
+const PLAIN_CONNECTION_OPTIONS: [&str; 3] = ["close", "keep-alive", "upgrade"];
+
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Headers the `Connection` header lists are hop-by-hop too; it usually lists none.
     let listed: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .map(str::trim)
+        .filter(|option| {
+            !option.is_empty()
+                && !PLAIN_CONNECTION_OPTIONS
+                    .iter()
+                    .any(|plain| option.eq_ignore_ascii_case(plain))
+        })
+        .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
         .collect();
-    for name in HOP_BY_HOP.iter().chain(listed.iter()) {
+    remove_present(headers, &HOP_BY_HOP);
+    for name in &listed {
+        headers.remove(name);
+    }
+}
+
+/// Removes those of `names` that `headers` holds. On the per-request path: the names present
+/// are read once, and a header that is absent (most are) costs a comparison, not a hash lookup.
+fn remove_present<const N: usize>(headers: &mut HeaderMap, names: &[HeaderName; N]) {
+    let mut present = [false; N];
+    for name in headers.keys() {
+        if let Some(i) = names.iter().position(|n| n == name) {
+            present[i] = true;
+        }
+    }
+    for (name, _) in names.iter().zip(present).filter(|(_, present)| *present) {
         headers.remove(name);
     }
 }
@@ -183,13 +219,14 @@ fn is_upgrade(headers: &HeaderMap) -> bool {
             })
 }
 
-/// Our own credentials never reach the editor: our cookie and our bearer token are removed.
-fn strip_our_credentials(headers: &mut HeaderMap) {
+/// Our own credentials never reach the editor: our cookie and, when the request carries one
+/// (`by_token`), our bearer token are removed.
+fn strip_our_credentials(headers: &mut HeaderMap, by_token: bool) {
     if headers.contains_key(header::COOKIE) {
         let kept = cookies_but(headers, crate::auth::SESSION_COOKIE).join("; ");
         set_cookie_header(headers, &kept);
     }
-    if crate::auth::bearer_token(headers).is_some() {
+    if by_token {
         headers.remove(header::AUTHORIZATION);
     }
 }
@@ -254,8 +291,7 @@ impl http_body::Body for Uploading {
 /// cookie of ours (it would sign the browser in as someone else), no clearing of the site's
 /// data, no service worker for the whole site, and their cookies stay under `/s/<id>/`.
 fn confine_to_session(headers: &mut HeaderMap, route: &Route) {
-    headers.remove("clear-site-data");
-    headers.remove("service-worker-allowed");
+    remove_present(headers, &[CLEAR_SITE_DATA, SERVICE_WORKER_ALLOWED]);
     if !headers.contains_key(header::SET_COOKIE) {
         return;
     }
@@ -312,22 +348,47 @@ fn confined_cookie(value: &[u8], prefix: &str, strip_prefix: bool) -> Option<Str
     Some(out.join("; "))
 }
 
-fn add_editor_auth(headers: &mut HeaderMap, auth: &UpstreamAuth) {
-    match auth {
-        UpstreamAuth::Header(name, value) => {
-            if let Ok(value) = HeaderValue::from_str(value) {
-                headers.insert(*name, value);
-            }
+/// The editor's secret as a proxied request carries it, made once per route.
+enum EditorCredential {
+    Header(HeaderName, HeaderValue),
+    /// The cookie's name, and `name=value`.
+    Cookie(&'static str, HeaderValue),
+    /// A secret no header can carry (our runtimes never make one): the editor refuses us.
+    Unusable,
+}
+
+impl EditorCredential {
+    fn of(auth: &UpstreamAuth) -> EditorCredential {
+        let made = match auth {
+            UpstreamAuth::Header(name, value) => HeaderName::from_bytes(name.as_bytes())
+                .ok()
+                .zip(HeaderValue::from_str(value).ok())
+                .map(|(name, value)| EditorCredential::Header(name, value)),
+            UpstreamAuth::Cookie(name, value) => HeaderValue::from_str(&format!("{name}={value}"))
+                .ok()
+                .map(|pair| EditorCredential::Cookie(name, pair)),
+        };
+        made.unwrap_or(EditorCredential::Unusable)
+    }
+}
+
+fn add_editor_auth(headers: &mut HeaderMap, credential: &EditorCredential) {
+    match credential {
+        EditorCredential::Header(name, value) => {
+            headers.insert(name.clone(), value.clone());
         }
-        UpstreamAuth::Cookie(name, value) => {
+        EditorCredential::Cookie(_, pair) if !headers.contains_key(header::COOKIE) => {
+            headers.insert(header::COOKIE, pair.clone());
+        }
+        EditorCredential::Cookie(name, pair) => {
             // A cookie of that name the browser holds would come first, and editors read the
             // first one: it goes.
             let mut cookies = cookies_but(headers, name);
-            let ours = format!("{name}={value}");
-            cookies.push(&ours);
+            cookies.push(pair.to_str().unwrap_or_default());
             let cookies = cookies.join("; ");
             set_cookie_header(headers, &cookies);
         }
+        EditorCredential::Unusable => {}
     }
 }
 
@@ -415,7 +476,7 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
             "this token lacks the scope `access`, which reaching an editor takes",
         );
     }
-    let by_token = crate::auth::bearer_token(req.headers()).is_some();
+    let by_token = caller.by_token;
     // Set when an admin enters another user's editor: until when their grant lets them.
     let mut admin_until: Option<i64> = None;
     let (route, uri) = {
@@ -438,11 +499,8 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
         // Someone else's session answers exactly like one that does not exist, unless an
         // admin chose to enter it (audited) and the grant still runs.
         if route.owner_id != caller.user.id {
-            match state
-                .service
-                .admin_entry(&caller, session_id, by_token)
-                .await
-            {
+            // Boxed, as rare: see `Service::route`.
+            match Box::pin(state.service.admin_entry(&caller, session_id, by_token)).await {
                 Some(until) => admin_until = Some(until),
                 None => {
                     return json_error(StatusCode::NOT_FOUND, "not_found", "no such session");
@@ -499,25 +557,28 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
         .then(|| crate::auth::Credential::of(req.headers()))
         .flatten();
     // Whose credential it is: the owner's, or an admin's who entered.
-    let user_id = caller.user.id.clone();
+    let user_id = if upgrade {
+        caller.user.id.clone()
+    } else {
+        String::new()
+    };
     let (mut parts, body) = req.into_parts();
     let upgrade_to = parts.headers.get(header::UPGRADE).cloned();
     strip_hop_by_hop(&mut parts.headers);
-    strip_our_credentials(&mut parts.headers);
-    add_editor_auth(&mut parts.headers, &route.auth);
+    strip_our_credentials(&mut parts.headers, by_token);
+    add_editor_auth(&mut parts.headers, &route.credential);
     if let Some(ip) = forwarded_for {
-        parts.headers.insert("x-forwarded-for", ip.clone());
+        parts.headers.insert(X_FORWARDED_FOR, ip.clone());
     }
     // Behind a TLS ingress the page is https, and the editor's redirects and origin checks must
     // know; anything else is plain http (a client that claims https only misleads itself).
     let https = parts
         .headers
-        .get("x-forwarded-proto")
+        .get(X_FORWARDED_PROTO)
         .is_some_and(|proto| proto.as_bytes().eq_ignore_ascii_case(b"https"));
-    parts.headers.insert(
-        "x-forwarded-proto",
-        HeaderValue::from_static(if https { "https" } else { "http" }),
-    );
+    parts
+        .headers
+        .insert(X_FORWARDED_PROTO, if https { HTTPS } else { HTTP });
     if let Some(protocol) = upgrade_to {
         parts
             .headers
@@ -542,7 +603,7 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
 
     let sending = async {
         if upgrade {
-            crate::upstream::upgrade(&route.upstream, outgoing)
+            Box::pin(crate::upstream::upgrade(&route.upstream, outgoing))
                 .await
                 .map(|r| r.map(Body::new))
         } else {
@@ -630,14 +691,10 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
     strip_hop_by_hop(&mut parts.headers);
     confine_to_session(&mut parts.headers, &route);
     // Only our own pages may frame the editor.
-    parts.headers.insert(
-        header::X_FRAME_OPTIONS,
-        HeaderValue::from_static("SAMEORIGIN"),
-    );
-    parts.headers.append(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("frame-ancestors 'self'"),
-    );
+    parts.headers.insert(header::X_FRAME_OPTIONS, SAMEORIGIN);
+    parts
+        .headers
+        .append(header::CONTENT_SECURITY_POLICY, FRAME_ANCESTORS_SELF);
     Response::from_parts(parts, body)
 }
 
@@ -787,12 +844,42 @@ mod tests {
     fn hop_by_hop_and_listed_headers_go() {
         let mut h = HeaderMap::new();
         h.insert("connection", "keep-alive, x-secret".parse().unwrap());
+        h.append("connection", "Close".parse().unwrap());
         h.insert("x-secret", "1".parse().unwrap());
+        h.insert("keep-alive", "timeout=5".parse().unwrap());
         h.insert("transfer-encoding", "chunked".parse().unwrap());
+        h.insert("te", "trailers".parse().unwrap());
         h.insert("content-type", "text/plain".parse().unwrap());
+        h.insert("close-enough", "kept".parse().unwrap());
         strip_hop_by_hop(&mut h);
+        let mut left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        left.sort();
+        assert_eq!(left, ["close-enough", "content-type"]);
+    }
+
+    #[test]
+    fn only_the_named_headers_present_are_removed() {
+        let mut h = HeaderMap::new();
+        h.insert("clear-site-data", "\"*\"".parse().unwrap());
+        h.append("set-cookie", "a=1".parse().unwrap());
+        remove_present(&mut h, &[CLEAR_SITE_DATA, SERVICE_WORKER_ALLOWED]);
+        assert!(!h.contains_key("clear-site-data"));
         assert_eq!(h.len(), 1);
-        assert!(h.contains_key("content-type"));
+        remove_present(&mut h, &[SERVICE_WORKER_ALLOWED]);
+        assert_eq!(h.get("set-cookie").unwrap(), "a=1");
+    }
+
+    #[test]
+    fn the_editors_secret_is_made_once_and_an_unusable_one_is_not_sent() {
+        let cookie = EditorCredential::of(&UpstreamAuth::Cookie("s", "v".into()));
+        let mut h = HeaderMap::new();
+        add_editor_auth(&mut h, &cookie);
+        assert_eq!(h.get("cookie").unwrap(), "s=v");
+        let broken = EditorCredential::of(&UpstreamAuth::Header("authorization", "a\nb".into()));
+        assert!(matches!(broken, EditorCredential::Unusable));
+        let mut h = HeaderMap::new();
+        add_editor_auth(&mut h, &broken);
+        assert!(h.is_empty());
     }
 
     #[test]
@@ -831,7 +918,7 @@ mod tests {
         h.insert("cookie", "code-server-session=stale; b=2".parse().unwrap());
         add_editor_auth(
             &mut h,
-            &UpstreamAuth::Cookie("code-server-session", "H".into()),
+            &EditorCredential::of(&UpstreamAuth::Cookie("code-server-session", "H".into())),
         );
         assert_eq!(h.get("cookie").unwrap(), "b=2; code-server-session=H");
     }
@@ -844,12 +931,12 @@ mod tests {
             "_xsrf=1; sandbox_session=SECRET; b=2".parse().unwrap(),
         );
         h.insert("authorization", "Bearer gsb_abc".parse().unwrap());
-        strip_our_credentials(&mut h);
+        strip_our_credentials(&mut h, true);
         assert_eq!(h.get("cookie").unwrap(), "_xsrf=1; b=2");
         assert!(!h.contains_key("authorization"));
         add_editor_auth(
             &mut h,
-            &UpstreamAuth::Cookie("code-server-session", "H".into()),
+            &EditorCredential::of(&UpstreamAuth::Cookie("code-server-session", "H".into())),
         );
         assert_eq!(
             h.get("cookie").unwrap(),
@@ -857,7 +944,7 @@ mod tests {
         );
         add_editor_auth(
             &mut h,
-            &UpstreamAuth::Header("authorization", "token T".into()),
+            &EditorCredential::of(&UpstreamAuth::Header("authorization", "token T".into())),
         );
         assert_eq!(h.get("authorization").unwrap(), "token T");
     }

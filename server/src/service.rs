@@ -761,9 +761,15 @@ impl Service {
 
     /// The proxy's route to a ready session's editor.
     pub async fn route(&self, session_id: &str) -> Result<Option<Arc<Route>>, StoreError> {
-        if let Some(route) = self.routes.get(session_id) {
-            return Ok(Some(route));
+        match self.routes.get(session_id) {
+            Some(route) => Ok(Some(route)),
+            // Boxed: the database's future is large, and every proxied request's own future
+            // (moved whole into its box) would otherwise be as large.
+            None => Box::pin(self.load_route(session_id)).await,
         }
+    }
+
+    async fn load_route(&self, session_id: &str) -> Result<Option<Arc<Route>>, StoreError> {
         let Some(record) = self.store.session(session_id).await? else {
             return Ok(None);
         };

@@ -281,7 +281,11 @@ impl UpstreamPool {
 
     fn checkin(&self, address: &str, upstream: Upstream) {
         let mut idle = self.idle.lock().expect("upstream pool");
-        let list = idle.entry(address.to_string()).or_default();
+        // The key is made once per editor, not once per answer.
+        if !idle.contains_key(address) {
+            idle.insert(address.to_string(), Vec::new());
+        }
+        let list = idle.get_mut(address).expect("just inserted");
         if list.len() < MAX_IDLE_PER_EDITOR {
             list.push(upstream);
         }
@@ -304,7 +308,8 @@ impl UpstreamPool {
         origin_form(&mut request);
         let mut upstream = match self.checkout(address) {
             Some(upstream) => upstream,
-            None => Self::connect(address).await?,
+            // Boxed, as rare: see `Service::route`.
+            None => Box::pin(Self::connect(address)).await?,
         };
         let mut answer = std::pin::pin!(upstream.sender.send_request(request));
         // The connection is driven here, in this task, until the answer's head arrives.
