@@ -592,8 +592,10 @@ class NginxProxy:
     """A floor for any reverse proxy on this machine: nginx (1 worker, upstream keep-alive) in front
     of the same two stand-ins, without auth or routing logic."""
 
-    def __init__(self, web_sid, web_upstream, ws_routes):
-        """ws_routes: (session id, upstream address) pairs relayed as WebSocket."""
+    def __init__(self, web_sid, web_upstream, ws_routes, wrapper=(), single_process=False):
+        """ws_routes: (session id, upstream address) pairs relayed as WebSocket. wrapper: a
+        command nginx runs under (valgrind); single_process: no master, so that the wrapper
+        sees the process that serves."""
         self.port = free_port()
         d = os.path.join(WORK, "nginx-proxy")
         os.makedirs(os.path.join(d, "tmp"), exist_ok=True)
@@ -605,8 +607,10 @@ class NginxProxy:
       proxy_set_header Connection "upgrade";
     }}""" for i, (sid, _) in enumerate(ws_routes))
         ws_up = " ".join(f"upstream ws{i} {{ server {up}; }}" for i, (_, up) in enumerate(ws_routes))
+        master = "master_process off;" if single_process else ""
         with open(os.path.join(d, "nginx.conf"), "w") as f:
             f.write(f"""{user}
+{master}
 worker_processes 1;
 pid {d}/nginx.pid;
 error_log stderr warn;
@@ -628,10 +632,11 @@ http {{
 }}
 """)
         self.logf = open(os.path.join(LOGS, "nginx-proxy.log"), "w")
-        self.proc = subprocess.Popen(["nginx", "-e", "stderr", "-p", d, "-c", f"{d}/nginx.conf", "-g", "daemon off;"],
+        self.proc = subprocess.Popen([*wrapper, "nginx", "-e", "stderr", "-p", d, "-c", f"{d}/nginx.conf",
+                                      "-g", "daemon off;"],
                                      stdout=self.logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      process_group=0)
-        wait_200(self.port, f"/s/{web_sid}/api/status", timeout=20)
+        wait_200(self.port, f"/s/{web_sid}/api/status", timeout=60 if wrapper else 20)
 
     def workers(self):
         return [c.pid for c in psutil.Process(self.proc.pid).children()]

@@ -18,7 +18,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
-from bench import LOGS, WORK, NginxProxy, Server, free_port, stop_group, wait_200  # noqa: E402
+from bench import LOGS, WORK, NginxProxy, Server, wait_200  # noqa: E402
 
 REQUESTS = int(os.environ.get("INSTR_REQUESTS", 20000))
 TOP = int(os.environ.get("INSTR_TOP", 25))
@@ -112,43 +112,11 @@ def main():
         ours, ours_dump = counted(server.proc.pid, ours_out,
                                   f"http://127.0.0.1:{server.port}/s/{sid}/1k", server.token)
 
-        # nginx as a reverse proxy, one process (no master) so that callgrind sees its worker.
-        proxy = NginxProxy.__new__(NginxProxy)
-        proxy.port = free_port()
-        d = os.path.join(WORK, "nginx-proxy")
-        os.makedirs(os.path.join(d, "tmp"), exist_ok=True)
-        user = "user root;" if os.getuid() == 0 else ""
+        # nginx as a reverse proxy, one process (no master) so that callgrind sees the one serving.
+        nginx_out = os.path.join(WORK, "callgrind.nginx")
         sock = upstream["socket"]
         web = f"unix:{sock}" if sock else f"127.0.0.1:{upstream['port']}"
-        with open(os.path.join(d, "nginx.conf"), "w") as f:
-            f.write(f"""{user}
-master_process off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log stderr warn;
-events {{ worker_connections 1024; }}
-http {{
-  access_log off;
-  keepalive_requests 1000000;
-  client_body_temp_path {d}/tmp/body; proxy_temp_path {d}/tmp/proxy;
-  upstream web {{ server {web}; keepalive 32; keepalive_requests 1000000; }}
-  server {{
-    listen 127.0.0.1:{proxy.port};
-    location /s/{sid}/ {{
-      proxy_pass http://web; proxy_http_version 1.1;
-      proxy_set_header Host $host; proxy_set_header Connection "";
-    }}
-  }}
-}}
-""")
-        nginx_out = os.path.join(WORK, "callgrind.nginx")
-        proxy.logf = open(os.path.join(LOGS, "nginx-proxy.log"), "w")
-        proxy.proc = subprocess.Popen(
-            callgrind(nginx_out) + ["nginx", "-e", "stderr", "-p", d, "-c", f"{d}/nginx.conf",
-                                     "-g", "daemon off;"],
-            stdout=proxy.logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            process_group=0)
-        wait_200(proxy.port, f"/s/{sid}/api/status", timeout=60)
+        proxy = NginxProxy(sid, web, [], wrapper=callgrind(nginx_out), single_process=True)
         floor, _ = counted(proxy.proc.pid, nginx_out,
                            f"http://127.0.0.1:{proxy.port}/s/{sid}/1k", server.token)
 
@@ -168,7 +136,7 @@ http {{
             print(f"  {per:9.0f}  {name[:150]}")
     finally:
         if proxy is not None:
-            stop_group(proxy.proc)
+            proxy.stop()
         if server is not None:
             server.stop()
 
