@@ -232,6 +232,8 @@ slice_mib = {SLICE}
         # to start; the default filter is info,sqlx=warn,tower_sessions=warn)
         self.proc = None
         self.token = None
+        # A command `serve` runs under (valgrind, for bench/instructions.py).
+        self.wrapper = ()
 
     def cli(self, *args, stdin=None):
         p = subprocess.run([SERVER_BIN, "--config", self.config, *args], env=self.env,
@@ -244,7 +246,7 @@ slice_mib = {SLICE}
         self.cli("user", "add", "bench", "--password-stdin", stdin="bench-password\n")
         self.token = self.cli("token", "create", "--user", "bench").splitlines()[-1].strip()
         self.logf = open(os.path.join(LOGS, f"server-{self.name}.log"), "w")
-        self.proc = subprocess.Popen([SERVER_BIN, "--config", self.config, "serve"], env=self.env,
+        self.proc = subprocess.Popen([*self.wrapper, SERVER_BIN, "--config", self.config, "serve"], env=self.env,
                                      stdout=self.logf, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, process_group=0)
         self.auth = {"Authorization": f"Bearer {self.token}"}
@@ -252,7 +254,7 @@ slice_mib = {SLICE}
         def check():
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the server exited at start (see {self.logf.name})")
-        wait_200(self.port, "/api/v1/me", self.auth, timeout=60, check=check)
+        wait_200(self.port, "/api/v1/me", self.auth, timeout=120 if self.wrapper else 60, check=check)
         return self
 
     def api(self, method, path, body=None, ok=(200, 201)):

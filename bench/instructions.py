@@ -18,7 +18,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
-from bench import LOGS, WORK, NginxProxy, Server, wait_200  # noqa: E402
+from bench import LOGS, WORK, NginxProxy, Server  # noqa: E402
 
 REQUESTS = int(os.environ.get("INSTR_REQUESTS", 20000))
 TOP = int(os.environ.get("INSTR_TOP", 25))
@@ -27,26 +27,6 @@ CONNECTIONS = 4
 
 def callgrind(out):
     return ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
-
-
-class ServerUnderValgrind(Server):
-    """bench.Server, but `serve` runs under callgrind with collection off until asked."""
-
-    def __init__(self, name, editor_env, out):
-        self.out = out
-        super().__init__(name, editor_env)
-
-    def start(self):
-        self.cli("user", "add", "bench", "--password-stdin", stdin="bench-password\n")
-        self.token = self.cli("token", "create", "--user", "bench").splitlines()[-1].strip()
-        self.logf = open(os.path.join(LOGS, f"server-{self.name}.log"), "w")
-        self.proc = subprocess.Popen(
-            callgrind(self.out) + [bench.SERVER_BIN, "--config", self.config, "serve"],
-            env=self.env, stdout=self.logf, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, process_group=0)
-        self.auth = {"Authorization": f"Bearer {self.token}"}
-        wait_200(self.port, "/api/v1/me", self.auth, timeout=120)
-        return self
 
 
 def load(url, token, requests):
@@ -105,7 +85,10 @@ def main():
     ours_out = os.path.join(WORK, "callgrind.ours")
     server = proxy = None
     try:
-        server = ServerUnderValgrind("instr", standin, ours_out).start()
+        server = Server("instr", standin)
+        # Instrumented only while the measured requests run (callgrind_control -i on / off).
+        server.wrapper = callgrind(ours_out)
+        server.start()
         sid = server.launch("jupyterlab")["id"]
         server.wait_session(sid, "api/status", timeout=120)
         upstream = server.standin(sid)

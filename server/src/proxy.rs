@@ -556,12 +556,6 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
     let credential = upgrade
         .then(|| crate::auth::Credential::of(req.headers()))
         .flatten();
-    // Whose credential it is: the owner's, or an admin's who entered.
-    let user_id = if upgrade {
-        caller.user.id.clone()
-    } else {
-        String::new()
-    };
     let (mut parts, body) = req.into_parts();
     let upgrade_to = parts.headers.get(header::UPGRADE).cloned();
     strip_hop_by_hop(&mut parts.headers);
@@ -647,6 +641,8 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
                 Duration::from_micros(state.service.config.proxy.websocket_busy_poll_us);
             let service = state.service.clone();
             let slot = client.slot.cloned();
+            // Whose credential it is: the owner's, or an admin's who entered.
+            let user_id = caller.user.id.clone();
             tokio::spawn(async move {
                 let _held = (slot, websocket);
                 let (Ok(client), Ok(upstream)) = tokio::join!(client_upgrade, upstream_upgrade)
