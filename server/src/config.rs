@@ -68,6 +68,9 @@ pub struct ProxyConfig {
     /// How many client connections, WebSockets included, the server holds at once; 0 (the
     /// default): half the process's open-file limit, since each may also hold one to an editor.
     pub max_connections: u64,
+    /// How many threads serve client connections, each with a runtime of its own; 0 (the
+    /// default): one per core.
+    pub serving_threads: u64,
     /// How many WebSockets one session may have open at once (a JupyterLab tab opens a few).
     pub max_websockets_per_session: usize,
 }
@@ -269,6 +272,7 @@ impl Default for Config {
                 header_timeout_seconds: 30,
                 answer_timeout_seconds: 120,
                 max_connections: 0,
+                serving_threads: 0,
                 max_websockets_per_session: 64,
             },
             runtime: crate::runtime::RuntimeKind::Local,
@@ -407,6 +411,12 @@ impl Config {
             return bad(
                 "proxy.max_connections",
                 "must be at most 1000000 (0: half the open-file limit)".into(),
+            );
+        }
+        if self.proxy.serving_threads > 1024 {
+            return bad(
+                "proxy.serving_threads",
+                "must be at most 1024 (0: one per core)".into(),
             );
         }
         for (key, value) in [
@@ -700,6 +710,11 @@ mod tests {
         config.proxy.max_connections = 2_000_000;
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("proxy.max_connections"), "{err}");
+
+        let mut config = Config::default();
+        config.proxy.serving_threads = 5000;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("proxy.serving_threads"), "{err}");
 
         let mut config = Config::default();
         config.credits.initial_grant = "lots".into();

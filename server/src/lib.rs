@@ -30,6 +30,7 @@ pub mod relay;
 pub mod rest;
 pub mod runtime;
 pub mod service;
+pub mod serving;
 pub mod sign_in;
 pub mod store;
 pub mod upstream;
@@ -311,6 +312,7 @@ async fn serve_connections(
             app.state.service.config.proxy.header_timeout_seconds,
         ));
     let cap = connection_cap(app.state.service.config.proxy.max_connections);
+    let serving_threads = serving::thread_count(app.state.service.config.proxy.serving_threads);
     let open = Arc::new(tokio::sync::Semaphore::new(cap));
     let (draining, drain) = tokio::sync::watch::channel(false);
     let mut stop = std::pin::pin!(stop);
@@ -342,12 +344,18 @@ async fn serve_connections(
         // Small writes (WebSocket frames, short responses) go out at once.
         let _ = tcp.set_nodelay(true);
         keep_alive(&tcp);
+        // Off this runtime's driver, to be watched by the serving thread's.
+        let Ok(tcp) = tcp.into_std() else { continue };
         let front = app.front_holding(peer.ip(), Some(Arc::new(permit)));
-        let connection = http
-            .serve_connection(hyper_util::rt::TokioIo::new(tcp), front)
-            .with_upgrades();
+        let http = http.clone();
         let mut drain = drain.clone();
-        tokio::spawn(async move {
+        serving::spawn(serving_threads, async move {
+            let Ok(tcp) = tokio::net::TcpStream::from_std(tcp) else {
+                return;
+            };
+            let connection = http
+                .serve_connection(hyper_util::rt::TokioIo::new(tcp), front)
+                .with_upgrades();
             let mut connection = std::pin::pin!(connection);
             tokio::select! {
                 _ = connection.as_mut() => return,

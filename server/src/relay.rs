@@ -6,8 +6,8 @@
 //! readiness, for a short window (`busy_poll`) before it sleeps again: an editor on the same
 //! machine often answers within it. The browser is a network away, so nothing is awaited from it
 //! that way. This is what Linux's `net.core.busy_read` does for network queues, and like it, it
-//! is off unless configured (`proxy.websocket_busy_poll_us`). The window holds its worker
-//! thread (yielding to the runtime between asks measured worse, BENCHMARKS.md), so it is short,
+//! is off unless configured (`proxy.websocket_busy_poll_us`). The window holds its serving
+//! thread, and the other connections on it (yielding to the runtime between asks measured worse, BENCHMARKS.md), so it is short,
 //! ends as soon as the editor answers, backs off on connections whose editor answers slower than
 //! that, and a [`SpinLimit`] caps how many connections poll at once.
 

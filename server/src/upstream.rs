@@ -6,7 +6,9 @@
 //! request over through a channel: two cross-task wake-ups per proxied request, which on a small
 //! machine cost more than the HTTP work itself. Here the request's own task polls the connection
 //! while it waits for the answer and while the answer's body streams out; an idle connection waits
-//! in the pool unpolled, and its next user checks it is still open before taking it.
+//! in the pool unpolled, and its next user checks it is still open before taking it. Idle
+//! connections are kept per serving thread ([`crate::serving`]): a connection's socket is watched
+//! by the driver of the runtime that opened it, and used from that runtime only.
 
 use crate::auth::FastMap;
 use axum::body::Body;
@@ -223,11 +225,23 @@ impl Upstream {
     }
 }
 
-/// Idle connections per editor address.
-#[derive(Default)]
+type Idle = FastMap<String, Vec<Upstream>>;
+
+/// Idle connections per serving thread, per editor address.
 pub struct UpstreamPool {
-    idle: Mutex<FastMap<String, Vec<Upstream>>>,
+    shards: Box<[Mutex<Idle>]>,
 }
+
+impl Default for UpstreamPool {
+    fn default() -> UpstreamPool {
+        UpstreamPool {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+        }
+    }
+}
+
+/// One per serving thread, and one for any other thread, up to this many; beyond, threads share.
+const SHARDS: usize = 64;
 
 const MAX_IDLE_PER_EDITOR: usize = 128;
 
@@ -244,8 +258,15 @@ pub enum UpstreamError {
 }
 
 impl UpstreamPool {
+    /// This thread's idle connections.
+    fn idle(&self) -> std::sync::MutexGuard<'_, Idle> {
+        self.shards[crate::serving::thread_index() % SHARDS]
+            .lock()
+            .expect("upstream pool")
+    }
+
     fn checkout(&self, address: &str) -> Option<Upstream> {
-        let mut idle = self.idle.lock().expect("upstream pool");
+        let mut idle = self.idle();
         let list = idle.get_mut(address)?;
         while let Some(mut upstream) = list.pop() {
             if upstream.usable() {
@@ -258,29 +279,36 @@ impl UpstreamPool {
     /// Drops idle connections that have ended, and editors with none left. Runs now and then, so
     /// the sockets of stopped editors do not linger.
     pub fn sweep(&self) {
-        let mut idle = self.idle.lock().expect("upstream pool");
-        for list in idle.values_mut() {
-            list.retain_mut(Upstream::usable);
+        for shard in &self.shards {
+            let mut idle = shard.lock().expect("upstream pool");
+            for list in idle.values_mut() {
+                list.retain_mut(Upstream::usable);
+            }
+            idle.retain(|_, list| !list.is_empty());
         }
-        idle.retain(|_, list| !list.is_empty());
     }
 
     /// Forgets the idle connections to an editor that has stopped.
     pub fn forget(&self, address: &str) {
-        self.idle.lock().expect("upstream pool").remove(address);
+        for shard in &self.shards {
+            shard.lock().expect("upstream pool").remove(address);
+        }
     }
 
     pub fn idle_count(&self) -> usize {
-        self.idle
-            .lock()
-            .expect("upstream pool")
-            .values()
-            .map(Vec::len)
-            .sum()
+        let count = |shard: &Mutex<Idle>| -> usize {
+            shard
+                .lock()
+                .expect("upstream pool")
+                .values()
+                .map(Vec::len)
+                .sum()
+        };
+        self.shards.iter().map(count).sum()
     }
 
     fn checkin(&self, address: &str, upstream: Upstream) {
-        let mut idle = self.idle.lock().expect("upstream pool");
+        let mut idle = self.idle();
         // The key is made once per editor, not once per answer.
         if !idle.contains_key(address) {
             idle.insert(address.to_string(), Vec::new());
@@ -486,6 +514,59 @@ mod tests {
             .expect("the connection closes with the probe")
             .unwrap();
         assert_eq!(read, 0);
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_is_used_again_by_the_serving_thread_that_opened_it_only() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let (accepted, mut accepts) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                accepted.send(()).unwrap();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    // Keeps the connection open: one short answer per request head.
+                    while let Ok(n @ 1..) = stream.read(&mut buf).await {
+                        if buf[..n].ends_with(b"\r\n\r\n") {
+                            let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                            stream.write_all(ok).await.unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        let pool = Arc::new(UpstreamPool::default());
+        let threads = crate::serving::separate(2);
+        let on = |thread: usize| {
+            let (pool, address) = (pool.clone(), address.clone());
+            threads[thread].spawn(async move {
+                use http_body_util::BodyExt;
+                let request = Request::get("/").body(Body::empty()).unwrap();
+                let response = pool.send(&address, request).await.unwrap();
+                let body = response.into_body().collect().await.unwrap().to_bytes();
+                assert_eq!(&body[..], b"ok");
+            })
+        };
+        on(0).await.unwrap();
+        on(0).await.unwrap();
+        assert_eq!(pool.idle_count(), 1);
+        on(1).await.unwrap();
+        assert_eq!(
+            pool.idle_count(),
+            2,
+            "one idle connection per serving thread"
+        );
+        on(1).await.unwrap();
+        on(0).await.unwrap();
+        let mut opened = 0;
+        while accepts.try_recv().is_ok() {
+            opened += 1;
+        }
+        assert_eq!(opened, 2, "each thread opened one and used it again");
+        pool.forget(&address);
+        assert_eq!(pool.idle_count(), 0);
     }
 
     #[tokio::test]
