@@ -165,6 +165,37 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Front {
 impl Front {
     fn serve(&self, mut request: axum::extract::Request) -> FrontFuture {
         auth::drop_unreadable_cookies(request.headers_mut());
+        if !http_body::Body::is_end_stream(request.body()) {
+            return self.serve_with_body(request);
+        }
+        self.route(request)
+    }
+
+    /// A request with a body that is answered before the body was read to its end (refused,
+    /// or too large) leaves the rest of the body on the connection, and hyper then closes it.
+    /// Such an answer says so (`Connection: close`), or the client may send its next request on
+    /// the connection as it closes, and see that request fail.
+    fn serve_with_body(&self, request: axum::extract::Request) -> FrontFuture {
+        let read = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let request = request.map(|body| {
+            axum::body::Body::new(ReadToEnd {
+                body,
+                read: read.clone(),
+            })
+        });
+        let answer = self.route(request);
+        Box::pin(async move {
+            let mut response = answer.await?;
+            if !read.load(std::sync::atomic::Ordering::Acquire) {
+                response
+                    .headers_mut()
+                    .insert(http::header::CONNECTION, CLOSE);
+            }
+            Ok(response)
+        })
+    }
+
+    fn route(&self, request: axum::extract::Request) -> FrontFuture {
         if request.uri().path().starts_with("/s/") {
             let connection = self.0.clone();
             Box::pin(async move {
@@ -178,6 +209,39 @@ impl Front {
         } else {
             Box::pin(tower::ServiceExt::oneshot(self.0.router.clone(), request))
         }
+    }
+}
+
+const CLOSE: http::HeaderValue = http::HeaderValue::from_static("close");
+
+/// A request body that records when it has been read to its end.
+struct ReadToEnd {
+    body: axum::body::Body,
+    read: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl http_body::Body for ReadToEnd {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, axum::Error>>> {
+        let frame = std::pin::Pin::new(&mut self.body).poll_frame(cx);
+        // The end is a frame with nothing after it, or none.
+        if matches!(frame, std::task::Poll::Ready(None)) || self.body.is_end_stream() {
+            self.read.store(true, std::sync::atomic::Ordering::Release);
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 

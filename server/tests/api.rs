@@ -106,6 +106,10 @@ async fn bad_launches_get_clear_errors_and_write_nothing() {
     let response = app.send(request).await;
     assert_eq!(response.status, StatusCode::BAD_REQUEST);
     assert_eq!(response.json()["error"], "invalid");
+    assert!(
+        !response.headers.contains_key("connection"),
+        "a body read to its end leaves the connection open"
+    );
     // Too large.
     let huge = format!("{{\"editor\": \"{}\"}}", "x".repeat(100_000));
     let request = Request::post(app.url("/api/v1/sessions"))
@@ -116,6 +120,9 @@ async fn bad_launches_get_clear_errors_and_write_nothing() {
     let response = app.send(request).await;
     assert_eq!(response.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(response.json()["error"], "too_large");
+    // The rest of the body is left unread, so the connection closes: the answer says so, and
+    // the client's next request goes on a new one.
+    assert_eq!(response.headers["connection"], "close");
     // A session id that is not text: the same JSON error as any bad input.
     let response = app.get("/api/v1/sessions/%FF", Some(&token)).await;
     assert_eq!(response.status, StatusCode::BAD_REQUEST);
@@ -233,6 +240,10 @@ async fn launch_proxy_and_stop_with_owner_checks() {
     let response = app.send(request).await;
     assert_eq!(response.status, StatusCode::OK);
     assert_eq!(&response.body[..], b"8388608");
+    assert!(
+        !response.headers.contains_key("connection"),
+        "an upload the editor read whole keeps the connection"
+    );
 
     // Stop: the editor goes, the slot frees, the unused credits come back.
     let stopped = app
