@@ -93,6 +93,11 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     const row = page.locator(`tr[data-user="${TARGET}"]`);
     await row.waitFor();
     const before = await balanceOf(row);
+    // Typed into another row and not saved: kept when the grant below reloads the table.
+    const mine = page.locator('tr[data-user="admin"]');
+    await mine.getByLabel('Credits to grant admin').fill('7');
+    await openQuota(mine);
+    await mine.getByLabel('Minutes').fill('45');
     await row.getByLabel(`Credits to grant ${TARGET}`).fill('2.5');
     await row.getByLabel(`Note for ${TARGET}`).fill('e2e grant');
     await row.getByRole('button', { name: 'Grant' }).click();
@@ -104,6 +109,13 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
         parseFloat(document.querySelector(`tr[data-user="${user}"] [data-testid="balance"]`)?.innerText) === expected,
       [TARGET, before + 2.5],
     );
+    assert.equal(await row.getByLabel(`Credits to grant ${TARGET}`).inputValue(), '', 'a saved grant empties its row');
+    assert.equal(await row.getByLabel(`Note for ${TARGET}`).inputValue(), '');
+    assert.equal(await mine.getByLabel('Credits to grant admin').inputValue(), '7', 'another row keeps what was typed');
+    assert.notEqual(await mine.locator('details.quota').getAttribute('open'), null, 'its quota editor stays open');
+    assert.equal(await mine.getByLabel('Minutes').inputValue(), '45');
+    await mine.getByLabel('Credits to grant admin').fill('');
+    await mine.getByLabel('Minutes').fill('');
 
     // Taking back more than there is: refused, with the reason, and nothing changes.
     await row.getByLabel(`Credits to grant ${TARGET}`).fill(`-${before + 100}`);

@@ -19,6 +19,7 @@ use crate::model::{
 };
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
+use std::collections::HashMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Tab {
@@ -443,8 +444,10 @@ fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
     let quota = ServerAction::<SetUserQuota>::new();
     // Reloaded after what succeeded only: a refused grant keeps what was typed in its row.
     let changed = RwSignal::new(0u32);
+    let drafts = Drafts::new();
     Effect::new(move |_| {
         if let Some(Ok(_)) = quota.value().get() {
+            drafts.saved(Saved::Quota);
             changed.update(|n| *n += 1);
         }
     });
@@ -455,6 +458,7 @@ fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
     });
     Effect::new(move |_| {
         if let Some(Ok(_)) = grant.value().get() {
+            drafts.saved(Saved::Grant);
             changed.update(|n| *n += 1);
         }
     });
@@ -482,8 +486,115 @@ fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
         {action_error(move || grant.value().get())}
         {action_error(move || quota.value().get())}
         {granted}
-        {loaded(data, "Loading users…", move |page| view! { <UsersTable page list change grant quota /> }.into_any())}
+        {loaded(
+            data,
+            "Loading users…",
+            move |page| view! { <UsersTable page list change grant quota drafts /> }.into_any(),
+        )}
     }
+}
+
+/// What an admin has typed into users' rows and not saved yet. After any action succeeds the
+/// table reloads and every row is drawn anew, so what was typed lives here, per user, and
+/// survives that: a half-typed grant in one row outlives a grant saved in another.
+#[derive(Clone, Copy)]
+struct Drafts {
+    rows: StoredValue<HashMap<String, Draft>>,
+    /// The user whose grant, and whose quota, was sent last.
+    sent: StoredValue<[Option<String>; 2]>,
+}
+
+#[derive(Clone, Default)]
+struct Draft {
+    amount: ArcRwSignal<String>,
+    note: ArcRwSignal<String>,
+    quota_open: ArcRwSignal<bool>,
+    quota: Option<QuotaDraft>,
+}
+
+/// The quota fields, and the figures they were filled from: fields nobody changed follow the
+/// figures of the next reload (another admin may have changed them).
+#[derive(Clone)]
+struct QuotaDraft {
+    from: [String; 4],
+    fields: [ArcRwSignal<String>; 4],
+}
+
+#[derive(Clone, Copy)]
+enum Saved {
+    Grant = 0,
+    Quota = 1,
+}
+
+impl Drafts {
+    fn new() -> Drafts {
+        Drafts {
+            rows: StoredValue::new(HashMap::new()),
+            sent: StoredValue::new([None, None]),
+        }
+    }
+
+    /// The row of a user whose quota overrides are `overrides`: what was typed in it, or its
+    /// figures.
+    fn of(&self, user_id: &str, overrides: &crate::domain::quota::Overrides) -> Draft {
+        let figures = quota_texts(overrides);
+        self.rows
+            .try_update_value(|rows| {
+                let draft = rows.entry(user_id.to_string()).or_default();
+                let untouched = draft.quota.as_ref().is_none_or(|quota| {
+                    quota
+                        .fields
+                        .iter()
+                        .zip(&quota.from)
+                        .all(|(field, from)| field.get_untracked() == *from)
+                });
+                if untouched {
+                    draft.quota = Some(QuotaDraft {
+                        fields: figures.clone().map(ArcRwSignal::new),
+                        from: figures,
+                    });
+                }
+                draft.clone()
+            })
+            .unwrap_or_default()
+    }
+
+    fn sending(&self, what: Saved, user_id: &str) {
+        self.sent
+            .update_value(|sent| sent[what as usize] = Some(user_id.to_string()));
+    }
+
+    /// What was sent is saved: that row's fields empty (a grant) or refill from the reloaded
+    /// figures (a quota).
+    fn saved(&self, what: Saved) {
+        let Some(Some(user_id)) = self.sent.try_with_value(|sent| sent[what as usize].clone())
+        else {
+            return;
+        };
+        let draft = self.rows.try_update_value(|rows| {
+            let draft = rows.get_mut(&user_id)?;
+            if let Saved::Quota = what {
+                draft.quota = None;
+            }
+            Some(draft.clone())
+        });
+        // Set outside the store's lock: setting wakes what shows them.
+        if let (Saved::Grant, Some(Some(draft))) = (what, draft) {
+            draft.amount.set(String::new());
+            draft.note.set(String::new());
+        }
+    }
+}
+
+/// A user's quota overrides as the editor shows them: empty for the configured default.
+fn quota_texts(overrides: &crate::domain::quota::Overrides) -> [String; 4] {
+    let text = |value: Option<u64>| value.map(|v| v.to_string()).unwrap_or_default();
+    [
+        text(overrides.max_sessions.map(u64::from)),
+        text(overrides.max_gpu_mib),
+        text(overrides.max_minutes.map(u64::from)),
+        text(overrides.max_disk_mib),
+    ]
 }
 
 #[component]
@@ -493,6 +604,7 @@ fn UsersTable(
     change: ServerAction<ChangeUser>,
     grant: ServerAction<GrantCredits>,
     quota: ServerAction<SetUserQuota>,
+    drafts: Drafts,
 ) -> impl IntoView {
     let pages = page.pages();
     if page.items.is_empty() {
@@ -515,7 +627,7 @@ fn UsersTable(
                 {page
                     .items
                     .into_iter()
-                    .map(|user| view! { <UserRow user change grant quota /> })
+                    .map(|user| view! { <UserRow user change grant quota drafts /> })
                     .collect_view()}
             </tbody>
         </table>
@@ -530,9 +642,11 @@ fn UserRow(
     change: ServerAction<ChangeUser>,
     grant: ServerAction<GrantCredits>,
     quota: ServerAction<SetUserQuota>,
+    drafts: Drafts,
 ) -> impl IntoView {
-    let amount = RwSignal::new(String::new());
-    let note = RwSignal::new(String::new());
+    let draft = drafts.of(&user.id, &user.overrides);
+    let amount = RwSignal::from(draft.amount.clone());
+    let note = RwSignal::from(draft.note.clone());
     let id = user.id.clone();
     let role_change = {
         let id = id.clone();
@@ -568,6 +682,7 @@ fn UserRow(
         let id = id.clone();
         move |ev: leptos::ev::SubmitEvent| {
             ev.prevent_default();
+            drafts.sending(Saved::Grant, &id);
             grant.dispatch(GrantCredits {
                 user_id: id.clone(),
                 amount: amount.get_untracked(),
@@ -633,7 +748,7 @@ fn UserRow(
                     />
                     <button type="submit">"Grant"</button>
                 </form>
-                <QuotaEditor user=user.clone() quota />
+                <QuotaEditor user=user.clone() quota drafts draft />
             </td>
         </tr>
     }
@@ -641,13 +756,17 @@ fn UserRow(
 
 /// A user's limits: each field holds the override, empty for the configured default.
 #[component]
-fn QuotaEditor(user: AdminUser, quota: ServerAction<SetUserQuota>) -> impl IntoView {
-    let text = |value: Option<u64>| value.map(|v| v.to_string()).unwrap_or_default();
-    let o = user.overrides;
-    let sessions = RwSignal::new(text(o.max_sessions.map(u64::from)));
-    let gpu = RwSignal::new(text(o.max_gpu_mib));
-    let minutes = RwSignal::new(text(o.max_minutes.map(u64::from)));
-    let disk = RwSignal::new(text(o.max_disk_mib));
+fn QuotaEditor(
+    user: AdminUser,
+    quota: ServerAction<SetUserQuota>,
+    drafts: Drafts,
+    draft: Draft,
+) -> impl IntoView {
+    let [sessions, gpu, minutes, disk] = match draft.quota {
+        Some(quota) => quota.fields.map(RwSignal::from),
+        None => quota_texts(&user.overrides).map(RwSignal::new),
+    };
+    let open = RwSignal::from(draft.quota_open);
     let problem = RwSignal::new(None::<String>);
     let id = user.id.clone();
     let submit = move |ev: leptos::ev::SubmitEvent| {
@@ -660,6 +779,7 @@ fn QuotaEditor(user: AdminUser, quota: ServerAction<SetUserQuota>) -> impl IntoV
         ]) {
             Ok(overrides) => {
                 problem.set(None);
+                drafts.sending(Saved::Quota, &id);
                 quota.dispatch(SetUserQuota {
                     user_id: id.clone(),
                     overrides,
@@ -684,7 +804,25 @@ fn QuotaEditor(user: AdminUser, quota: ServerAction<SetUserQuota>) -> impl IntoV
         limits.max_minutes
     );
     view! {
-        <details class="quota">
+        // Open or closed as the admin left it, across reloads.
+        <details
+            class="quota"
+            open=move || open.get()
+            on:toggle=move |ev| {
+                #[cfg(feature = "hydrate")]
+                {
+                    use wasm_bindgen::JsCast;
+                    if let Some(details) = ev
+                        .target()
+                        .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
+                    {
+                        open.set(details.has_attribute("open"));
+                    }
+                }
+                #[cfg(not(feature = "hydrate"))]
+                let _ = ev;
+            }
+        >
             <summary>{summary}</summary>
             <form on:submit=submit>
                 {field("Sessions", sessions)}
@@ -1431,6 +1569,60 @@ fn AuditTable(page: Page<AuditLine>, list: Memo<ListQuery>) -> impl IntoView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_was_typed_in_a_row_outlives_reloads_until_it_is_saved() {
+        let owner = Owner::new();
+        owner.with(|| {
+            let drafts = Drafts::new();
+            let quota_of = |draft: &Draft| {
+                let quota = draft.quota.clone().expect("the quota fields");
+                quota.fields.map(|f| f.get_untracked())
+            };
+            let mut overrides = crate::domain::quota::Overrides::default();
+            let first = drafts.of("u1", &overrides);
+            first.amount.set("7".into());
+            first.note.set("for the course".into());
+            assert_eq!(quota_of(&first), quota_texts(&overrides));
+            first.quota.as_ref().unwrap().fields[0].set("3".into());
+
+            // Another admin sets the minutes meanwhile: the reload shows them, but the typed
+            // sessions stay, and so does the grant.
+            overrides.max_minutes = Some(45);
+            let again = drafts.of("u1", &overrides);
+            assert_eq!(again.amount.get_untracked(), "7");
+            assert_eq!(
+                quota_of(&again),
+                ["3", "", "", ""],
+                "a changed form is kept whole"
+            );
+            let other = drafts.of("u2", &overrides);
+            assert!(other.amount.get_untracked().is_empty());
+
+            // The grant for u1 is saved: its fields empty; the quota draft stays.
+            drafts.sending(Saved::Grant, "u1");
+            drafts.saved(Saved::Grant);
+            let after = drafts.of("u1", &overrides);
+            assert_eq!(
+                (after.amount.get_untracked(), after.note.get_untracked()),
+                (String::new(), String::new())
+            );
+            assert_eq!(quota_of(&after)[0], "3");
+
+            // Its quota is saved: the fields refill from the reloaded figures.
+            overrides.max_sessions = Some(3);
+            drafts.sending(Saved::Quota, "u1");
+            drafts.saved(Saved::Quota);
+            assert_eq!(quota_of(&drafts.of("u1", &overrides)), ["3", "", "45", ""]);
+
+            // Untouched fields follow the figures.
+            overrides.max_gpu_mib = Some(8192);
+            assert_eq!(
+                quota_of(&drafts.of("u1", &overrides)),
+                ["3", "8192", "45", ""]
+            );
+        });
+    }
 
     #[test]
     fn quota_fields_read_as_overrides_and_empty_is_the_default() {
