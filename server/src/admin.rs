@@ -8,7 +8,7 @@ use crate::store::StoreError;
 use app::domain::credits;
 use app::domain::launch::EditorKind;
 use app::domain::listing::{ListQuery, Listing, Page};
-use app::domain::quota::{Limits, Overrides};
+use app::domain::quota::{Limits, Overrides, OverridesChange};
 use app::domain::scope::Scope;
 use app::domain::session::EndReason;
 use app::error::AppError;
@@ -233,6 +233,24 @@ impl Service {
             .set_quota(user_id, overrides, Some(&viewer.id))
             .await?;
         Ok(self.config.default_limits().with(overrides))
+    }
+
+    /// Changes some of a user's quota overrides, keeping the others; returns the limits that
+    /// apply now. Read, then written: of two admins changing one user at the same instant, the
+    /// later write wins whole.
+    pub async fn change_user_quota(
+        &self,
+        viewer: &Viewer,
+        user_id: &str,
+        change: OverridesChange,
+    ) -> Result<Limits, AppError> {
+        require_admin(viewer)?;
+        if self.store.user_by_id(user_id).await?.is_none() {
+            return Err(AppError::NotFound);
+        }
+        let current = self.store.quota_overrides(user_id).await?;
+        self.set_user_quota(viewer, user_id, &change.applied_to(current))
+            .await
     }
 
     /// Grants `amount` credits ("10", "2.5"; negative takes back, down to zero); returns the

@@ -445,7 +445,10 @@ fn admin_router() -> Router<AppState> {
         .route("/users", get(admin_users))
         .route("/users/{id}", axum::routing::patch(admin_change_user))
         .route("/users/{id}/credits", post(admin_grant))
-        .route("/users/{id}/quota", axum::routing::put(admin_set_quota))
+        .route(
+            "/users/{id}/quota",
+            axum::routing::put(admin_set_quota).patch(admin_change_quota),
+        )
         .route("/sessions", get(admin_sessions))
         .route("/sessions/{id}", get(admin_session).delete(admin_stop))
         .route("/sessions/{id}/access", post(admin_open_editor))
@@ -741,6 +744,20 @@ async fn admin_set_quota(
         state
             .service
             .set_user_quota(&viewer, &id, &overrides)
+            .await?,
+    ))
+}
+
+async fn admin_change_quota(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+    ApiJson(change): ApiJson<app::domain::quota::OverridesChange>,
+) -> ApiResult<Json<app::domain::quota::Limits>> {
+    Ok(Json(
+        state
+            .service
+            .change_user_quota(&viewer, &id, change)
             .await?,
     ))
 }

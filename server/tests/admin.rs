@@ -463,6 +463,76 @@ async fn admins_grant_lock_promote_and_stop_and_each_is_audited() {
 }
 
 #[tokio::test]
+async fn a_quota_patch_changes_only_the_overrides_it_names() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (alice_id, alice) = app.user("alice").await;
+    let (_, root) = admin(&app, "root", Scopes::ALL).await;
+    let path = format!("/api/v1/admin/users/{alice_id}/quota");
+    let call = async |method: Method, token: &str, body: serde_json::Value| {
+        app.call(method, &path, Some(token), Some(body)).await
+    };
+    let defaults = app.service.config.default_limits();
+    call(
+        Method::PUT,
+        &root,
+        json!({ "max_sessions": 1, "max_minutes": 45 }),
+    )
+    .await
+    .assert_status(StatusCode::OK);
+
+    let patched = call(Method::PATCH, &root, json!({ "max_gpu_mib": 4096 })).await;
+    patched.assert_status(StatusCode::OK);
+    let limits = patched.json();
+    assert_eq!(
+        (
+            &limits["max_sessions"],
+            &limits["max_minutes"],
+            &limits["max_gpu_mib"]
+        ),
+        (&json!(1), &json!(45), &json!(4096)),
+        "the others are kept"
+    );
+    let patched = call(Method::PATCH, &root, json!({ "max_minutes": null })).await;
+    patched.assert_status(StatusCode::OK);
+    assert_eq!(patched.json()["max_minutes"], defaults.max_minutes);
+    assert_eq!(patched.json()["max_sessions"], 1);
+    let hers = app.get("/api/v1/quota", Some(&alice)).await.json();
+    assert_eq!(hers["limits"]["max_gpu_mib"], 4096);
+
+    // Bad input changes nothing.
+    for (body, says) in [
+        (json!({ "max_minutes": 0 }), "at least 1 minute"),
+        (json!({ "max_minute": 5 }), "malformed JSON"),
+        (json!({ "max_sessions": "two" }), "malformed JSON"),
+    ] {
+        refused(
+            &call(Method::PATCH, &root, body).await,
+            StatusCode::BAD_REQUEST,
+            says,
+        );
+    }
+    refused(
+        &call(Method::PATCH, &alice, json!({ "max_sessions": 9 })).await,
+        StatusCode::FORBIDDEN,
+        "admins only",
+    );
+    let after = app.service.store.quota_overrides(&alice_id).await.unwrap();
+    assert_eq!(
+        (after.max_sessions, after.max_gpu_mib, after.max_minutes),
+        (Some(1), Some(4096), None)
+    );
+    app.call(
+        Method::PATCH,
+        "/api/v1/admin/users/nobody/quota",
+        Some(&root),
+        Some(json!({})),
+    )
+    .await
+    .assert_status(StatusCode::NOT_FOUND);
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn the_pages_admin_functions_refuse_a_user_and_wait_for_an_admins_password() {
     let app = TestApp::start(Some(FakeRuntime::new())).await;
     app.user("uma").await;

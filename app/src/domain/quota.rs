@@ -21,6 +21,41 @@ pub struct Overrides {
     pub max_disk_mib: Option<u64>,
 }
 
+/// A change to some of a user's overrides: `None` keeps the value there is, `Some(None)` puts
+/// the configured default back. As JSON, a key left out keeps its value and `null` is the default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OverridesChange {
+    #[serde(default, deserialize_with = "present")]
+    pub max_sessions: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "present")]
+    pub max_gpu_mib: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "present")]
+    pub max_minutes: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "present")]
+    pub max_disk_mib: Option<Option<u64>>,
+}
+
+/// A key that is there, null or not (`serde(default)` makes one left out `None`).
+fn present<'de, T, D>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    T: Deserialize<'de>,
+    D: serde::Deserializer<'de>,
+{
+    <Option<T> as Deserialize>::deserialize(deserializer).map(Some)
+}
+
+impl OverridesChange {
+    pub fn applied_to(self, current: Overrides) -> Overrides {
+        Overrides {
+            max_sessions: self.max_sessions.unwrap_or(current.max_sessions),
+            max_gpu_mib: self.max_gpu_mib.unwrap_or(current.max_gpu_mib),
+            max_minutes: self.max_minutes.unwrap_or(current.max_minutes),
+            max_disk_mib: self.max_disk_mib.unwrap_or(current.max_disk_mib),
+        }
+    }
+}
+
 impl Limits {
     pub fn with(self, o: &Overrides) -> Limits {
         Limits {
@@ -80,6 +115,42 @@ pub fn check(limits: &Limits, usage: &Usage, slice_mib: u64, minutes: u32) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_change_touches_only_what_it_names() {
+        let current = Overrides {
+            max_sessions: Some(1),
+            max_gpu_mib: Some(4096),
+            max_minutes: None,
+            max_disk_mib: Some(100),
+        };
+        assert_eq!(OverridesChange::default().applied_to(current), current);
+        let read = |json: &str| serde_json::from_str::<OverridesChange>(json);
+        assert_eq!(
+            read(r#"{"max_minutes": 45, "max_gpu_mib": null}"#).unwrap(),
+            OverridesChange {
+                max_minutes: Some(Some(45)),
+                max_gpu_mib: Some(None),
+                ..OverridesChange::default()
+            },
+            "left out, null, and a value are three things"
+        );
+        assert!(read(r#"{"max_minute": 45}"#).is_err());
+        let change = OverridesChange {
+            max_minutes: Some(Some(45)),
+            max_gpu_mib: Some(None),
+            ..OverridesChange::default()
+        };
+        assert_eq!(
+            change.applied_to(current),
+            Overrides {
+                max_sessions: Some(1),
+                max_gpu_mib: None,
+                max_minutes: Some(45),
+                max_disk_mib: Some(100),
+            }
+        );
+    }
 
     const LIMITS: Limits = Limits {
         max_sessions: 2,
