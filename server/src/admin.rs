@@ -331,11 +331,12 @@ impl Service {
             let this = Arc::clone(self);
             let id = session_id.to_string();
             let detail = format!("stopped by the admin {}", viewer.name);
-            let _ = tokio::spawn(async move {
-                this.stop_session(&id, EndReason::Admin, Some(&detail))
-                    .await
-            })
-            .await;
+            let _ = self
+                .spawn(async move {
+                    this.stop_session(&id, EndReason::Admin, Some(&detail))
+                        .await
+                })
+                .await;
         }
         self.admin_session(viewer, session_id).await
     }

@@ -226,7 +226,7 @@ impl Service {
             self.drive(&d.session_id).await;
             let service = Arc::clone(self);
             let session_id = d.session_id.clone();
-            tokio::spawn(async move { service.run_launch(&session_id, &user.name).await });
+            self.spawn(async move { service.run_launch(&session_id, &user.name).await });
         }
         if dispatched.is_empty() {
             return;
@@ -257,7 +257,7 @@ impl Service {
         for warm in evicted {
             if let Some(handle) = warm.runtime_handle {
                 let runtime = self.runtime.clone();
-                tokio::spawn(async move {
+                self.spawn(async move {
                     if let Err(e) = runtime.stop(&handle).await {
                         tracing::warn!(warm = %warm.id, error = %e, "stopping a pre-started editor");
                     }

@@ -420,7 +420,7 @@ impl Service {
 
     fn spawn_push(self: &Arc<Self>, id: String) {
         let this = Arc::clone(self);
-        tokio::spawn(async move { this.push_promotion(&id).await });
+        self.spawn(async move { this.push_promotion(&id).await });
     }
 
     /// Pushes what waits: approved promotions, and pushes whose server went quiet.

@@ -78,6 +78,8 @@ pub struct Service {
     pub oidc: Option<crate::oidc::Oidc>,
     /// The production registry promotions go to, when one is configured.
     pub registry: Option<Result<crate::registry::Registry, String>>,
+    /// The runtime the service was made on, which runs the server's own work; see [`Service::spawn`].
+    background: tokio::runtime::Handle,
 }
 
 impl Service {
@@ -114,7 +116,20 @@ impl Service {
             queue_wake: tokio::sync::Notify::new(),
             sign_ins: auth::SignInThrottle::default(),
             closing: tokio::sync::watch::Sender::new(false),
+            background: tokio::runtime::Handle::current(),
         }
+    }
+
+    /// Runs work that outlives the request that started it (a launch, a stop, a push) on the
+    /// server's main runtime, not on the serving thread the request came in on
+    /// ([`crate::serving`]): that runtime is the one shut down with the server, which cancels
+    /// such work and waits for its blocking parts (a workspace copy) before the process exits.
+    pub fn spawn<F>(&self, work: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.background.spawn(work)
     }
 
     /// Writes the pool to the database.
@@ -401,7 +416,7 @@ impl Service {
         // must not leave a session half-launched (credits held, slot taken, nothing running).
         let this = Arc::clone(self);
         let viewer = viewer.clone();
-        tokio::spawn(async move { this.place(&viewer, valid).await })
+        self.spawn(async move { this.place(&viewer, valid).await })
             .await
             .map_err(|e| {
                 tracing::error!(error = %e, "launch task");
@@ -456,7 +471,7 @@ impl Service {
                 let service = Arc::clone(self);
                 let session_id = id.clone();
                 let user_name = viewer.name.clone();
-                tokio::spawn(async move { service.run_launch(&session_id, &user_name).await });
+                self.spawn(async move { service.run_launch(&session_id, &user_name).await });
             }
             Placement::Queued { .. } => {
                 for step in launched.steps {
@@ -683,9 +698,9 @@ impl Service {
             // Its own task: a client that disconnects must not leave the session half-stopped.
             let this = Arc::clone(self);
             let id = id.to_string();
-            let _ =
-                tokio::spawn(async move { this.stop_session(&id, EndReason::User, None).await })
-                    .await;
+            let _ = self
+                .spawn(async move { this.stop_session(&id, EndReason::User, None).await })
+                .await;
         }
         self.view(id).await
     }

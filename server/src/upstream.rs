@@ -8,7 +8,9 @@
 //! while it waits for the answer and while the answer's body streams out; an idle connection waits
 //! in the pool unpolled, and its next user checks it is still open before taking it. Idle
 //! connections are kept per serving thread ([`crate::serving`]): a connection's socket is watched
-//! by the driver of the runtime that opened it, and used from that runtime only.
+//! by the driver of the runtime that opened it, so it is handed only to requests on that runtime
+//! (the sweep, from elsewhere, only checks that it is still open). Past [`SHARDS`] serving
+//! threads, threads share a pool: still correct, only slower.
 
 use crate::auth::FastMap;
 use axum::body::Body;
