@@ -236,8 +236,7 @@ impl Service {
     }
 
     /// Changes some of a user's quota overrides, keeping the others; returns the limits that
-    /// apply now. Read, then written: of two admins changing one user at the same instant, the
-    /// later write wins whole.
+    /// apply now.
     pub async fn change_user_quota(
         &self,
         viewer: &Viewer,
@@ -245,12 +244,20 @@ impl Service {
         change: OverridesChange,
     ) -> Result<Limits, AppError> {
         require_admin(viewer)?;
+        // Each limit is checked on its own, so the values named are all there is to check.
+        check_overrides(&change.applied_to(Overrides::default()))?;
         if self.store.user_by_id(user_id).await?.is_none() {
             return Err(AppError::NotFound);
         }
-        let current = self.store.quota_overrides(user_id).await?;
-        self.set_user_quota(viewer, user_id, &change.applied_to(current))
-            .await
+        let overrides = if change == OverridesChange::default() {
+            // Nothing named, nothing changed: no write, no audit entry.
+            self.store.quota_overrides(user_id).await?
+        } else {
+            self.store
+                .change_quota(user_id, &change, Some(&viewer.id))
+                .await?
+        };
+        Ok(self.config.default_limits().with(&overrides))
     }
 
     /// Grants `amount` credits ("10", "2.5"; negative takes back, down to zero); returns the

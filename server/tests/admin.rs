@@ -521,6 +521,18 @@ async fn a_quota_patch_changes_only_the_overrides_it_names() {
         (after.max_sessions, after.max_gpu_mib, after.max_minutes),
         (Some(1), Some(4096), None)
     );
+    // A change that names nothing changes nothing, and is not audited as a change.
+    let audited = async || {
+        app.get("/api/v1/admin/audit?q=quota.set", Some(&root))
+            .await
+            .json()["total"]
+            .clone()
+    };
+    assert_eq!(audited().await, 3, "one PUT, two PATCHes");
+    let unchanged = call(Method::PATCH, &root, json!({})).await;
+    unchanged.assert_status(StatusCode::OK);
+    assert_eq!(unchanged.json()["max_gpu_mib"], 4096);
+    assert_eq!(audited().await, 3);
     app.call(
         Method::PATCH,
         "/api/v1/admin/users/nobody/quota",

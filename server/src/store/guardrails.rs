@@ -6,7 +6,7 @@ use super::records::WARM_COLUMNS;
 use super::*;
 use app::domain::credits;
 use app::domain::pool::format_mib;
-use app::domain::quota::{self, Limits, Overrides, Usage};
+use app::domain::quota::{self, Limits, Overrides, OverridesChange, Usage};
 
 /// One reading of a session's GPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -615,33 +615,27 @@ impl Store {
         overrides: &Overrides,
         actor_id: Option<&str>,
     ) -> Result<()> {
-        let now = now_ms();
         let mut w = self.begin_write().await?;
-        sqlx::query(
-            "INSERT INTO user_quotas (user_id, max_sessions, max_gpu_mib, max_minutes, max_disk_mib, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT (user_id) DO UPDATE SET max_sessions = excluded.max_sessions, max_gpu_mib = excluded.max_gpu_mib,
-             max_minutes = excluded.max_minutes, max_disk_mib = excluded.max_disk_mib, updated_at = excluded.updated_at",
-        )
-        .bind(user_id)
-        .bind(overrides.max_sessions.map(i64::from))
-        .bind(overrides.max_gpu_mib.map(|v| v as i64))
-        .bind(overrides.max_minutes.map(i64::from))
-        .bind(overrides.max_disk_mib.map(|v| v as i64))
-        .bind(now)
-        .execute(&mut *w.tx)
-        .await?;
-        insert_audit(
-            &mut w,
-            actor_id,
-            "quota.set",
-            &format!("user:{user_id}"),
-            &format!("{overrides:?}"),
-            now,
-        )
-        .await?;
+        write_quota(&mut w, user_id, overrides, actor_id).await?;
         w.tx.commit().await?;
         Ok(())
+    }
+
+    /// Changes some of a user's overrides, read and written in one transaction (the user's row
+    /// locked on PostgreSQL), so that two changes of different limits at once both hold.
+    /// Returns the overrides now.
+    pub async fn change_quota(
+        &self,
+        user_id: &str,
+        change: &OverridesChange,
+        actor_id: Option<&str>,
+    ) -> Result<Overrides> {
+        let mut w = self.begin_write().await?;
+        self.lock_user(&mut w, user_id).await?;
+        let overrides = change.applied_to(overrides_in(&mut w.tx, user_id).await?);
+        write_quota(&mut w, user_id, &overrides, actor_id).await?;
+        w.tx.commit().await?;
+        Ok(overrides)
     }
 
     // ---- the reaper's lease ----
@@ -723,6 +717,40 @@ async fn position_in(conn: &mut sqlx::AnyConnection, session_id: &str) -> Result
     .fetch_one(&mut *conn)
     .await?;
     Ok(row.try_get::<i64, _>("ahead")? as u32 + 1)
+}
+
+/// Writes a user's overrides, audited.
+async fn write_quota(
+    w: &mut WriteTx,
+    user_id: &str,
+    overrides: &Overrides,
+    actor_id: Option<&str>,
+) -> Result<()> {
+    let now = now_ms();
+    sqlx::query(
+        "INSERT INTO user_quotas (user_id, max_sessions, max_gpu_mib, max_minutes, max_disk_mib, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (user_id) DO UPDATE SET max_sessions = excluded.max_sessions, max_gpu_mib = excluded.max_gpu_mib,
+         max_minutes = excluded.max_minutes, max_disk_mib = excluded.max_disk_mib, updated_at = excluded.updated_at",
+    )
+    .bind(user_id)
+    .bind(overrides.max_sessions.map(i64::from))
+    .bind(overrides.max_gpu_mib.map(|v| v as i64))
+    .bind(overrides.max_minutes.map(i64::from))
+    .bind(overrides.max_disk_mib.map(|v| v as i64))
+    .bind(now)
+    .execute(&mut *w.tx)
+    .await?;
+    insert_audit(
+        w,
+        actor_id,
+        "quota.set",
+        &format!("user:{user_id}"),
+        &format!("{overrides:?}"),
+        now,
+    )
+    .await?;
+    Ok(())
 }
 
 async fn overrides_in(conn: &mut sqlx::AnyConnection, user_id: &str) -> Result<Overrides> {

@@ -3,7 +3,7 @@
 use super::tests::{backdate_ready, ledger_sum, on_both_fns, six_slots, state_of, user};
 use super::*;
 use app::domain::pool::plan_slots;
-use app::domain::quota::{Limits, Overrides};
+use app::domain::quota::{Limits, Overrides, OverridesChange};
 use std::collections::HashSet;
 
 const SLICE: u64 = 8192;
@@ -369,6 +369,65 @@ async fn a_queued_launch_on_a_cheaper_card_holds_only_its_price(store: Store) {
     );
 }
 
+/// Changes of different limits of one user at the same time all hold (none reads what another
+/// is about to overwrite), and each is audited.
+async fn concurrent_quota_changes_all_hold(store: Store) {
+    let alice = user(&store, "alice", 0).await;
+    for round in 1..=10u32 {
+        let changes = [
+            OverridesChange {
+                max_sessions: Some(Some(round)),
+                ..OverridesChange::default()
+            },
+            OverridesChange {
+                max_gpu_mib: Some(Some(u64::from(round) * 1024)),
+                ..OverridesChange::default()
+            },
+            OverridesChange {
+                max_minutes: Some(Some(round * 10)),
+                ..OverridesChange::default()
+            },
+            OverridesChange {
+                max_disk_mib: Some(Some(u64::from(round))),
+                ..OverridesChange::default()
+            },
+        ];
+        let tasks: Vec<_> = changes
+            .into_iter()
+            .map(|change| {
+                let (store, id) = (store.clone(), alice.id.clone());
+                tokio::spawn(async move { store.change_quota(&id, &change, None).await })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap().unwrap();
+        }
+        assert_eq!(
+            store.quota_overrides(&alice.id).await.unwrap(),
+            Overrides {
+                max_sessions: Some(round),
+                max_gpu_mib: Some(u64::from(round) * 1024),
+                max_minutes: Some(round * 10),
+                max_disk_mib: Some(u64::from(round)),
+            },
+            "round {round}"
+        );
+    }
+    // Null puts one back to the default; what it leaves out stays.
+    let now = store
+        .change_quota(
+            &alice.id,
+            &OverridesChange {
+                max_minutes: Some(None),
+                ..OverridesChange::default()
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!((now.max_minutes, now.max_sessions), (None, Some(10)));
+}
+
 /// Each limit refuses with what it is and what is in use; nothing is written; overrides apply.
 async fn quotas_refuse_and_overrides_apply(store: Store) {
     six_slots(&store).await;
@@ -691,6 +750,7 @@ on_both_fns! {
     thousand_launches_exactly_k => thousand_launches_exactly_k_sqlite, thousand_launches_exactly_k_postgres;
     five_hundred_launches_fifty_warm => five_hundred_launches_fifty_warm_sqlite, five_hundred_launches_fifty_warm_postgres;
     quotas_refuse_and_overrides_apply => quotas_refuse_and_overrides_apply_sqlite, quotas_refuse_and_overrides_apply_postgres;
+    concurrent_quota_changes_all_hold => concurrent_quota_changes_all_hold_sqlite, concurrent_quota_changes_all_hold_postgres;
     burst_takes_a_whole_card => burst_takes_a_whole_card_sqlite, burst_takes_a_whole_card_postgres;
     extend_holds_more => extend_holds_more_sqlite, extend_holds_more_postgres;
     lease_has_one_holder => lease_has_one_holder_sqlite, lease_has_one_holder_postgres;
