@@ -14,6 +14,12 @@ const ROOMY: Limits = Limits {
     max_disk_mib: 10_240,
 };
 
+/// How many of one user's launches race at once in the tests of many launches: more than the
+/// pool has connections, so they contend for slots and the user's lock, yet few enough that the
+/// last in line gets a connection within the pool's timeout on a loaded machine (a user's
+/// launches are serialized, about 20 ms each on PostgreSQL there).
+const IN_FLIGHT: usize = 32;
+
 fn one_credit_an_hour(_: &str) -> i64 {
     1_000
 }
@@ -62,11 +68,13 @@ async fn thousand_launches_exactly_k(store: Store) {
     six_slots(&store).await;
     let grant = K * 1_000 + 999;
     let alice = user(&store, "alice", grant).await;
+    let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
     let mut tasks = Vec::new();
     for _ in 0..1000 {
-        let store = store.clone();
+        let (store, in_flight) = (store.clone(), in_flight.clone());
         let user_id = alice.id.clone();
         tasks.push(tokio::spawn(async move {
+            let _turn = in_flight.acquire().await.unwrap();
             store.launch(plan(&user_id, false, ROOMY, false)).await
         }));
     }
@@ -130,11 +138,13 @@ async fn five_hundred_launches_fifty_warm(store: Store) {
             .is_none()
     );
     let alice = user(&store, "alice", 10_000_000).await;
+    let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
     let mut tasks = Vec::new();
     for _ in 0..500 {
-        let store = store.clone();
+        let (store, in_flight) = (store.clone(), in_flight.clone());
         let user_id = alice.id.clone();
         tasks.push(tokio::spawn(async move {
+            let _turn = in_flight.acquire().await.unwrap();
             store.launch(plan(&user_id, false, ROOMY, true)).await
         }));
     }
