@@ -7,7 +7,8 @@ use super::ErrorNotice;
 use crate::api::{
     AddImage, AdminOpenEditor, AdminStop, ChangeUser, ConfirmAdmin, DecidePromotion, GrantCredits,
     SetImageState, SetUserQuota, admin_access, admin_audit, admin_images, admin_pool,
-    admin_promotions, admin_sessions, admin_settings, admin_usage, admin_users,
+    admin_promotions, admin_sessions, admin_settings, admin_usage, admin_users, grant_credits,
+    set_user_quota,
 };
 use crate::domain::credits;
 use crate::domain::listing::{ListQuery, Page};
@@ -440,14 +441,26 @@ fn action_error<T>(
 #[component]
 fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
     let change = ServerAction::<ChangeUser>::new();
-    let grant = ServerAction::<GrantCredits>::new();
-    let quota = ServerAction::<SetUserQuota>::new();
+    // Their answers name the user, so that a row's draft follows its own answer, whichever
+    // order the answers to several rows come back in.
+    let grant: GrantAction = Action::new(|input: &GrantCredits| {
+        let GrantCredits {
+            user_id,
+            amount,
+            note,
+        } = input.clone();
+        async move { (user_id.clone(), grant_credits(user_id, amount, note).await) }
+    });
+    let quota: QuotaAction = Action::new(|input: &SetUserQuota| {
+        let SetUserQuota { user_id, overrides } = input.clone();
+        async move { (user_id.clone(), set_user_quota(user_id, overrides).await) }
+    });
     // Reloaded after what succeeded only: a refused grant keeps what was typed in its row.
     let changed = RwSignal::new(0u32);
     let drafts = Drafts::new();
     Effect::new(move |_| {
-        if let Some(Ok(_)) = quota.value().get() {
-            drafts.saved(Saved::Quota);
+        if let Some((user_id, Ok(_))) = quota.value().get() {
+            drafts.saved(Saved::Quota, &user_id);
             changed.update(|n| *n += 1);
         }
     });
@@ -457,8 +470,8 @@ fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
         }
     });
     Effect::new(move |_| {
-        if let Some(Ok(_)) = grant.value().get() {
-            drafts.saved(Saved::Grant);
+        if let Some((user_id, Ok(_))) = grant.value().get() {
+            drafts.saved(Saved::Grant, &user_id);
             changed.update(|n| *n += 1);
         }
     });
@@ -467,7 +480,7 @@ fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
         |(query, _)| admin_users(query),
     );
     let granted = move || {
-        grant.value().get().and_then(Result::ok).map(|balance| {
+        grant.value().get().and_then(|(_, answer)| answer.ok()).map(|balance| {
             view! {
                 <p class="notice" role="status">
                     {format!("Granted. The balance is now {} credits.", credits::format(balance))}
@@ -483,8 +496,8 @@ fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
             filters=&[("all", "everyone"), ("admin", "admins"), ("user", "users"), ("locked", "locked")]
         />
         {action_error(move || change.value().get())}
-        {action_error(move || grant.value().get())}
-        {action_error(move || quota.value().get())}
+        {action_error(move || grant.value().get().map(|(_, answer)| answer))}
+        {action_error(move || quota.value().get().map(|(_, answer)| answer))}
         {granted}
         {loaded(
             data,
@@ -494,14 +507,21 @@ fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
     }
 }
 
+type GrantAction = Action<GrantCredits, (String, Result<i64, crate::error::AppError>)>;
+type QuotaAction = Action<
+    SetUserQuota,
+    (
+        String,
+        Result<crate::domain::quota::Limits, crate::error::AppError>,
+    ),
+>;
+
 /// What an admin has typed into users' rows and not saved yet. After any action succeeds the
 /// table reloads and every row is drawn anew, so what was typed lives here, per user, and
 /// survives that: a half-typed grant in one row outlives a grant saved in another.
 #[derive(Clone, Copy)]
 struct Drafts {
     rows: StoredValue<HashMap<String, Draft>>,
-    /// The user whose grant, and whose quota, was sent last.
-    sent: StoredValue<[Option<String>; 2]>,
 }
 
 #[derive(Clone, Default)]
@@ -522,15 +542,14 @@ struct QuotaDraft {
 
 #[derive(Clone, Copy)]
 enum Saved {
-    Grant = 0,
-    Quota = 1,
+    Grant,
+    Quota,
 }
 
 impl Drafts {
     fn new() -> Drafts {
         Drafts {
             rows: StoredValue::new(HashMap::new()),
-            sent: StoredValue::new([None, None]),
         }
     }
 
@@ -559,20 +578,11 @@ impl Drafts {
             .unwrap_or_default()
     }
 
-    fn sending(&self, what: Saved, user_id: &str) {
-        self.sent
-            .update_value(|sent| sent[what as usize] = Some(user_id.to_string()));
-    }
-
-    /// What was sent is saved: that row's fields empty (a grant) or refill from the reloaded
-    /// figures (a quota).
-    fn saved(&self, what: Saved) {
-        let Some(Some(user_id)) = self.sent.try_with_value(|sent| sent[what as usize].clone())
-        else {
-            return;
-        };
+    /// What was sent for `user_id` is saved: that row's fields empty (a grant) or refill from
+    /// the reloaded figures (a quota).
+    fn saved(&self, what: Saved, user_id: &str) {
         let draft = self.rows.try_update_value(|rows| {
-            let draft = rows.get_mut(&user_id)?;
+            let draft = rows.get_mut(user_id)?;
             if let Saved::Quota = what {
                 draft.quota = None;
             }
@@ -602,8 +612,8 @@ fn UsersTable(
     page: Page<AdminUser>,
     list: Memo<ListQuery>,
     change: ServerAction<ChangeUser>,
-    grant: ServerAction<GrantCredits>,
-    quota: ServerAction<SetUserQuota>,
+    grant: GrantAction,
+    quota: QuotaAction,
     drafts: Drafts,
 ) -> impl IntoView {
     let pages = page.pages();
@@ -640,8 +650,8 @@ fn UsersTable(
 fn UserRow(
     user: AdminUser,
     change: ServerAction<ChangeUser>,
-    grant: ServerAction<GrantCredits>,
-    quota: ServerAction<SetUserQuota>,
+    grant: GrantAction,
+    quota: QuotaAction,
     drafts: Drafts,
 ) -> impl IntoView {
     let draft = drafts.of(&user.id, &user.overrides);
@@ -682,7 +692,6 @@ fn UserRow(
         let id = id.clone();
         move |ev: leptos::ev::SubmitEvent| {
             ev.prevent_default();
-            drafts.sending(Saved::Grant, &id);
             grant.dispatch(GrantCredits {
                 user_id: id.clone(),
                 amount: amount.get_untracked(),
@@ -748,7 +757,7 @@ fn UserRow(
                     />
                     <button type="submit">"Grant"</button>
                 </form>
-                <QuotaEditor user=user.clone() quota drafts draft />
+                <QuotaEditor user=user.clone() quota draft />
             </td>
         </tr>
     }
@@ -756,12 +765,7 @@ fn UserRow(
 
 /// A user's limits: each field holds the override, empty for the configured default.
 #[component]
-fn QuotaEditor(
-    user: AdminUser,
-    quota: ServerAction<SetUserQuota>,
-    drafts: Drafts,
-    draft: Draft,
-) -> impl IntoView {
+fn QuotaEditor(user: AdminUser, quota: QuotaAction, draft: Draft) -> impl IntoView {
     let [sessions, gpu, minutes, disk] = match draft.quota {
         Some(quota) => quota.fields.map(RwSignal::from),
         None => quota_texts(&user.overrides).map(RwSignal::new),
@@ -779,7 +783,6 @@ fn QuotaEditor(
         ]) {
             Ok(overrides) => {
                 problem.set(None);
-                drafts.sending(Saved::Quota, &id);
                 quota.dispatch(SetUserQuota {
                     user_id: id.clone(),
                     overrides,
@@ -1598,21 +1601,21 @@ mod tests {
             );
             let other = drafts.of("u2", &overrides);
             assert!(other.amount.get_untracked().is_empty());
+            other.amount.set("5".into());
 
             // The grant for u1 is saved: its fields empty; the quota draft stays.
-            drafts.sending(Saved::Grant, "u1");
-            drafts.saved(Saved::Grant);
+            drafts.saved(Saved::Grant, "u1");
             let after = drafts.of("u1", &overrides);
             assert_eq!(
                 (after.amount.get_untracked(), after.note.get_untracked()),
                 (String::new(), String::new())
             );
+            assert_eq!(drafts.of("u2", &overrides).amount.get_untracked(), "5");
             assert_eq!(quota_of(&after)[0], "3");
 
             // Its quota is saved: the fields refill from the reloaded figures.
             overrides.max_sessions = Some(3);
-            drafts.sending(Saved::Quota, "u1");
-            drafts.saved(Saved::Quota);
+            drafts.saved(Saved::Quota, "u1");
             assert_eq!(quota_of(&drafts.of("u1", &overrides)), ["3", "", "45", ""]);
 
             // Untouched fields follow the figures.
