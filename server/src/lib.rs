@@ -177,10 +177,12 @@ impl Front {
     /// the connection as it closes, and see that request fail.
     fn serve_with_body(&self, request: axum::extract::Request) -> FrontFuture {
         let read = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = read.clone();
         let request = request.map(|body| {
-            axum::body::Body::new(ReadToEnd {
-                body,
-                read: read.clone(),
+            Watched::body(body, move |_: &Polled, ended| {
+                if ended {
+                    seen.store(true, std::sync::atomic::Ordering::Release);
+                }
             })
         });
         let answer = self.route(request);
@@ -214,26 +216,33 @@ impl Front {
 
 const CLOSE: http::HeaderValue = http::HeaderValue::from_static("close");
 
-/// A request body that records when it has been read to its end.
-struct ReadToEnd {
+/// A request body whose reading is watched: `seen` is told of each poll's outcome, and whether
+/// the body has then reached its end.
+pub(crate) struct Watched<F> {
     body: axum::body::Body,
-    read: Arc<std::sync::atomic::AtomicBool>,
+    seen: F,
 }
 
-impl http_body::Body for ReadToEnd {
+pub(crate) type Polled =
+    std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, axum::Error>>>;
+
+impl<F: FnMut(&Polled, bool) + Send + Unpin + 'static> Watched<F> {
+    pub(crate) fn body(body: axum::body::Body, seen: F) -> axum::body::Body {
+        axum::body::Body::new(Watched { body, seen })
+    }
+}
+
+impl<F: FnMut(&Polled, bool) + Unpin> http_body::Body for Watched<F> {
     type Data = bytes::Bytes;
     type Error = axum::Error;
 
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, axum::Error>>> {
-        let frame = std::pin::Pin::new(&mut self.body).poll_frame(cx);
+    fn poll_frame(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Polled {
+        let this = &mut *self;
+        let polled = std::pin::Pin::new(&mut this.body).poll_frame(cx);
         // The end is a frame with nothing after it, or none.
-        if matches!(frame, std::task::Poll::Ready(None)) || self.body.is_end_stream() {
-            self.read.store(true, std::sync::atomic::Ordering::Release);
-        }
-        frame
+        let ended = matches!(polled, std::task::Poll::Ready(None)) || this.body.is_end_stream();
+        (this.seen)(&polled, ended);
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

@@ -256,37 +256,6 @@ fn set_cookie_header(headers: &mut HeaderMap, cookies: &str) {
     }
 }
 
-/// A request body on its way to the editor; every chunk moves the deadline for the answer.
-struct Uploading {
-    inner: Body,
-    answer: crate::deadline::Deadline,
-    timeout: Duration,
-}
-
-impl http_body::Body for Uploading {
-    type Data = bytes::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, axum::Error>>> {
-        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
-        if let std::task::Poll::Ready(Some(Ok(_))) = &polled {
-            self.answer.reset(std::time::Instant::now() + self.timeout);
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
-}
-
 /// Editors answer on our origin, so what they send must not act beyond their session: no
 /// cookie of ours (it would sign the browser in as someone else), no clearing of the site's
 /// data, no service worker for the whole site, and their cookies stay under `/s/<id>/`.
@@ -587,10 +556,12 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
     let body = if http_body::Body::is_end_stream(&body) {
         body
     } else {
-        Body::new(Uploading {
-            inner: body,
-            answer: client.answer.clone(),
-            timeout: answer_timeout,
+        // Every chunk of the upload moves the deadline for the answer.
+        let answer = client.answer.clone();
+        crate::Watched::body(body, move |polled: &crate::Polled, _| {
+            if let std::task::Poll::Ready(Some(Ok(_))) = polled {
+                answer.reset(std::time::Instant::now() + answer_timeout);
+            }
         })
     };
     let outgoing = Request::from_parts(parts, body);
