@@ -9,9 +9,9 @@ Environment (set by run.sh):
   CHP_BIN        configurable-http-proxy     BENCH_OUT  where results and logs go
   BENCH_PYTHON   a Python with websockets, psutil (the stand-in WebSocket editor uses it)
   HUB_VENV       JupyterHub 6.1.1 + JupyterLab, spawned beside the warm launches (empty: skipped)
-Knobs: BENCH_ONLY=cold,memory,http,ws,warm  BENCH_COLD_N=10  BENCH_CS_N (code-server; default
+Knobs: BENCH_ONLY=cold,memory,http,ws,kernel,warm  BENCH_COLD_N=10  BENCH_CS_N (code-server; default
 BENCH_COLD_N)  BENCH_ROUNDS=3 (HTTP)  BENCH_WRK_DUR=10s  BENCH_WS_ROUNDS=9  BENCH_WS_N=2000
-       BENCH_WS_BLOCK=100
+       BENCH_WS_BLOCK=100  BENCH_KERNEL_N=500  BENCH_KERNEL_ROUNDS=4
        BENCH_NGINX_PROXY=1 (nginx as a reverse proxy: the floor for any proxy here)
 """
 import http.client
@@ -37,7 +37,7 @@ CHP_BIN = os.environ.get("CHP_BIN", "")
 OUT = os.environ["BENCH_OUT"]
 WORK = os.path.join(OUT, "work")
 LOGS = os.path.join(OUT, "logs")
-ONLY = set(os.environ.get("BENCH_ONLY", "cold,memory,http,ws").split(","))
+ONLY = set(os.environ.get("BENCH_ONLY", "cold,memory,http,ws,kernel").split(","))
 COLD_N = int(os.environ.get("BENCH_COLD_N", 10))
 CS_N = int(os.environ.get("BENCH_CS_N", COLD_N))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 3))
@@ -46,6 +46,8 @@ WS_N = int(os.environ.get("BENCH_WS_N", 2000))
 WS_BLOCK = int(os.environ.get("BENCH_WS_BLOCK", 100))
 WS_ROUNDS = int(os.environ.get("BENCH_WS_ROUNDS", 9))
 WS_CLIENTS = ["raw", "websockets"]
+KERNEL_N = int(os.environ.get("BENCH_KERNEL_N", 500))
+KERNEL_ROUNDS = int(os.environ.get("BENCH_KERNEL_ROUNDS", 4))
 FLOOR = os.environ.get("BENCH_NGINX_PROXY", "1") == "1"
 SLICE = 8192
 # JupyterHub beside the warm launches (run.sh installs it); empty: without it.
@@ -661,7 +663,7 @@ def bench_standins(results):
     env = {"SANDBOX_EDITORS__JUPYTERLAB": os.path.join(HERE, "standins/nginx-editor.sh"),
            "SANDBOX_EDITORS__MARIMO": ws_editor, "SANDBOX_EDITORS__CODE_SERVER": ws_editor}
     server = Server("standins", env).start()
-    chp = floor = polled_server = None
+    chp = floor = unpolled_server = None
     try:
         pid = server.proc.pid
         # --- 4. memory: idle, then with 10 ready sessions
@@ -694,14 +696,14 @@ def bench_standins(results):
             ws_sock_sid = server.launch("code-server")["id"]
             server.wait_session(ws_sock_sid, "healthz", timeout=60)
             assert server.standin(ws_sock_sid)["socket"], "the code-server stand-in listens on a socket"
-            # The same proxy with WebSocket busy polling on (100 us; off by default), side by
+            # The same proxy with WebSocket busy polling off (on by default, 100 us), side by
             # side: what the polling buys.
-            polled_server = Server("standins-polled",
-                              dict(env, SANDBOX_PROXY__WEBSOCKET_BUSY_POLL_US="100")).start()
-            polled_sid = polled_server.launch("marimo")["id"]
-            polled_server.wait_session(polled_sid, "health", timeout=60)
-            polled_sock_sid = polled_server.launch("code-server")["id"]
-            polled_server.wait_session(polled_sock_sid, "healthz", timeout=60)
+            unpolled_server = Server("standins-unpolled",
+                                     dict(env, SANDBOX_PROXY__WEBSOCKET_BUSY_POLL_US="0")).start()
+            unpolled_sid = unpolled_server.launch("marimo")["id"]
+            unpolled_server.wait_session(unpolled_sid, "health", timeout=60)
+            unpolled_sock_sid = unpolled_server.launch("code-server")["id"]
+            unpolled_server.wait_session(unpolled_sock_sid, "healthz", timeout=60)
         nginx = server.standin(web_sid)
         echo = server.standin(ws_sid) if ws_sid else None
         if ("http" in ONLY or "ws" in ONLY) and CHP_BIN:
@@ -794,10 +796,10 @@ def bench_standins(results):
                        {"label": "ours", "url": f"ws://127.0.0.1:{server.port}{wpath}", "headers": bearer},
                        {"label": "ours-socket", "url": f"ws://127.0.0.1:{server.port}{spath}",
                         "headers": bearer},
-                       {"label": "polled", "headers": [["Authorization", f"Bearer {polled_server.token}"]],
-                        "url": f"ws://127.0.0.1:{polled_server.port}/s/{polled_sid}/ws"},
-                       {"label": "polled-socket", "headers": [["Authorization", f"Bearer {polled_server.token}"]],
-                        "url": f"ws://127.0.0.1:{polled_server.port}/s/{polled_sock_sid}/ws"}]
+                       {"label": "unpolled", "headers": [["Authorization", f"Bearer {unpolled_server.token}"]],
+                        "url": f"ws://127.0.0.1:{unpolled_server.port}/s/{unpolled_sid}/ws"},
+                       {"label": "unpolled-socket", "headers": [["Authorization", f"Bearer {unpolled_server.token}"]],
+                        "url": f"ws://127.0.0.1:{unpolled_server.port}/s/{unpolled_sock_sid}/ws"}]
             if chp:
                 targets.append({"label": "chp", "url": f"ws://127.0.0.1:{chp.port}{wpath}"})
             if floor:
@@ -808,7 +810,7 @@ def bench_standins(results):
             # run (user + system of the whole process, exited threads included), divided by the
             # round trips it relayed, is its CPU per round trip. The server's own background work
             # in that time (a tick every few seconds) is counted too, a small overstatement.
-            relays = {"ours": [pid], "polled": [polled_server.proc.pid]}
+            relays = {"ours": [pid], "unpolled": [unpolled_server.proc.pid]}
             if floor:
                 relays["nginx-proxy"] = floor.workers()
             relay_s = dict.fromkeys(relays, 0.0)
@@ -859,9 +861,56 @@ def bench_standins(results):
             chp.stop()
         if floor:
             floor.stop()
-        if polled_server:
-            polled_server.stop()
+        if unpolled_server:
+            unpolled_server.stop()
         server.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. Real kernels: `1+1` in JupyterLab through ours, WebSocket busy polling on and off
+
+
+def bench_kernel(results):
+    """What busy polling costs and buys on an editor's real traffic, not an echo's."""
+    servers = {"polled": Server("kernel-polled", {"SANDBOX_PROXY__WEBSOCKET_BUSY_POLL_US": "100"}),
+               "unpolled": Server("kernel-unpolled", {"SANDBOX_PROXY__WEBSOCKET_BUSY_POLL_US": "0"})}
+    try:
+        targets = []
+        for label, server in servers.items():
+            server.start()
+            sid = server.launch("jupyterlab")["id"]
+            server.wait_session(sid, "api/status")
+            status, data = http_get(server.port, f"/s/{sid}/api/kernels", server.auth, "POST",
+                                    {"name": "python3"}, timeout=60)
+            if status != 201:
+                raise RuntimeError(f"starting a kernel: HTTP {status} {data[:300]!r}")
+            kernel = json.loads(data)
+            targets.append({"label": label, "pids": [server.proc.pid],
+                            "url": f"ws://127.0.0.1:{server.port}/s/{sid}/api/kernels/{kernel['id']}/channels",
+                            "headers": [["Authorization", f"Bearer {server.token}"]]})
+        rounds = []
+        for rnd in range(KERNEL_ROUNDS):
+            spec = {"n": KERNEL_N, "block": 50, "targets": targets[rnd % 2:] + targets[:rnd % 2]}
+            p = subprocess.run([os.environ["BENCH_PYTHON"], os.path.join(HERE, "kernel_client.py"),
+                                json.dumps(spec)], capture_output=True, text=True, timeout=900)
+            if p.returncode != 0:
+                raise RuntimeError(f"kernel client: {p.stderr[-800:]}")
+            res = json.loads(p.stdout)
+            load = loadavg()
+            for label, r in res.items():
+                log(f"  kernel round {rnd + 1} {label:9s} median {r['median_us']:7.0f} us  p99 {r['p99_us']:7.0f} us"
+                    f"  server CPU {r['cpu_us_per_exec']:6.1f} us per execution  (load {load})")
+            rounds.append(res)
+        summ = {label: {"median_us": med([r[label]["median_us"] for r in rounds]),
+                        "p99_us": med([r[label]["p99_us"] for r in rounds]),
+                        "cpu_us_per_exec": med([r[label]["cpu_us_per_exec"] for r in rounds])}
+                for label in servers}
+        summ["polled_minus_unpolled_us_per_round"] = [r["polled"]["median_us"] - r["unpolled"]["median_us"]
+                                                      for r in rounds]
+        results["kernel"] = {"rounds": rounds, "summary": summ, "n": KERNEL_N}
+    finally:
+        for server in servers.values():
+            server.stop()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -939,12 +988,21 @@ def summary_table(results):
             rows.append((title, f"{w[socket]['added_us']:+.0f} / {w[tcp]['added_us']:+.0f} us",
                          f"socket / TCP; {what}, paired by round: {paired[0]:+.0f} / {paired[1]:+.0f} us",
                          "", "", ""))
-        if "polled" in w:
-            compared("  ours with busy polling on (100 us)", "polled-socket", "polled",
-                     ("polled-socket", "polled"), ("ours-socket", "ours"), "this minus ours (off)")
+        if "unpolled" in w:
+            compared("  ours with busy polling off", "unpolled-socket", "unpolled",
+                     ("ours-socket", "ours"), ("unpolled-socket", "unpolled"), "ours (on) minus this")
         if "nginx-proxy" in w:
             compared("  floor: nginx as reverse proxy", "nginx-socket", "nginx-proxy",
                      ("ours-socket", "ours"), ("nginx-socket", "nginx-proxy"), "ours minus nginx")
+    k = results.get("kernel", {}).get("summary")
+    if k:
+        rows.append((f"kernel execution, 1+1 in JupyterLab (median of {KERNEL_ROUNDS} rounds)",
+                     f"{k['polled']['median_us'] / 1000:.2f} ms",
+                     f"busy polling off {k['unpolled']['median_us'] / 1000:.2f} ms; on minus off by round "
+                     + ", ".join(f"{x / 1000:+.2f}" for x in k["polled_minus_unpolled_us_per_round"]) + " ms",
+                     "", "", ""))
+        rows.append(("  server CPU per execution", f"{k['polled']['cpu_us_per_exec']:.0f} us",
+                     f"busy polling off {k['unpolled']['cpu_us_per_exec']:.0f} us", "", "", ""))
     m = results.get("memory")
     if m:
         rows.append(("server RSS idle", f"{m['idle_rss_mib']:.1f} MiB", "", "<= 30 MB",
@@ -1146,6 +1204,9 @@ def main():
         if ONLY & {"memory", "http", "ws"}:
             log("== 2-4. memory, HTTP throughput, WebSocket round trips (stand-in editors)")
             bench_standins(results)
+        if "kernel" in ONLY:
+            log("== 6. real kernels: 1+1 in JupyterLab through ours, busy polling on and off")
+            bench_kernel(results)
     finally:
         results["load_after"] = loadavg()
         log(f"== load after: {results['load_after']}")

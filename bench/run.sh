@@ -3,7 +3,7 @@
 # WebSocket round trips, server memory, each beside its reference measured in the same run.
 #
 #   bash bench/run.sh                      # everything (5-10 minutes on 2 cores)
-#   BENCH_ONLY=http,ws bash bench/run.sh   # parts: cold, memory, http, ws, warm
+#   BENCH_ONLY=http,ws bash bench/run.sh   # parts: cold, memory, http, ws, kernel, warm
 #   BENCH_ONLY=warm bash bench/run.sh      # warm vs cold launch vs JupyterHub's spawn (installs the hub)
 #   SKIP_BUILD=1 bash bench/run.sh        # use the release binary already built
 #   SERVER_BIN=/path/to/server bash bench/run.sh   # use that binary

@@ -55,9 +55,9 @@ pub struct QuotasConfig {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProxyConfig {
-    /// After passing a WebSocket message to the editor, how long to keep polling for its
-    /// answer before sleeping (microseconds; 0, the default: off). Trades CPU for latency where
-    /// the editor answers within it: see `crate::relay`.
+    /// After passing a WebSocket message on, how long to keep polling for the other side's
+    /// answer before sleeping (microseconds; 0 turns it off). Trades CPU for latency where the
+    /// answer comes within it: see `crate::relay`.
     pub websocket_busy_poll_us: u64,
     /// How long a client may take to send a request's head, and a kept-alive connection may
     /// sit idle, before it is closed (seconds).
@@ -268,7 +268,7 @@ impl Default for Config {
                 per_slice: Vec::new(),
             },
             proxy: ProxyConfig {
-                websocket_busy_poll_us: 0,
+                websocket_busy_poll_us: 100,
                 header_timeout_seconds: 30,
                 answer_timeout_seconds: 120,
                 max_connections: 0,

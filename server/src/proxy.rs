@@ -693,7 +693,7 @@ fn percent_encode(text: &str) -> String {
 }
 
 /// Connections busy-polling at once (see [`crate::relay`]): one per two cores, so none on a
-/// single core, where a poll would stall every other task and the editor it waits for.
+/// single core, where a poll would stall every other task and the side it waits for.
 static SPIN_LIMIT: LazyLock<relay::SpinLimit> = LazyLock::new(|| {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     relay::SpinLimit::new(cores / 2)
@@ -770,6 +770,13 @@ impl Activity {
     }
 }
 
+/// hyper's upgraded stream may hold bytes it read ahead, so the relay never reads under it.
+impl relay::Side for TokioIo<Upgraded> {
+    fn pollable(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+}
+
 /// Relays an upgraded connection until both sides have ended it; bytes either way count as
 /// `activity`.
 async fn relay_upgraded(
@@ -779,7 +786,7 @@ async fn relay_upgraded(
     activity: Activity,
     busy_poll: Duration,
 ) {
-    // Always our own connection type (`upstream::upgrade`); the relay polls its socket.
+    // Always our own connection type (`upstream::upgrade`), a plain socket.
     let editor = match upstream.downcast::<TokioIo<EditorStream>>() {
         Ok(editor) => editor,
         Err(_) => {
@@ -787,17 +794,38 @@ async fn relay_upgraded(
             return;
         }
     };
-    let mut client = TokioIo::new(client);
     let mut editor_stream = editor.io.into_inner();
-    let relayed = relay::relay(
-        &mut client,
-        &mut editor_stream,
-        &editor.read_buf,
-        busy_poll,
-        &SPIN_LIMIT,
-        || activity.record(&route),
-    )
-    .await;
+    let traffic = || activity.record(&route);
+    // A plain socket from our own listener; other servers (tests') keep hyper's stream.
+    let relayed = match client.downcast::<TokioIo<tokio::net::TcpStream>>() {
+        Ok(client) => {
+            let mut tcp = client.io.into_inner();
+            let (pending, editor_pending) = (&client.read_buf, &editor.read_buf);
+            relay::relay(
+                &mut tcp,
+                pending,
+                &mut editor_stream,
+                editor_pending,
+                busy_poll,
+                &SPIN_LIMIT,
+                traffic,
+            )
+            .await
+        }
+        Err(client) => {
+            let mut client = TokioIo::new(client);
+            relay::relay(
+                &mut client,
+                b"",
+                &mut editor_stream,
+                &editor.read_buf,
+                busy_poll,
+                &SPIN_LIMIT,
+                traffic,
+            )
+            .await
+        }
+    };
     if let Err(e) = relayed {
         tracing::debug!(session = %route.session_id, error = %e, "upgraded connection ended");
     }

@@ -1,18 +1,22 @@
 //! Relays an upgraded connection (WebSocket) between the browser and the editor, byte for byte.
 //!
 //! Sleeping on readiness costs each message a wake-up of the relay, and on a virtual machine a
-//! wake-up costs tens of microseconds (BENCHMARKS.md, section 3). So after the relay passes bytes
-//! from the browser to the editor, it keeps asking the editor's socket directly, past the runtime's
-//! readiness, for a short window (`busy_poll`) before it sleeps again: an editor on the same
-//! machine often answers within it. The browser is a network away, so nothing is awaited from it
-//! that way. This is what Linux's `net.core.busy_read` does for network queues, and like it, it
-//! is off unless configured (`proxy.websocket_busy_poll_us`). The window holds its serving
-//! thread, and the other connections on it (yielding to the runtime between asks measured worse, BENCHMARKS.md), so it is short,
-//! ends as soon as the editor answers, backs off on connections whose editor answers slower than
-//! that, and a [`SpinLimit`] caps how many connections poll at once.
+//! wake-up costs tens of microseconds (BENCHMARKS.md, section 3). So after the relay passes a
+//! message on, it keeps asking the other side's socket directly, past the runtime's readiness,
+//! for a short window (`busy_poll`, `proxy.websocket_busy_poll_us`) before it sleeps again: in a
+//! conversation (a kernel's request and reply, a script's round trips) the answer often comes
+//! within it, and is passed on without the wake-up. This is what Linux's `net.core.busy_read`
+//! does for network queues.
+//!
+//! The price is CPU and its serving thread, which the window holds from the other connections on
+//! it (yielding to the runtime between asks measured worse, BENCHMARKS.md). So a window is short,
+//! ends as soon as the answer comes, and is opened only while answers have been coming within it:
+//! a side that lets windows run out, as a browser a network away or a kernel computing for
+//! milliseconds does, is polled for one message in 65 (see [`Polling`]). A [`SpinLimit`] caps how
+//! many connections poll at once.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
@@ -164,62 +168,114 @@ impl Pipe {
     }
 }
 
-/// Relays between the browser's stream and the editor's socket until both directions have
-/// ended. `editor_pending` is what hyper read from the editor past its 101, sent first.
-/// `traffic` is called whenever bytes arrive from either side. Busy polling reads the editor's
-/// descriptor directly, so `editor` must be a plain socket that keeps no read buffer of its own
-/// (tokio's TCP and Unix streams; not TLS or a buffered reader).
-pub async fn relay<C, E>(
+/// One side of a relay: a stream, and its socket's descriptor if the relay may read that
+/// directly while it busy-polls. Only a plain socket, which keeps no read buffer of its own, may
+/// be read so (tokio's TCP and Unix streams; not TLS, not a buffered reader).
+pub trait Side: AsyncRead + AsyncWrite + Unpin {
+    fn pollable(&self) -> Option<RawFd>;
+}
+
+impl Side for tokio::net::TcpStream {
+    fn pollable(&self) -> Option<RawFd> {
+        Some(self.as_raw_fd())
+    }
+}
+
+impl Side for tokio::net::UnixStream {
+    fn pollable(&self) -> Option<RawFd> {
+        Some(self.as_raw_fd())
+    }
+}
+
+/// Relays between the browser's stream and the editor's until both directions have ended.
+/// `client_pending` and `editor_pending` are what was read from either past the handshake, sent
+/// on first. `traffic` is called whenever bytes arrive from either side.
+pub async fn relay<C: Side, E: Side>(
     client: &mut C,
+    client_pending: &[u8],
     editor: &mut E,
     editor_pending: &[u8],
     busy_poll: Duration,
     limit: &SpinLimit,
     traffic: impl Fn(),
-) -> io::Result<()>
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-    E: AsyncRead + AsyncWrite + AsFd + Unpin,
-{
-    let editor_fd = editor.as_fd().as_raw_fd();
-    let (mut to_editor, mut to_client) = (Pipe::new(&[]), Pipe::new(editor_pending));
-    let mut polling = Polling::new(busy_poll);
+) -> io::Result<()> {
+    let (client_fd, editor_fd) = (client.pollable(), editor.pollable());
+    let (mut to_editor, mut to_client) = (Pipe::new(client_pending), Pipe::new(editor_pending));
+    let window = |fd: Option<RawFd>| fd.map_or(Duration::ZERO, |_| busy_poll);
+    let mut windows = Windows {
+        editor: Polling::new(window(editor_fd)),
+        client: Polling::new(window(client_fd)),
+    };
     std::future::poll_fn(|cx| {
         loop {
-            let asked = to_editor.pump(cx, client, editor)?;
-            let answered = to_client.pump(cx, editor, client)?;
+            let (from_client, from_editor) = (
+                to_editor.pump(cx, client, editor)?,
+                to_client.pump(cx, editor, client)?,
+            );
             if to_editor.closed && to_client.closed {
                 return Poll::Ready(Ok(()));
             }
-            if asked + answered > 0 {
+            if from_client + from_editor > 0 {
                 traffic();
-                if answered > 0 {
-                    polling.answered();
-                }
-                if asked > 0 {
-                    polling.asked(limit);
-                }
+                windows.passed(limit, from_client, from_editor);
                 continue;
             }
-            // Worth asking only while the question has reached the editor and its answer has
-            // room to go: otherwise nothing could be taken now, whatever the editor does.
-            let can_take = to_editor.is_empty() && to_client.is_empty() && !to_client.eof;
-            if !can_take {
-                polling.cancel();
-            } else if polling.still_waiting() {
-                if to_client.take_now(editor_fd)? > 0 {
-                    traffic();
-                    polling.answered();
-                }
-                continue;
+            // A window is worth keeping open only while all that was passed on has been written
+            // and the side waited for may still send: otherwise nothing could be taken now,
+            // whatever it does.
+            let quiet = to_editor.is_empty() && to_client.is_empty();
+            let for_editor = windows
+                .editor
+                .open(quiet && !to_client.eof && editor_fd.is_some());
+            let for_client = windows
+                .client
+                .open(quiet && !to_editor.eof && client_fd.is_some());
+            if !(for_editor || for_client) {
+                return Poll::Pending;
             }
-            return Poll::Pending;
+            // Both sockets are asked: while the relay polls, the runtime cannot tell it that the
+            // side it does not wait for sent more (an editor's next message, say), which would
+            // otherwise wait for the window's end.
+            let from_editor = match editor_fd {
+                Some(fd) => to_client.take_now(fd)?,
+                None => 0,
+            };
+            let from_client = match client_fd {
+                Some(fd) => to_editor.take_now(fd)?,
+                None => 0,
+            };
+            if from_client + from_editor > 0 {
+                traffic();
+                windows.passed(limit, from_client, from_editor);
+            }
         }
     })
     .await
 }
 
-/// Whether to busy-poll for the editor's answer, learnt per connection: a window that ran out
+/// The relay's busy-polling windows: one waits for the editor's answer to what the browser sent,
+/// the other for the browser's answer to what the editor sent.
+struct Windows<'a> {
+    editor: Polling<'a>,
+    client: Polling<'a>,
+}
+
+impl<'a> Windows<'a> {
+    /// Bytes came from one side or both: each answer closes the window that waited for it and
+    /// opens one for the other side's answer to it.
+    fn passed(&mut self, limit: &'a SpinLimit, from_client: usize, from_editor: usize) {
+        if from_editor > 0 {
+            self.editor.answered();
+            self.client.asked(limit);
+        }
+        if from_client > 0 {
+            self.client.answered();
+            self.editor.asked(limit);
+        }
+    }
+}
+
+/// Whether to busy-poll for one side's answers, learnt per connection and side: a window that ran out
 /// before the answer came was CPU spent for nothing, so the next few messages (1, 2, 4, … up
 /// to 64) are passed on without polling; an answer caught in the window halves that count. So a
 /// connection polls for every message while most answers come within the window, and for one
@@ -260,10 +316,20 @@ impl<'a> Polling<'a> {
         }
     }
 
-    /// Ends an open window without counting it against the editor: the relay could not have
-    /// taken an answer anyway (the browser is slow to read, say).
+    /// Ends an open window without counting it against the side: the relay could not have
+    /// taken an answer anyway (the answer's way blocked, say).
     fn cancel(&mut self) {
         self.now = None;
+    }
+
+    /// Whether the window is open; `can_take` false (nothing could be taken now) cancels it.
+    fn open(&mut self, can_take: bool) -> bool {
+        if can_take {
+            self.still_waiting()
+        } else {
+            self.cancel();
+            false
+        }
     }
 
     fn answered(&mut self) {
@@ -295,7 +361,48 @@ mod tests {
 
     static LIMIT: SpinLimit = SpinLimit::new(4);
 
+    /// A relay's side for tests: a socket that the relay may busy-poll or not.
+    struct TestSide {
+        stream: UnixStream,
+        pollable: bool,
+    }
+
+    impl Side for TestSide {
+        fn pollable(&self) -> Option<RawFd> {
+            self.pollable.then(|| self.stream.as_raw_fd())
+        }
+    }
+
+    impl AsyncRead for TestSide {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+        }
+    }
+
+    impl AsyncWrite for TestSide {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+        }
+    }
+
     /// A relay between two socket pairs: the outer ends, (client, editor), talk through it.
+    /// Both sides may be busy-polled.
     async fn relayed(
         busy_poll: Duration,
         limit: &'static SpinLimit,
@@ -306,13 +413,37 @@ mod tests {
         tokio::task::JoinHandle<io::Result<()>>,
         std::sync::Arc<AtomicUsize>,
     ) {
-        let (client, mut inner_client) = UnixStream::pair().unwrap();
-        let (editor, mut inner_editor) = UnixStream::pair().unwrap();
+        relayed_polling(busy_poll, limit, editor_pending, [true, true]).await
+    }
+
+    /// [`relayed`], with `pollable` saying which of (client, editor) the relay may busy-poll.
+    async fn relayed_polling(
+        busy_poll: Duration,
+        limit: &'static SpinLimit,
+        editor_pending: &'static [u8],
+        [client_pollable, editor_pollable]: [bool; 2],
+    ) -> (
+        UnixStream,
+        UnixStream,
+        tokio::task::JoinHandle<io::Result<()>>,
+        std::sync::Arc<AtomicUsize>,
+    ) {
+        let (client, inner_client) = UnixStream::pair().unwrap();
+        let (editor, inner_editor) = UnixStream::pair().unwrap();
+        let mut inner_client = TestSide {
+            stream: inner_client,
+            pollable: client_pollable,
+        };
+        let mut inner_editor = TestSide {
+            stream: inner_editor,
+            pollable: editor_pollable,
+        };
         let seen = std::sync::Arc::new(AtomicUsize::new(0));
         let counter = seen.clone();
         let task = tokio::spawn(async move {
             relay(
                 &mut inner_client,
+                b"",
                 &mut inner_editor,
                 editor_pending,
                 busy_poll,
@@ -353,56 +484,160 @@ mod tests {
         );
     }
 
-    /// The relay polls while a message waits for its answer, and stops as soon as it comes.
-    /// Both outer ends are driven from a thread of their own: a polling relay holds its worker,
-    /// and a test task queued behind it there (tokio's LIFO slot is not stolen) would not run
-    /// until the window ended.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn busy_polling_waits_for_the_editors_answer_and_ends_with_it() {
-        use std::io::{Read, Write};
-        static LIMIT_ONE: SpinLimit = SpinLimit::new(1);
-        let (client, editor, task, _) = relayed(Duration::from_secs(30), &LIMIT_ONE, b"").await;
+    /// Runs `conversation` on a thread of its own with the relay's outer ends, made blocking:
+    /// a polling relay holds its worker, and a test task queued behind it there (tokio's LIFO
+    /// slot is not stolen) would not run until the window ended.
+    async fn converse(
+        client: UnixStream,
+        editor: UnixStream,
+        conversation: impl FnOnce(std::os::unix::net::UnixStream, std::os::unix::net::UnixStream)
+        + Send
+        + 'static,
+    ) {
         let blocking = |stream: UnixStream| {
             let stream = stream.into_std().unwrap();
             stream.set_nonblocking(false).unwrap();
             stream
         };
-        let (mut client, mut editor) = (blocking(client), blocking(editor));
-        let ends = std::thread::spawn(move || {
-            // Waits (up to 10 s, far less than the window) for the number of polling connections.
-            let polling_becomes = |n: usize| {
-                let deadline = Instant::now() + Duration::from_secs(10);
-                while LIMIT_ONE.spinning.load(Ordering::Relaxed) != n {
-                    assert!(
-                        Instant::now() < deadline,
-                        "polling connections never became {n}"
-                    );
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            };
-            client.write_all(b"question").unwrap();
-            let mut got = [0; 8];
-            editor.read_exact(&mut got).unwrap();
-            polling_becomes(1);
-            editor.write_all(b"answer").unwrap();
-            let mut back = [0; 6];
-            client.read_exact(&mut back).unwrap();
-            assert_eq!(&back, b"answer");
-            // Well before the 30 s window would end.
-            polling_becomes(0);
-            // The editor speaking first starts nothing: the browser is a network away.
-            editor.write_all(b"news").unwrap();
-            let mut news = [0; 4];
-            client.read_exact(&mut news).unwrap();
-            std::thread::sleep(Duration::from_millis(50));
-            assert_eq!(LIMIT_ONE.spinning.load(Ordering::Relaxed), 0);
-        });
+        let (client, editor) = (blocking(client), blocking(editor));
+        let ends = std::thread::spawn(move || conversation(client, editor));
         let ended = tokio::task::spawn_blocking(move || ends.join())
             .await
             .unwrap();
         if let Err(panic) = ended {
             std::panic::resume_unwind(panic);
         }
+    }
+
+    /// Waits (up to 10 s, far less than the windows of the tests) until `n` connections poll.
+    fn polling_becomes(limit: &SpinLimit, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while limit.spinning.load(Ordering::Relaxed) != n {
+            assert!(
+                Instant::now() < deadline,
+                "polling connections never became {n}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// One side says something, and the relay passes it on.
+    fn tell(from: &mut std::os::unix::net::UnixStream, to: &mut std::os::unix::net::UnixStream) {
+        use std::io::{Read, Write};
+        from.write_all(b"question").unwrap();
+        let mut got = [0; 8];
+        to.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"question");
+    }
+
+    /// One side asks, the other answers: the relay polls the answering side from the moment
+    /// the question is passed on until the answer comes.
+    fn ask(
+        from: &mut std::os::unix::net::UnixStream,
+        to: &mut std::os::unix::net::UnixStream,
+        limit: &SpinLimit,
+    ) {
+        use std::io::{Read, Write};
+        tell(from, to);
+        polling_becomes(limit, 1);
+        to.write_all(b"answer").unwrap();
+        let mut back = [0; 6];
+        from.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"answer");
+    }
+
+    /// With only one side pollable (the editor, if `editor_polled`, else the browser): a
+    /// message to it from the other side makes the relay poll it until its answer comes, and a
+    /// message from it starts nothing.
+    /// `limit` is the test's own, since tests run at once.
+    async fn only_one_side_is_polled(editor_polled: bool, limit: &'static SpinLimit) {
+        let (client, editor, task, _) = relayed_polling(
+            Duration::from_secs(30),
+            limit,
+            b"",
+            [!editor_polled, editor_polled],
+        )
+        .await;
+        converse(client, editor, move |mut client, mut editor| {
+            let (polled, other) = if editor_polled {
+                (&mut editor, &mut client)
+            } else {
+                (&mut client, &mut editor)
+            };
+            ask(other, polled, limit);
+            // Well before the 30 s window would end.
+            polling_becomes(limit, 0);
+            tell(polled, other);
+            std::thread::sleep(Duration::from_millis(50));
+            assert_eq!(limit.spinning.load(Ordering::Relaxed), 0);
+        })
+        .await;
+        task.await.unwrap().unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn busy_polling_waits_for_the_editors_answer_and_ends_with_it() {
+        static LIMIT_ONE: SpinLimit = SpinLimit::new(1);
+        only_one_side_is_polled(true, &LIMIT_ONE).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn busy_polling_waits_for_the_browsers_answer_and_ends_with_it() {
+        static LIMIT_ONE: SpinLimit = SpinLimit::new(1);
+        only_one_side_is_polled(false, &LIMIT_ONE).await;
+    }
+
+    /// With both sides pollable, each answer opens the window for the answer to it: the relay
+    /// polls throughout a conversation, and stops when a side ends it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn busy_polling_follows_a_conversation_and_stops_at_its_end() {
+        static LIMIT_ONE: SpinLimit = SpinLimit::new(1);
+        let (client, editor, task, _) = relayed(Duration::from_secs(30), &LIMIT_ONE, b"").await;
+        converse(client, editor, |mut client, mut editor| {
+            use std::io::Read;
+            for _ in 0..3 {
+                ask(&mut client, &mut editor, &LIMIT_ONE);
+                // The window for the browser's next message is open now.
+                polling_becomes(&LIMIT_ONE, 1);
+            }
+            // The browser leaves: its end ends the window at once, not after 30 s.
+            client.shutdown(std::net::Shutdown::Write).unwrap();
+            let mut rest = Vec::new();
+            editor.read_to_end(&mut rest).unwrap();
+            assert!(rest.is_empty());
+            polling_becomes(&LIMIT_ONE, 0);
+        })
+        .await;
+        task.await.unwrap().unwrap();
+    }
+
+    /// While a window waits for one side, what the other side sends is not held back until the
+    /// window ends: an editor's several messages in a row reach the browser as they come.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_window_holds_back_nothing_from_the_side_it_does_not_wait_for() {
+        static LIMIT_ONE: SpinLimit = SpinLimit::new(1);
+        let (client, editor, task, _) = relayed(Duration::from_secs(30), &LIMIT_ONE, b"").await;
+        converse(client, editor, |mut client, mut editor| {
+            client
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            editor
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            // The editor's first message opens a 30 s window for the browser's answer.
+            tell(&mut editor, &mut client);
+            polling_becomes(&LIMIT_ONE, 1);
+            for _ in 0..3 {
+                // Each comes through well within the window (a read times out after 5 s).
+                tell(&mut editor, &mut client);
+            }
+            // And the other way round: the browser's message opens a window for the editor's
+            // answer, during which the browser's next one passes too.
+            ask(&mut client, &mut editor, &LIMIT_ONE);
+            tell(&mut client, &mut editor);
+            tell(&mut client, &mut editor);
+        })
+        .await;
         task.await.unwrap().unwrap();
     }
 

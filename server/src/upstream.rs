@@ -58,11 +58,11 @@ impl EditorStream {
     }
 }
 
-impl std::os::fd::AsFd for EditorStream {
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+impl crate::relay::Side for EditorStream {
+    fn pollable(&self) -> Option<std::os::fd::RawFd> {
         match self {
-            EditorStream::Tcp(s) => s.as_fd(),
-            EditorStream::Unix(s) => s.as_fd(),
+            EditorStream::Tcp(s) => s.pollable(),
+            EditorStream::Unix(s) => s.pollable(),
         }
     }
 }
