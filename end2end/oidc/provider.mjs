@@ -2,15 +2,17 @@
 //
 //   node end2end/oidc/provider.mjs PORT REDIRECT_URI [REDIRECT_URI ...]
 //
+// PORT 0 takes a free port: a port found free beforehand by the caller could be taken by
+// someone else (another test's server) before this binds it.
+//
 // Client `sandbox` / secret `sandbox-secret`, PKCE required. Its sign-in step asks nobody: it
 // signs in the account last named by `POST /test/next-account` (body: the account id), "olga"
 // until then, and grants what the client asked for. Accounts: olga (group gpu-admins), omar (no
-// groups), admin (a name the product's own first account has). Prints "ready" once it listens.
+// groups), admin (a name the product's own first account has). Prints "ready PORT" once it listens.
 import http from 'node:http';
 import Provider from 'oidc-provider';
 
 const [port, ...redirectUris] = process.argv.slice(2);
-const issuer = `http://127.0.0.1:${port}`;
 const accounts = {
   olga: { preferred_username: 'olga', name: 'Olga', email: 'olga@example.test', groups: ['gpu-admins', 'staff'] },
   omar: { preferred_username: 'omar', name: 'Omar', email: 'omar@example.test', groups: ['staff'] },
@@ -18,7 +20,8 @@ const accounts = {
 };
 let nextAccount = 'olga';
 
-const provider = new Provider(issuer, {
+// The issuer names the port, which is known once the server listens.
+const configure = (issuer) => new Provider(issuer, {
   clients: [
     {
       client_id: 'sandbox',
@@ -46,8 +49,9 @@ const provider = new Provider(issuer, {
   },
 });
 
-const callback = provider.callback();
-http
+let provider;
+let callback;
+const server = http
   .createServer(async (req, res) => {
     try {
       if (req.method === 'POST' && req.url === '/test/next-account') {
@@ -76,4 +80,9 @@ http
       res.writeHead(500).end(String(e));
     }
   })
-  .listen(Number(port), '127.0.0.1', () => console.log('ready'));
+  .listen(Number(port), '127.0.0.1', () => {
+    const bound = server.address().port;
+    provider = configure(`http://127.0.0.1:${bound}`);
+    callback = provider.callback();
+    console.log(`ready ${bound}`);
+  });

@@ -28,24 +28,20 @@ impl Provider {
             root.join("node_modules/oidc-provider").exists(),
             "oidc-provider is not installed in end2end/; run scripts/setup.sh --test (or scripts/test.sh, which does)"
         );
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        // Port 0: it takes a free one and names it.
         let mut process = tokio::process::Command::new("node")
             .arg(root.join("oidc/provider.mjs"))
-            .arg(port.to_string())
+            .arg("0")
             .arg(REDIRECT)
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .expect("node");
         let mut lines = tokio::io::BufReader::new(process.stdout.take().unwrap()).lines();
-        tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        let port: u16 = tokio::time::timeout(std::time::Duration::from_secs(20), async {
             while let Some(line) = lines.next_line().await.unwrap() {
-                if line == "ready" {
-                    return;
+                if let Some(port) = line.strip_prefix("ready ") {
+                    return port.parse().expect("the provider names its port");
                 }
             }
             panic!("the provider exited before it was ready");
