@@ -217,7 +217,10 @@ pub async fn relay<C: Side, E: Side>(
             }
             if from_client + from_editor > 0 {
                 traffic();
-                windows.passed(limit, from_client, from_editor);
+                // In the order they were read: an answer read in the same pass as its question
+                // came after it.
+                windows.passed(limit, Source::Client, from_client);
+                windows.passed(limit, Source::Editor, from_editor);
                 continue;
             }
             // A window is worth keeping open only while all that was passed on has been written
@@ -246,7 +249,8 @@ pub async fn relay<C: Side, E: Side>(
             };
             if from_client + from_editor > 0 {
                 traffic();
-                windows.passed(limit, from_client, from_editor);
+                windows.passed(limit, Source::Editor, from_editor);
+                windows.passed(limit, Source::Client, from_client);
             }
         }
     })
@@ -260,18 +264,26 @@ struct Windows<'a> {
     client: Polling<'a>,
 }
 
+/// Which side bytes came from.
+#[derive(Clone, Copy)]
+enum Source {
+    Client,
+    Editor,
+}
+
 impl<'a> Windows<'a> {
-    /// Bytes came from one side or both: each answer closes the window that waited for it and
-    /// opens one for the other side's answer to it.
-    fn passed(&mut self, limit: &'a SpinLimit, from_client: usize, from_editor: usize) {
-        if from_editor > 0 {
-            self.editor.answered();
-            self.client.asked(limit);
+    /// `bytes` came from one side (none: nothing happens): an answer closes the window that
+    /// waited for it and opens one for the other side's answer to it.
+    fn passed(&mut self, limit: &'a SpinLimit, from: Source, bytes: usize) {
+        if bytes == 0 {
+            return;
         }
-        if from_client > 0 {
-            self.client.answered();
-            self.editor.asked(limit);
-        }
+        let (answered, asked) = match from {
+            Source::Client => (&mut self.client, &mut self.editor),
+            Source::Editor => (&mut self.editor, &mut self.client),
+        };
+        answered.answered();
+        asked.asked(limit);
     }
 }
 
@@ -762,6 +774,25 @@ mod tests {
         assert_eq!(LIMIT_ONE.spinning.load(Ordering::Relaxed), 0, "permit back");
         polling.asked(&LIMIT_ONE);
         assert!(polling.now.is_some(), "no back-off after a cancel");
+    }
+
+    /// A question and its answer read in one pass leave the window for the browser's next
+    /// message open, not one for an answer already given.
+    #[test]
+    fn after_a_question_and_its_answer_the_window_waits_for_the_next_question() {
+        static LIMIT_ONE: SpinLimit = SpinLimit::new(1);
+        let mut windows = Windows {
+            editor: Polling::new(Duration::from_secs(5)),
+            client: Polling::new(Duration::from_secs(5)),
+        };
+        windows.passed(&LIMIT_ONE, Source::Client, 8);
+        assert!(windows.editor.now.is_some(), "waits for the editor");
+        windows.passed(&LIMIT_ONE, Source::Editor, 6);
+        assert!(windows.editor.now.is_none() && windows.client.now.is_some());
+        windows.passed(&LIMIT_ONE, Source::Client, 0);
+        assert!(windows.client.now.is_some(), "nothing read changes nothing");
+        drop(windows);
+        assert_eq!(LIMIT_ONE.spinning.load(Ordering::Relaxed), 0);
     }
 
     #[test]
