@@ -217,8 +217,8 @@ pub async fn relay<C: Side, E: Side>(
             }
             if from_client + from_editor > 0 {
                 traffic();
-                // In the order they were read: an answer read in the same pass as its question
-                // came after it.
+                // In the order they were read (the browser's first): what the editor sent in the
+                // same pass is taken as the answer, as in a conversation it most likely is.
                 windows.passed(limit, Source::Client, from_client);
                 windows.passed(limit, Source::Editor, from_editor);
                 continue;
@@ -249,6 +249,7 @@ pub async fn relay<C: Side, E: Side>(
             };
             if from_client + from_editor > 0 {
                 traffic();
+                // In the order they were read, the editor's first.
                 windows.passed(limit, Source::Editor, from_editor);
                 windows.passed(limit, Source::Client, from_client);
             }
