@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 
 type Body = BoxBody<Bytes, std::io::Error>;
-type HttpClient = crate::outbound::HttpsClient<Body>;
+type HttpClient = crate::net::outbound::HttpsClient<Body>;
 
 /// The OCI empty descriptor's content, `{}`: artifacts carry no config of their own.
 const EMPTY_CONFIG: &[u8] = b"{}";
@@ -95,7 +95,7 @@ impl Registry {
         Ok(Registry {
             base: base.trim_end_matches('/').to_string(),
             authorization,
-            http: crate::outbound::https_client()?,
+            http: crate::net::outbound::https_client()?,
         })
     }
 

@@ -3,7 +3,7 @@
 //! directory, a workspace directory per user kept across sessions.
 
 use super::{EditorLaunch, Running, Runtime, RuntimeError};
-use crate::editors;
+use crate::runtime::editors;
 use app::domain::launch::EditorKind;
 use serde::{Deserialize, Serialize};
 use std::os::unix::fs::PermissionsExt;
@@ -122,7 +122,7 @@ pub struct LocalRuntime {
     tools: ToolPaths,
     data_dir: PathBuf,
     /// Opened on the first sample; None where there is no NVIDIA driver.
-    nvml: std::sync::OnceLock<Option<std::sync::Arc<crate::gpu::NvmlSampler>>>,
+    nvml: std::sync::OnceLock<Option<std::sync::Arc<crate::runtime::gpu::NvmlSampler>>>,
     /// Each editor's CPU ticks at the previous [`Runtime::cpu_load`], and when.
     cpu_seen: std::sync::Mutex<std::collections::HashMap<String, (Instant, u64)>>,
 }
@@ -171,7 +171,7 @@ impl LocalRuntime {
         let request = auth.request(path)?;
         let (status, _) = tokio::time::timeout(
             Duration::from_secs(2),
-            crate::upstream::fetch(upstream, request, 64 * 1024),
+            crate::net::upstream::fetch(upstream, request, 64 * 1024),
         )
         .await
         .ok()?
@@ -378,7 +378,7 @@ impl Runtime for LocalRuntime {
             Some(socket) => {
                 // Left by an editor that was killed; the new one could not bind over it.
                 let _ = tokio::fs::remove_file(socket).await;
-                let upstream = format!("{}{}", crate::upstream::UNIX_PREFIX, socket.display());
+                let upstream = format!("{}{}", crate::net::upstream::UNIX_PREFIX, socket.display());
                 (0, upstream, editors::Listen::Unix(socket))
             }
             None => {
@@ -607,7 +607,7 @@ impl Runtime for LocalRuntime {
             None => {
                 // Loading the driver can take seconds: off the async threads.
                 let opened = tokio::task::spawn_blocking(|| {
-                    crate::gpu::NvmlSampler::open().map(std::sync::Arc::new)
+                    crate::runtime::gpu::NvmlSampler::open().map(std::sync::Arc::new)
                 })
                 .await
                 .unwrap_or(None);
@@ -628,7 +628,7 @@ impl Runtime for LocalRuntime {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_micros() as u64)
                 .unwrap_or(0);
-            crate::gpu::usage_by_editor(
+            crate::runtime::gpu::usage_by_editor(
                 &leaders,
                 |pid| parents.get(&pid).copied(),
                 &memory,

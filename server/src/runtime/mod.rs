@@ -1,21 +1,18 @@
-//! Runtimes run editors: `local` processes here, `kube` pods in a cluster.
+//! Runtimes run editors: `local` processes here, `kube` pods in a cluster. Also how each editor is
+//! started and asked about its activity ([`editors`], [`activity`]) and the GPUs ([`gpu`]).
+//! May import: `config`, `net`, `util`, `app::domain`.
 
+pub mod activity;
+pub mod editors;
+pub mod gpu;
 pub mod kube;
 mod local;
 pub mod procfs;
 
-pub use local::{LocalRuntime, ToolPaths};
+pub use crate::config::RuntimeKind;
+pub use gpu::GpuUsage;
 
-/// Which runtime the server uses (`runtime` in the configuration).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RuntimeKind {
-    /// Processes on this machine.
-    #[default]
-    Local,
-    /// Pods in a Kubernetes cluster with HAMi.
-    Kube,
-}
+pub use local::{LocalRuntime, ToolPaths};
 
 use app::domain::launch::EditorKind;
 use std::time::Duration;
@@ -48,16 +45,6 @@ pub struct SliceBinding {
     pub cores_pct: u32,
 }
 
-/// What a runtime can see of an editor's GPU work, for the reaper and the dashboard.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct GpuUsage {
-    pub memory_used_mib: u64,
-    /// Compute utilization over the runtime's last sample, 0..=100.
-    pub utilization_pct: u32,
-    /// Seconds since the editor last ran a GPU kernel, where the runtime knows it.
-    pub last_kernel_seconds_ago: Option<f64>,
-}
-
 impl GpuUsage {
     /// GPU work counts as activity: a kernel ran recently or the card is busy now.
     pub fn is_active(&self, within_seconds: f64) -> bool {
@@ -71,7 +58,7 @@ impl GpuUsage {
 /// A started editor.
 #[derive(Clone, Debug)]
 pub struct Running {
-    /// Where the proxy forwards to: `host:port`, or `unix:/path` (see [`crate::upstream`]).
+    /// Where the proxy forwards to: `host:port`, or `unix:/path` (see [`crate::net::upstream`]).
     pub upstream: String,
     /// The secret the proxy presents to the editor.
     pub secret: String,

@@ -12,11 +12,16 @@ mod kube;
 mod promotions;
 mod records;
 
-pub use guardrails::*;
+pub use crate::util::{new_id, now_ms};
+pub use guardrails::{Dispatched, GpuSample, LaunchPlan, Launched, Placement, queue_message};
 pub use http_sessions::HttpSessionStore;
 pub use kube::{ReconcileLock, SlotMove};
 pub use promotions::NewPromotion;
-pub use records::*;
+pub use records::{
+    AuditEntry, GpuRecord, LedgerEntry, SessionRecord, SlotRecord, TokenOwner, TokenRecord,
+    UserRecord, WarmRecord,
+};
+use records::{SESSION_COLUMNS, SLOT_COLUMNS, USER_COLUMNS, bad, scopes_of};
 
 use app::domain::launch::EditorKind;
 use app::domain::pool::{GpuSpec, SlotSpec};
@@ -90,20 +95,6 @@ struct WriteTx {
     tx: Transaction<'static, Any>,
     kind: DbKind,
     _writer: Option<OwnedMutexGuard<()>>,
-}
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
-pub fn new_id() -> String {
-    use rand::RngCore;
-    let mut bytes = [0u8; 10];
-    rand::thread_rng().fill_bytes(&mut bytes);
-    hex::encode(bytes)
 }
 
 impl Store {

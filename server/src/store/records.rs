@@ -162,7 +162,7 @@ pub struct SessionRecord {
     pub last_input_at: Option<i64>,
     pub last_busy_at: Option<i64>,
     pub gpu_used_mib: Option<u64>,
-    /// The server whose task drives this session's launch (see [`crate::service::Service::recover`]).
+    /// The server whose task drives this session's launch (see the service's recovery at start-up).
     pub driver: Option<String>,
     /// The image chosen at launch (its reference); None for the configured default.
     pub image: Option<String>,

@@ -13,7 +13,6 @@
 //! names throughout. Waits look at the one pod, then watch it (a field selector on its name)
 //! under a timeout, watching anew when a watch ends.
 
-pub mod config;
 pub mod hami;
 pub mod metrics;
 pub mod names;
@@ -21,7 +20,7 @@ pub mod objects;
 pub mod pods;
 pub mod reconcile;
 
-pub use config::{KubeConfig, KubeImages};
+pub use crate::config::kube::{KubeConfig, KubeImages};
 
 use super::{EditorLaunch, GpuUsage, Running, Runtime, RuntimeError};
 use app::domain::launch::EditorKind;
@@ -500,7 +499,7 @@ impl KubeRuntime {
     }
 
     /// Deletes what a session started; what is gone already is fine.
-    async fn delete_session_objects(&self, handle: &PodHandle) -> Result<(), KubeError> {
+    pub(crate) async fn delete_session_objects(&self, handle: &PodHandle) -> Result<(), KubeError> {
         let params = DeleteParams::default();
         let ignore_missing = |result: Result<(), kube::Error>, what: &str| match result {
             Ok(_) => Ok(()),
@@ -573,9 +572,10 @@ impl Runtime for KubeRuntime {
         }
         // code-server's secret is an argon2 hash: tens of milliseconds, off the async threads.
         let editor = launch.editor;
-        let token = tokio::task::spawn_blocking(move || crate::editors::new_secret(editor))
-            .await
-            .map_err(|e| RuntimeError::Handle(e.to_string()))?;
+        let token =
+            tokio::task::spawn_blocking(move || crate::runtime::editors::new_secret(editor))
+                .await
+                .map_err(|e| RuntimeError::Handle(e.to_string()))?;
         let handle = PodHandle {
             namespace: plan.namespace.clone(),
             pod: names::pod_name(&launch.session_id),

@@ -25,20 +25,7 @@ pub const NETWORK_POLICY: &str = "sandbox-isolation";
 /// Hex digits of the hash suffix: 40 bits, so a collision needs about a million altered names.
 const HASH_HEX: usize = 10;
 
-/// A DNS-1123 label: 1 to 63 of `[a-z0-9-]`, starting and ending with a letter or digit.
-pub fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// A DNS-1123 subdomain: dot-separated labels, at most 253 characters.
-pub fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns_label)
-}
+pub use crate::config::kube::{is_dns_label, is_dns_subdomain};
 
 /// `name` as a DNS-1123 label of at most `max` characters (at least 16), per the module rules.
 pub fn label_of(name: &str, max: usize) -> String {

@@ -4,8 +4,8 @@
 //! ServiceAccount, the ResourceQuota, the LimitRange, the NetworkPolicy and the workspace volume.
 //! Per session: the Secret with the editor's token and the pod.
 
-use super::config::KubeConfig;
 use super::names::{self, *};
+use crate::config::kube::KubeConfig;
 use crate::runtime::EditorLaunch;
 use app::domain::launch::EditorKind;
 use k8s_openapi::ByteString;
@@ -352,9 +352,9 @@ impl<'a> UserPlan<'a> {
             ),
             image_pull_policy: Some("IfNotPresent".into()),
             command: Some(vec![program(editor).into()]),
-            args: Some(crate::editors::arguments(
+            args: Some(crate::runtime::editors::arguments(
                 editor,
-                crate::editors::Listen::Tcp {
+                crate::runtime::editors::Listen::Tcp {
                     host: "0.0.0.0",
                     port: c.editor_port,
                 },
@@ -466,7 +466,7 @@ pub fn program(editor: EditorKind) -> &'static str {
 }
 
 /// The environment variable that carries the token (from the Secret); marimo takes a file.
-/// The same names as [`crate::editors::secret_env`] (a test keeps them in step).
+/// The same names as [`crate::runtime::editors::secret_env`] (a test keeps them in step).
 pub fn token_variable(editor: EditorKind) -> Option<&'static str> {
     match editor {
         EditorKind::JupyterLab => Some("JUPYTER_TOKEN"),
@@ -481,7 +481,7 @@ pub fn token_variable(editor: EditorKind) -> Option<&'static str> {
 pub fn probe_path(editor: EditorKind, base_path: &str) -> String {
     match editor {
         EditorKind::JupyterLab => format!("{base_path}api"),
-        other => crate::editors::readiness_path(other, base_path),
+        other => crate::runtime::editors::readiness_path(other, base_path),
     }
 }
 
@@ -620,7 +620,7 @@ pub(crate) mod tests {
     #[test]
     fn token_variables_follow_the_local_runtime() {
         for editor in EditorKind::ALL {
-            let local: Vec<String> = crate::editors::secret_env(editor, "x")
+            let local: Vec<String> = crate::runtime::editors::secret_env(editor, "x")
                 .into_iter()
                 .map(|(name, _)| name)
                 .collect();

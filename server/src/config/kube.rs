@@ -4,6 +4,17 @@
 use app::domain::launch::EditorKind;
 use serde::{Deserialize, Serialize};
 
+/// Which runtime the server uses (`runtime` in the configuration).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeKind {
+    /// Processes on this machine.
+    #[default]
+    Local,
+    /// Pods in a Kubernetes cluster with HAMi.
+    Kube,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct KubeConfig {
@@ -78,11 +89,26 @@ impl Default for KubeConfig {
     }
 }
 
+/// A DNS-1123 label: 1 to 63 of `[a-z0-9-]`, starting and ending with a letter or digit.
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// A DNS-1123 subdomain: dot-separated labels, at most 253 characters.
+pub fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
 impl KubeConfig {
     /// Checks what serde cannot; the error names the key (below `kube.`) and why.
     pub fn validate(&self) -> Result<(), (String, String)> {
         let bad = |key: &str, why: &str| Err((format!("kube.{key}"), why.to_string()));
-        if !super::names::is_dns_label(&self.server_namespace) {
+        if !is_dns_label(&self.server_namespace) {
             return bad(
                 "server_namespace",
                 "must be a namespace name (lowercase letters, digits and '-', at most 63)",
@@ -106,14 +132,14 @@ impl KubeConfig {
             return bad("field_manager", "must be 1 to 128 characters");
         }
         if !self.session_priority_class.is_empty()
-            && !super::names::is_dns_subdomain(&self.session_priority_class)
+            && !is_dns_subdomain(&self.session_priority_class)
         {
             return bad(
                 "session_priority_class",
                 "must be empty or a PriorityClass name",
             );
         }
-        if !self.storage_class.is_empty() && !super::names::is_dns_subdomain(&self.storage_class) {
+        if !self.storage_class.is_empty() && !is_dns_subdomain(&self.storage_class) {
             return bad("storage_class", "must be empty or a StorageClass name");
         }
         if self.workspace_size_gib == 0 {
@@ -173,7 +199,7 @@ images = { jupyterlab = "registry.local/jupyter:1", marimo = "registry.local/mar
         )
         .unwrap();
         let config = crate::config::Config::load(Some(&file)).unwrap();
-        assert_eq!(config.runtime, crate::runtime::RuntimeKind::Kube);
+        assert_eq!(config.runtime, RuntimeKind::Kube);
         assert_eq!(config.kube.namespace_prefix, "lab-");
         assert_eq!(config.kube.max_pods_per_user, 2);
         assert_eq!(

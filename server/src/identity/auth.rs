@@ -1,6 +1,7 @@
 //! Who is asking: session cookies (tower-sessions) and bearer tokens, passwords with argon2.
 
 use crate::store::{HttpSessionStore, Store, StoreError, UserRecord};
+use crate::util::FastMap;
 use app::domain::scope::{Scope, Scopes};
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
@@ -224,10 +225,6 @@ pub fn from_foreign_origin(headers: &HeaderMap) -> bool {
     !(sent_to("host") || sent_to("x-forwarded-host"))
 }
 
-/// A fast hasher for the in-memory tables on the proxy's path (keys are not attacker-chosen
-/// in a way that matters: only known credentials and session ids are stored).
-pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
-
 /// Who a request's credential stands for, and what the credential may do.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Caller {
@@ -246,7 +243,7 @@ impl Caller {
     /// What the credential may do now.
     pub fn scopes(&self) -> Scopes {
         match self.admin_until {
-            Some(until) if until > crate::store::now_ms() => self.scopes.with(Scope::Admin),
+            Some(until) if until > crate::util::now_ms() => self.scopes.with(Scope::Admin),
             _ => self.scopes,
         }
     }
@@ -421,7 +418,7 @@ impl Authenticator {
             Err(e) => return Err(StoreError::Sessions(e.to_string())),
         };
         let signed_in_at = record.data.get(SIGNED_IN_KEY).and_then(|v| v.as_i64());
-        if sign_in_expired(signed_in_at, crate::store::now_ms()) {
+        if sign_in_expired(signed_in_at, crate::util::now_ms()) {
             return Ok(None);
         }
         let confirmed_at = [ADMIN_CONFIRMED_KEY, SSO_CONFIRMED_KEY]

@@ -3,8 +3,8 @@
 //! page with a short code (`/login?sso=…`) that the page turns into a fixed message; what went
 //! wrong is logged, never shown.
 
-use crate::AppState;
-use crate::oidc::{CALLBACK_PATH, LOGIN_PATH, OidcError, Pending};
+use crate::http::AppState;
+use crate::identity::oidc::{CALLBACK_PATH, LOGIN_PATH, OidcError, Pending};
 use app::error::AppError;
 use axum::Router;
 use axum::extract::{Query, State};
@@ -52,7 +52,7 @@ async fn start(
     // Anyone may start a sign-in: what it keeps goes away soon unless it completes (a browser
     // that is signed in already keeps its sign-in's life).
     let signed_in = matches!(
-        session.get::<String>(crate::auth::USER_KEY).await,
+        session.get::<String>(crate::identity::auth::USER_KEY).await,
         Ok(Some(_))
     );
     if !signed_in {
@@ -95,7 +95,7 @@ async fn callback(
         query
             .state
             .as_deref()
-            .is_some_and(|state| crate::oidc::Oidc::answers(p, state))
+            .is_some_and(|state| crate::identity::oidc::Oidc::answers(p, state))
     });
     let Some(pending) = answered.map(|i| pendings.remove(i)) else {
         return back_to_sign_in("expired");
@@ -128,7 +128,10 @@ async fn callback(
         Ok(_) => {
             if identity.confirmed
                 && let Err(e) = session
-                    .insert(crate::auth::SSO_CONFIRMED_KEY, crate::store::now_ms())
+                    .insert(
+                        crate::identity::auth::SSO_CONFIRMED_KEY,
+                        crate::util::now_ms(),
+                    )
                     .await
             {
                 tracing::error!(error = %e, "keeping a confirmation");

@@ -2,7 +2,7 @@
 //! the warm pool, the activity sampler, heartbeats and extensions. The rules themselves are pure
 //! (`app::domain::{idle, quota, credits}`); this is where they meet the store and the runtime.
 
-use crate::editors;
+use crate::runtime::editors;
 use crate::runtime::{EditorLaunch, RuntimeError, SliceBinding};
 use crate::service::Service;
 use crate::store::{WarmRecord, now_ms, queue_message};
@@ -370,7 +370,9 @@ impl Service {
             .and_then(|s| self.gpus.iter().find(|g| g.id == s.gpu_id));
         let cores_pct = slot.as_ref().map(|s| s.cores_pct).unwrap_or(100);
         let env = gpu
-            .map(|g| crate::gpu::slice_env(g, record.slice_mib, cores_pct, &self.enforcement))
+            .map(|g| {
+                crate::runtime::gpu::slice_env(g, record.slice_mib, cores_pct, &self.enforcement)
+            })
             .unwrap_or_else(|| vec![("CUDA_VISIBLE_DEVICES".to_string(), String::new())]);
         let launch = EditorLaunch {
             session_id: record.id.clone(),
@@ -488,7 +490,7 @@ impl Service {
         let probes = ready.iter().map(|record| async {
             let editor_busy = match (&record.upstream, &record.editor_token) {
                 (Some(upstream), Some(token)) => {
-                    crate::activity::editor_busy(
+                    crate::runtime::activity::editor_busy(
                         record.editor,
                         upstream,
                         &format!("/s/{}/", record.id),

@@ -2,9 +2,18 @@
 //! binds an editor to its slice.
 
 use crate::config::Config;
-use crate::runtime::GpuUsage;
 use app::domain::pool::GpuSpec;
 use std::collections::HashMap;
+
+/// What a runtime can see of an editor's GPU work, for the reaper and the dashboard.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuUsage {
+    pub memory_used_mib: u64,
+    /// Compute utilization over the runtime's last sample, 0..=100.
+    pub utilization_pct: u32,
+    /// Seconds since the editor last ran a GPU kernel, where the runtime knows it.
+    pub last_kernel_seconds_ago: Option<f64>,
+}
 
 /// How a slice's limits are held on the card.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! busy state over HTTP (code-server's `/healthz` heartbeat moves with any open tab), so their
 //! work counts through CPU and GPU use (the runtime's) and API traffic instead.
 
-use crate::editors::UpstreamAuth;
+use crate::runtime::editors::UpstreamAuth;
 use app::domain::launch::EditorKind;
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ pub async fn editor_busy(
     let request = auth.request(&format!("{base_path}api/kernels"))?;
     let (status, body) = tokio::time::timeout(
         Duration::from_secs(3),
-        crate::upstream::fetch(upstream, request, 1 << 20),
+        crate::net::upstream::fetch(upstream, request, 1 << 20),
     )
     .await
     .ok()?

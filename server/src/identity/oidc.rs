@@ -19,104 +19,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::RwLock;
 
-/// `[oidc]` in the configuration; absent: local accounts only.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OidcConfig {
-    /// The provider's issuer URL, exactly as its discovery document names it.
-    pub issuer: String,
-    pub client_id: String,
-    pub client_secret: String,
-    /// Where the provider sends the browser back: this server's public URL followed by
-    /// `/auth/oidc/callback`, as registered with the provider.
-    pub redirect_url: String,
-    /// Shown on the sign-in page: "Sign in with <display_name>".
-    #[serde(default = "default_display_name")]
-    pub display_name: String,
-    #[serde(default = "default_scopes")]
-    pub scopes: Vec<String>,
-    /// The claim that names the account.
-    #[serde(default = "default_username_claim")]
-    pub username_claim: String,
-    /// The claim that lists the person's groups.
-    #[serde(default = "default_groups_claim")]
-    pub groups_claim: String,
-    /// Members of any of these groups are admins, everyone else a user, decided at every
-    /// sign-in. Empty: the provider does not decide roles (admins grant them here).
-    #[serde(default)]
-    pub admin_groups: Vec<String>,
-}
-
-fn default_display_name() -> String {
-    "single sign-on".into()
-}
-
-fn default_scopes() -> Vec<String> {
-    ["openid", "profile", "email"].map(String::from).into()
-}
-
-fn default_username_claim() -> String {
-    "preferred_username".into()
-}
-
-fn default_groups_claim() -> String {
-    "groups".into()
-}
-
-impl OidcConfig {
-    /// The first problem with it: (key under `oidc.`, what is wrong).
-    pub fn problem(&self) -> Option<(&'static str, String)> {
-        let is_url = |u: &str| {
-            u.parse::<http::Uri>().is_ok_and(|uri| {
-                matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some()
-            })
-        };
-        if !is_url(&self.issuer) {
-            return Some(("issuer", "must be an http(s) URL".into()));
-        }
-        if !secure_or_local(&self.issuer) {
-            return Some((
-                "issuer",
-                "must be https (plain http only on this machine: 127.0.0.1, ::1, localhost)".into(),
-            ));
-        }
-        if self.client_id.trim().is_empty() {
-            return Some(("client_id", "must not be empty".into()));
-        }
-        if !is_url(&self.redirect_url) || !self.redirect_url.ends_with(CALLBACK_PATH) {
-            return Some((
-                "redirect_url",
-                format!("must be this server's public URL followed by {CALLBACK_PATH}"),
-            ));
-        }
-        if !self.scopes.iter().any(|s| s == "openid") {
-            return Some(("scopes", "must include \"openid\"".into()));
-        }
-        if self.username_claim.trim().is_empty() {
-            return Some(("username_claim", "must not be empty".into()));
-        }
-        None
-    }
-}
-
-/// Whether `url` is https, or http to this machine: the provider's keys decide who may sign in,
-/// so they never travel where they could be swapped.
-fn secure_or_local(url: &str) -> bool {
-    let Ok(uri) = url.parse::<http::Uri>() else {
-        return false;
-    };
-    match uri.scheme_str() {
-        Some("https") => true,
-        Some("http") => matches!(
-            uri.host(),
-            Some("127.0.0.1" | "localhost" | "[::1]" | "::1")
-        ),
-        _ => false,
-    }
-}
+pub use crate::config::oidc::{CALLBACK_PATH, OidcConfig, secure_or_local};
 
 pub const LOGIN_PATH: &str = "/auth/oidc/login";
-pub const CALLBACK_PATH: &str = "/auth/oidc/callback";
 
 /// What went wrong; shown to the person as one of a few fixed messages (`public`), logged whole.
 #[derive(Debug, thiserror::Error)]
@@ -215,7 +120,7 @@ type OidcClient = oauth2::Client<
     EndpointSet,
 >;
 
-type HttpClient = crate::outbound::HttpsClient<Full<Bytes>>;
+type HttpClient = crate::net::outbound::HttpsClient<Full<Bytes>>;
 
 /// How long the provider may take to answer one request.
 const PROVIDER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -251,7 +156,7 @@ impl Oidc {
 
     fn http(&self) -> Result<&HttpClient, ProviderUnreachable> {
         self.http
-            .get_or_init(crate::outbound::https_client)
+            .get_or_init(crate::net::outbound::https_client)
             .as_ref()
             .map_err(|e| ProviderUnreachable(e.clone()))
     }
@@ -288,7 +193,7 @@ impl Oidc {
                 nonce: nonce.secret().clone(),
                 verifier: verifier.secret().clone(),
                 next,
-                started_at_ms: crate::store::now_ms(),
+                started_at_ms: crate::util::now_ms(),
                 confirm,
             },
         ))
@@ -296,7 +201,7 @@ impl Oidc {
 
     /// Whether `state` is the answer this pending sign-in waits for (and not too late).
     pub fn answers(pending: &Pending, state: &str) -> bool {
-        crate::store::now_ms() - pending.started_at_ms < PENDING_FOR_MS
+        crate::util::now_ms() - pending.started_at_ms < PENDING_FOR_MS
             && constant_time_eq(state.as_bytes(), pending.state.as_bytes())
     }
 
@@ -334,7 +239,7 @@ impl Oidc {
             &metadata.discovery.issuer,
             &self.config.client_id,
             &pending.nonce,
-            crate::store::now_ms() / 1000,
+            crate::util::now_ms() / 1000,
         )?;
         let mut claims = claims;
         if let Some(userinfo) = &metadata.discovery.userinfo_endpoint {
@@ -748,6 +653,9 @@ pub fn role_of(identity: &Identity, admin_groups: &[String]) -> Option<app::mode
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::oidc::{
+        default_display_name, default_groups_claim, default_scopes, default_username_claim,
+    };
     use ring::rand::SystemRandom;
     use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
     use serde_json::json;

@@ -2,8 +2,8 @@
 //! default. Admins add and retire them (audited); the kube runtime runs them. The local runtime
 //! runs the editors installed on this machine, so it offers no choice.
 
-use crate::admin::require_admin;
 use crate::service::Service;
+use crate::service::admin::require_admin;
 use crate::store::StoreError;
 use app::domain::images::{self, ImageState, NewImage};
 use app::domain::launch::{EditorKind, ImageChoice};

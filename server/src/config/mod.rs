@@ -2,6 +2,13 @@
 //!
 //! Nested keys use `__` in the environment: `SANDBOX_CREDITS__INITIAL_GRANT=50`.
 
+pub mod kube;
+pub mod oidc;
+pub mod promotion;
+pub mod settings;
+
+pub use kube::{KubeConfig, RuntimeKind};
+
 use app::domain::credits;
 use app::domain::pool::GpuSpec;
 use figment::Figment;
@@ -31,12 +38,12 @@ pub struct Config {
     pub idle: IdleConfig,
     pub proxy: ProxyConfig,
     /// Where editors run: "local" processes or "kube" pods.
-    pub runtime: crate::runtime::RuntimeKind,
-    pub kube: crate::runtime::kube::KubeConfig,
+    pub runtime: RuntimeKind,
+    pub kube: KubeConfig,
     /// Sign-in with an OpenID Connect provider, besides local accounts.
-    pub oidc: Option<crate::oidc::OidcConfig>,
+    pub oidc: Option<oidc::OidcConfig>,
     /// Pushing users' files to the production registry.
-    pub promotion: crate::promotion::PromotionConfig,
+    pub promotion: promotion::PromotionConfig,
 }
 
 /// Per-user limits; admins override them per user (`server quota set`).
@@ -57,7 +64,7 @@ pub struct QuotasConfig {
 pub struct ProxyConfig {
     /// After passing a WebSocket message on, how long to keep polling for the other side's
     /// answer before sleeping (microseconds; 0 turns it off). Trades CPU for latency where the
-    /// answer comes within it: see `crate::relay`.
+    /// answer comes within it: see `crate::net::relay`.
     pub websocket_busy_poll_us: u64,
     /// How long a client may take to send a request's head, and a kept-alive connection may
     /// sit idle, before it is closed (seconds).
@@ -275,10 +282,10 @@ impl Default for Config {
                 serving_threads: 0,
                 max_websockets_per_session: 64,
             },
-            runtime: crate::runtime::RuntimeKind::Local,
-            kube: crate::runtime::kube::KubeConfig::default(),
+            runtime: RuntimeKind::Local,
+            kube: KubeConfig::default(),
             oidc: None,
-            promotion: crate::promotion::PromotionConfig::default(),
+            promotion: promotion::PromotionConfig::default(),
         }
     }
 }
@@ -525,7 +532,7 @@ impl Config {
         };
         // Only the local runtime pre-starts editors: elsewhere `pool.warm` (or its default) is
         // unused and need not match the pool.
-        let prestarts = self.runtime == crate::runtime::RuntimeKind::Local;
+        let prestarts = self.runtime == RuntimeKind::Local;
         for (i, target) in self.pool.warm.iter().enumerate().filter(|_| prestarts) {
             if !slices.contains(&target.slice_mib) {
                 return bad(
@@ -787,7 +794,7 @@ mod tests {
         );
         // In a cluster nothing is pre-started: the default `pool.warm` does not have to fit.
         let mut config = Config {
-            runtime: crate::runtime::RuntimeKind::Kube,
+            runtime: RuntimeKind::Kube,
             ..Config::default()
         };
         config.pool.gpus[0].slice_mib = 16384;

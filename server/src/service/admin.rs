@@ -6,7 +6,6 @@
 use crate::service::Service;
 use crate::store::StoreError;
 use app::domain::credits;
-use app::domain::launch::EditorKind;
 use app::domain::listing::{ListQuery, Listing, Page};
 use app::domain::quota::{Limits, Overrides, OverridesChange};
 use app::domain::scope::Scope;
@@ -34,7 +33,7 @@ pub fn require_admin(viewer: &Viewer) -> Result<(), AppError> {
     } else {
         Err(AppError::Forbidden(format!(
             "admin actions take a recent confirmation: enter your password on the admin page (it lasts {} minutes), or use a token with the scope `admin`",
-            crate::auth::ADMIN_CONFIRMATION_MS / 60_000
+            crate::identity::auth::ADMIN_CONFIRMATION_MS / 60_000
         )))
     }
 }
@@ -82,7 +81,7 @@ impl Service {
         require_admin(viewer)?;
         Ok(self
             .store
-            .admin_usage(&Listing::usage(query)?, crate::store::now_ms())
+            .admin_usage(&Listing::usage(query)?, crate::util::now_ms())
             .await?)
     }
 
@@ -118,7 +117,7 @@ impl Service {
             )));
         }
         let expires_at_ms =
-            crate::store::now_ms() + app::domain::scope::EDITOR_ACCESS_MINUTES * 60 * 1000;
+            crate::util::now_ms() + app::domain::scope::EDITOR_ACCESS_MINUTES * 60 * 1000;
         self.store
             .grant_editor_access(session_id, &viewer.id, &session.user_id, expires_at_ms)
             .await?;
@@ -134,7 +133,7 @@ impl Service {
     /// change) would run in the admin's browser with the admin's cookie.
     pub async fn admin_entry(
         &self,
-        caller: &crate::auth::Caller,
+        caller: &crate::identity::auth::Caller,
         session_id: &str,
         by_token: bool,
     ) -> Option<i64> {
@@ -164,7 +163,7 @@ impl Service {
     /// password) are never part of it.
     pub fn admin_settings(&self, viewer: &Viewer) -> Result<Vec<SettingsSection>, AppError> {
         require_admin(viewer)?;
-        Ok(settings(
+        Ok(crate::config::settings::settings(
             &self.config,
             &self.gpus,
             &self.enforcement.describe(),
@@ -349,259 +348,6 @@ impl Service {
     }
 }
 
-fn section(title: &str, entries: Vec<(&str, String)>) -> SettingsSection {
-    SettingsSection {
-        title: title.into(),
-        entries: entries
-            .into_iter()
-            .map(|(key, value)| (key.to_string(), value))
-            .collect(),
-    }
-}
-
-fn yes_no(on: bool) -> String {
-    if on { "yes" } else { "no" }.into()
-}
-
-fn or_none(items: Vec<String>) -> String {
-    if items.is_empty() {
-        "none".into()
-    } else {
-        items.join("; ")
-    }
-}
-
-/// The settings page's sections from the configuration and what the server found at start.
-pub fn settings(
-    config: &crate::config::Config,
-    gpus: &[app::domain::pool::GpuSpec],
-    enforcement: &str,
-    editors: &[(EditorKind, Result<(), String>)],
-) -> Vec<SettingsSection> {
-    use app::domain::pool::format_mib;
-    let database = config.database_url();
-    let database = if database.starts_with("sqlite:") {
-        format!("SQLite ({})", config.data_dir.display())
-    } else {
-        "PostgreSQL (SANDBOX_DATABASE_URL)".into()
-    };
-    let seconds = |s: u64| format!("{s} s");
-    let minutes = |m: u32| format!("{m} min");
-    let limits = config.default_limits();
-    let mut sections = vec![
-        section(
-            "Server",
-            vec![
-                ("Listening on", config.listen.clone()),
-                ("Database", database),
-                ("Runtime", format!("{:?}", config.runtime).to_lowercase()),
-                ("Secure cookies", yes_no(config.secure_cookies)),
-            ],
-        ),
-        section(
-            "Editors",
-            editors
-                .iter()
-                .map(|(kind, available)| {
-                    let state = match available {
-                        Ok(()) => "available".to_string(),
-                        Err(why) => format!("unavailable: {why}"),
-                    };
-                    (kind.label(), state)
-                })
-                .collect(),
-        ),
-        section(
-            "Pool",
-            vec![
-                ("Enforcement", enforcement.to_string()),
-                (
-                    "GPUs",
-                    or_none(
-                        gpus.iter()
-                            .map(|g| {
-                                format!(
-                                    "{} ({}, {}, slices of {})",
-                                    g.id,
-                                    g.model,
-                                    format_mib(g.memory_mib),
-                                    format_mib(g.slice_mib)
-                                )
-                            })
-                            .collect(),
-                    ),
-                ),
-                (
-                    "Pre-started editors",
-                    or_none(
-                        config
-                            .pool
-                            .warm
-                            .iter()
-                            .map(|w| {
-                                format!("{} × {} on {}", w.count, w.editor, format_mib(w.slice_mib))
-                            })
-                            .collect(),
-                    ),
-                ),
-                (
-                    "Longest whole-GPU burst",
-                    minutes(config.pool.burst_max_minutes),
-                ),
-            ],
-        ),
-        section(
-            "Credits",
-            vec![
-                (
-                    "Starting grant",
-                    format!("{} credits", config.credits.initial_grant),
-                ),
-                (
-                    "Default price",
-                    format!(
-                        "{} credits per GiB-hour",
-                        config.pool.default_price_per_gib_hour
-                    ),
-                ),
-                (
-                    "Prices",
-                    or_none(
-                        config
-                            .pool
-                            .prices
-                            .iter()
-                            .map(|p| {
-                                format!(
-                                    "{} {}: {} credits per hour",
-                                    p.model,
-                                    format_mib(p.slice_mib),
-                                    p.per_hour
-                                )
-                            })
-                            .collect(),
-                    ),
-                ),
-            ],
-        ),
-        section(
-            "Sessions",
-            vec![
-                (
-                    "Duration",
-                    format!(
-                        "{} to {} (default {})",
-                        minutes(config.sessions.min_minutes),
-                        minutes(config.sessions.max_minutes),
-                        minutes(config.sessions.default_minutes)
-                    ),
-                ),
-                (
-                    "Time to get ready",
-                    seconds(config.sessions.ready_timeout_seconds),
-                ),
-                (
-                    "Stopped when the server stops",
-                    yes_no(config.sessions.stop_on_shutdown),
-                ),
-            ],
-        ),
-        section(
-            "Default quota",
-            vec![
-                ("Sessions at once", limits.max_sessions.to_string()),
-                ("GPU memory", format_mib(limits.max_gpu_mib)),
-                ("Longest session", minutes(limits.max_minutes)),
-                ("Workspace", format_mib(limits.max_disk_mib)),
-            ],
-        ),
-        section(
-            "Idle",
-            vec![
-                ("Ends after", seconds(config.idle.timeout_seconds)),
-                ("Warns before", seconds(config.idle.warn_seconds)),
-                (
-                    "An open tab keeps a session",
-                    yes_no(config.idle.open_tab_keeps_alive),
-                ),
-                (
-                    "CPU that counts as work",
-                    format!("{} %", config.idle.busy_cpu_percent),
-                ),
-                (
-                    "By slice",
-                    or_none(
-                        config
-                            .idle
-                            .per_slice
-                            .iter()
-                            .map(|o| {
-                                format!(
-                                    "{}: ends after {} s, warns {} s before",
-                                    format_mib(o.slice_mib),
-                                    o.timeout_seconds,
-                                    o.warn_seconds
-                                )
-                            })
-                            .collect(),
-                    ),
-                ),
-            ],
-        ),
-    ];
-    sections.push(match &config.oidc {
-        Some(oidc) => section(
-            "Single sign-on",
-            vec![
-                (
-                    "Provider",
-                    format!("{} ({})", oidc.display_name, oidc.issuer),
-                ),
-                ("Client", oidc.client_id.clone()),
-                ("Name from", oidc.username_claim.clone()),
-                (
-                    "Admins by group",
-                    if oidc.admin_groups.is_empty() {
-                        "off: roles are set here".into()
-                    } else {
-                        oidc.admin_groups.join(", ")
-                    },
-                ),
-            ],
-        ),
-        None => section("Single sign-on", vec![("Provider", "none".into())]),
-    });
-    let promotion = &config.promotion;
-    sections.push(if promotion.enabled() {
-        section(
-            "Promotion",
-            vec![
-                ("Registry", promotion.registry.clone()),
-                (
-                    "Artifacts land at",
-                    format!("{}<user>/<name>:<tag>", promotion.repository_prefix),
-                ),
-                (
-                    "Pushed as",
-                    if promotion.username.is_empty() {
-                        "anonymous".into()
-                    } else {
-                        promotion.username.clone()
-                    },
-                ),
-                ("Approval by an admin", yes_no(promotion.require_approval)),
-                ("Largest file", format_mib(promotion.max_file_mib)),
-            ],
-        )
-    } else {
-        section(
-            "Promotion",
-            vec![("Registry", "none: promotion is off".into())],
-        )
-    });
-    sections
-}
-
 /// The largest amount of GPU memory or disk a limit names: a pebibyte, past any machine, and
 /// far inside the database's integers.
 const MAX_LIMIT_MIB: u64 = 1 << 30;
@@ -636,75 +382,6 @@ mod tests {
             scopes,
             token_expires_at_ms: None,
         }
-    }
-
-    #[test]
-    fn settings_say_what_runs_and_never_a_secret() {
-        let config = crate::config::Config {
-            database_url: "postgres://sandbox:hunter2@db:5432/sandbox".into(),
-            oidc: Some(
-                serde_json::from_value(serde_json::json!({
-                    "issuer": "https://id.example",
-                    "client_id": "sandbox",
-                    "client_secret": "very-secret",
-                    "redirect_url": "https://sandbox.example/auth/oidc/callback",
-                    "admin_groups": ["gpu-admins"],
-                }))
-                .unwrap(),
-            ),
-            promotion: crate::promotion::PromotionConfig {
-                registry: "https://registry.example".into(),
-                username: "pusher".into(),
-                password: "registry-secret".into(),
-                ..Default::default()
-            },
-            ..crate::config::Config::default()
-        };
-        let gpu = app::domain::pool::GpuSpec {
-            id: "virtual-0".into(),
-            model: "Virtual".into(),
-            memory_mib: 49_152,
-            slice_mib: 8_192,
-            enforced: false,
-            cuda_index: None,
-        };
-        let editors = [
-            (EditorKind::JupyterLab, Ok(())),
-            (EditorKind::Marimo, Err("not installed".to_string())),
-        ];
-        let sections = settings(&config, &[gpu], "not enforced", &editors);
-        let json = serde_json::to_string(&sections).unwrap();
-        assert!(
-            !json.contains("hunter2")
-                && !json.contains("very-secret")
-                && !json.contains("registry-secret"),
-            "{json}"
-        );
-        let value = |title: &str, key: &str| {
-            sections
-                .iter()
-                .find(|s| s.title == title)
-                .and_then(|s| s.entries.iter().find(|(k, _)| k == key))
-                .map(|(_, v)| v.clone())
-                .unwrap_or_else(|| panic!("{title} / {key} in {json}"))
-        };
-        assert_eq!(
-            value("Server", "Database"),
-            "PostgreSQL (SANDBOX_DATABASE_URL)"
-        );
-        assert_eq!(value("Editors", "marimo"), "unavailable: not installed");
-        assert_eq!(value("Editors", "JupyterLab"), "available");
-        assert!(
-            value("Pool", "GPUs").contains("virtual-0 (Virtual, 48 GB"),
-            "{json}"
-        );
-        assert_eq!(value("Single sign-on", "Admins by group"), "gpu-admins");
-        assert_eq!(value("Promotion", "Pushed as"), "pusher");
-        assert_eq!(value("Promotion", "Approval by an admin"), "yes");
-        assert_eq!(
-            value("Default quota", "Sessions at once"),
-            config.quotas.max_sessions.to_string()
-        );
     }
 
     #[test]

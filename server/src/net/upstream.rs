@@ -7,12 +7,12 @@
 //! machine cost more than the HTTP work itself. Here the request's own task polls the connection
 //! while it waits for the answer and while the answer's body streams out; an idle connection waits
 //! in the pool unpolled, and its next user checks it is still open before taking it. Idle
-//! connections are kept per serving thread ([`crate::serving`]): a connection's socket is watched
+//! connections are kept per serving thread ([`crate::net::serving`]): a connection's socket is watched
 //! by the driver of the runtime that opened it, so it is handed only to requests on that runtime
 //! (the sweep, from elsewhere, only checks that it is still open). Past [`SHARDS`] serving
 //! threads, threads share a pool: still correct, only slower.
 
-use crate::auth::FastMap;
+use crate::util::FastMap;
 use axum::body::Body;
 use bytes::Bytes;
 use futures_util::FutureExt;
@@ -58,7 +58,7 @@ impl EditorStream {
     }
 }
 
-impl crate::relay::Side for EditorStream {
+impl crate::net::relay::Side for EditorStream {
     fn pollable(&self) -> Option<std::os::fd::RawFd> {
         match self {
             EditorStream::Tcp(s) => s.pollable(),
@@ -262,7 +262,7 @@ pub enum UpstreamError {
 impl UpstreamPool {
     /// This thread's idle connections.
     fn idle(&self) -> std::sync::MutexGuard<'_, Idle> {
-        self.shards[crate::serving::thread_index() % SHARDS]
+        self.shards[crate::net::serving::thread_index() % SHARDS]
             .lock()
             .expect("upstream pool")
     }
@@ -540,7 +540,7 @@ mod tests {
             }
         });
         let pool = Arc::new(UpstreamPool::default());
-        let threads = crate::serving::separate(2);
+        let threads = crate::net::serving::separate(2);
         let on = |thread: usize| {
             let (pool, address) = (pool.clone(), address.clone());
             threads[thread].spawn(async move {

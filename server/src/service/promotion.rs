@@ -11,7 +11,6 @@ use app::domain::promotion::{Decision, PromotionRequest, PromotionState, Provena
 use app::domain::scope::Scope;
 use app::error::AppError;
 use app::model::{PromotionView, Viewer};
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -25,82 +24,7 @@ const MAX_WAITING: usize = 10;
 /// The longest reason an admin may give.
 const MAX_MESSAGE_CHARS: usize = 500;
 
-/// `[promotion]` in the configuration.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PromotionConfig {
-    /// The production registry, e.g. `https://registry.example.com`; empty: promotion is off.
-    pub registry: String,
-    /// Before every repository, e.g. `sandbox/`: artifacts land at
-    /// `<prefix><user>/<name>:<tag>`.
-    pub repository_prefix: String,
-    /// The registry account the server pushes with (HTTP basic); empty: anonymous.
-    pub username: String,
-    pub password: String,
-    /// Whether an admin approves each promotion before it is pushed.
-    pub require_approval: bool,
-    /// The largest file that may be promoted (MiB).
-    pub max_file_mib: u64,
-}
-
-impl Default for PromotionConfig {
-    fn default() -> Self {
-        PromotionConfig {
-            registry: String::new(),
-            repository_prefix: String::new(),
-            username: String::new(),
-            password: String::new(),
-            require_approval: true,
-            max_file_mib: 2048,
-        }
-    }
-}
-
-impl PromotionConfig {
-    pub fn enabled(&self) -> bool {
-        !self.registry.is_empty()
-    }
-
-    /// The first key that is wrong, and why.
-    pub fn problem(&self) -> Option<(&'static str, String)> {
-        if self.enabled() {
-            let Some((scheme, rest)) = self.registry.split_once("://") else {
-                return Some(("registry", "must start with http:// or https://".into()));
-            };
-            let host = rest.trim_end_matches('/');
-            if !matches!(scheme, "http" | "https")
-                || host.is_empty()
-                || host.contains(['/', '?', '#', '@'])
-                || host.chars().any(char::is_whitespace)
-            {
-                // Not echoed: a URL with a user name may hold a password too.
-                return Some((
-                    "registry",
-                    "is not a registry address like https://registry.example.com (no path, no user name: those go in username and password)".into(),
-                ));
-            }
-        }
-        if !self.repository_prefix.is_empty() {
-            let ok = self
-                .repository_prefix
-                .strip_suffix('/')
-                .is_some_and(app::domain::promotion::is_repository);
-            if !ok {
-                return Some((
-                    "repository_prefix",
-                    "must be empty or a repository path ending in `/`, e.g. `sandbox/`".into(),
-                ));
-            }
-        }
-        if self.username.is_empty() && !self.password.is_empty() {
-            return Some(("username", "a password is set without a user name".into()));
-        }
-        if self.max_file_mib == 0 || self.max_file_mib > 1024 * 1024 {
-            return Some(("max_file_mib", "must be 1 to 1048576".into()));
-        }
-        None
-    }
-}
+pub use crate::config::promotion::PromotionConfig;
 
 /// Names that [`repository_component`] writes as a digest begin with this, and no name is
 /// kept as it is that begins with it.
@@ -282,7 +206,7 @@ impl Service {
                 "you have {waiting} promotions waiting; at most {MAX_WAITING} may wait at once"
             )));
         }
-        let id = crate::store::new_id();
+        let id = crate::util::new_id();
         let into = self.staged(&id);
         let (path, copy, max) = (
             checked.path.clone(),
@@ -347,7 +271,7 @@ impl Service {
     pub async fn promotion(&self, viewer: &Viewer, id: &str) -> Result<PromotionView, AppError> {
         viewer.scopes.require(Scope::Read)?;
         let view = self.promotion_view(id).await?;
-        let admin = crate::admin::require_admin(viewer).is_ok();
+        let admin = crate::service::admin::require_admin(viewer).is_ok();
         if view.user_id != viewer.id && !admin {
             return Err(AppError::NotFound);
         }
@@ -359,7 +283,7 @@ impl Service {
         viewer: &Viewer,
         query: &ListQuery,
     ) -> Result<Page<PromotionView>, AppError> {
-        crate::admin::require_admin(viewer)?;
+        crate::service::admin::require_admin(viewer)?;
         let mut page = self
             .store
             .admin_promotions(&Listing::promotions(query)?)
@@ -378,7 +302,7 @@ impl Service {
         decision: Decision,
         message: Option<&str>,
     ) -> Result<PromotionView, AppError> {
-        crate::admin::require_admin(viewer)?;
+        crate::service::admin::require_admin(viewer)?;
         let message = message.map(str::trim).filter(|m| !m.is_empty());
         if message.is_some_and(|m| {
             m.chars().count() > MAX_MESSAGE_CHARS || m.chars().any(char::is_control)
@@ -590,34 +514,5 @@ mod tests {
             Err(StageError::TooLarge(why)) => assert!(why.contains("larger than"), "{why}"),
             other => panic!("{other:?}"),
         }
-    }
-
-    #[test]
-    fn bad_settings_name_their_key() {
-        let with = |f: &dyn Fn(&mut PromotionConfig)| {
-            let mut c = PromotionConfig {
-                registry: "https://registry.example.com".into(),
-                ..PromotionConfig::default()
-            };
-            f(&mut c);
-            c.problem().map(|(key, _)| key)
-        };
-        assert_eq!(with(&|_| {}), None);
-        assert_eq!(PromotionConfig::default().problem(), None, "off is fine");
-        assert_eq!(
-            with(&|c| c.registry = "registry.example.com".into()),
-            Some("registry")
-        );
-        assert_eq!(
-            with(&|c| c.registry = "https://r.example.com/v2".into()),
-            Some("registry")
-        );
-        assert_eq!(
-            with(&|c| c.repository_prefix = "Sandbox/".into()),
-            Some("repository_prefix")
-        );
-        assert_eq!(with(&|c| c.repository_prefix = "sandbox/".into()), None);
-        assert_eq!(with(&|c| c.password = "x".into()), Some("username"));
-        assert_eq!(with(&|c| c.max_file_mib = 0), Some("max_file_mib"));
     }
 }

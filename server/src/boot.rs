@@ -1,0 +1,86 @@
+//! Builds a [`Service`] from a configuration: the store, the runtime, the GPUs.
+//! May import any folder of the crate.
+
+use crate::config;
+use crate::runtime;
+use crate::service::Service;
+use crate::store;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Opens the store and applies migrations: enough for the command line, which must not
+/// touch the pool or the sessions of a server that may be running.
+pub async fn open_service(config: config::Config) -> anyhow_lite::Result<Arc<Service>> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+        anyhow_lite::Error(format!(
+            "cannot create data_dir {}: {e}",
+            config.data_dir.display()
+        ))
+    })?;
+    let store = store::Store::connect(&config.database_url())
+        .await
+        .map_err(anyhow_lite::wrap("database"))?;
+    store
+        .migrate()
+        .await
+        .map_err(anyhow_lite::wrap("migration"))?;
+    let (gpus, enforcement) = runtime::gpu::discover(&config);
+    let runtime: Arc<dyn runtime::Runtime> = match config.runtime {
+        config::RuntimeKind::Local => Arc::new(runtime::LocalRuntime::new(
+            runtime::ToolPaths::from_config(&config.editors),
+            &config.data_dir,
+        )),
+        // In the cluster: its service account; outside: KUBECONFIG or ~/.kube/config.
+        config::RuntimeKind::Kube => {
+            let client = kube::Client::try_default()
+                .await
+                .map_err(anyhow_lite::wrap("kubernetes client"))?;
+            let timing = runtime::kube::Timing {
+                start_timeout: Duration::from_secs(config.sessions.ready_timeout_seconds),
+                ..runtime::kube::Timing::default()
+            };
+            Arc::new(
+                runtime::kube::KubeRuntime::new(client, config.kube.clone()).with_timing(timing),
+            )
+        }
+    };
+    Ok(Arc::new(Service::new(
+        config,
+        store,
+        runtime,
+        gpus,
+        enforcement,
+    )))
+}
+
+/// A service ready to serve: the pool written, sessions left by a previous run recovered.
+pub async fn build_service(config: config::Config) -> anyhow_lite::Result<Arc<Service>> {
+    let service = open_service(config).await?;
+    service
+        .sync_pool()
+        .await
+        .map_err(anyhow_lite::wrap("pool"))?;
+    // Alive before recovering, so that no other server takes this one's launches for orphans.
+    service.keep_alive().await;
+    service
+        .recover()
+        .await
+        .map_err(anyhow_lite::wrap("recovery"))?;
+    Ok(service)
+}
+
+/// A plain error for start-up, where the only thing to do is to say what failed.
+pub mod anyhow_lite {
+    #[derive(Debug)]
+    pub struct Error(pub String);
+    impl std::fmt::Display for Error {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+    impl std::error::Error for Error {}
+    pub type Result<T> = std::result::Result<T, Error>;
+    pub fn wrap<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> Error {
+        move |e| Error(format!("{what}: {e}"))
+    }
+}

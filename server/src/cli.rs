@@ -1,0 +1,444 @@
+//! The command line: serve the product, or manage it (users, tokens, credits, quotas).
+//! May import: `boot`, `http` (run), `service`, `config`, `store`, `identity`.
+
+use crate::config::Config;
+use app::domain::credits;
+use app::domain::scope::Scopes;
+use app::model::Role;
+use clap::{Parser, Subcommand};
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "server", about = "GPU development sandbox")]
+struct Cli {
+    /// TOML configuration file; SANDBOX_* environment variables override it.
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the dashboard, the API and the proxy (the default).
+    Serve,
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Manage accounts.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+    /// Manage API tokens.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+    /// Manage credits.
+    Credits {
+        #[command(subcommand)]
+        command: CreditsCommand,
+    },
+    /// Per-user limits over the configured defaults.
+    Quota {
+        #[command(subcommand)]
+        command: QuotaCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum QuotaCommand {
+    /// Set a user's limits; a limit left out goes back to the configured default.
+    Set {
+        name: String,
+        #[arg(long)]
+        max_sessions: Option<u32>,
+        #[arg(long)]
+        max_gpu_mib: Option<u64>,
+        #[arg(long)]
+        max_minutes: Option<u32>,
+        #[arg(long)]
+        max_disk_mib: Option<u64>,
+    },
+}
+
+#[derive(Subcommand)]
+enum UserCommand {
+    /// Create an account; prints a generated password unless --password-stdin is given.
+    Add {
+        name: String,
+        #[arg(long)]
+        admin: bool,
+        #[arg(long)]
+        password_stdin: bool,
+    },
+    /// Lock an account: it cannot sign in, and its sign-ins, tokens and open editor connections
+    /// stop working within seconds, on every server of this database.
+    Lock { name: String },
+    /// Unlock an account.
+    Unlock { name: String },
+    /// Let an identity from the single sign-on provider sign in to this account (an existing
+    /// local one, say, whose name a provider's user has). IDENTITY is `<issuer>|<subject>`, as
+    /// the server's log names it when such a sign-in is refused.
+    Link { name: String, identity: String },
+}
+
+fn parse_scopes(text: &str) -> Result<Scopes, String> {
+    Scopes::parse(text)
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Create a bearer token for a user and print it.
+    Create {
+        #[arg(long)]
+        user: String,
+        /// Days until it expires (1 to 365); never when left out.
+        #[arg(long)]
+        days: Option<u32>,
+        /// What the token is for, shown when tokens are listed.
+        #[arg(long, default_value = "cli")]
+        label: String,
+        /// What it may do: some of read, sessions, access, tokens (comma- or space-separated);
+        /// all of them when left out.
+        #[arg(long, value_parser = parse_scopes)]
+        scopes: Option<Scopes>,
+    },
+    /// List a user's tokens (ids, labels, dates; never the tokens themselves).
+    List {
+        #[arg(long)]
+        user: String,
+    },
+    /// Revoke one of a user's tokens by its id: it stops working at once.
+    Revoke {
+        #[arg(long)]
+        user: String,
+        id: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum CreditsCommand {
+    /// Grant credits (e.g. 10 or 2.5; negative to take back).
+    Grant {
+        name: String,
+        #[arg(allow_hyphen_values = true)]
+        amount: String,
+    },
+}
+
+/// Parses the command line and runs it; the binary's `main`.
+pub fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SANDBOX_LOG").unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("info,sqlx=warn,tower_sessions=warn")
+            }),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let config = match Config::load(cli.config.as_deref()) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(dispatch(cli.command.unwrap_or(Command::Serve), config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(command: Command, config: Config) -> Result<(), String> {
+    match command {
+        Command::Serve => serve(config).await,
+        Command::Migrate => {
+            std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+                format!("cannot create data_dir {}: {e}", config.data_dir.display())
+            })?;
+            let store = crate::store::Store::connect(&config.database_url())
+                .await
+                .map_err(|e| e.to_string())?;
+            store.migrate().await.map_err(|e| e.to_string())?;
+            println!("migrations applied");
+            Ok(())
+        }
+        Command::User {
+            command:
+                UserCommand::Add {
+                    name,
+                    admin,
+                    password_stdin,
+                },
+        } => {
+            let service = crate::boot::open_service(config)
+                .await
+                .map_err(|e| e.to_string())?;
+            let (password, generated) = if password_stdin {
+                let mut text = String::new();
+                std::io::stdin()
+                    .read_to_string(&mut text)
+                    .map_err(|e| e.to_string())?;
+                (text.trim_end_matches(['\r', '\n']).to_string(), false)
+            } else {
+                (crate::identity::auth::random_secret(9), true)
+            };
+            let role = if admin { Role::Admin } else { Role::User };
+            let user = service
+                .create_user(&name, Some(&password), role, None)
+                .await
+                .map_err(|e| e.to_string())?;
+            if generated {
+                println!(
+                    "created {} ({}) with password: {password}",
+                    user.name,
+                    role.as_str()
+                );
+            } else {
+                println!("created {} ({})", user.name, role.as_str());
+            }
+            Ok(())
+        }
+        Command::User {
+            command: UserCommand::Link { name, identity },
+        } => {
+            let service = crate::boot::open_service(config)
+                .await
+                .map_err(|e| e.to_string())?;
+            let user = user_named(&service, &name).await?;
+            service
+                .link_identity(&user.id, &identity)
+                .await
+                .map_err(|e| e.to_string())?;
+            println!("{name} now signs in as {identity} too");
+            Ok(())
+        }
+        Command::User {
+            command: command @ (UserCommand::Lock { .. } | UserCommand::Unlock { .. }),
+        } => {
+            let (name, locked) = match command {
+                UserCommand::Lock { name } => (name, true),
+                UserCommand::Unlock { name } => (name, false),
+                UserCommand::Add { .. } | UserCommand::Link { .. } => {
+                    unreachable!("matched above")
+                }
+            };
+            let service = crate::boot::open_service(config)
+                .await
+                .map_err(|e| e.to_string())?;
+            let user = user_named(&service, &name).await?;
+            service
+                .set_locked(&user.id, locked, None)
+                .await
+                .map_err(|e| e.to_string())?;
+            println!("{name} is {}", if locked { "locked" } else { "unlocked" });
+            Ok(())
+        }
+        Command::Token { command } => {
+            let service = crate::boot::open_service(config)
+                .await
+                .map_err(|e| e.to_string())?;
+            match command {
+                TokenCommand::Create {
+                    user,
+                    days,
+                    label,
+                    scopes,
+                } => {
+                    let viewer = user_named(&service, &user).await?.viewer(Scopes::ALL);
+                    let made = service
+                        .create_token(&viewer, &label, scopes, days)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    println!("{}", made.token);
+                }
+                TokenCommand::List { user } => {
+                    let viewer = user_named(&service, &user).await?.viewer(Scopes::ALL);
+                    let tokens = service.tokens(&viewer).await.map_err(|e| e.to_string())?;
+                    let day = |ms: i64| {
+                        time::OffsetDateTime::from_unix_timestamp(ms / 1000)
+                            .map(|t| t.date().to_string())
+                            .unwrap_or_default()
+                    };
+                    for token in tokens {
+                        let expires = token.expires_at.map_or("never".to_string(), day);
+                        println!(
+                            "{}  {}  scopes {}  created {}  expires {expires}",
+                            token.id,
+                            token.label,
+                            token.scopes.to_string().replace(' ', ","),
+                            day(token.created_at)
+                        );
+                    }
+                }
+                TokenCommand::Revoke { user, id } => {
+                    let viewer = user_named(&service, &user).await?.viewer(Scopes::ALL);
+                    service
+                        .revoke_token(&viewer, &id)
+                        .await
+                        .map_err(|e| match e {
+                            app::error::AppError::NotFound => format!("{user} has no token {id}"),
+                            other => other.to_string(),
+                        })?;
+                    println!("revoked {id}");
+                }
+            }
+            Ok(())
+        }
+        Command::Credits {
+            command: CreditsCommand::Grant { name, amount },
+        } => {
+            let service = crate::boot::open_service(config)
+                .await
+                .map_err(|e| e.to_string())?;
+            let record = user_named(&service, &name).await?;
+            let balance = service
+                .grant_credits(None, &record.id, &amount, "")
+                .await
+                .map_err(|e| e.to_string())?;
+            println!("{name} now has {} credits", credits::format(balance));
+            Ok(())
+        }
+        Command::Quota {
+            command:
+                QuotaCommand::Set {
+                    name,
+                    max_sessions,
+                    max_gpu_mib,
+                    max_minutes,
+                    max_disk_mib,
+                },
+        } => {
+            let defaults = config.default_limits();
+            let service = crate::boot::open_service(config)
+                .await
+                .map_err(|e| e.to_string())?;
+            let record = user_named(&service, &name).await?;
+            let overrides = app::domain::quota::Overrides {
+                max_sessions,
+                max_gpu_mib,
+                max_minutes,
+                max_disk_mib,
+            };
+            crate::service::admin::check_overrides(&overrides).map_err(|e| e.to_string())?;
+            service
+                .store
+                .set_quota(&record.id, &overrides, None)
+                .await
+                .map_err(|e| e.to_string())?;
+            let limits = defaults.with(&overrides);
+            println!(
+                "{name}: {} sessions, {} MiB of GPU memory, {} minutes per session, {} MiB of workspace",
+                limits.max_sessions, limits.max_gpu_mib, limits.max_minutes, limits.max_disk_mib
+            );
+            Ok(())
+        }
+    }
+}
+
+async fn serve(config: Config) -> Result<(), String> {
+    let mut shutdown =
+        Box::pin(shutdown_signal().map_err(|e| format!("cannot listen for signals: {e}"))?);
+    let listen = config.listen_addr();
+    let data_dir = config.data_dir.clone();
+    // Start-up adopts or stops the editors it finds: two servers on one data directory would
+    // each stop the other's.
+    let _lock = lock_data_dir(&data_dir)?;
+    let service = tokio::select! {
+        built = crate::boot::build_service(config) => built.map_err(|e| e.to_string())?,
+        _ = &mut shutdown => return Err("stopped during start-up".into()),
+    };
+    if let Some(password) = service.ensure_admin().await.map_err(|e| e.to_string())? {
+        let file = data_dir.join("initial-admin-password");
+        println!("\n  First run: created the account 'admin' with password: {password}");
+        match save_private(&file, &format!("{password}\n")) {
+            Ok(()) => println!("  (also saved in {})\n", file.display()),
+            Err(e) => eprintln!("  (could not save it in {}: {e})\n", file.display()),
+        }
+    }
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let bound = listener.local_addr().unwrap_or(listen);
+    println!("  GPU Sandbox is serving on http://{bound}");
+    crate::http::run(listener, service, shutdown)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Writes a file only its owner can read, from the moment it exists (and one that existed
+/// already is made so before it is written).
+fn save_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.write_all(text.as_bytes())
+}
+
+/// Holds `data_dir/server.lock` for as long as the returned file lives; another `serve` on the
+/// same directory is refused with a clear message.
+fn lock_data_dir(data_dir: &std::path::Path) -> Result<std::fs::File, String> {
+    use std::os::fd::AsRawFd;
+    std::fs::create_dir_all(data_dir)
+        .map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
+    let path = data_dir.join("server.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    // SAFETY: flock on a descriptor this function owns; released when the file is closed.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(format!(
+            "another server is already running on the data directory {}",
+            data_dir.display()
+        ));
+    }
+    Ok(file)
+}
+
+/// Ctrl-C or SIGTERM, listened for from the moment this returns: a signal that comes while the
+/// server is still starting is kept for it, rather than killing it before it can clean up.
+fn shutdown_signal() -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => {},
+            _ = interrupt.recv() => {},
+        }
+        tracing::info!("shutting down");
+    })
+}
+
+/// The account called `name`, or the error the command line prints.
+async fn user_named(
+    service: &crate::service::Service,
+    name: &str,
+) -> Result<crate::store::UserRecord, String> {
+    service
+        .store
+        .user_by_name(name)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no user named '{name}'"))
+}

@@ -1,0 +1,187 @@
+//! The accept loop: HTTP/1.1 connections (upgrades included) under a cap, TCP options, and the
+//! drain at shutdown.
+
+use super::App;
+use crate::net::{deadline, serving};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Serves HTTP/1.1 (upgrades included) on `listener` until `stop` resolves, then lets open
+/// requests finish, for [`DRAIN_TIMEOUT`] at most. A client that opens connections and sends
+/// nothing does not keep them (`proxy.header_timeout_seconds`, also the keep-alive idle time).
+/// Holds no more connections at once, WebSockets included, than `proxy.max_connections` (by
+/// default half the file limit, since each may also open one to an editor).
+pub(crate) async fn serve_connections(
+    listener: tokio::net::TcpListener,
+    app: App,
+    stop: impl Future<Output = ()>,
+) {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(deadline::CoarseTimer)
+        .header_read_timeout(Duration::from_secs(
+            app.state.service.config.proxy.header_timeout_seconds,
+        ));
+    let cap = connection_cap(app.state.service.config.proxy.max_connections);
+    let serving_threads = serving::thread_count(app.state.service.config.proxy.serving_threads);
+    let open = Arc::new(tokio::sync::Semaphore::new(cap));
+    let (draining, drain) = tokio::sync::watch::channel(false);
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        let permit = tokio::select! {
+            biased;
+            () = &mut stop => break,
+            permit = open.clone().acquire_owned() => permit.expect("the semaphore stays open"),
+        };
+        let (tcp, peer) = tokio::select! {
+            biased;
+            () = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of descriptors, say: wait rather than spin; a client that gave up
+                    // before we accepted is no error of ours.
+                    if !matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::ConnectionReset
+                    ) {
+                        tracing::warn!(error = %e, "accepting a connection");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    continue;
+                }
+            },
+        };
+        // Small writes (WebSocket frames, short responses) go out at once.
+        let _ = tcp.set_nodelay(true);
+        keep_alive(&tcp);
+        // Off this runtime's driver, to be watched by the serving thread's.
+        let Ok(tcp) = tcp.into_std() else { continue };
+        let front = app.front_holding(peer.ip(), Some(Arc::new(permit)));
+        let http = http.clone();
+        let mut drain = drain.clone();
+        serving::spawn(serving_threads, async move {
+            let Ok(tcp) = tokio::net::TcpStream::from_std(tcp) else {
+                return;
+            };
+            let connection = http
+                .serve_connection(hyper_util::rt::TokioIo::new(tcp), front)
+                .with_upgrades();
+            let mut connection = std::pin::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => return,
+                _ = drain.wait_for(|draining| *draining) => {}
+            }
+            // Finishes the request in flight, if any, then closes.
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        });
+    }
+    drop(listener);
+    draining.send_replace(true);
+    // Each connection gives its permit back when it closes.
+    let all = u32::try_from(cap).unwrap_or(u32::MAX);
+    if tokio::time::timeout(DRAIN_TIMEOUT, open.acquire_many(all))
+        .await
+        .is_err()
+    {
+        tracing::warn!("requests still open after {DRAIN_TIMEOUT:?}; closing them");
+    }
+}
+
+/// Has the kernel probe an idle client connection after a minute, so that one whose client
+/// vanished (a laptop closed on an open WebSocket) ends within about two more and gives its
+/// place under the cap back.
+fn keep_alive(tcp: &tokio::net::TcpStream) {
+    use std::os::fd::AsRawFd;
+    let fd = tcp.as_raw_fd();
+    for (level, option, value) in [
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 60),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 15),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 8),
+    ] {
+        let value: libc::c_int = value;
+        // SAFETY: `fd` is the open socket `tcp` owns; `value` outlives the call and its size
+        // is passed with it.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                option,
+                (&value as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+}
+
+/// How many client connections to hold at once: `configured`, or else half the open-file
+/// limit (the other half is for editors, the database and files). The limit is raised to its
+/// hard limit first either way.
+fn connection_cap(configured: u64) -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid rlimit for the call to fill in and to read.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 512;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    if configured > 0 {
+        return usize::try_from(configured).unwrap_or(usize::MAX);
+    }
+    usize::try_from(limit.rlim_cur / 2)
+        .unwrap_or(usize::MAX)
+        .clamp(64, 65_536)
+}
+
+/// How long open requests may take to finish once the server shuts down.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd;
+
+    fn option(tcp: &tokio::net::TcpStream, level: libc::c_int, name: libc::c_int) -> libc::c_int {
+        let mut value: libc::c_int = -1;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `value` and `len` are valid for the call to fill in.
+        let done = unsafe {
+            libc::getsockopt(
+                tcp.as_raw_fd(),
+                level,
+                name,
+                (&mut value as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(done, 0);
+        value
+    }
+
+    #[tokio::test]
+    async fn client_connections_are_probed_when_idle() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        assert_eq!(option(&accepted, libc::SOL_SOCKET, libc::SO_KEEPALIVE), 0);
+        super::keep_alive(&accepted);
+        assert_eq!(option(&accepted, libc::SOL_SOCKET, libc::SO_KEEPALIVE), 1);
+        assert_eq!(option(&accepted, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE), 60);
+        assert_eq!(option(&accepted, libc::IPPROTO_TCP, libc::TCP_KEEPCNT), 8);
+    }
+}

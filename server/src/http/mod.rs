@@ -1,0 +1,327 @@
+//! The doors: the pages (server functions through [`pages::PagesBackend`]), the REST API, sign-in
+//! with a provider, and the proxy to the editors, all behind one router, and the [`listener`]
+//! that serves them. May import: `service`, `identity`, `net`, `runtime::editors`,
+//! `store` (the sign-in session store only), `util`, `app`. Imported only by `boot` and `cli`.
+
+pub mod listener;
+pub mod pages;
+pub mod proxy;
+pub mod rest;
+pub mod sign_in;
+
+use crate::identity::auth;
+use crate::net::deadline;
+use crate::service::Service;
+use crate::service::workers::Workers;
+use crate::store;
+use axum::Router;
+use axum::extract::FromRef;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use leptos::prelude::*;
+use leptos_axum::{LeptosRoutes, generate_route_list};
+use pages::PagesBackend;
+use std::future::Future;
+use std::sync::Arc;
+use tower_sessions::{Expiry, SessionManagerLayer};
+
+/// What every handler gets; one `Arc`, so handing it to a request costs one increment.
+#[derive(Clone)]
+pub struct AppState(Arc<AppStateInner>);
+
+pub struct AppStateInner {
+    pub service: Arc<Service>,
+    pub leptos: LeptosOptions,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = AppStateInner;
+    fn deref(&self) -> &AppStateInner {
+        &self.0
+    }
+}
+
+impl FromRef<AppState> for LeptosOptions {
+    fn from_ref(state: &AppState) -> Self {
+        state.leptos.clone()
+    }
+}
+
+pub fn leptos_options(config: &crate::config::Config) -> LeptosOptions {
+    LeptosOptions::builder()
+        .output_name("sandbox")
+        .site_root(config.site_root.to_string_lossy().to_string())
+        .site_pkg_dir("pkg")
+        .site_addr(config.listen_addr())
+        .env(leptos::config::Env::PROD)
+        .build()
+}
+
+/// The whole HTTP surface: pages and server functions, the REST API, the proxy, static files.
+/// It makes one [`Front`] per client connection.
+#[derive(Clone)]
+pub struct App {
+    state: AppState,
+    router: Router,
+}
+
+impl App {
+    pub fn new(service: Arc<Service>) -> App {
+        let state = router_state(&service);
+        let router = router(state.clone(), service);
+        App { state, router }
+    }
+
+    /// The service for one client connection from `client`; tests drive it with `oneshot`.
+    pub fn front(&self, client: std::net::IpAddr) -> Front {
+        self.front_holding(client, None)
+    }
+
+    fn front_holding(&self, client: std::net::IpAddr, slot: Option<ConnectionSlot>) -> Front {
+        Front(Arc::new(Connection {
+            state: self.state.clone(),
+            router: self.router.clone(),
+            forwarded_for: http::HeaderValue::from_str(&client.to_string()).ok(),
+            answer: deadline::Deadline::unset(),
+            slot,
+        }))
+    }
+}
+
+/// One client connection's requests. Proxied requests (`/s/…`, the hot path) go straight to the
+/// proxy, past the router's matching, path parameters and extensions; the client's address is
+/// formatted once per connection. hyper clones it for every request: one `Arc`.
+#[derive(Clone)]
+pub struct Front(Arc<Connection>);
+
+struct Connection {
+    state: AppState,
+    router: Router,
+    forwarded_for: Option<http::HeaderValue>,
+    /// How long the editor may take to answer this connection's request in flight.
+    answer: deadline::Deadline,
+    /// This connection's place under the cap, kept by a WebSocket it becomes.
+    slot: Option<ConnectionSlot>,
+}
+
+/// A client connection's place under the connection cap: given back when the connection and
+/// the WebSocket relay it may have become have both ended.
+pub type ConnectionSlot = Arc<tokio::sync::OwnedSemaphorePermit>;
+
+type FrontFuture = std::pin::Pin<
+    Box<dyn Future<Output = Result<axum::response::Response, std::convert::Infallible>> + Send>,
+>;
+
+impl tower::Service<axum::extract::Request> for Front {
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = FrontFuture;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: axum::extract::Request) -> FrontFuture {
+        self.serve(request)
+    }
+}
+
+/// What the server's connections call.
+impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Front {
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = FrontFuture;
+
+    fn call(&self, request: http::Request<hyper::body::Incoming>) -> FrontFuture {
+        self.serve(request.map(axum::body::Body::new))
+    }
+}
+
+impl Front {
+    fn serve(&self, mut request: axum::extract::Request) -> FrontFuture {
+        auth::drop_unreadable_cookies(request.headers_mut());
+        if !http_body::Body::is_end_stream(request.body()) {
+            return self.serve_with_body(request);
+        }
+        self.route(request)
+    }
+
+    /// A request with a body that is answered before the body was read to its end (refused,
+    /// or too large) leaves the rest of the body on the connection, and hyper then closes it.
+    /// Such an answer says so (`Connection: close`), or the client may send its next request on
+    /// the connection as it closes, and see that request fail.
+    fn serve_with_body(&self, request: axum::extract::Request) -> FrontFuture {
+        let read = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = read.clone();
+        let request = request.map(|body| {
+            Watched::body(body, move |_: &Polled, ended| {
+                if ended {
+                    seen.store(true, std::sync::atomic::Ordering::Release);
+                }
+            })
+        });
+        let answer = self.route(request);
+        Box::pin(async move {
+            let mut response = answer.await?;
+            if !read.load(std::sync::atomic::Ordering::Acquire) {
+                response
+                    .headers_mut()
+                    .insert(http::header::CONNECTION, CLOSE);
+            }
+            Ok(response)
+        })
+    }
+
+    fn route(&self, request: axum::extract::Request) -> FrontFuture {
+        if request.uri().path().starts_with("/s/") {
+            let connection = self.0.clone();
+            Box::pin(async move {
+                let client = proxy::Client {
+                    forwarded_for: connection.forwarded_for.as_ref(),
+                    answer: &connection.answer,
+                    slot: connection.slot.as_ref(),
+                };
+                Ok(proxy::handle(&connection.state, client, request).await)
+            })
+        } else {
+            Box::pin(tower::ServiceExt::oneshot(self.0.router.clone(), request))
+        }
+    }
+}
+
+const CLOSE: http::HeaderValue = http::HeaderValue::from_static("close");
+
+/// A request body whose reading is watched: `seen` is told of each poll's outcome, and whether
+/// the body has then reached its end.
+pub(crate) struct Watched<F> {
+    body: axum::body::Body,
+    seen: F,
+}
+
+pub(crate) type Polled =
+    std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, axum::Error>>>;
+
+impl<F: FnMut(&Polled, bool) + Send + Unpin + 'static> Watched<F> {
+    pub(crate) fn body(body: axum::body::Body, seen: F) -> axum::body::Body {
+        axum::body::Body::new(Watched { body, seen })
+    }
+}
+
+impl<F: FnMut(&Polled, bool) + Unpin> http_body::Body for Watched<F> {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Polled {
+        let this = &mut *self;
+        let polled = std::pin::Pin::new(&mut this.body).poll_frame(cx);
+        // The end is a frame with nothing after it, or none.
+        let ended = matches!(polled, std::task::Poll::Ready(None)) || this.body.is_end_stream();
+        (this.seen)(&polled, ended);
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+fn router_state(service: &Arc<Service>) -> AppState {
+    AppState(Arc::new(AppStateInner {
+        leptos: leptos_options(&service.config),
+        service: service.clone(),
+    }))
+}
+
+fn router(state: AppState, service: Arc<Service>) -> Router {
+    let sessions = SessionManagerLayer::new(store::HttpSessionStore::new(service.store.clone()))
+        .with_name(auth::SESSION_COOKIE)
+        .with_http_only(true)
+        .with_same_site(tower_sessions::cookie::SameSite::Lax)
+        .with_secure(service.config.secure_cookies)
+        .with_expiry(Expiry::OnInactivity(time::Duration::days(
+            auth::SIGN_IN_IDLE_DAYS,
+        )));
+    let backend: Arc<dyn app::api::Backend> = Arc::new(PagesBackend(service));
+    let routes = generate_route_list(app::App);
+    let pages = Router::new()
+        .leptos_routes_with_context(&state, routes, move || provide_context(backend.clone()), {
+            let options = state.leptos.clone();
+            move || app::shell(options.clone())
+        })
+        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
+            app::shell,
+        ))
+        .merge(rest::router())
+        .merge(sign_in::router());
+    Router::new()
+        .merge(pages.layer(sessions))
+        .layer(axum::middleware::from_fn(server_fn_error_status))
+        .layer(axum::middleware::from_fn(refuse_cross_site))
+        .with_state(state)
+}
+
+/// Server functions answer every error they return with 500, including bad arguments, which
+/// never reach the function. The body is an [`app::error::AppError`]; it carries its own status.
+async fn server_fn_error_status(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let response = next.run(request).await;
+    if response.status() != StatusCode::INTERNAL_SERVER_ERROR
+        || !response
+            .headers()
+            .contains_key(leptos::server_fn::error::SERVER_FN_ERROR_HEADER)
+    {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    // An error is a short JSON object; anything else passes on as it came.
+    let Ok(bytes) = axum::body::to_bytes(body, 64 * 1024).await else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    if let Ok(error) = serde_json::from_slice::<app::error::AppError>(&bytes)
+        && let Ok(status) = StatusCode::from_u16(error.status())
+    {
+        parts.status = status;
+    }
+    axum::response::Response::from_parts(parts, axum::body::Body::from(bytes))
+}
+
+/// Another site must not make a signed-in browser act here: sign in as someone else, launch,
+/// stop. Reads pass; the REST API's callers are scripts, which send no Origin.
+async fn refuse_cross_site(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if !request.method().is_safe() && auth::from_foreign_origin(request.headers()) {
+        return proxy::cross_site_refused();
+    }
+    next.run(request).await
+}
+
+/// Serves until `shutdown` resolves; background work (activity flushing, ending expired
+/// sessions) runs alongside. On shutdown, long streams end first, editors are stopped when so
+/// configured, then open requests get a few seconds to finish.
+pub async fn run(
+    listener: tokio::net::TcpListener,
+    service: Arc<Service>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let workers = Arc::new(Workers::start(service.clone()));
+    let app = App::new(service);
+    let winding = workers.clone();
+    let signal = async move {
+        shutdown.await;
+        winding.wind_down().await;
+    };
+    listener::serve_connections(listener, app, signal).await;
+    workers.abort();
+    Ok(())
+}

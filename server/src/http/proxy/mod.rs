@@ -1,0 +1,501 @@
+//! Our reverse proxy: `/s/<id>/…` reaches the editor of session `<id>`, for its owner only (and
+//! an admin who chose to enter it, audited, while that lasts).
+//!
+//! HTTP bodies stream both ways; WebSocket (any upgrade) is spliced byte for byte after the
+//! editor's 101. Every request and every chunk of upgraded traffic counts as activity.
+
+mod headers;
+mod respond;
+
+use headers::*;
+pub(crate) use respond::cross_site_refused;
+use respond::{internal_error, json_error, wants_html};
+
+use crate::http::AppState;
+use crate::net::relay;
+use crate::net::upstream::EditorStream;
+use crate::service::routes::Route;
+use app::domain::scope::Scope;
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use http::header::{self, HeaderValue};
+use http::{Request, StatusCode};
+use hyper::upgrade::Upgraded;
+use hyper_util::rt::TokioIo;
+use std::sync::Arc;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+/// The client connection a request came on.
+#[derive(Clone, Copy)]
+pub struct Client<'a> {
+    /// The client's address, sent on to the editor.
+    pub forwarded_for: Option<&'a HeaderValue>,
+    /// The connection's deadline for the editor's answer (requests on it take turns).
+    pub answer: &'a crate::net::deadline::Deadline,
+    /// The connection's place under the cap, which a WebSocket keeps while it lasts.
+    pub slot: Option<&'a crate::http::ConnectionSlot>,
+}
+
+/// Forwards `req` for its owner.
+pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>) -> Response {
+    let forwarded_for = client.forwarded_for;
+    let upgrade = is_upgrade(req.headers());
+    // Another site must not make a signed-in browser change things in the editor, or open its
+    // kernels: editors trust us and skip their own cross-site checks for what we forward.
+    if (!req.method().is_safe() || upgrade)
+        && crate::identity::auth::from_foreign_origin(req.headers())
+    {
+        return cross_site_refused();
+    }
+    let caller = match state.service.auth.caller(req.headers()).await {
+        Ok(caller) => caller,
+        Err(e) => {
+            tracing::error!(error = %e, "proxy auth");
+            return internal_error();
+        }
+    };
+    let Some(caller) = caller else {
+        if req.method() == http::Method::GET && wants_html(req.headers()) {
+            let next = req
+                .uri()
+                .path_and_query()
+                .map(|p| p.as_str())
+                .unwrap_or("/");
+            let location = format!("/login?next={}", percent_encode(next));
+            return (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response();
+        }
+        return json_error(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "please sign in",
+        );
+    };
+    // Before the route: a token's scopes say nothing about which sessions exist.
+    if !caller.scopes.allows(Scope::Access) {
+        return json_error(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "this token lacks the scope `access`, which reaching an editor takes",
+        );
+    }
+    let by_token = caller.by_token;
+    // Set when an admin enters another user's editor: until when their grant lets them.
+    let mut admin_until: Option<i64> = None;
+    let (route, uri) = {
+        let path = req.uri().path();
+        let rest = path.strip_prefix("/s/").unwrap_or_default();
+        let (session_id, tail) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        };
+        let route = match state.service.route(session_id).await {
+            Ok(route) => route,
+            Err(e) => {
+                tracing::error!(error = %e, "proxy route");
+                return internal_error();
+            }
+        };
+        let Some(route) = route else {
+            return json_error(StatusCode::NOT_FOUND, "not_found", "no such session");
+        };
+        // Someone else's session answers exactly like one that does not exist, unless an
+        // admin chose to enter it (audited) and the grant still runs.
+        if route.owner_id != caller.user.id {
+            // Boxed, as rare: see `Service::route`.
+            match Box::pin(state.service.admin_entry(&caller, session_id, by_token)).await {
+                Some(until) => admin_until = Some(until),
+                None => {
+                    return json_error(StatusCode::NOT_FOUND, "not_found", "no such session");
+                }
+            }
+        }
+        if tail.is_empty() {
+            let query = req
+                .uri()
+                .query()
+                .map(|q| format!("?{q}"))
+                .unwrap_or_default();
+            return (
+                StatusCode::PERMANENT_REDIRECT,
+                [(header::LOCATION, format!("{path}/{query}"))],
+            )
+                .into_response();
+        }
+        match upstream_uri(&route, req.uri(), tail) {
+            Some(uri) => (route, uri),
+            None => return json_error(StatusCode::BAD_REQUEST, "invalid", "malformed path"),
+        }
+    };
+    let activity = match (admin_until, by_token) {
+        // An admin looking in is not the user working: it keeps nothing alive.
+        (Some(_), _) => Activity::Uncounted,
+        (None, true) => Activity::Api,
+        (None, false) => Activity::Page,
+    };
+    activity.record(&route);
+
+    // One session's WebSockets have a ceiling, so that one page or script cannot hold every
+    // connection the server has.
+    let websocket = if upgrade {
+        let max = state.service.config.proxy.max_websockets_per_session;
+        match route.open_websocket(max) {
+            Some(open) => Some(open),
+            None => {
+                return json_error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_websockets",
+                    &format!(
+                        "this session has {max} WebSockets open already; close some (other tabs, perhaps) and try again"
+                    ),
+                );
+            }
+        }
+    } else {
+        None
+    };
+    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    // An upgraded connection outlives this request: it is checked again while it lasts.
+    let credential = upgrade
+        .then(|| crate::identity::auth::Credential::of(req.headers()))
+        .flatten();
+    let (mut parts, body) = req.into_parts();
+    let upgrade_to = parts.headers.get(header::UPGRADE).cloned();
+    strip_hop_by_hop(&mut parts.headers);
+    strip_our_credentials(&mut parts.headers, by_token);
+    add_editor_auth(&mut parts.headers, &route.credential);
+    if let Some(ip) = forwarded_for {
+        parts.headers.insert(X_FORWARDED_FOR, ip.clone());
+    }
+    // Behind a TLS ingress the page is https, and the editor's redirects and origin checks must
+    // know; anything else is plain http (a client that claims https only misleads itself).
+    let https = parts
+        .headers
+        .get(X_FORWARDED_PROTO)
+        .is_some_and(|proto| proto.as_bytes().eq_ignore_ascii_case(b"https"));
+    parts
+        .headers
+        .insert(X_FORWARDED_PROTO, if https { HTTPS } else { HTTP });
+    if let Some(protocol) = upgrade_to {
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        parts.headers.insert(header::UPGRADE, protocol);
+    }
+    parts.uri = uri;
+    parts.version = http::Version::HTTP_11;
+    // An editor answers once it has read the body: the wait for its answer counts from the last
+    // byte of an upload, however long the upload takes.
+    let answer_timeout = Duration::from_secs(state.service.config.proxy.answer_timeout_seconds);
+    let body = if http_body::Body::is_end_stream(&body) {
+        body
+    } else {
+        // Every chunk of the upload moves the deadline for the answer.
+        let answer = client.answer.clone();
+        crate::http::Watched::body(body, move |polled: &crate::http::Polled, _| {
+            if let std::task::Poll::Ready(Some(Ok(_))) = polled {
+                answer.reset(std::time::Instant::now() + answer_timeout);
+            }
+        })
+    };
+    let outgoing = Request::from_parts(parts, body);
+
+    let sending = async {
+        if upgrade {
+            Box::pin(crate::net::upstream::upgrade(&route.upstream, outgoing))
+                .await
+                .map(|r| r.map(Body::new))
+        } else {
+            state
+                .service
+                .upstreams
+                .send(&route.upstream, outgoing)
+                .await
+        }
+    };
+    // A hung editor must not hold the browser's connections to us (and so our own pages).
+    let Some(sent) = crate::net::deadline::within(client.answer, answer_timeout, sending).await
+    else {
+        tracing::warn!(session = %route.session_id, "the editor did not answer in time");
+        return json_error(
+            StatusCode::GATEWAY_TIMEOUT,
+            "editor_timeout",
+            "the editor did not answer in time; it may be busy or stuck",
+        );
+    };
+    let mut response = match sent {
+        Ok(response) => response,
+        Err(e) => {
+            tracing::warn!(session = %route.session_id, error = %e, "editor unreachable");
+            // The session may have ended elsewhere: the next request reads it again.
+            state.service.routes.remove(&route.session_id);
+            return json_error(
+                StatusCode::BAD_GATEWAY,
+                "editor_unreachable",
+                "the editor is not answering; it may have stopped",
+            );
+        }
+    };
+
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        // Browsers take cookies from a handshake's answer too.
+        confine_to_session(response.headers_mut(), &route);
+        if let Some(client_upgrade) = client_upgrade {
+            let upstream_upgrade = hyper::upgrade::on(&mut response);
+            let route = route.clone();
+            let busy_poll =
+                Duration::from_micros(state.service.config.proxy.websocket_busy_poll_us);
+            let service = state.service.clone();
+            let slot = client.slot.cloned();
+            // Whose credential it is: the owner's, or an admin's who entered.
+            let user_id = caller.user.id.clone();
+            tokio::spawn(async move {
+                let _held = (slot, websocket);
+                let (Ok(client), Ok(upstream)) = tokio::join!(client_upgrade, upstream_upgrade)
+                else {
+                    return;
+                };
+                let relay = relay_upgraded(client, upstream, route.clone(), activity, busy_poll);
+                let revoked = async {
+                    let grant_ends = async {
+                        match admin_until {
+                            Some(until) => {
+                                let left = (until - crate::util::now_ms()).max(0) as u64;
+                                tokio::time::sleep(Duration::from_millis(left)).await;
+                            }
+                            None => std::future::pending().await,
+                        }
+                    };
+                    match &credential {
+                        Some(credential) => tokio::select! {
+                            () = until_revoked(&service.auth, credential, &user_id, admin_until.is_some()) => {}
+                            () = grant_ends => {}
+                        },
+                        None => std::future::pending().await,
+                    }
+                };
+                // The server's shutdown ends it too, so that draining does not wait for it.
+                let mut shutdown = service.shutdown.subscribe();
+                tokio::select! {
+                    () = relay => {}
+                    () = revoked => {
+                        tracing::info!(session = %route.session_id, "closed a WebSocket whose sign-in ended");
+                    }
+                    _ = shutdown.wait_for(|closing| *closing) => {}
+                }
+            });
+        }
+        let (parts, _) = response.into_parts();
+        return Response::from_parts(parts, Body::empty());
+    }
+
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    confine_to_session(&mut parts.headers, &route);
+    // Only our own pages may frame the editor.
+    parts.headers.insert(header::X_FRAME_OPTIONS, SAMEORIGIN);
+    parts
+        .headers
+        .append(header::CONTENT_SECURITY_POLICY, FRAME_ANCESTORS_SELF);
+    Response::from_parts(parts, body)
+}
+
+/// The request's target at the editor: the same path and query (the editor knows its base URL),
+/// or only what follows the prefix for editors that serve from "/".
+fn upstream_uri(route: &Route, original: &http::Uri, tail: &str) -> Option<http::Uri> {
+    let path_and_query = if route.strip_prefix {
+        let query = original
+            .query()
+            .map(|q| format!("?{q}"))
+            .unwrap_or_default();
+        format!("{tail}{query}").parse().ok()?
+    } else {
+        original.path_and_query()?.clone()
+    };
+    Some(http::Uri::from(path_and_query))
+}
+
+fn percent_encode(text: &str) -> String {
+    let mut out = String::new();
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Connections busy-polling at once (see [`crate::net::relay`]): one per two cores, so none on a
+/// single core, where a poll would stall every other task and the side it waits for.
+static SPIN_LIMIT: LazyLock<relay::SpinLimit> = LazyLock::new(|| {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    relay::SpinLimit::new(cores / 2)
+});
+
+/// How often an open WebSocket's credential is checked again, for changes on other replicas
+/// (those on this one are seen at once): a lock, a logout, a revoked token.
+const RECHECK_CREDENTIAL: Duration = Duration::from_secs(10);
+
+/// Returns once `credential` no longer stands for `owner_id` (whoever it was made for), or, `as_admin`,
+/// no longer for an admin acting as one: checked
+/// at once when this server forgets that user or that sign-in, and every [`RECHECK_CREDENTIAL`] otherwise, each
+/// connection at its own phase so that they do not all ask at once. A failing database keeps the
+/// connection: it is the editor's work the user would lose.
+async fn until_revoked(
+    auth: &crate::identity::auth::Authenticator,
+    credential: &crate::identity::auth::Credential,
+    owner_id: &str,
+    as_admin: bool,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    let mut forgotten = auth.forgotten();
+    let phase =
+        Duration::from_millis(rand::random::<u64>() % RECHECK_CREDENTIAL.as_millis() as u64);
+    let mut recheck =
+        tokio::time::interval_at(tokio::time::Instant::now() + phase, RECHECK_CREDENTIAL);
+    recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut listening = true;
+    loop {
+        tokio::select! {
+            _ = recheck.tick() => {}
+            what = forgotten.recv(), if listening => match what {
+                Ok(what) if credential.touched_by(&what, owner_id) => {}
+                Ok(_) => continue,
+                // Missed some: one of them may have been ours.
+                Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => {
+                    listening = false;
+                    continue;
+                }
+            },
+        }
+        match auth.caller_of(credential).await {
+            // An admin who entered must stay one (a demotion ends it), acting as one now.
+            Ok(Some(caller))
+                if caller.user.id == owner_id
+                    && (!as_admin
+                        || (caller.user.role == app::model::Role::Admin
+                            && caller.scopes().allows(Scope::Admin))) => {}
+            Ok(_) => return,
+            Err(e) => tracing::warn!(error = %e, "checking a WebSocket's credential again"),
+        }
+    }
+}
+
+/// Whose traffic a request is, for the idle reaper.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Activity {
+    /// The user's browser.
+    Page,
+    /// The user's scripts (a bearer token).
+    Api,
+    /// An admin who entered: not the user's work.
+    Uncounted,
+}
+
+impl Activity {
+    fn record(self, route: &Route) {
+        match self {
+            Activity::Page => route.touch(),
+            Activity::Api => route.touch_api(),
+            Activity::Uncounted => {}
+        }
+    }
+}
+
+/// hyper's upgraded stream may hold bytes it read ahead, so the relay never reads under it.
+impl relay::Side for TokioIo<Upgraded> {
+    fn pollable(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+}
+
+/// Relays an upgraded connection until both sides have ended it; bytes either way count as
+/// `activity`.
+async fn relay_upgraded(
+    client: Upgraded,
+    upstream: Upgraded,
+    route: Arc<Route>,
+    activity: Activity,
+    busy_poll: Duration,
+) {
+    // Always our own connection type (`upstream::upgrade`), a plain socket.
+    let editor = match upstream.downcast::<TokioIo<EditorStream>>() {
+        Ok(editor) => editor,
+        Err(_) => {
+            tracing::error!(session = %route.session_id, "an upgraded editor connection of an unknown type");
+            return;
+        }
+    };
+    let mut editor_stream = editor.io.into_inner();
+    let traffic = || activity.record(&route);
+    // A plain socket from our own listener; other servers (tests') keep hyper's stream.
+    let relayed = match client.downcast::<TokioIo<tokio::net::TcpStream>>() {
+        Ok(client) => {
+            let mut tcp = client.io.into_inner();
+            let (pending, editor_pending) = (&client.read_buf, &editor.read_buf);
+            relay::relay(
+                &mut tcp,
+                pending,
+                &mut editor_stream,
+                editor_pending,
+                busy_poll,
+                &SPIN_LIMIT,
+                traffic,
+            )
+            .await
+        }
+        Err(client) => {
+            let mut client = TokioIo::new(client);
+            relay::relay(
+                &mut client,
+                b"",
+                &mut editor_stream,
+                &editor.read_buf,
+                busy_poll,
+                &SPIN_LIMIT,
+                traffic,
+            )
+            .await
+        }
+    };
+    if let Err(e) = relayed {
+        tracing::debug!(session = %route.session_id, error = %e, "upgraded connection ended");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::editors::UpstreamAuth;
+    #[test]
+    fn upstream_targets_keep_or_strip_the_prefix() {
+        let keep = Route::new(
+            "s".into(),
+            "u".into(),
+            "127.0.0.1:9".into(),
+            UpstreamAuth::Header("a", "b".into()),
+            false,
+            0,
+        );
+        let strip = Route::new(
+            "s".into(),
+            "u".into(),
+            "unix:/run/e.sock".into(),
+            UpstreamAuth::Header("a", "b".into()),
+            true,
+            0,
+        );
+        let original: http::Uri = "/s/abc/lab/tree?x=1&y=%20".parse().unwrap();
+        assert_eq!(
+            upstream_uri(&keep, &original, "/lab/tree").unwrap(),
+            "/s/abc/lab/tree?x=1&y=%20"
+        );
+        assert_eq!(
+            upstream_uri(&strip, &original, "/lab/tree").unwrap(),
+            "/lab/tree?x=1&y=%20"
+        );
+    }
+}

@@ -1,0 +1,211 @@
+//! `/api/v1/admin/…` (role admin and the scope `admin`; see `crate::service::admin`).
+
+use super::{ApiError, ApiJson, ApiQuery, ApiResult, ApiUser, PathId, images, promotions};
+use crate::http::AppState;
+use app::error::AppError;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Serialize;
+
+pub(super) fn admin_router() -> Router<AppState> {
+    Router::new()
+        .route("/users", get(admin_users))
+        .route("/users/{id}", axum::routing::patch(admin_change_user))
+        .route("/users/{id}/credits", post(admin_grant))
+        .route(
+            "/users/{id}/quota",
+            axum::routing::put(admin_set_quota).patch(admin_change_quota),
+        )
+        .route("/sessions", get(admin_sessions))
+        .route("/sessions/{id}", get(admin_session).delete(admin_stop))
+        .route("/sessions/{id}/access", post(admin_open_editor))
+        .route("/pool", get(admin_pool))
+        .route("/audit", get(admin_audit))
+        .route("/usage", get(admin_usage))
+        .route("/settings", get(admin_settings))
+        .route("/promotions", get(promotions::admin_promotions))
+        .route(
+            "/images",
+            get(images::admin_images).post(images::admin_add_image),
+        )
+        .route(
+            "/images/{id}",
+            axum::routing::patch(images::admin_set_image),
+        )
+        .route(
+            "/promotions/{id}/{decision}",
+            post(promotions::admin_decide_promotion),
+        )
+}
+
+pub(super) async fn admin_users(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    ApiQuery(query): ApiQuery,
+) -> ApiResult<Json<app::domain::listing::Page<app::model::AdminUser>>> {
+    Ok(Json(state.service.admin_users(&viewer, &query).await?))
+}
+
+pub(super) async fn admin_change_user(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+    ApiJson(change): ApiJson<app::model::UserChange>,
+) -> ApiResult<StatusCode> {
+    state.service.change_user(&viewer, &id, &change).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct GrantBody {
+    /// Credits as text or a number: "10", 2.5; negative takes back.
+    amount: serde_json::Value,
+    #[serde(default)]
+    note: String,
+}
+
+#[derive(Serialize)]
+pub(super) struct Granted {
+    /// Milli-credits.
+    balance: i64,
+    /// The balance in credits, as the pages write it.
+    credits: String,
+}
+
+pub(super) async fn admin_grant(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+    ApiJson(body): ApiJson<GrantBody>,
+) -> ApiResult<Json<Granted>> {
+    let amount = match &body.amount {
+        serde_json::Value::String(text) => text.clone(),
+        serde_json::Value::Number(number) => number.to_string(),
+        _ => {
+            return Err(ApiError(AppError::Invalid(
+                "`amount` is a number of credits, e.g. 10 or \"2.5\"".into(),
+            )));
+        }
+    };
+    let balance = state
+        .service
+        .grant_credits(Some(&viewer), &id, &amount, &body.note)
+        .await?;
+    Ok(Json(Granted {
+        balance,
+        credits: app::domain::credits::format(balance),
+    }))
+}
+
+pub(super) async fn admin_sessions(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    ApiQuery(query): ApiQuery,
+) -> ApiResult<Json<app::domain::listing::Page<app::model::AdminSession>>> {
+    Ok(Json(state.service.admin_sessions(&viewer, &query).await?))
+}
+
+pub(super) async fn admin_session(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+) -> ApiResult<Json<app::model::AdminSession>> {
+    Ok(Json(state.service.admin_session(&viewer, &id).await?))
+}
+
+pub(super) async fn admin_open_editor(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+) -> ApiResult<Json<app::model::EditorAccess>> {
+    Ok(Json(state.service.admin_open_editor(&viewer, &id).await?))
+}
+
+pub(super) async fn admin_stop(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+) -> ApiResult<Json<app::model::AdminSession>> {
+    Ok(Json(state.service.admin_stop(&viewer, &id).await?))
+}
+
+pub(super) async fn admin_pool(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+) -> ApiResult<Json<Vec<app::model::AdminGpu>>> {
+    Ok(Json(state.service.admin_pool(&viewer).await?))
+}
+
+pub(super) async fn admin_audit(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    ApiQuery(query): ApiQuery,
+) -> ApiResult<Json<app::domain::listing::Page<app::model::AuditLine>>> {
+    Ok(Json(state.service.admin_audit(&viewer, &query).await?))
+}
+
+pub(super) async fn admin_usage(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    ApiQuery(query): ApiQuery,
+) -> ApiResult<Json<app::domain::listing::Page<app::model::UsageRow>>> {
+    Ok(Json(state.service.admin_usage(&viewer, &query).await?))
+}
+
+/// A user's quota overrides; each left out (or null) goes back to the configured default.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct QuotaBody {
+    #[serde(default)]
+    max_sessions: Option<u32>,
+    #[serde(default)]
+    max_gpu_mib: Option<u64>,
+    #[serde(default)]
+    max_minutes: Option<u32>,
+    #[serde(default)]
+    max_disk_mib: Option<u64>,
+}
+
+pub(super) async fn admin_set_quota(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+    ApiJson(body): ApiJson<QuotaBody>,
+) -> ApiResult<Json<app::domain::quota::Limits>> {
+    let overrides = app::domain::quota::Overrides {
+        max_sessions: body.max_sessions,
+        max_gpu_mib: body.max_gpu_mib,
+        max_minutes: body.max_minutes,
+        max_disk_mib: body.max_disk_mib,
+    };
+    Ok(Json(
+        state
+            .service
+            .set_user_quota(&viewer, &id, &overrides)
+            .await?,
+    ))
+}
+
+pub(super) async fn admin_change_quota(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+    ApiJson(change): ApiJson<app::domain::quota::OverridesChange>,
+) -> ApiResult<Json<app::domain::quota::Limits>> {
+    Ok(Json(
+        state
+            .service
+            .change_user_quota(&viewer, &id, change)
+            .await?,
+    ))
+}
+
+pub(super) async fn admin_settings(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+) -> ApiResult<Json<Vec<app::model::SettingsSection>>> {
+    Ok(Json(state.service.admin_settings(&viewer)?))
+}

@@ -1,0 +1,219 @@
+//! The REST API, `/api/v1/…`: the scripts' door to the same service functions as the pages.
+
+mod admin;
+mod images;
+mod promotions;
+mod sessions;
+mod tokens;
+
+use crate::http::AppState;
+use app::error::AppError;
+use app::model::Viewer;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Serialize;
+
+/// `{error, message}` with the status that fits.
+pub struct ApiError(pub AppError);
+
+impl From<AppError> for ApiError {
+    fn from(e: AppError) -> Self {
+        ApiError(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.0.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (
+            status,
+            Json(serde_json::json!({ "error": self.0.code(), "message": self.0.to_string() })),
+        )
+            .into_response()
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// The caller, by bearer token or session cookie.
+pub struct ApiUser(pub Viewer);
+
+impl FromRequestParts<AppState> for ApiUser {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        match state.service.auth.caller(&parts.headers).await {
+            Ok(Some(caller)) => Ok(ApiUser(caller.viewer())),
+            Ok(None) => Err(ApiError(AppError::Unauthenticated)),
+            Err(e) => Err(ApiError(e.into())),
+        }
+    }
+}
+
+/// JSON bodies whose every rejection is a clear `{error, message}`.
+pub struct ApiJson<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(value)) => Ok(ApiJson(value)),
+            Err(JsonRejection::BytesRejection(rejection))
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE =>
+            {
+                Err(ApiError(AppError::TooLarge(
+                    "the request body is too large (at most 16 KiB)".into(),
+                )))
+            }
+            Err(JsonRejection::BytesRejection(_)) => Err(ApiError(AppError::Invalid(
+                "the request body could not be read".into(),
+            ))),
+            Err(JsonRejection::MissingJsonContentType(_)) => Err(ApiError(AppError::Invalid(
+                "send JSON with Content-Type: application/json".into(),
+            ))),
+            Err(rejection) => Err(ApiError(AppError::Invalid(format!(
+                "malformed JSON: {}",
+                rejection.body_text()
+            )))),
+        }
+    }
+}
+
+/// An id from the path; one that is not even text is a clear 400 like any bad input.
+pub struct PathId(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(id)) => Ok(PathId(id)),
+            Err(_) => Err(ApiError(AppError::Invalid(
+                "the id in the path is not valid".into(),
+            ))),
+        }
+    }
+}
+
+pub fn router() -> Router<AppState> {
+    let v1 = Router::new()
+        .route("/health", get(health))
+        .route("/me", get(me))
+        .route(
+            "/sessions",
+            get(sessions::list_sessions).post(sessions::create_session),
+        )
+        .route(
+            "/sessions/{id}",
+            get(sessions::get_session).delete(sessions::delete_session),
+        )
+        .route("/sessions/{id}/events", get(sessions::session_events))
+        .route("/sessions/{id}/heartbeat", post(sessions::heartbeat))
+        .route("/sessions/{id}/extend", post(sessions::extend))
+        .route("/quota", get(quota))
+        .route(
+            "/tokens",
+            get(tokens::list_tokens).post(tokens::create_token),
+        )
+        .route("/tokens/{id}", axum::routing::delete(tokens::revoke_token))
+        .route("/pool", get(pool))
+        .route(
+            "/sessions/{id}/promotions",
+            post(promotions::request_promotion),
+        )
+        .route("/promotions", get(promotions::list_promotions))
+        .route("/images", get(images::list_images))
+        .route("/promotions/{id}", get(promotions::get_promotion))
+        .nest("/admin", admin::admin_router())
+        .fallback(|| async { ApiError(AppError::NotFound) })
+        .method_not_allowed_fallback(|| async {
+            (
+                http::StatusCode::METHOD_NOT_ALLOWED,
+                Json(serde_json::json!({
+                    "error": "method_not_allowed",
+                    "message": "this path does not take that method",
+                })),
+            )
+        })
+        .layer(axum::extract::DefaultBodyLimit::max(16 * 1024));
+    Router::new().nest("/api/v1", v1)
+}
+
+/// For load balancers and probes: answers when the database does.
+async fn health(State(state): State<AppState>) -> ApiResult<Json<serde_json::Value>> {
+    state
+        .service
+        .store
+        .count_users()
+        .await
+        .map_err(AppError::from)?;
+    Ok(Json(serde_json::json!({ "status": "ok" })))
+}
+
+#[derive(Serialize)]
+struct Me {
+    #[serde(flatten)]
+    viewer: Viewer,
+    /// With the scope `read` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    credits: Option<app::model::CreditsView>,
+}
+
+/// Who the caller is, for any of their tokens; their credits, for one that may read.
+async fn me(State(state): State<AppState>, ApiUser(viewer): ApiUser) -> ApiResult<Json<Me>> {
+    let credits = if viewer.scopes.allows(app::domain::scope::Scope::Read) {
+        let (balance, held) = state
+            .service
+            .store
+            .credits(&viewer.id)
+            .await
+            .map_err(AppError::from)?;
+        Some(app::model::CreditsView { balance, held })
+    } else {
+        None
+    };
+    Ok(Json(Me { viewer, credits }))
+}
+
+/// The launch choices: slice sizes with price, free slots, pre-started editors and the queue.
+async fn pool(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+) -> ApiResult<Json<Vec<app::model::SliceOption>>> {
+    Ok(Json(state.service.dashboard(&viewer).await?.slices))
+}
+
+async fn quota(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+) -> ApiResult<Json<app::model::QuotaView>> {
+    Ok(Json(state.service.quota(&viewer).await?))
+}
+
+/// A table's paging, sorting and filtering from the query string; anything unreadable is a
+/// clear 400.
+pub struct ApiQuery(pub app::domain::listing::ListQuery);
+
+impl<S: Send + Sync> FromRequestParts<S> for ApiQuery {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(query)) => Ok(ApiQuery(query)),
+            Err(rejection) => Err(ApiError(AppError::Invalid(format!(
+                "the query string is malformed: {}; it takes page, per_page, sort, q and filter",
+                rejection.body_text()
+            )))),
+        }
+    }
+}

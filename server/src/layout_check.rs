@@ -1,0 +1,225 @@
+//! The folder order of both crates, checked on every test run: each folder imports only the
+//! folders its row names (ARCHITECTURE.md, "Crates and folders"), so no import cycle can form
+//! between folders. Read from the sources' `crate::<folder>` paths, leaving out comments and
+//! `#[cfg(test)]` modules.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The server crate: folder (or top-level file) → the folders it may import.
+const SERVER: &[(&str, &[&str])] = &[
+    ("util", &[]),
+    ("config", &["util"]),
+    ("net", &["util"]),
+    ("store", &["util"]),
+    ("runtime", &["config", "net", "util"]),
+    ("identity", &["config", "net", "store", "util"]),
+    ("registry", &["config", "net", "util"]),
+    (
+        "service",
+        &[
+            "config", "identity", "net", "registry", "runtime", "store", "util",
+        ],
+    ),
+    (
+        "http",
+        &[
+            "config", "identity", "net", "runtime", "service", "store", "util",
+        ],
+    ),
+    (
+        "boot",
+        &[
+            "config", "http", "identity", "net", "registry", "runtime", "service", "store", "util",
+        ],
+    ),
+    (
+        "cli",
+        &[
+            "boot", "config", "http", "identity", "net", "registry", "runtime", "service", "store",
+            "util",
+        ],
+    ),
+];
+
+/// The app crate.
+const APP: &[(&str, &[&str])] = &[
+    ("domain", &[]),
+    ("error", &["domain"]),
+    ("model", &["domain", "error"]),
+    ("api", &["domain", "error", "model"]),
+    ("ui", &["api", "domain", "error", "model"]),
+];
+
+/// Crates the pure domain never names: it compiles for the browser and is tested alone.
+const NOT_IN_DOMAIN: &[&str] = &["leptos", "axum", "sqlx", "kube", "tokio", "web_sys"];
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("a source folder") {
+        let path = entry.expect("a folder entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The lines of `text` that are code: no comments, no `#[cfg(test)]` item (it ends at the
+/// closing brace, or the `;`, at the attribute's own indentation).
+fn code_lines(text: &str) -> Vec<&str> {
+    let mut lines = Vec::new();
+    let mut skipping: Option<String> = None;
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        let indent = &line[..line.len() - trimmed.len()];
+        if let Some(item_indent) = &skipping {
+            let ends = indent == item_indent
+                && (trimmed == "}" || (trimmed.ends_with(';') && !trimmed.starts_with('#')));
+            if ends {
+                skipping = None;
+            }
+            continue;
+        }
+        if trimmed.starts_with("#[cfg(test)]") {
+            skipping = Some(indent.to_string());
+            continue;
+        }
+        if trimmed.starts_with("//") {
+            continue;
+        }
+        lines.push(line.split(" //").next().unwrap_or(line));
+    }
+    lines
+}
+
+/// Every `crate::<name>` a line names.
+fn crate_paths(line: &str) -> Vec<&str> {
+    let mut found = Vec::new();
+    let mut rest = line;
+    while let Some(at) = rest.find("crate::") {
+        let before = rest[..at].chars().last();
+        rest = &rest[at + "crate::".len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+            continue;
+        }
+        // `crate::{a, b::c}` names `a` and `b` (one line's worth of the group).
+        if let Some(group) = rest.strip_prefix('{') {
+            let group = group.split('}').next().unwrap_or(group);
+            for part in group.split(',') {
+                let name = part.trim().split("::").next().unwrap_or("");
+                if !name.is_empty() {
+                    found.push(name);
+                }
+            }
+            continue;
+        }
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        found.push(&rest[..end]);
+    }
+    found
+}
+
+/// The folder a source file belongs to: its first component under `src`, or its stem.
+fn folder_of(src: &Path, file: &Path) -> String {
+    let relative = file.strip_prefix(src).expect("under src");
+    let first = relative.components().next().expect("a component");
+    let first = first.as_os_str().to_string_lossy();
+    first.trim_end_matches(".rs").to_string()
+}
+
+/// Imports that break the table: "folder/file.rs imports `crate::x`".
+fn violations(src: &Path, table: &[(&str, &[&str])], roots: &[&str]) -> Vec<String> {
+    let allowed: BTreeMap<&str, BTreeSet<&str>> = table
+        .iter()
+        .map(|(folder, may)| (*folder, may.iter().copied().collect()))
+        .collect();
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files.sort();
+    let mut found = Vec::new();
+    for file in files {
+        let folder = folder_of(src, &file);
+        if roots.contains(&folder.as_str()) {
+            continue;
+        }
+        let Some(may) = allowed.get(folder.as_str()) else {
+            found.push(format!(
+                "{}: the folder `{folder}` has no row in the layout table",
+                file.display()
+            ));
+            continue;
+        };
+        let text = std::fs::read_to_string(&file).expect("a source file");
+        for line in code_lines(&text) {
+            for target in crate_paths(line) {
+                if target != folder && allowed.contains_key(target) && !may.contains(target) {
+                    found.push(format!(
+                        "{} imports `crate::{target}`",
+                        file.strip_prefix(src).unwrap_or(&file).display()
+                    ));
+                }
+            }
+        }
+    }
+    found.dedup();
+    found
+}
+
+fn sources(crate_dir: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(crate_dir)
+        .join("src")
+}
+
+#[test]
+fn server_folders_import_only_those_before_them() {
+    let found = violations(&sources("server"), SERVER, &["lib", "main", "layout_check"]);
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+#[test]
+fn app_folders_import_only_those_before_them() {
+    let found = violations(&sources("app"), APP, &["lib"]);
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+#[test]
+fn the_domain_names_no_framework() {
+    let mut files = Vec::new();
+    rust_files(&sources("app").join("domain"), &mut files);
+    let mut found = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("a source file");
+        for line in code_lines(&text) {
+            for name in NOT_IN_DOMAIN {
+                if line.contains(&format!("{name}::")) {
+                    found.push(format!("{} names {name}", file.display()));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+#[test]
+fn the_check_sees_a_forbidden_import() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("store")).unwrap();
+    std::fs::write(
+        dir.path().join("store/mod.rs"),
+        "use crate::util::now_ms;\n// crate::service is only a comment\nuse crate::service::Service;\nuse crate::{util, http::App};\n#[cfg(test)]\nmod tests {\n    use crate::http::App;\n}\n",
+    )
+    .unwrap();
+    let found = violations(dir.path(), SERVER, &[]);
+    assert_eq!(
+        found,
+        [
+            "store/mod.rs imports `crate::service`",
+            "store/mod.rs imports `crate::http`"
+        ]
+    );
+}

@@ -1,0 +1,485 @@
+//! Accounts and sign-in: local passwords, single sign-on, sign-in sessions, API tokens and the
+//! confirmations that making a token or entering the admin pages takes.
+
+use super::Service;
+use crate::identity::auth::{self, USER_KEY};
+use crate::store::{StoreError, TokenRecord, UserRecord};
+use app::domain::scope::{Scope, Scopes};
+use app::error::AppError;
+use app::model::*;
+
+impl Service {
+    /// The first admin, on an empty database: returns the generated password to show once.
+    pub async fn ensure_admin(&self) -> Result<Option<String>, StoreError> {
+        if self.store.count_users().await? > 0 {
+            return Ok(None);
+        }
+        let password = auth::random_secret(9);
+        let hash =
+            auth::hash_password(&password).map_err(|_| StoreError::NotFound("password hasher"))?;
+        match self
+            .store
+            .create_user(
+                "admin",
+                Some(&hash),
+                Role::Admin,
+                self.config.initial_grant(),
+                None,
+            )
+            .await
+        {
+            Ok(_) => Ok(Some(password)),
+            // Another replica created it first.
+            Err(StoreError::Duplicate(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn create_user(
+        &self,
+        name: &str,
+        password: Option<&str>,
+        role: Role,
+        actor: Option<&str>,
+    ) -> Result<UserRecord, AppError> {
+        let name = checked_user_name(name)?;
+        let hash = match password {
+            Some(p) if p.chars().count() < 8 => {
+                return Err(AppError::Invalid(
+                    "a password must have at least 8 characters".into(),
+                ));
+            }
+            Some(p) => Some(auth::hash_password(p).map_err(|_| AppError::Internal)?),
+            None => None,
+        };
+        Ok(self
+            .store
+            .create_user(
+                name,
+                hash.as_deref(),
+                role,
+                self.config.initial_grant(),
+                actor,
+            )
+            .await?)
+    }
+
+    /// Locks or unlocks an account; a locked one loses access at once (cookies and tokens).
+    pub async fn set_locked(
+        &self,
+        user_id: &str,
+        locked: bool,
+        actor_id: Option<&str>,
+    ) -> Result<(), AppError> {
+        self.store.set_locked(user_id, locked, actor_id).await?;
+        self.auth.forget_user(user_id);
+        Ok(())
+    }
+
+    /// Sign-in through a tower-sessions session: cycles its id, as after any privilege change.
+    pub async fn login(
+        &self,
+        session: &tower_sessions::Session,
+        name: &str,
+        password: &str,
+    ) -> Result<Viewer, AppError> {
+        let failed = || {
+            AppError::SignInFailed("Wrong user name or password, or the account is locked.".into())
+        };
+        // Names are at most 64 characters: a longer one is nobody, and is not kept whole.
+        let name = name.trim();
+        let name = name
+            .char_indices()
+            .nth(MAX_NAME_CHARS)
+            .map_or(name, |(end, _)| &name[..end]);
+        if let Err(wait) = self.sign_ins.attempt(name, std::time::Instant::now()) {
+            return Err(AppError::RateLimited(format!(
+                "Too many failed sign-ins for this name. Try again in {} seconds.",
+                wait.as_secs().max(1)
+            )));
+        }
+        let user = self.store.user_by_name(name).await?;
+        let hash = user.as_ref().and_then(|u| u.password_hash.clone());
+        let ok = auth::check_password(password.to_string(), hash).await;
+        let user = match user {
+            Some(user) if ok && !user.locked => user,
+            _ => {
+                let _ = self
+                    .store
+                    .audit(None, "login.failed", &format!("user:{name}"), "")
+                    .await;
+                return Err(failed());
+            }
+        };
+        self.sign_ins.succeeded(name);
+        self.begin_session(session, &user, "password").await
+    }
+
+    /// Signs in the person an OpenID Connect provider vouched for: the account linked to their
+    /// identity, made at their first sign-in (when its name is free), with the role their groups
+    /// give where the provider decides roles.
+    pub async fn oidc_sign_in(
+        &self,
+        session: &tower_sessions::Session,
+        identity: &crate::identity::oidc::Identity,
+    ) -> Result<Viewer, AppError> {
+        let oidc = self.oidc.as_ref().ok_or(AppError::NotFound)?;
+        let role = crate::identity::oidc::role_of(identity, &oidc.config.admin_groups);
+        let taken = || {
+            AppError::Conflict(format!(
+                "The name {} belongs to another account here. Ask an admin.",
+                identity.name
+            ))
+        };
+        let user = match self.store.user_by_oidc_subject(&identity.subject).await? {
+            Some(user) => user,
+            None => {
+                let name = checked_user_name(&identity.name)?;
+                // Never by name: a provider's user named like a local account (the first
+                // admin, say) must not become it. The name's uniqueness refuses that.
+                match self
+                    .store
+                    .create_oidc_user(
+                        name,
+                        &identity.subject,
+                        role.unwrap_or(Role::User),
+                        self.config.initial_grant(),
+                    )
+                    .await
+                {
+                    Ok(user) => user,
+                    // The name is another account's, unless this person's other sign-in
+                    // (two tabs, two replicas) made this one a moment ago.
+                    Err(StoreError::Duplicate(_)) => self
+                        .store
+                        .user_by_oidc_subject(&identity.subject)
+                        .await?
+                        .ok_or_else(taken)?,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        };
+        if user.locked {
+            return Err(AppError::SignInFailed("This account is locked.".into()));
+        }
+        let user = match role {
+            Some(role) if role != user.role => {
+                self.store
+                    .set_role(&user.id, role, None, "groups from the identity provider")
+                    .await?;
+                self.auth.forget_user(&user.id);
+                UserRecord { role, ..user }
+            }
+            _ => user,
+        };
+        self.begin_session(session, &user, "oidc").await
+    }
+
+    /// Lets the single sign-on identity `subject` (`<issuer>|<sub>`) sign in to the account
+    /// `user_id`, in place of any it had.
+    pub async fn link_identity(&self, user_id: &str, subject: &str) -> Result<(), AppError> {
+        let well_formed = subject
+            .split_once('|')
+            .is_some_and(|(issuer, sub)| issuer.contains("://") && !sub.is_empty());
+        if !well_formed {
+            return Err(AppError::Invalid(
+                "an identity is `<issuer>|<subject>`, as the server's log names it".into(),
+            ));
+        }
+        match self.store.link_oidc(user_id, subject).await {
+            Err(StoreError::Duplicate(_)) => Err(AppError::Conflict(
+                "another account already signs in with that identity".into(),
+            )),
+            done => Ok(done?),
+        }
+    }
+
+    /// A new sign-in for `user` in `session`, under a new id, audited.
+    async fn begin_session(
+        &self,
+        session: &tower_sessions::Session,
+        user: &UserRecord,
+        how: &str,
+    ) -> Result<Viewer, AppError> {
+        session.cycle_id().await.map_err(|e| {
+            tracing::error!(error = %e, "cycling the session id");
+            AppError::Internal
+        })?;
+        // A single sign-on's round trip gave the session a short life; a sign-in has the usual.
+        session.set_expiry(Some(tower_sessions::Expiry::OnInactivity(
+            time::Duration::days(auth::SIGN_IN_IDLE_DAYS),
+        )));
+        session.insert(USER_KEY, &user.id).await.map_err(|e| {
+            tracing::error!(error = %e, "writing the session");
+            AppError::Internal
+        })?;
+        session
+            .insert(auth::SIGNED_IN_KEY, crate::util::now_ms())
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "writing the session");
+                AppError::Internal
+            })?;
+        // A confirmation was someone's, at some time: a new sign-in starts without one (a
+        // single sign-on that confirmed writes its own afterwards).
+        for key in [auth::ADMIN_CONFIRMED_KEY, auth::SSO_CONFIRMED_KEY] {
+            session.remove_value(key).await.map_err(|e| {
+                tracing::error!(error = %e, "writing the session");
+                AppError::Internal
+            })?;
+        }
+        self.store
+            .audit(Some(&user.id), "login", &format!("user:{}", user.name), how)
+            .await?;
+        Ok(user.viewer(Scopes::ALL))
+    }
+
+    pub async fn logout(
+        &self,
+        session: &tower_sessions::Session,
+        cookie: Option<&str>,
+    ) -> Result<(), AppError> {
+        // The record first: a lookup after this finds nobody, and one already under way sees
+        // the forget below and does not cache what it found.
+        session.flush().await.map_err(|e| {
+            tracing::error!(error = %e, "ending the session");
+            AppError::Internal
+        })?;
+        if let Some(cookie) = cookie {
+            self.auth.forget_cookie(cookie);
+        }
+        Ok(())
+    }
+
+    // ---- API tokens ----
+
+    /// A new API token for the viewer; its secret is shown this once and kept only as a hash.
+    pub async fn create_token(
+        &self,
+        viewer: &Viewer,
+        label: &str,
+        scopes: Option<Scopes>,
+        days: Option<u32>,
+    ) -> Result<NewToken, AppError> {
+        viewer.scopes.require(Scope::Tokens)?;
+        // `admin` is of use to an admin only: nobody else's tokens carry it (nor their viewer).
+        if viewer.role != Role::Admin && scopes.is_some_and(|s| s.allows(Scope::Admin)) {
+            return Err(AppError::Forbidden(
+                "only an admin can give a token the scope `admin`".into(),
+            ));
+        }
+        // A token makes tokens of at most its own scopes; a sign-in, of any. `admin` only when
+        // asked for.
+        let scopes = scopes.unwrap_or(viewer.scopes.without(Scope::Admin));
+        if !scopes.within(viewer.scopes) {
+            return Err(AppError::Forbidden(format!(
+                "a token can grant only scopes it has itself ({})",
+                viewer.scopes
+            )));
+        }
+        let label = label.trim();
+        if label.is_empty() || label.chars().count() > 64 || label.chars().any(char::is_control) {
+            return Err(AppError::Invalid(
+                "a token's label must be 1 to 64 characters, without control characters".into(),
+            ));
+        }
+        if days.is_some_and(|d| !(1..=MAX_TOKEN_DAYS).contains(&d)) {
+            return Err(AppError::Invalid(format!(
+                "a token lasts 1 to {MAX_TOKEN_DAYS} days (leave the days out for one that does not expire)"
+            )));
+        }
+        let (token, hash) = auth::new_api_token();
+        let asked = days.map(|d| crate::util::now_ms() + i64::from(d) * 86_400_000);
+        // A token that expires makes none that outlives it.
+        let expires_at = match (asked, viewer.token_expires_at_ms) {
+            (Some(asked), Some(limit)) => Some(asked.min(limit)),
+            (asked, limit) => asked.or(limit),
+        };
+        let id = self
+            .store
+            .create_token(&viewer.id, &hash, label, scopes, expires_at)
+            .await?;
+        Ok(NewToken {
+            id,
+            label: label.to_string(),
+            scopes,
+            token,
+            expires_at,
+        })
+    }
+
+    /// What a browser's sign-in must show to make a token: see [`Confirmation`].
+    /// `confirmed_at` is when this browser last confirmed at the identity provider.
+    pub async fn confirmation(
+        &self,
+        viewer: &Viewer,
+        by_token: bool,
+        confirmed_at: Option<i64>,
+    ) -> Result<Confirmation, AppError> {
+        Ok(self
+            .confirmation_and_hash(viewer, by_token, confirmed_at)
+            .await?
+            .0)
+    }
+
+    /// The confirmation, and the account's password hash to check it against.
+    async fn confirmation_and_hash(
+        &self,
+        viewer: &Viewer,
+        by_token: bool,
+        confirmed_at: Option<i64>,
+    ) -> Result<(Confirmation, Option<String>), AppError> {
+        if by_token {
+            return Ok((Confirmation::None, None));
+        }
+        let user = self
+            .store
+            .user_by_id(&viewer.id)
+            .await?
+            .ok_or(AppError::Unauthenticated)?;
+        let confirmation = match (&user.password_hash, &self.oidc) {
+            (None, Some(oidc)) => Confirmation::SingleSignOn {
+                provider: oidc.config.display_name.clone(),
+                fresh: confirmed_at
+                    .is_some_and(|at| crate::util::now_ms() - at < SSO_CONFIRMATION_MS),
+            },
+            _ => Confirmation::Password,
+        };
+        Ok((confirmation, user.password_hash))
+    }
+
+    /// Refuses unless the request shows what [`Self::confirmation`] asks for.
+    pub async fn confirm_token_maker(
+        &self,
+        viewer: &Viewer,
+        by_token: bool,
+        password: Option<&str>,
+        confirmed_at: Option<i64>,
+    ) -> Result<(), AppError> {
+        self.confirm_person(viewer, by_token, password, confirmed_at, "make a token")
+            .await
+    }
+
+    /// Refuses unless the request shows what [`Self::confirmation`] asks for, before it may `act`.
+    pub async fn confirm_person(
+        &self,
+        viewer: &Viewer,
+        by_token: bool,
+        password: Option<&str>,
+        confirmed_at: Option<i64>,
+        act: &str,
+    ) -> Result<(), AppError> {
+        let (confirmation, hash) = self
+            .confirmation_and_hash(viewer, by_token, confirmed_at)
+            .await?;
+        match confirmation {
+            Confirmation::None | Confirmation::SingleSignOn { fresh: true, .. } => Ok(()),
+            Confirmation::SingleSignOn { provider, .. } => Err(AppError::Forbidden(format!(
+                "confirm who you are with {provider} first (it asks you to sign in again), then {act} within {} minutes",
+                SSO_CONFIRMATION_MS / 60_000
+            ))),
+            Confirmation::Password => {
+                let Some(password) = password.filter(|p| !p.is_empty()) else {
+                    return Err(AppError::Forbidden(format!(
+                        "send your password (`password`) to {act} from a browser's sign-in"
+                    )));
+                };
+                // The sign-in's limit on guesses holds here too: a script in an editor's page
+                // sends the cookie, and could otherwise guess the password at full speed.
+                if let Err(wait) = self
+                    .sign_ins
+                    .attempt(&viewer.name, std::time::Instant::now())
+                {
+                    return Err(AppError::RateLimited(format!(
+                        "Too many wrong passwords. Try again in {} seconds.",
+                        wait.as_secs().max(1)
+                    )));
+                }
+                if auth::check_password(password.to_string(), hash).await {
+                    self.sign_ins.succeeded(&viewer.name);
+                    Ok(())
+                } else {
+                    let _ = self
+                        .store
+                        .audit(
+                            Some(&viewer.id),
+                            "confirm.failed",
+                            &format!("user:{}", viewer.id),
+                            act,
+                        )
+                        .await;
+                    Err(AppError::Forbidden("That is not your password.".into()))
+                }
+            }
+        }
+    }
+
+    /// The viewer's tokens, each with what it may do: `admin` only while the viewer is an admin.
+    pub async fn tokens(&self, viewer: &Viewer) -> Result<Vec<TokenRecord>, AppError> {
+        viewer.scopes.require(Scope::Tokens)?;
+        let mut tokens = self.store.tokens_of(&viewer.id).await?;
+        if viewer.role != Role::Admin {
+            for token in &mut tokens {
+                token.scopes = token.scopes.without(Scope::Admin);
+            }
+        }
+        Ok(tokens)
+    }
+
+    /// Ends one of the viewer's tokens at once: requests with it are refused from now on, and
+    /// editor connections opened with it close.
+    pub async fn revoke_token(&self, viewer: &Viewer, id: &str) -> Result<(), AppError> {
+        viewer.scopes.require(Scope::Tokens)?;
+        if !self.store.revoke_token(&viewer.id, id).await? {
+            return Err(AppError::NotFound);
+        }
+        self.auth.forget_user(&viewer.id);
+        Ok(())
+    }
+}
+
+const MAX_NAME_CHARS: usize = 64;
+
+/// Characters that show nothing (zero-width, direction overrides): two names that look the same
+/// must be the same name.
+fn is_invisible(c: char) -> bool {
+    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{FEFF}')
+}
+
+/// How long a confirmation at the identity provider lets a browser's sign-in make tokens.
+const SSO_CONFIRMATION_MS: i64 = 5 * 60 * 1000;
+
+/// The longest a token may last when it expires at all.
+const MAX_TOKEN_DAYS: u32 = 365;
+
+pub use app::model::NewToken;
+
+/// A user name as given, trimmed, if it is one: 1 to 64 characters, without '/', control or
+/// invisible characters.
+fn checked_user_name(name: &str) -> Result<&str, AppError> {
+    let name = name.trim();
+    if name.is_empty()
+        || name.chars().count() > MAX_NAME_CHARS
+        || name
+            .chars()
+            .any(|c| c.is_control() || c == '/' || is_invisible(c))
+    {
+        return Err(AppError::Invalid(
+            "a user name must be 1 to 64 characters, without '/', control or invisible characters"
+                .into(),
+        ));
+    }
+    Ok(name)
+}
+
+/// A viewer who just proved who they are: an admin may act as one in this request.
+pub fn confirmed(viewer: Viewer) -> Viewer {
+    if viewer.role == Role::Admin {
+        Viewer {
+            scopes: viewer.scopes.with(Scope::Admin),
+            ..viewer
+        }
+    } else {
+        viewer
+    }
+}

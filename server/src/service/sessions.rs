@@ -1,0 +1,692 @@
+//! Sessions from launch to end: the catalog and prices, the dashboard, launching (a warm editor,
+//! a cold slot or the queue), the views of a session, stopping and settling, recovery after a
+//! restart.
+
+use super::Service;
+use crate::runtime::{EditorLaunch, gpu};
+use crate::store::{LaunchPlan, Placement, SessionRecord, StoreError};
+use app::domain::credits;
+use app::domain::launch::{self, Catalog, EditorKind, LaunchRequest};
+use app::domain::pool::format_mib;
+use app::domain::scope::Scope;
+use app::domain::session::{EndReason, SessionState};
+use app::error::AppError;
+use app::model::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+impl Service {
+    /// Writes the pool to the database.
+    pub async fn sync_pool(&self) -> Result<(), StoreError> {
+        let slots: Vec<_> = self
+            .gpus
+            .iter()
+            .enumerate()
+            .flat_map(|(ordinal, gpu)| app::domain::pool::plan_slots(ordinal, gpu))
+            .collect();
+        self.store.sync_pool(&self.gpus, &slots).await
+    }
+
+    fn catalog(
+        &self,
+        pool: &[(crate::store::GpuRecord, Vec<crate::store::SlotRecord>)],
+    ) -> Catalog {
+        let mut sizes: Vec<u64> = pool
+            .iter()
+            .flat_map(|(_, slots)| slots.iter().map(|s| s.slice_mib))
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        let mut bursts: Vec<u64> = pool
+            .iter()
+            .filter(|(_, slots)| slots.len() > 1)
+            .map(|(gpu, _)| gpu.memory_mib)
+            .filter(|mib| !sizes.contains(mib))
+            .collect();
+        bursts.sort_unstable();
+        bursts.dedup();
+        Catalog {
+            editors: self.runtime.availability(),
+            slice_sizes: sizes,
+            burst_sizes: bursts,
+            burst_max_minutes: self.config.pool.burst_max_minutes,
+            min_minutes: self.config.sessions.min_minutes,
+            max_minutes: self.config.sessions.max_minutes,
+            images: None,
+        }
+    }
+
+    /// Milli-credits per hour for `slice_mib` on the card `gpu_id`.
+    pub fn price_on(&self, gpu_id: &str, slice_mib: u64) -> i64 {
+        match self.gpus.iter().find(|g| g.id == gpu_id) {
+            Some(gpu) => self.config.price_per_hour(&gpu.model, slice_mib),
+            None => self.config.price_per_hour("*", slice_mib),
+        }
+    }
+
+    /// The dearest card for this size: what a queued launch holds until it gets one.
+    fn price_for_slice(&self, slice_mib: u64) -> i64 {
+        self.gpus
+            .iter()
+            .filter(|g| g.slice_mib == slice_mib || g.memory_mib == slice_mib)
+            .map(|g| self.config.price_per_hour(&g.model, slice_mib))
+            .max()
+            .unwrap_or_else(|| self.config.price_per_hour("*", slice_mib))
+    }
+
+    /// The user's limits, use and whether something blocks launches.
+    pub async fn quota(&self, viewer: &Viewer) -> Result<QuotaView, AppError> {
+        viewer.scopes.require(Scope::Read)?;
+        let limits = self
+            .config
+            .default_limits()
+            .with(&self.store.quota_overrides(&viewer.id).await?);
+        let mut usage = self.store.usage(&viewer.id).await?;
+        usage.disk_mib = self.runtime.workspace_mib(&viewer.name).await;
+        let note = usage
+            .disk_mib
+            .filter(|disk| *disk > limits.max_disk_mib)
+            .map(|disk| {
+                format!(
+                    "Your workspace uses {} of its {} limit: delete files to launch again.",
+                    format_mib(disk),
+                    format_mib(limits.max_disk_mib)
+                )
+            });
+        Ok(QuotaView {
+            limits,
+            usage,
+            note,
+        })
+    }
+
+    pub async fn dashboard(&self, viewer: &Viewer) -> Result<Dashboard, AppError> {
+        viewer.scopes.require(Scope::Read)?;
+        let (balance, held) = self.store.credits(&viewer.id).await?;
+        let pool = self.store.pool().await?;
+        let catalog = self.catalog(&pool);
+        let warm = self.store.warm_editors().await?;
+        let queue = self.store.queue_positions().await?;
+        let all_slots: Vec<_> = pool.iter().flat_map(|(_, slots)| slots.clone()).collect();
+        let mut slices: Vec<SliceOption> = catalog
+            .slice_sizes
+            .iter()
+            .map(|&slice_mib| {
+                let of_size = all_slots.iter().filter(|s| s.slice_mib == slice_mib);
+                let mut warm_by_editor: BTreeMap<EditorKind, u32> = BTreeMap::new();
+                for w in warm.iter().filter(|w| w.ready && w.slice_mib == slice_mib) {
+                    *warm_by_editor.entry(w.editor).or_default() += 1;
+                }
+                SliceOption {
+                    slice_mib,
+                    price_per_hour: self.price_for_slice(slice_mib),
+                    free: of_size.clone().filter(|s| s.session_id.is_none()).count() as u32,
+                    total: of_size.count() as u32,
+                    burst: false,
+                    max_minutes: self.config.sessions.max_minutes,
+                    warm: warm_by_editor.into_iter().collect(),
+                    queued: queue
+                        .iter()
+                        .filter(|(_, s, b, _)| *s == slice_mib && !b)
+                        .count() as u32,
+                }
+            })
+            .collect();
+        for &memory_mib in &catalog.burst_sizes {
+            let cards: Vec<_> = pool
+                .iter()
+                .filter(|(g, _)| g.memory_mib == memory_mib)
+                .collect();
+            slices.push(SliceOption {
+                slice_mib: memory_mib,
+                price_per_hour: self.price_for_slice(memory_mib),
+                free: cards
+                    .iter()
+                    .filter(|(_, slots)| slots.iter().all(|s| s.session_id.is_none()))
+                    .count() as u32,
+                total: cards.len() as u32,
+                burst: true,
+                max_minutes: self.config.pool.burst_max_minutes,
+                warm: Vec::new(),
+                queued: queue
+                    .iter()
+                    .filter(|(_, s, b, _)| *s == memory_mib && *b)
+                    .count() as u32,
+            });
+        }
+        let sessions = self.store.sessions_of(&viewer.id, 20).await?;
+        let positions: BTreeMap<&str, u32> = queue
+            .iter()
+            .map(|(id, _, _, p)| (id.as_str(), *p))
+            .collect();
+        Ok(Dashboard {
+            images: self.launch_images().await?,
+            viewer: viewer.clone(),
+            credits: CreditsView { balance, held },
+            editors: catalog
+                .editors
+                .into_iter()
+                .map(|(kind, status)| EditorOption {
+                    kind,
+                    label: kind.label().to_string(),
+                    unavailable: status.err(),
+                })
+                .collect(),
+            slices,
+            durations: DurationLimits {
+                min_minutes: self.config.sessions.min_minutes,
+                max_minutes: self.config.sessions.max_minutes,
+                default_minutes: self.config.sessions.default_minutes,
+            },
+            gpus: pool
+                .into_iter()
+                .map(|(gpu, slots)| GpuView {
+                    id: gpu.id,
+                    model: gpu.model,
+                    memory_mib: gpu.memory_mib,
+                    enforced: gpu.enforced,
+                    slots: slots
+                        .into_iter()
+                        .map(|s| SlotView {
+                            warm: warm
+                                .iter()
+                                .find(|w| w.slot_id == s.id && w.ready && s.session_id.is_none())
+                                .map(|w| w.editor),
+                            id: s.id,
+                            slice_mib: s.slice_mib,
+                            in_use: s.session_id.is_some(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            sessions: sessions
+                .iter()
+                .map(|s| {
+                    let position = positions.get(s.id.as_str()).copied();
+                    self.session_view(s, Vec::new(), position)
+                })
+                .collect(),
+            quota: self.quota(viewer).await?,
+            enforcement: self.enforcement.describe(),
+        })
+    }
+
+    /// Validates, then checks the quota, holds credits and takes a warm editor, a slot or a place
+    /// in the queue (one transaction); a cold slot's editor starts in the background.
+    pub async fn launch(
+        self: &Arc<Self>,
+        viewer: &Viewer,
+        request: LaunchRequest,
+    ) -> Result<SessionView, AppError> {
+        viewer.scopes.require(Scope::Sessions)?;
+        // Shutting down: an editor started now would outlive the server's stops.
+        if *self.closing.borrow() {
+            return Err(AppError::Unavailable(
+                "the server is restarting; launch again in a minute".into(),
+            ));
+        }
+        let pool = self.store.pool().await?;
+        let mut catalog = self.catalog(&pool);
+        catalog.images = self.image_choices().await?;
+        let valid = launch::validate(&request, &catalog).map_err(AppError::Invalid)?;
+        // From here on the work runs in its own task: a client that disconnects mid-request
+        // must not leave a session half-launched (credits held, slot taken, nothing running).
+        let this = Arc::clone(self);
+        let viewer = viewer.clone();
+        self.spawn(async move { this.place(&viewer, valid).await })
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "launch task");
+                AppError::Internal
+            })?
+    }
+
+    async fn place(
+        self: &Arc<Self>,
+        viewer: &Viewer,
+        valid: launch::ValidLaunch,
+    ) -> Result<SessionView, AppError> {
+        let slice_mib = valid.slice_mib;
+        let price_on = |gpu_id: &str| self.price_on(gpu_id, slice_mib);
+        let launched = self
+            .store
+            .launch(LaunchPlan {
+                user_id: &viewer.id,
+                image: valid.image.as_deref(),
+                editor: valid.editor,
+                slice_mib,
+                burst: valid.burst,
+                duration_minutes: valid.duration_minutes,
+                limits: self.config.default_limits(),
+                disk_mib: self.runtime.workspace_mib(&viewer.name).await,
+                price_on: &price_on,
+                queue_price: self.price_for_slice(slice_mib),
+                // A pre-started editor runs the default image.
+                use_warm: self.prestarts() && valid.image.is_none(),
+            })
+            .await?;
+        let id = launched.record.id.clone();
+        match launched.placement {
+            Placement::Warm(warm) => {
+                // Bound before anyone has the address: the page opens on the user's own files.
+                if let Err(e) = self.runtime.bind_workspace(&warm.id, &viewer.name).await {
+                    tracing::warn!(session = %id, error = %e, "binding the workspace");
+                    self.stop_session(&id, EndReason::Failed, Some(&e.user_message()))
+                        .await;
+                }
+                for step in launched.steps {
+                    self.events.publish(&id, step);
+                }
+                self.kick_warm_pool();
+            }
+            Placement::Slot { evicted, .. } => {
+                for step in launched.steps {
+                    self.events.publish(&id, step);
+                }
+                self.stop_warm(evicted);
+                self.drive(&id).await;
+                let service = Arc::clone(self);
+                let session_id = id.clone();
+                let user_name = viewer.name.clone();
+                self.spawn(async move { service.run_launch(&session_id, &user_name).await });
+            }
+            Placement::Queued { .. } => {
+                for step in launched.steps {
+                    self.events.publish(&id, step);
+                }
+            }
+        }
+        self.view(&id).await
+    }
+
+    /// Marks this server as the one driving `session_id`'s launch. Until it is marked, a server
+    /// that starts up leaves the launch to the reaper's overdue rule rather than end it.
+    pub(crate) async fn drive(&self, session_id: &str) {
+        if let Err(e) = self.store.set_driver(session_id, &self.instance).await {
+            tracing::warn!(session = session_id, error = %e, "recording who drives a launch");
+        }
+    }
+
+    pub(crate) async fn run_launch(&self, session_id: &str, user_name: &str) {
+        let Ok(Some(record)) = self.store.session(session_id).await else {
+            return;
+        };
+        // Retired while the launch waited in the queue: retiring is how an admin stops an
+        // image, so it does not start now.
+        if let Some(reference) = &record.image
+            && !self.image_still_approved(record.editor, reference).await
+        {
+            self.end_without_editor(
+                session_id,
+                EndReason::Failed,
+                &format!(
+                    "the image {reference} was retired before this session started; launch again with another"
+                ),
+            )
+            .await;
+            return;
+        }
+        let gpu = record
+            .gpu_id
+            .as_ref()
+            .and_then(|id| self.gpus.iter().find(|g| &g.id == id));
+        // A burst holds the whole card; a slice its share of it.
+        let (memory_mib, cores_pct) = if record.burst {
+            (record.slice_mib, 100)
+        } else {
+            (record.slice_mib, record.cores_pct.unwrap_or(100))
+        };
+        let env = gpu
+            .map(|g| gpu::slice_env(g, memory_mib, cores_pct, &self.enforcement))
+            // A slot on a card we no longer know: hide every card rather than expose them all.
+            .unwrap_or_else(|| vec![("CUDA_VISIBLE_DEVICES".to_string(), String::new())]);
+        let launch = EditorLaunch {
+            session_id: record.id.clone(),
+            user_name: user_name.to_string(),
+            editor: record.editor,
+            base_path: format!("/s/{}/", record.id),
+            env,
+            slice: crate::runtime::SliceBinding {
+                gpu_uuid: gpu.filter(|g| g.cuda_index.is_some()).map(|g| g.id.clone()),
+                memory_mib,
+                cores_pct,
+            },
+            prestart: false,
+            image: record.image.clone(),
+        };
+        self.step(
+            session_id,
+            &format!("Starting {}", record.editor.label()),
+            45,
+        )
+        .await;
+        let running = match self.runtime.start(&launch).await {
+            Ok(running) => running,
+            Err(e) => {
+                tracing::warn!(session = session_id, error = %e, "editor failed to start");
+                self.end_without_editor(session_id, EndReason::Failed, &e.user_message())
+                    .await;
+                return;
+            }
+        };
+        if let Err(e) = self
+            .store
+            .set_runtime(
+                session_id,
+                &running.upstream,
+                &running.secret,
+                &running.handle,
+            )
+            .await
+        {
+            // Stopped while it started (or the database failed): nothing may keep running.
+            tracing::info!(session = session_id, error = %e, "editor started for a session that is no longer starting");
+            let _ = self.runtime.stop(&running.handle).await;
+            self.end_without_editor(
+                session_id,
+                EndReason::Failed,
+                "the editor could not be recorded",
+            )
+            .await;
+            return;
+        }
+        self.step(
+            session_id,
+            &format!("Waiting for {} to answer", record.editor.label()),
+            60,
+        )
+        .await;
+        let timeout = Duration::from_secs(self.config.sessions.ready_timeout_seconds);
+        if let Err(e) = self.runtime.wait_ready(&launch, &running, timeout).await {
+            tracing::warn!(session = session_id, error = %e, "editor not ready");
+            self.stop_session(session_id, EndReason::Failed, Some(&e.user_message()))
+                .await;
+            // Whatever state the session reached meanwhile, this process is ours to end.
+            let _ = self.runtime.stop(&running.handle).await;
+            return;
+        }
+        match self
+            .store
+            .mark_ready(session_id, &format!("{} is ready", record.editor.label()))
+            .await
+        {
+            Ok(step) => {
+                self.events.publish(session_id, step);
+            }
+            // Stopped while it started: make sure nothing is left running.
+            Err(e) => {
+                tracing::info!(session = session_id, error = %e, "launch overtaken by a stop");
+                let _ = self.runtime.stop(&running.handle).await;
+            }
+        }
+    }
+
+    async fn step(&self, session_id: &str, message: &str, progress: u8) {
+        match self.store.add_step(session_id, message, progress).await {
+            Ok(step) => self.events.publish(session_id, step),
+            Err(e) => tracing::warn!(session = session_id, error = %e, "recording a step"),
+        }
+    }
+
+    /// Ends a session that has no editor running (or never had one).
+    async fn end_without_editor(&self, session_id: &str, reason: EndReason, detail: &str) {
+        self.stop_session(session_id, reason, Some(detail)).await;
+    }
+
+    /// Takes a session to its end, whatever state it is in: stops the editor, frees the slot,
+    /// settles the credits. Safe to call twice.
+    pub async fn stop_session(&self, session_id: &str, reason: EndReason, detail: Option<&str>) {
+        let begun = match self.store.begin_stop(session_id, reason, detail).await {
+            Ok(begun) => begun,
+            Err(e) => {
+                tracing::warn!(session = session_id, error = %e, "beginning a stop");
+                None
+            }
+        };
+        if let Some((state, step)) = begun {
+            self.events.publish(session_id, step);
+            if state == SessionState::Ended {
+                self.routes.remove(session_id);
+                return;
+            }
+        }
+        self.routes.remove(session_id);
+        if let Ok(Some(record)) = self.store.session(session_id).await {
+            if record.state != SessionState::Stopping {
+                return;
+            }
+            if let Some(upstream) = &record.upstream {
+                self.upstreams.forget(upstream);
+            }
+            if let Some(handle) = &record.runtime_handle
+                && let Err(e) = self.runtime.stop(handle).await
+            {
+                tracing::warn!(session = session_id, error = %e, "stopping the editor");
+            }
+            match self.store.finish(session_id).await {
+                Ok(Some(step)) => {
+                    self.events.publish(session_id, step);
+                    // Its slot is free: the head of the line need not wait for the reaper.
+                    self.queue_wake.notify_one();
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(session = session_id, error = %e, "finishing"),
+            }
+        }
+        // A proxy request may have cached the route while this stop ran.
+        self.routes.remove(session_id);
+    }
+
+    /// A session the viewer may see: their own. Others' look the same as missing ones.
+    pub(crate) async fn owned_record(
+        &self,
+        viewer: &Viewer,
+        id: &str,
+    ) -> Result<SessionRecord, AppError> {
+        match self.store.session(id).await? {
+            Some(record) if record.user_id == viewer.id => Ok(record),
+            _ => Err(AppError::NotFound),
+        }
+    }
+
+    pub async fn session(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError> {
+        viewer.scopes.require(Scope::Read)?;
+        self.owned_record(viewer, id).await?;
+        self.view(id).await
+    }
+
+    pub async fn sessions(&self, viewer: &Viewer) -> Result<Vec<SessionView>, AppError> {
+        viewer.scopes.require(Scope::Read)?;
+        let records = self.store.sessions_of(&viewer.id, 100).await?;
+        Ok(records
+            .iter()
+            .map(|r| self.session_view(r, Vec::new(), None))
+            .collect())
+    }
+
+    pub async fn stop(
+        self: &Arc<Self>,
+        viewer: &Viewer,
+        id: &str,
+    ) -> Result<SessionView, AppError> {
+        viewer.scopes.require(Scope::Sessions)?;
+        let record = self.owned_record(viewer, id).await?;
+        if record.state.is_live() {
+            // Its own task: a client that disconnects must not leave the session half-stopped.
+            let this = Arc::clone(self);
+            let id = id.to_string();
+            let _ = self
+                .spawn(async move { this.stop_session(&id, EndReason::User, None).await })
+                .await;
+        }
+        self.view(id).await
+    }
+
+    /// Checks the viewer owns the session (for the progress stream).
+    pub async fn check_owner(&self, viewer: &Viewer, id: &str) -> Result<(), AppError> {
+        viewer.scopes.require(Scope::Read)?;
+        self.owned_record(viewer, id).await.map(|_| ())
+    }
+
+    /// The steps after `after`, from the database.
+    pub async fn steps_after(&self, id: &str, after: i64) -> Result<Vec<Step>, AppError> {
+        let steps = self.store.steps(id).await?;
+        Ok(steps.into_iter().filter(|s| s.seq > after).collect())
+    }
+
+    async fn view(&self, id: &str) -> Result<SessionView, AppError> {
+        let record = self.store.session(id).await?.ok_or(AppError::NotFound)?;
+        let steps = self.store.steps(id).await?;
+        let position = if record.state == SessionState::Queued {
+            Some(self.store.queue_position(id).await?)
+        } else {
+            None
+        };
+        let mut view = self.session_view(&record, steps, position);
+        if record.state.is_live() {
+            view.admin_access = self
+                .store
+                .editor_access_now(id)
+                .await?
+                .map(|(admin, until_ms)| AdminAccessNote { admin, until_ms });
+        }
+        Ok(view)
+    }
+
+    pub fn session_view(
+        &self,
+        record: &SessionRecord,
+        steps: Vec<Step>,
+        queue_position: Option<u32>,
+    ) -> SessionView {
+        let url = (record.state == SessionState::Ready)
+            .then(|| format!("/s/{}/{}", record.id, record.editor.landing_path()));
+        let policy = self.config.idle_policy(record.slice_mib);
+        SessionView {
+            id: record.id.clone(),
+            editor: record.editor,
+            slice_mib: record.slice_mib,
+            gpu_model: record.gpu_model.clone(),
+            slot_id: record.slot_id.clone(),
+            state: record.state,
+            end_reason: record.end_reason,
+            detail: record.detail.clone(),
+            duration_minutes: record.duration_minutes,
+            created_at_ms: record.created_at,
+            ends_at_ms: record.ends_at,
+            url,
+            held: if record.state.is_live() {
+                credits::price_for_minutes(record.price_per_hour, record.duration_minutes as i64)
+            } else {
+                0
+            },
+            price_per_hour: record.price_per_hour,
+            queue_position,
+            idle_at_ms: (record.state == SessionState::Ready)
+                .then(|| policy.idle_at(&record.signals())),
+            warn_ms: policy.warn_ms,
+            gpu_used_mib: record.gpu_used_mib,
+            steps,
+            admin_access: None,
+        }
+    }
+
+    /// After a restart: re-adopt editors that still answer, end the rest with a refund. Queued
+    /// sessions keep their place in line (they have no editor yet, so nothing of theirs was
+    /// lost), unless the pool no longer has their size.
+    pub async fn recover(&self) -> Result<(), StoreError> {
+        let mut owned = std::collections::HashSet::new();
+        let catalog = self.catalog(&self.store.pool().await?);
+        for record in self.store.live_sessions().await? {
+            let alive = match &record.runtime_handle {
+                Some(handle) => self.runtime.is_alive(handle).await,
+                None => false,
+            };
+            match record.state {
+                SessionState::Ready if alive => {
+                    tracing::info!(session = %record.id, "re-adopted a running editor");
+                    owned.insert(record.id);
+                }
+                SessionState::Queued => {
+                    // The pool may have changed while the server was down; a size it no longer
+                    // has would wait for ever.
+                    let sizes = if record.burst {
+                        &catalog.burst_sizes
+                    } else {
+                        &catalog.slice_sizes
+                    };
+                    if !sizes.contains(&record.slice_mib) {
+                        let detail = format!(
+                            "the pool no longer has {} slices; your credits were refunded",
+                            app::domain::pool::format_mib(record.slice_mib)
+                        );
+                        self.stop_session(&record.id, EndReason::Failed, Some(&detail))
+                            .await;
+                    }
+                }
+                SessionState::Ready => {
+                    // It may have died with the machine, while no server ran: charged until
+                    // the last time a server was watching it, not for the time we were away.
+                    if let Some(watched) = self
+                        .store
+                        .lease_expires_at(crate::service::guard::REAPER_LEASE)
+                        .await?
+                    {
+                        self.store.charge_until(&record.id, watched).await?;
+                    }
+                    self.stop_session(
+                        &record.id,
+                        EndReason::Crash,
+                        Some("the editor was gone after a server restart"),
+                    )
+                    .await;
+                }
+                _ => {
+                    // Several servers may share the database: a launch another live server
+                    // drives is its to finish. One nobody marked yet is left to the reaper.
+                    let driver_alive = match &record.driver {
+                        Some(driver) => self.instance_alive(driver).await?,
+                        None => true,
+                    };
+                    if driver_alive {
+                        tracing::info!(session = %record.id, driver = ?record.driver, "left a launch another server drives");
+                        owned.insert(record.id);
+                        continue;
+                    }
+                    self.stop_session(
+                        &record.id,
+                        EndReason::Failed,
+                        Some("the server restarted before the editor was ready; your credits were refunded"),
+                    )
+                    .await;
+                }
+            }
+        }
+        // A server that died between starting an editor and recording it left that editor
+        // to nobody: whatever no adopted session or ready pre-started editor owns is stopped.
+        owned.extend(
+            self.store
+                .warm_editors()
+                .await?
+                .into_iter()
+                .filter(|w| w.ready)
+                .map(|w| w.id),
+        );
+        let stopped = self.runtime.sweep(&owned).await;
+        if stopped > 0 {
+            tracing::warn!(stopped, "stopped editors left running by a previous server");
+        }
+        Ok(())
+    }
+
+    /// On shutdown (when configured): stop every editor, so nothing is orphaned.
+    /// Queued sessions have no editor yet: they keep their place for the next start.
+    pub async fn stop_all(&self, reason: EndReason, detail: &str) {
+        if let Ok(live) = self.store.live_sessions().await {
+            for record in live.iter().filter(|r| r.state != SessionState::Queued) {
+                self.stop_session(&record.id, reason, Some(detail)).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! The server's own work, beside the requests: one tick loop (activity, samples, the reaper,
+//! stale routes, the kube reconciler, promotions, sweeps), the instance lease, the warm-pool
+//! keeper and the queue's dispatcher; and the order in which they wind down at shutdown.
+
+use super::Service;
+use crate::config::RuntimeKind;
+use crate::store;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::task::JoinHandle;
+
+/// The background tasks of one running server.
+pub struct Workers {
+    service: Arc<Service>,
+    background: JoinHandle<()>,
+    lease: JoinHandle<()>,
+    queue: JoinHandle<()>,
+    /// Taken and waited for at shutdown.
+    warm_pool: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Workers {
+    pub fn start(service: Arc<Service>) -> Workers {
+        Workers {
+            background: tokio::spawn(background(service.clone())),
+            lease: tokio::spawn(super::guard::keep_instance_lease(service.clone())),
+            warm_pool: Mutex::new(Some(tokio::spawn(service.clone().keep_warm_pool()))),
+            queue: tokio::spawn(service.clone().keep_queue_moving()),
+            service,
+        }
+    }
+
+    /// The shutdown order, before open connections drain.
+    pub async fn wind_down(&self) {
+        let stopping = &self.service;
+        // The keeper first, and waited for: no editor starts after this, and none is left
+        // half-started without a record of it.
+        stopping.closing.send_replace(true);
+        let keeper = self.warm_pool.lock().expect("warm pool keeper").take();
+        if let Some(keeper) = keeper {
+            let _ = keeper.await;
+        }
+        stopping.flush_activity().await;
+        if stopping.config.sessions.stop_on_shutdown {
+            stopping
+                .stop_all(
+                    app::domain::session::EndReason::Admin,
+                    "the server shut down; unused credits were refunded",
+                )
+                .await;
+        }
+        stopping.stop_warm_pool().await;
+        stopping.release_instance().await;
+        // After the stops, so open progress streams show the end before they close.
+        stopping.shutdown.send_replace(true);
+    }
+
+    /// Once the connections have drained.
+    pub fn abort(&self) {
+        self.background.abort();
+        self.lease.abort();
+        self.queue.abort();
+    }
+}
+
+async fn background(service: Arc<Service>) {
+    let sessions = store::HttpSessionStore::new(service.store.clone());
+    let period = Duration::from_millis(service.config.idle.reaper_period_ms);
+    // The first pass comes a period after start (start-up has recovered the sessions itself).
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let sample_every = Duration::from_secs(service.config.idle.sample_seconds);
+    let mut sampled = tokio::time::Instant::now();
+    let mut swept = tokio::time::Instant::now();
+    let mut sign_ins_swept = tokio::time::Instant::now();
+    let mut reconciled = tokio::time::Instant::now();
+    // Pushes left waiting by a restart go out at once; then a look each minute.
+    let mut promoted: Option<tokio::time::Instant> = None;
+    loop {
+        tick.tick().await;
+        // Activity first, so the reaper judges on what the proxy saw up to now.
+        service.flush_activity().await;
+        if sampled.elapsed() >= sample_every {
+            sampled = tokio::time::Instant::now();
+            let sampler = service.clone();
+            tokio::spawn(async move { sampler.sample_activity().await });
+        }
+        service.reap().await;
+        service.forget_stale_routes().await;
+        if service.config.runtime == RuntimeKind::Kube
+            && reconciled.elapsed() >= Duration::from_secs(15)
+        {
+            reconciled = tokio::time::Instant::now();
+            super::reconcile::tick(&service).await;
+        }
+        if promoted.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
+            promoted = Some(tokio::time::Instant::now());
+            let pusher = service.clone();
+            tokio::spawn(async move { pusher.resume_promotions().await });
+        }
+        if swept.elapsed() >= Duration::from_secs(10) {
+            swept = tokio::time::Instant::now();
+            service.events.sweep();
+            service.upstreams.sweep();
+        }
+        if sign_ins_swept.elapsed() >= Duration::from_secs(3600) {
+            sign_ins_swept = tokio::time::Instant::now();
+            if let Err(e) = sessions.delete_expired().await {
+                tracing::warn!(error = %e, "removing expired sign-ins");
+            }
+        }
+    }
+}
