@@ -3,11 +3,9 @@
 //! keeping objects in memory) driven through the real service and store, and (3) optionally a
 //! real cluster (`KUBECONFIG` set and `SANDBOX_KUBE_E2E=1`).
 
-mod common;
-
 use app::domain::launch::EditorKind;
 use bytes::Bytes;
-use common::TestApp;
+use crate::common::TestApp;
 use http::{Method, Request, Response};
 use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};
@@ -1569,7 +1567,7 @@ async fn harness(runtime: &str) -> Harness {
     };
     match runtime {
         "local" => {
-            let tools = common::tools_dir();
+            let tools = crate::common::tools_dir();
             assert!(
                 tools.join("venv/bin/marimo").exists(),
                 "marimo is not installed in {}; run scripts/setup.sh",

@@ -1,9 +1,7 @@
 //! Real editors through the real local runtime and our proxy.
 //! Needs the editors from scripts/setup.sh (the test command installs them).
 
-mod common;
-
-use common::TestApp;
+use crate::common::TestApp;
 use futures_util::{SinkExt, StreamExt};
 use http::{Method, StatusCode};
 use serde_json::json;
@@ -11,7 +9,7 @@ use std::time::Duration;
 use tokio_tungstenite::tungstenite::Message;
 
 fn require(editor: &str, program: &str) {
-    let path = common::tools_dir().join(program);
+    let path = crate::common::tools_dir().join(program);
     assert!(
         path.exists(),
         "{editor} is not installed at {}; run scripts/setup.sh (or scripts/test.sh, which does)",

@@ -1,9 +1,7 @@
 //! The REST API and the proxy, through a real listener, with a stand-in editor.
 
-mod common;
-
 use app::domain::session::{EndReason, SessionState};
-use common::{FakeRuntime, Response, TestApp};
+use crate::common::{FakeRuntime, Response, TestApp};
 use http::{Method, Request, StatusCode};
 use http_body_util::Full;
 use serde_json::json;
@@ -296,7 +294,7 @@ async fn websocket_frames_pass_with_busy_polling(busy_poll_us: u64) {
         .websocket(&path, &owner)
         .await
         .expect("websocket through the proxy");
-    common::assert_echoes(&mut socket, 20).await;
+    crate::common::assert_echoes(&mut socket, 20).await;
     socket.close(None).await.ok();
 
     match app.websocket(&path, &other).await {
@@ -607,7 +605,7 @@ async fn server_fn(app: &TestApp, path: &str, cookie: &str) -> Response {
 }
 
 /// A WebSocket through the proxy as a browser opens it: with the sign-in cookie, from our page.
-async fn cookie_websocket(app: &TestApp, path: &str, cookie: &str) -> common::WebSocket {
+async fn cookie_websocket(app: &TestApp, path: &str, cookie: &str) -> crate::common::WebSocket {
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     let mut request = format!("ws://{}{path}", app.addr)
         .into_client_request()
@@ -625,7 +623,7 @@ async fn cookie_websocket(app: &TestApp, path: &str, cookie: &str) -> common::We
 }
 
 /// Waits for the proxy to end `socket` (a close, an error or the end of the stream).
-async fn ends_within(socket: &mut common::WebSocket, within: Duration, why: &str) {
+async fn ends_within(socket: &mut crate::common::WebSocket, within: Duration, why: &str) {
     use futures_util::StreamExt;
     tokio::time::timeout(within, async {
         loop {
@@ -651,7 +649,7 @@ async fn an_open_websocket_ends_when_its_user_is_locked() {
             .websocket(&format!("/s/{id}/ws"), &token)
             .await
             .expect("websocket through the proxy");
-        common::assert_echoes(&mut socket, 3).await;
+        crate::common::assert_echoes(&mut socket, 3).await;
         sockets.push((user_id, socket));
     }
     let (liz, mut liz_socket) = sockets.remove(0);
@@ -662,7 +660,7 @@ async fn an_open_websocket_ends_when_its_user_is_locked() {
     let ned_session = app.launch_ready(&ned_token, "marimo").await;
     let cookie = app.sign_in_cookie("ned").await;
     let mut browser = cookie_websocket(&app, &format!("/s/{ned_session}/ws"), &cookie).await;
-    common::assert_echoes(&mut browser, 3).await;
+    crate::common::assert_echoes(&mut browser, 3).await;
     let signed_out = server_fn(
         &app,
         <app::api::Logout as leptos::server_fn::ServerFn>::PATH,
@@ -671,7 +669,7 @@ async fn an_open_websocket_ends_when_its_user_is_locked() {
     .await;
     assert!(signed_out.status.is_success(), "{:?}", signed_out.body);
     ends_within(&mut browser, Duration::from_secs(3), "signed out").await;
-    common::assert_echoes(&mut liz_socket, 1).await;
+    crate::common::assert_echoes(&mut liz_socket, 1).await;
 
     app.service.set_locked(&liz, true, None).await.unwrap();
     ends_within(
@@ -1045,7 +1043,7 @@ async fn responses_stream_through_the_proxy_as_the_editor_sends_them() {
         .expect("a frame")
         .expect("data");
     assert_eq!(first.into_data().unwrap(), "first\n");
-    common::STREAM_GATE.notify_one();
+    crate::common::STREAM_GATE.notify_one();
     let rest = body.collect().await.unwrap().to_bytes();
     assert_eq!(rest, "last\n");
     app.stop().await;
@@ -1206,7 +1204,7 @@ async fn websockets_count_toward_the_connection_cap() {
         "{} WebSockets opened under a cap of {CAP}",
         sockets.len()
     );
-    common::assert_echoes(&mut sockets[0], 3).await;
+    crate::common::assert_echoes(&mut sockets[0], 3).await;
 
     // A new connection waits while the cap is full ...
     let mut probe = tokio::net::TcpStream::connect(app.addr).await.unwrap();
@@ -1247,12 +1245,12 @@ async fn a_session_has_a_ceiling_on_open_websockets() {
     let mut first = app.websocket(&path, &token).await.expect("first");
     let mut second = app.websocket(&path, &token).await.expect("second");
     match app.websocket(&path, &token).await {
-        Err(common::WsError::Http(answer)) => {
+        Err(crate::common::WsError::Http(answer)) => {
             assert_eq!(answer.status(), StatusCode::TOO_MANY_REQUESTS)
         }
         other => panic!("a third WebSocket: {:?}", other.map(|_| "opened")),
     }
-    common::assert_echoes(&mut second, 2).await;
+    crate::common::assert_echoes(&mut second, 2).await;
     // Another user's session counts for itself.
     let (_, other) = app.user("yara").await;
     let theirs = app.launch_ready(&other, "jupyterlab").await;
@@ -1271,7 +1269,7 @@ async fn a_session_has_a_ceiling_on_open_websockets() {
             Err(e) => panic!("a place freed when one closed: {e}"),
         }
     };
-    common::assert_echoes(&mut third, 2).await;
+    crate::common::assert_echoes(&mut third, 2).await;
     app.stop().await;
 }
 

@@ -2,9 +2,7 @@
 //! each test from `end2end/oidc/provider.mjs`): the whole code flow with PKCE, accounts made and
 //! found by the provider's subject, roles from groups, and the ways a sign-in is refused.
 
-mod common;
-
-use common::{FakeRuntime, Response, TestApp};
+use crate::common::{FakeRuntime, Response, TestApp};
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use server::oidc::OidcConfig;

@@ -3,10 +3,8 @@
 //! open-tab policy; the queue starts launches by itself; warm editors launch at once; quotas
 //! and extensions answer with clear messages.
 
-mod common;
-
 use app::domain::session::{EndReason, SessionState};
-use common::{FakeRuntime, TestApp};
+use crate::common::{FakeRuntime, TestApp};
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 use std::sync::Arc;

@@ -2,10 +2,8 @@
 //! same per-connection service the listener uses, no socket in between (and one test serving that
 //! service on a socket of its own, for a WebSocket).
 
-mod common;
-
 use axum::body::Body;
-use common::{FakeRuntime, TestApp};
+use crate::common::{FakeRuntime, TestApp};
 use http::{HeaderMap, Method, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use leptos::server_fn::ServerFn;
@@ -465,10 +463,10 @@ async fn a_websocket_relays_through_the_per_connection_service_on_any_server() {
             .await
     });
 
-    let mut socket = common::websocket_at(addr, &format!("/s/{id}/ws"), &token)
+    let mut socket = crate::common::websocket_at(addr, &format!("/s/{id}/ws"), &token)
         .await
         .expect("the upgrade goes through");
-    common::assert_echoes(&mut socket, 20).await;
+    crate::common::assert_echoes(&mut socket, 20).await;
     socket.close(None).await.ok();
     drop(socket);
     serving.await.unwrap().ok();
