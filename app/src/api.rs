@@ -231,7 +231,7 @@ pub async fn login(
     // Signed in before the page's script had loaded: send the browser on as the page would.
     if backend::is_plain_form_post() {
         let to = next
-            .filter(|n| crate::ui::is_local_path(n))
+            .filter(|n| crate::domain::paths::is_local_path(n))
             .unwrap_or_else(|| "/".into());
         leptos_axum::redirect(&to);
     }

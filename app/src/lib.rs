@@ -14,4 +14,5 @@ pub mod error;
 pub mod model;
 mod ui;
 
-pub use ui::{App, is_local_path, shell};
+pub use domain::paths::is_local_path;
+pub use ui::{App, shell};

@@ -9,6 +9,7 @@ pub mod idle;
 pub mod images;
 pub mod launch;
 pub mod listing;
+pub mod paths;
 pub mod pool;
 pub mod promotion;
 pub mod quota;

@@ -1,4 +1,5 @@
 use crate::api::Login;
+use crate::domain::paths::is_local_path;
 use leptos::prelude::*;
 use leptos_router::hooks::{use_navigate, use_query_map};
 
@@ -13,7 +14,7 @@ pub fn LoginPage() -> impl IntoView {
             match query
                 .read_untracked()
                 .get("next")
-                .filter(|n| super::is_local_path(n))
+                .filter(|n| is_local_path(n))
             {
                 Some(next) => super::hard_navigate(&next),
                 None => navigate("/", Default::default()),
@@ -40,7 +41,7 @@ pub fn LoginPage() -> impl IntoView {
     };
     let provider = Resource::new(|| (), |_| crate::api::single_sign_on());
     let sso_href = move || {
-        let next = query.read().get("next").filter(|n| super::is_local_path(n));
+        let next = query.read().get("next").filter(|n| is_local_path(n));
         match next {
             Some(next) => format!("/auth/oidc/login?next={}", encode_query(&next)),
             None => "/auth/oidc/login".to_string(),

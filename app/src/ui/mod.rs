@@ -107,14 +107,6 @@ pub(crate) fn format_countdown(ms: i64) -> String {
     }
 }
 
-/// Whether `path` stays on this site: "/x" but not "//evil.example" or "/\\evil".
-pub fn is_local_path(path: &str) -> bool {
-    // Browsers drop tabs and newlines inside URLs and read '\\' as '/', so "/\t/x" means "//x".
-    path.starts_with('/')
-        && !path.starts_with("//")
-        && !path.chars().any(|c| c.is_control() || c == '\\')
-}
-
 /// A full page load, for paths the router does not own (the editors under /s/).
 pub(crate) fn hard_navigate(path: &str) {
     #[cfg(feature = "hydrate")]
@@ -141,19 +133,7 @@ pub(crate) fn use_clock() -> ReadSignal<i64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{format_countdown, is_local_path};
-
-    #[test]
-    fn only_local_paths_are_followed_after_sign_in() {
-        assert!(is_local_path("/s/abc/lab"));
-        assert!(is_local_path("/"));
-        assert!(!is_local_path("//evil.example/"));
-        assert!(!is_local_path("/\\evil.example"));
-        assert!(!is_local_path("https://evil.example/"));
-        assert!(!is_local_path(""));
-        assert!(!is_local_path("/\t/evil.example"));
-        assert!(!is_local_path("/\n/evil.example"));
-    }
+    use super::format_countdown;
 
     #[test]
     fn countdown_formats() {
