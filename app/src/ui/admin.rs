@@ -4,6 +4,8 @@
 //! shared link shows the same rows.
 
 use super::ErrorNotice;
+use super::chips::PromotionChip;
+use super::format::{format_bytes, format_utc};
 use crate::api::{
     AddImage, AdminOpenEditor, AdminStop, ChangeUser, ConfirmAdmin, DecidePromotion, GrantCredits,
     SetImageState, SetUserQuota, admin_access, admin_audit, admin_images, admin_pool,
@@ -112,11 +114,6 @@ fn encode(text: &str) -> String {
         }
     }
     out
-}
-
-/// "2026-12-01 02:24" (UTC) from milliseconds since the epoch.
-pub(crate) fn format_utc(ms: i64) -> String {
-    crate::domain::dates::minute(ms)
 }
 
 #[component]
@@ -1154,13 +1151,13 @@ fn PromotionRow(
                 {format!(
                     "{} ({})",
                     promotion.path,
-                    super::promotion::format_bytes(promotion.size_bytes),
+                    format_bytes(promotion.size_bytes),
                 )}
             </td>
             <td>{format!("{}:{}", promotion.repository, promotion.tag)}</td>
             <td>{format_utc(promotion.requested_at_ms)}</td>
             <td>
-                <super::promotion::PromotionChip state />
+                <PromotionChip state />
                 <div class="muted small">{detail}</div>
                 {promotion
                     .decided_by
@@ -1650,13 +1647,6 @@ mod tests {
         assert_eq!(format_hours(7 * 60_000 + 59_999), "7 min");
         assert_eq!(format_hours(125 * 60_000), "2 h 05 min");
         assert_eq!(format_hours(-1), "0 min");
-    }
-
-    #[test]
-    fn dates_are_utc_minutes() {
-        assert_eq!(format_utc(0), "1970-01-01 00:00");
-        assert_eq!(format_utc(951_782_400_000), "2000-02-29 00:00");
-        assert_eq!(format_utc(1_795_919_040_000), "2026-11-29 02:24");
     }
 
     #[test]

@@ -1,3 +1,4 @@
+use super::format::hard_navigate;
 use crate::api::Login;
 use crate::domain::paths::is_local_path;
 use leptos::prelude::*;
@@ -16,7 +17,7 @@ pub fn LoginPage() -> impl IntoView {
                 .get("next")
                 .filter(|n| is_local_path(n))
             {
-                Some(next) => super::hard_navigate(&next),
+                Some(next) => hard_navigate(&next),
                 None => navigate("/", Default::default()),
             }
         }
