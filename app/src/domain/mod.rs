@@ -5,6 +5,7 @@
 
 pub mod credits;
 pub mod dates;
+pub mod encode;
 pub mod idle;
 pub mod images;
 pub mod launch;

@@ -17,6 +17,7 @@ mod usage;
 mod users;
 
 use crate::api::{ConfirmAdmin, admin_access};
+use crate::domain::encode::{UNRESERVED, percent_encode};
 use crate::domain::listing::ListQuery;
 use crate::model::{AdminAccess, Confirmation};
 use crate::ui::ErrorNotice;
@@ -92,7 +93,7 @@ fn admin_href(tab: Tab, query: &ListQuery) -> String {
     let mut href = format!("/admin?tab={}", tab.name());
     let mut add = |key: &str, value: Option<String>| {
         if let Some(value) = value.filter(|v| !v.is_empty()) {
-            href.push_str(&format!("&{key}={}", encode(&value)));
+            href.push_str(&format!("&{key}={}", percent_encode(&value, UNRESERVED)));
         }
     };
     add("q", query.q.clone());
@@ -100,19 +101,6 @@ fn admin_href(tab: Tab, query: &ListQuery) -> String {
     add("sort", query.sort.clone());
     add("page", query.page.filter(|p| *p > 1).map(|p| p.to_string()));
     href
-}
-
-/// A query string value, percent-encoded.
-fn encode(text: &str) -> String {
-    let mut out = String::new();
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 #[component]
