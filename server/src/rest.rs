@@ -544,7 +544,10 @@ async fn list_images(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
 ) -> ApiResult<Json<Vec<app::model::ImageView>>> {
-    viewer.scopes.require(app::domain::scope::Scope::Read)?;
+    viewer
+        .scopes
+        .require(app::domain::scope::Scope::Read)
+        .map_err(AppError::from)?;
     Ok(Json(state.service.launch_images().await?))
 }
 
