@@ -1,5 +1,10 @@
 //! The error every door (server functions, REST API, proxy) shows to people.
+//!
+//! It imports nothing of the crate but the domain's own errors, each turned here into the
+//! variant the doors show, so that `?` on a domain rule works wherever `AppError` is returned.
 
+use crate::domain::listing::ListingError;
+use crate::domain::scope::MissingScope;
 use serde::{Deserialize, Serialize};
 
 /// A safe, user-facing error. Internal details are logged by the server, never carried here.
@@ -73,6 +78,20 @@ impl AppError {
     }
 }
 
+/// A table's query refused: a bad request, in the listing's own words.
+impl From<ListingError> for AppError {
+    fn from(error: ListingError) -> Self {
+        AppError::Invalid(error.to_string())
+    }
+}
+
+/// A token without the scope for what it asked: forbidden, naming the scope.
+impl From<MissingScope> for AppError {
+    fn from(error: MissingScope) -> Self {
+        AppError::Forbidden(error.to_string())
+    }
+}
+
 impl leptos::server_fn::error::FromServerFnError for AppError {
     type Encoder = leptos::server_fn::codec::JsonEncoding;
 
@@ -88,5 +107,51 @@ impl leptos::server_fn::error::FromServerFnError for AppError {
             }
             other => AppError::Transport(other.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AppError;
+    use crate::domain::listing::{ListQuery, Listing};
+    use crate::domain::scope::{Scope, Scopes};
+
+    #[test]
+    fn a_refused_table_query_is_a_bad_request_in_the_listings_words() {
+        let query = ListQuery {
+            sort: Some("password_hash".into()),
+            ..ListQuery::default()
+        };
+        let refused = AppError::from(Listing::users(&query).unwrap_err());
+        assert_eq!(refused.status(), 400);
+        assert_eq!(
+            refused,
+            AppError::Invalid(
+                "cannot sort by `password_hash`; sort by name, created, balance (a `-` first for descending)"
+                    .into()
+            )
+        );
+        let query = ListQuery {
+            page: Some(0),
+            ..ListQuery::default()
+        };
+        assert_eq!(
+            AppError::from(Listing::audit(&query).unwrap_err()),
+            AppError::Invalid("`page` starts at 1".into())
+        );
+    }
+
+    #[test]
+    fn missing_a_scope_is_forbidden_and_says_which() {
+        let refused = AppError::from(
+            Scopes::of(&[Scope::Read])
+                .require(Scope::Sessions)
+                .unwrap_err(),
+        );
+        assert_eq!(refused.status(), 403);
+        assert_eq!(
+            refused,
+            AppError::Forbidden("this token lacks the scope `sessions` (it has: read)".into())
+        );
     }
 }

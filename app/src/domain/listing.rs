@@ -2,7 +2,6 @@
 //! script asks (`?page=2&sort=-balance&q=ali`), checked here, and turned into SQL by the store
 //! from these types only, never from the text itself.
 
-use crate::error::AppError;
 use serde::{Deserialize, Serialize};
 
 pub const DEFAULT_PER_PAGE: u32 = 25;
@@ -28,6 +27,27 @@ pub struct ListQuery {
     /// Sessions: `live`, `ended` or one state's name. Users: `admin`, `user` or `locked`.
     #[serde(default)]
     pub filter: Option<String>,
+}
+
+/// Why a table's query is refused; each says what the table takes instead. The doors show it
+/// as a bad request (`AppError::Invalid`, in `crate::error`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ListingError {
+    #[error("`page` starts at 1")]
+    PageZero,
+    #[error("`per_page` must be 1 to {MAX_PER_PAGE}")]
+    PerPage,
+    #[error("`page` is too far")]
+    TooFar,
+    #[error("cannot sort by `{name}`; sort by {known} (a `-` first for descending)")]
+    Sort { name: String, known: String },
+    #[error(
+        "the search text must be at most {MAX_FILTER_CHARS} characters, without control characters"
+    )]
+    Search,
+    /// The table's own filter (`filter`) is refused; the text names what it takes.
+    #[error("{0}")]
+    Filter(String),
 }
 
 /// A column a table sorts by.
@@ -190,21 +210,19 @@ impl<S: SortKey, F> Listing<S, F> {
     /// Checks what every table takes; `filter` reads the table's own filter.
     fn checked(
         query: &ListQuery,
-        filter: impl FnOnce(&str) -> Result<F, AppError>,
-    ) -> Result<Self, AppError> {
+        filter: impl FnOnce(&str) -> Result<F, ListingError>,
+    ) -> Result<Self, ListingError> {
         let page = query.page.unwrap_or(1);
         if page == 0 {
-            return Err(AppError::Invalid("`page` starts at 1".into()));
+            return Err(ListingError::PageZero);
         }
         let per_page = query.per_page.unwrap_or(DEFAULT_PER_PAGE);
         if !(1..=MAX_PER_PAGE).contains(&per_page) {
-            return Err(AppError::Invalid(format!(
-                "`per_page` must be 1 to {MAX_PER_PAGE}"
-            )));
+            return Err(ListingError::PerPage);
         }
         // Far past any real table; keeps the offset's arithmetic and the database's far from overflow.
         if u64::from(page) * u64::from(per_page) > 10_000_000 {
-            return Err(AppError::Invalid("`page` is too far".into()));
+            return Err(ListingError::TooFar);
         }
         let (sort, descending) = match query.sort.as_deref().map(str::trim) {
             None | Some("") => S::DEFAULT,
@@ -213,11 +231,9 @@ impl<S: SortKey, F> Listing<S, F> {
                     Some(name) => (name, true),
                     None => (text, false),
                 };
-                let key = S::parse(name).ok_or_else(|| {
-                    AppError::Invalid(format!(
-                        "cannot sort by `{name}`; sort by {} (a `-` first for descending)",
-                        S::names().join(", ")
-                    ))
+                let key = S::parse(name).ok_or_else(|| ListingError::Sort {
+                    name: name.to_string(),
+                    known: S::names().join(", "),
                 })?;
                 (key, descending)
             }
@@ -231,9 +247,7 @@ impl<S: SortKey, F> Listing<S, F> {
         if search.as_deref().is_some_and(|q| {
             q.chars().count() > MAX_FILTER_CHARS || q.chars().any(char::is_control)
         }) {
-            return Err(AppError::Invalid(format!(
-                "the search text must be at most {MAX_FILTER_CHARS} characters, without control characters"
-            )));
+            return Err(ListingError::Search);
         }
         let filter = filter(query.filter.as_deref().map_or("", str::trim))?;
         Ok(Listing {
@@ -248,13 +262,13 @@ impl<S: SortKey, F> Listing<S, F> {
 }
 
 impl Listing<UserSort, UserFilter> {
-    pub fn users(query: &ListQuery) -> Result<Self, AppError> {
+    pub fn users(query: &ListQuery) -> Result<Self, ListingError> {
         Listing::checked(query, |filter| match filter {
             "" | "all" => Ok(UserFilter::All),
             "admin" => Ok(UserFilter::Admins),
             "user" => Ok(UserFilter::Users),
             "locked" => Ok(UserFilter::Locked),
-            other => Err(AppError::Invalid(format!(
+            other => Err(ListingError::Filter(format!(
                 "unknown filter `{other}`; users filter by all, admin, user or locked"
             ))),
         })
@@ -262,7 +276,7 @@ impl Listing<UserSort, UserFilter> {
 }
 
 impl Listing<SessionSort, SessionFilter> {
-    pub fn sessions(query: &ListQuery) -> Result<Self, AppError> {
+    pub fn sessions(query: &ListQuery) -> Result<Self, ListingError> {
         use crate::domain::session::SessionState;
         Listing::checked(query, |filter| {
             match filter {
@@ -270,7 +284,7 @@ impl Listing<SessionSort, SessionFilter> {
             "live" => Ok(SessionFilter::Live),
             "ended" => Ok(SessionFilter::Ended),
             name => SessionState::parse(name).map(SessionFilter::State).ok_or_else(|| {
-                AppError::Invalid(format!(
+                ListingError::Filter(format!(
                     "unknown filter `{name}`; sessions filter by all, live, ended or a state (requested, queued, starting, ready, stopping)"
                 ))
             }),
@@ -280,7 +294,7 @@ impl Listing<SessionSort, SessionFilter> {
 }
 
 impl Listing<UsageSort, UsagePeriod> {
-    pub fn usage(query: &ListQuery) -> Result<Self, AppError> {
+    pub fn usage(query: &ListQuery) -> Result<Self, ListingError> {
         Listing::checked(query, |filter| {
             if filter.is_empty() {
                 return Ok(UsagePeriod::DEFAULT);
@@ -291,7 +305,7 @@ impl Listing<UsageSort, UsagePeriod> {
                 .filter(|days| UsagePeriod::CHOICES.contains(days))
                 .map(|days| UsagePeriod { days })
                 .ok_or_else(|| {
-                    AppError::Invalid(format!(
+                    ListingError::Filter(format!(
                         "unknown period `{filter}`; usage covers 1d, 7d, 30d or 90d"
                     ))
                 })
@@ -301,12 +315,12 @@ impl Listing<UsageSort, UsagePeriod> {
 
 impl Listing<PromotionSort, Option<crate::domain::promotion::PromotionState>> {
     /// Promotions filter by state (`pending`, …) or none (`all`).
-    pub fn promotions(query: &ListQuery) -> Result<Self, AppError> {
+    pub fn promotions(query: &ListQuery) -> Result<Self, ListingError> {
         use crate::domain::promotion::PromotionState;
         Listing::checked(query, |filter| match filter {
             "" | "all" => Ok(None),
             name => PromotionState::parse(name).map(Some).ok_or_else(|| {
-                AppError::Invalid(format!(
+                ListingError::Filter(format!(
                     "unknown filter `{name}`; promotions filter by all or a state ({})",
                     PromotionState::EVERY.map(|s| s.as_str()).join(", ")
                 ))
@@ -316,12 +330,12 @@ impl Listing<PromotionSort, Option<crate::domain::promotion::PromotionState>> {
 }
 
 impl Listing<AuditSort, ()> {
-    pub fn audit(query: &ListQuery) -> Result<Self, AppError> {
+    pub fn audit(query: &ListQuery) -> Result<Self, ListingError> {
         Listing::checked(query, |filter| {
             if filter.is_empty() {
                 Ok(())
             } else {
-                Err(AppError::Invalid(
+                Err(ListingError::Filter(
                     "the audit log filters by its search text (`q`) only".into(),
                 ))
             }
@@ -401,7 +415,7 @@ mod tests {
         let users = Listing::users(&query(Some("created"), None)).unwrap();
         assert_eq!((users.sort, users.descending), (UserSort::Created, false));
         let refused = Listing::users(&query(Some("password_hash"), None)).unwrap_err();
-        assert_eq!(refused.status(), 400);
+        assert!(matches!(refused, ListingError::Sort { .. }), "{refused:?}");
         assert!(
             refused.to_string().contains("name, created, balance"),
             "{refused}"

@@ -2,13 +2,20 @@
 //!
 //! The domain is compiled into the server and into the wasm bundle alike, so the
 //! browser shows exactly the prices and limits the server will enforce.
+//!
+//! It imports std, serde and thiserror, and nothing of the crate outside `domain`: a rule
+//! refuses with an error of its own (`ListingError`, `MissingScope`, or a `String` naming the
+//! problem), which `crate::error` turns into what the doors show. The crate's guide (`lib.rs`)
+//! says what each module holds.
 
 pub mod credits;
 pub mod dates;
+pub mod encode;
 pub mod idle;
 pub mod images;
 pub mod launch;
 pub mod listing;
+pub mod paths;
 pub mod pool;
 pub mod promotion;
 pub mod quota;

@@ -118,17 +118,26 @@ impl Scopes {
         Ok(Scopes::implied(bits))
     }
 
-    /// `Forbidden` naming the scope when this set lacks it.
-    pub fn require(self, scope: Scope) -> Result<(), crate::error::AppError> {
+    /// [`MissingScope`] naming the scope when this set lacks it.
+    pub fn require(self, scope: Scope) -> Result<(), MissingScope> {
         if self.allows(scope) {
             Ok(())
         } else {
-            Err(crate::error::AppError::Forbidden(format!(
-                "this token lacks the scope `{}` (it has: {self})",
-                scope.as_str()
-            )))
+            Err(MissingScope {
+                missing: scope,
+                has: self,
+            })
         }
     }
+}
+
+/// A token asked to do what its scopes do not allow. The doors show it as `Forbidden` (in
+/// `crate::error`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("this token lacks the scope `{}` (it has: {has})", missing.as_str())]
+pub struct MissingScope {
+    pub missing: Scope,
+    pub has: Scopes,
 }
 
 impl fmt::Display for Scopes {
@@ -202,7 +211,7 @@ mod tests {
         let read = Scopes::of(&[Scope::Read]);
         assert!(read.require(Scope::Read).is_ok());
         let refused = read.require(Scope::Sessions).unwrap_err();
-        assert_eq!(refused.status(), 403);
+        assert_eq!(refused.missing, Scope::Sessions);
         assert!(refused.to_string().contains("`sessions`"), "{refused}");
     }
 

@@ -1,4 +1,6 @@
-use super::{ErrorNotice, format_countdown, use_clock};
+use super::ErrorNotice;
+use super::chips::StateChip;
+use super::format::{format_countdown, use_clock};
 use crate::api::{Launch, Logout, StopSession, load_dashboard};
 use crate::domain::credits;
 use crate::domain::launch::EditorKind;
@@ -466,15 +468,6 @@ fn SessionCard(session: SessionView, stop: ServerAction<StopSession>) -> impl In
                     }
                 })}
         </li>
-    }
-}
-
-#[component]
-pub(super) fn StateChip(state: SessionState) -> impl IntoView {
-    view! {
-        <span class=format!("chip state-{}", state.as_str()) data-testid="state-chip">
-            {state.as_str()}
-        </span>
     }
 }
 

@@ -1,4 +1,7 @@
+use super::format::hard_navigate;
 use crate::api::Login;
+use crate::domain::encode::{PATH, percent_encode};
+use crate::domain::paths::is_local_path;
 use leptos::prelude::*;
 use leptos_router::hooks::{use_navigate, use_query_map};
 
@@ -13,9 +16,9 @@ pub fn LoginPage() -> impl IntoView {
             match query
                 .read_untracked()
                 .get("next")
-                .filter(|n| super::is_local_path(n))
+                .filter(|n| is_local_path(n))
             {
-                Some(next) => super::hard_navigate(&next),
+                Some(next) => hard_navigate(&next),
                 None => navigate("/", Default::default()),
             }
         }
@@ -40,9 +43,9 @@ pub fn LoginPage() -> impl IntoView {
     };
     let provider = Resource::new(|| (), |_| crate::api::single_sign_on());
     let sso_href = move || {
-        let next = query.read().get("next").filter(|n| super::is_local_path(n));
+        let next = query.read().get("next").filter(|n| is_local_path(n));
         match next {
-            Some(next) => format!("/auth/oidc/login?next={}", encode_query(&next)),
+            Some(next) => format!("/auth/oidc/login?next={}", percent_encode(&next, PATH)),
             None => "/auth/oidc/login".to_string(),
         }
     };
@@ -108,18 +111,6 @@ fn sso_message(code: &str) -> &'static str {
     }
 }
 
-/// `text` as a query value.
-fn encode_query(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,14 +131,6 @@ mod tests {
         assert!(
             !messages.contains(sso_message("<script>")),
             "unknown codes get the generic one"
-        );
-    }
-
-    #[test]
-    fn the_next_path_survives_the_round_trip() {
-        assert_eq!(
-            encode_query("/s/abc/lab?x=1&y=2"),
-            "/s/abc/lab%3Fx%3D1%26y%3D2"
         );
     }
 }

@@ -1,7 +1,9 @@
 //! The pages. Every one renders on the server and hydrates in the browser.
 
 mod admin;
+mod chips;
 mod dashboard;
+mod format;
 #[cfg(feature = "hydrate")]
 mod live;
 mod login;
@@ -79,88 +81,5 @@ fn ErrorNotice(error: AppError) -> impl IntoView {
             </div>
         }
         .into_any(),
-    }
-}
-
-pub(crate) fn now_ms() -> i64 {
-    #[cfg(feature = "hydrate")]
-    {
-        js_sys::Date::now() as i64
-    }
-    #[cfg(not(feature = "hydrate"))]
-    {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0)
-    }
-}
-
-/// "1:02:03" or "4:05"; "0:00" once passed.
-pub(crate) fn format_countdown(ms: i64) -> String {
-    let secs = (ms.max(0) + 999) / 1000;
-    let (h, m, s) = (secs / 3600, (secs / 60) % 60, secs % 60);
-    if h > 0 {
-        format!("{h}:{m:02}:{s:02}")
-    } else {
-        format!("{m}:{s:02}")
-    }
-}
-
-/// Whether `path` stays on this site: "/x" but not "//evil.example" or "/\\evil".
-pub fn is_local_path(path: &str) -> bool {
-    // Browsers drop tabs and newlines inside URLs and read '\\' as '/', so "/\t/x" means "//x".
-    path.starts_with('/')
-        && !path.starts_with("//")
-        && !path.chars().any(|c| c.is_control() || c == '\\')
-}
-
-/// A full page load, for paths the router does not own (the editors under /s/).
-pub(crate) fn hard_navigate(path: &str) {
-    #[cfg(feature = "hydrate")]
-    if let Some(window) = web_sys::window() {
-        let _ = window.location().set_href(path);
-    }
-    #[cfg(not(feature = "hydrate"))]
-    let _ = path;
-}
-
-/// A ticking clock for countdowns; only ticks in the browser.
-pub(crate) fn use_clock() -> ReadSignal<i64> {
-    let (now, set_now) = signal(now_ms());
-    Effect::new(move |_| {
-        if let Ok(handle) = set_interval_with_handle(
-            move || set_now.set(now_ms()),
-            std::time::Duration::from_secs(1),
-        ) {
-            on_cleanup(move || handle.clear());
-        }
-    });
-    now
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{format_countdown, is_local_path};
-
-    #[test]
-    fn only_local_paths_are_followed_after_sign_in() {
-        assert!(is_local_path("/s/abc/lab"));
-        assert!(is_local_path("/"));
-        assert!(!is_local_path("//evil.example/"));
-        assert!(!is_local_path("/\\evil.example"));
-        assert!(!is_local_path("https://evil.example/"));
-        assert!(!is_local_path(""));
-        assert!(!is_local_path("/\t/evil.example"));
-        assert!(!is_local_path("/\n/evil.example"));
-    }
-
-    #[test]
-    fn countdown_formats() {
-        assert_eq!(format_countdown(0), "0:00");
-        assert_eq!(format_countdown(-5), "0:00");
-        assert_eq!(format_countdown(61_000), "1:01");
-        assert_eq!(format_countdown(3_723_000), "1:02:03");
-        assert_eq!(format_countdown(500), "0:01");
     }
 }

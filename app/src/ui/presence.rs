@@ -88,13 +88,13 @@ mod browser {
         if let Some(document) = web_sys::window().and_then(|w| w.document()) {
             listen(&document, &seen);
         }
-        let last_sent = Rc::new(Cell::new(crate::ui::now_ms()));
+        let last_sent = Rc::new(Cell::new(crate::ui::format::now_ms()));
         let tick = move || {
             listen_in_frames(&seen);
             let visible = web_sys::window()
                 .and_then(|w| w.document())
                 .is_some_and(|d| d.visibility_state() == web_sys::VisibilityState::Visible);
-            let now = crate::ui::now_ms();
+            let now = crate::ui::format::now_ms();
             if !should_beat(now, last_sent.get(), seen.get(), visible, urgent(now)) {
                 return;
             }

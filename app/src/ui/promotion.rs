@@ -1,46 +1,12 @@
 //! Promotion in the pages: "Promote" in a session's toolbar sends a file of the workspace to
 //! the production registry; the dashboard lists the user's promotions and where each stands.
 
+use super::chips::PromotionChip;
+use super::format::{format_bytes, format_utc};
 use crate::api::{PromoteFile, my_promotions};
 use crate::domain::promotion::{PromotionRequest, PromotionState};
 use crate::model::PromotionView;
 use leptos::prelude::*;
-
-/// "700.0 KB" for a size in bytes.
-pub(crate) fn format_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KB", "MB", "GB", "TB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut size = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while size >= 1024.0 && unit < UNITS.len() - 1 {
-        size /= 1024.0;
-        unit += 1;
-    }
-    format!("{size:.1} {}", UNITS[unit])
-}
-
-/// What a promotion's state means to the person who asked for it.
-pub(crate) fn state_label(state: PromotionState) -> &'static str {
-    match state {
-        PromotionState::Pending => "waiting for approval",
-        PromotionState::Approved => "approved, about to be pushed",
-        PromotionState::Pushing => "pushing",
-        PromotionState::Pushed => "in the registry",
-        PromotionState::Rejected => "rejected",
-        PromotionState::Failed => "push failed",
-    }
-}
-
-#[component]
-pub(crate) fn PromotionChip(state: PromotionState) -> impl IntoView {
-    view! {
-        <span class=format!("chip promotion-{}", state.as_str()) data-testid="promotion-state">
-            {state_label(state)}
-        </span>
-    }
-}
 
 /// The toolbar's menu: which file, under which name and tag. What was typed stays after a
 /// refusal, so that one wrong field is all there is to fix.
@@ -204,7 +170,7 @@ fn PromotionList(items: Vec<PromotionView>) -> impl IntoView {
                                 <td>
                                     <PromotionChip state=p.state />
                                 </td>
-                                <td>{super::admin::format_utc(p.requested_at_ms)}</td>
+                                <td>{format_utc(p.requested_at_ms)}</td>
                                 <td>{result}</td>
                             </tr>
                         }
@@ -214,16 +180,4 @@ fn PromotionList(items: Vec<PromotionView>) -> impl IntoView {
         </table>
     }
     .into_any()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::format_bytes;
-
-    #[test]
-    fn sizes_read_in_binary_units() {
-        assert_eq!(format_bytes(5), "5 B");
-        assert_eq!(format_bytes(700_001), "683.6 KB");
-        assert_eq!(format_bytes(3 * 1024 * 1024), "3.0 MB");
-    }
 }

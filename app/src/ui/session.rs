@@ -1,5 +1,6 @@
-use super::dashboard::StateChip;
-use super::{ErrorNotice, format_countdown, use_clock};
+use super::ErrorNotice;
+use super::chips::StateChip;
+use super::format::{format_countdown, use_clock};
 use crate::api::{ExtendSession, Heartbeat, StopSession, get_session};
 use crate::domain::pool::format_mib;
 use crate::domain::session::SessionState;

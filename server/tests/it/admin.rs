@@ -1,9 +1,9 @@
 //! The admin API (`/api/v1/admin/…`) and the pages' admin server functions, through a real
 //! listener: who may use them, and that what they change takes effect at once and is audited.
 
+use crate::common::{FakeRuntime, Response, TestApp};
 use app::domain::scope::{Scope, Scopes};
 use app::model::Role;
-use crate::common::{FakeRuntime, Response, TestApp};
 use http::{Method, Request, StatusCode};
 use http_body_util::Full;
 use serde_json::json;

@@ -1,7 +1,7 @@
 //! The REST API and the proxy, through a real listener, with a stand-in editor.
 
-use app::domain::session::{EndReason, SessionState};
 use crate::common::{FakeRuntime, Response, TestApp};
+use app::domain::session::{EndReason, SessionState};
 use http::{Method, Request, StatusCode};
 use http_body_util::Full;
 use serde_json::json;

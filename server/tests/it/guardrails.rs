@@ -3,8 +3,8 @@
 //! open-tab policy; the queue starts launches by itself; warm editors launch at once; quotas
 //! and extensions answer with clear messages.
 
-use app::domain::session::{EndReason, SessionState};
 use crate::common::{FakeRuntime, TestApp};
+use app::domain::session::{EndReason, SessionState};
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 use std::sync::Arc;

@@ -3,9 +3,9 @@
 //! keeping objects in memory) driven through the real service and store, and (3) optionally a
 //! real cluster (`KUBECONFIG` set and `SANDBOX_KUBE_E2E=1`).
 
+use crate::common::TestApp;
 use app::domain::launch::EditorKind;
 use bytes::Bytes;
-use crate::common::TestApp;
 use http::{Method, Request, Response};
 use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};

@@ -2,10 +2,10 @@
 //! distribution server) on loopback, with basic auth. A file goes from a user's workspace to
 //! the registry as an OCI artifact with its provenance, after an admin's approval.
 
+use crate::common::{FakeRuntime, TestApp};
 use app::domain::scope::Scopes;
 use app::model::Role;
 use bytes::Bytes;
-use crate::common::{FakeRuntime, TestApp};
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};
@@ -174,12 +174,22 @@ async fn wait_for(app: &TestApp, token: &str, id: &str, done: impl Fn(&Value) ->
     panic!("promotion {id} never got there");
 }
 
-async fn promote(app: &TestApp, token: String, session: String, body: Value) -> crate::common::Response {
+async fn promote(
+    app: &TestApp,
+    token: String,
+    session: String,
+    body: Value,
+) -> crate::common::Response {
     let path = format!("/api/v1/sessions/{session}/promotions");
     call(app, token, path, Some(body)).await
 }
 
-async fn call(app: &TestApp, token: String, path: String, body: Option<Value>) -> crate::common::Response {
+async fn call(
+    app: &TestApp,
+    token: String,
+    path: String,
+    body: Option<Value>,
+) -> crate::common::Response {
     app.call(Method::POST, &path, Some(&token), body).await
 }
 

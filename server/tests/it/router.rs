@@ -2,8 +2,8 @@
 //! same per-connection service the listener uses, no socket in between (and one test serving that
 //! service on a socket of its own, for a WebSocket).
 
-use axum::body::Body;
 use crate::common::{FakeRuntime, TestApp};
+use axum::body::Body;
 use http::{HeaderMap, Method, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use leptos::server_fn::ServerFn;

@@ -2,6 +2,7 @@
 
 use super::{ApiJson, ApiResult, ApiUser, PathId};
 use crate::http::AppState;
+use app::error::AppError;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -10,7 +11,10 @@ pub(super) async fn list_images(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
 ) -> ApiResult<Json<Vec<app::model::ImageView>>> {
-    viewer.scopes.require(app::domain::scope::Scope::Read)?;
+    viewer
+        .scopes
+        .require(app::domain::scope::Scope::Read)
+        .map_err(AppError::from)?;
     Ok(Json(state.service.launch_images().await?))
 }
 

@@ -2,6 +2,10 @@
 //!
 //! Each one is thin: find the backend and the viewer, call one service function.
 //! The REST API in the server crate is the other door to the same functions.
+//!
+//! A server function is reached at a URL hashed from its module path (`app::api`) and the
+//! build's `SERVER_FN_OVERRIDE_KEY`: they stay in this file so that the URLs do not move.
+//! `Backend`, what they call, and the helpers that find it are in `backend.rs` (ssr only).
 
 #[cfg(feature = "ssr")]
 use crate::domain::launch::LaunchRequest;
@@ -14,207 +18,10 @@ use crate::model::{
 use leptos::prelude::*;
 
 #[cfg(feature = "ssr")]
-pub use backend::Backend;
+mod backend;
 
 #[cfg(feature = "ssr")]
-mod backend {
-    use super::*;
-    use std::sync::Arc;
-
-    /// What the pages need from the server. Implemented by the server crate's service layer,
-    /// provided to server functions as `Arc<dyn Backend>` context.
-    #[async_trait::async_trait]
-    pub trait Backend: Send + Sync + 'static {
-        /// The viewer behind a request's session cookie or bearer token.
-        async fn viewer(&self, request: &http::request::Parts) -> Result<Option<Viewer>, AppError>;
-        async fn login(
-            &self,
-            request: &http::request::Parts,
-            name: &str,
-            password: &str,
-        ) -> Result<Viewer, AppError>;
-        async fn logout(&self, request: &http::request::Parts) -> Result<(), AppError>;
-        /// The OpenID Connect provider's name for "Sign in with …", when one is configured.
-        fn single_sign_on(&self) -> Option<String>;
-        /// The viewer's tokens and what making one takes.
-        async fn tokens_page(&self, request: &http::request::Parts)
-        -> Result<TokensPage, AppError>;
-        async fn make_token(
-            &self,
-            request: &http::request::Parts,
-            form: TokenForm,
-        ) -> Result<NewToken, AppError>;
-        async fn revoke_token(&self, viewer: &Viewer, id: &str) -> Result<(), AppError>;
-        async fn dashboard(&self, viewer: &Viewer) -> Result<Dashboard, AppError>;
-        async fn launch(
-            &self,
-            viewer: &Viewer,
-            request: LaunchRequest,
-        ) -> Result<SessionView, AppError>;
-        async fn session(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError>;
-        async fn stop(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError>;
-        async fn heartbeat(
-            &self,
-            viewer: &Viewer,
-            id: &str,
-            input: bool,
-        ) -> Result<SessionView, AppError>;
-        async fn extend(
-            &self,
-            viewer: &Viewer,
-            id: &str,
-            minutes: u32,
-        ) -> Result<SessionView, AppError>;
-        async fn admin_users(
-            &self,
-            viewer: &Viewer,
-            query: &ListQuery,
-        ) -> Result<Page<AdminUser>, AppError>;
-        async fn admin_sessions(
-            &self,
-            viewer: &Viewer,
-            query: &ListQuery,
-        ) -> Result<Page<AdminSession>, AppError>;
-        async fn admin_audit(
-            &self,
-            viewer: &Viewer,
-            query: &ListQuery,
-        ) -> Result<Page<AuditLine>, AppError>;
-        async fn admin_usage(
-            &self,
-            viewer: &Viewer,
-            query: &ListQuery,
-        ) -> Result<Page<UsageRow>, AppError>;
-        async fn admin_pool(&self, viewer: &Viewer) -> Result<Vec<AdminGpu>, AppError>;
-        fn admin_settings(
-            &self,
-            viewer: &Viewer,
-        ) -> Result<Vec<crate::model::SettingsSection>, AppError>;
-        /// Whether the admin pages are open to this request's sign-in now.
-        async fn admin_access(
-            &self,
-            request: &http::request::Parts,
-        ) -> Result<crate::model::AdminAccess, AppError>;
-        /// Opens the admin pages to this browser's sign-in for a while, with the password.
-        async fn confirm_admin(
-            &self,
-            request: &http::request::Parts,
-            password: &str,
-        ) -> Result<(), AppError>;
-        async fn change_user(
-            &self,
-            viewer: &Viewer,
-            user_id: &str,
-            change: UserChange,
-        ) -> Result<(), AppError>;
-        /// Returns the new balance in milli-credits.
-        async fn grant_credits(
-            &self,
-            viewer: &Viewer,
-            user_id: &str,
-            amount: &str,
-            note: &str,
-        ) -> Result<i64, AppError>;
-        async fn admin_stop(&self, viewer: &Viewer, id: &str) -> Result<AdminSession, AppError>;
-        async fn admin_open_editor(
-            &self,
-            viewer: &Viewer,
-            id: &str,
-        ) -> Result<crate::model::EditorAccess, AppError>;
-        async fn set_user_quota(
-            &self,
-            viewer: &Viewer,
-            user_id: &str,
-            overrides: crate::domain::quota::Overrides,
-        ) -> Result<crate::domain::quota::Limits, AppError>;
-        async fn promote_file(
-            &self,
-            viewer: &Viewer,
-            session_id: &str,
-            request: crate::domain::promotion::PromotionRequest,
-        ) -> Result<PromotionView, AppError>;
-        async fn promotions(&self, viewer: &Viewer) -> Result<Promotions, AppError>;
-        async fn admin_images(
-            &self,
-            viewer: &Viewer,
-        ) -> Result<Vec<crate::model::ImageView>, AppError>;
-        async fn add_image(
-            &self,
-            viewer: &Viewer,
-            image: crate::domain::images::NewImage,
-        ) -> Result<crate::model::ImageView, AppError>;
-        async fn set_image_state(
-            &self,
-            viewer: &Viewer,
-            id: &str,
-            state: crate::domain::images::ImageState,
-        ) -> Result<crate::model::ImageView, AppError>;
-        async fn admin_promotions(
-            &self,
-            viewer: &Viewer,
-            query: &ListQuery,
-        ) -> Result<Page<PromotionView>, AppError>;
-        async fn decide_promotion(
-            &self,
-            viewer: &Viewer,
-            id: &str,
-            decision: crate::domain::promotion::Decision,
-            reason: Option<String>,
-        ) -> Result<PromotionView, AppError>;
-    }
-
-    pub(super) fn backend() -> Result<Arc<dyn Backend>, AppError> {
-        use_context::<Arc<dyn Backend>>().ok_or(AppError::Internal)
-    }
-
-    fn parts() -> Result<http::request::Parts, AppError> {
-        use_context::<http::request::Parts>().ok_or(AppError::Internal)
-    }
-
-    pub(super) async fn current_viewer() -> Result<Option<Viewer>, AppError> {
-        backend()?.viewer(&parts()?).await
-    }
-
-    pub(super) async fn require_viewer() -> Result<Viewer, AppError> {
-        current_viewer().await?.ok_or(AppError::Unauthenticated)
-    }
-
-    /// A form the browser posted itself (before the page's wasm took over), rather than a call
-    /// from the page's code: the browser wants a page back, not data.
-    pub(super) fn is_plain_form_post() -> bool {
-        parts().is_ok_and(|parts| {
-            parts
-                .headers
-                .get(http::header::ACCEPT)
-                .and_then(|accept| accept.to_str().ok())
-                .is_some_and(|accept| accept.contains("text/html"))
-        })
-    }
-
-    pub(super) async fn login(name: &str, password: &str) -> Result<Viewer, AppError> {
-        backend()?.login(&parts()?, name, password).await
-    }
-
-    pub(super) async fn logout() -> Result<(), AppError> {
-        backend()?.logout(&parts()?).await
-    }
-
-    pub(super) async fn tokens_page() -> Result<TokensPage, AppError> {
-        backend()?.tokens_page(&parts()?).await
-    }
-
-    pub(super) async fn make_token(form: TokenForm) -> Result<NewToken, AppError> {
-        backend()?.make_token(&parts()?, form).await
-    }
-
-    pub(super) async fn admin_access() -> Result<crate::model::AdminAccess, AppError> {
-        backend()?.admin_access(&parts()?).await
-    }
-
-    pub(super) async fn confirm_admin(password: &str) -> Result<(), AppError> {
-        backend()?.confirm_admin(&parts()?, password).await
-    }
-}
+pub use backend::Backend;
 
 #[server]
 pub async fn whoami() -> Result<Option<Viewer>, AppError> {
@@ -231,7 +38,7 @@ pub async fn login(
     // Signed in before the page's script had loaded: send the browser on as the page would.
     if backend::is_plain_form_post() {
         let to = next
-            .filter(|n| crate::ui::is_local_path(n))
+            .filter(|n| crate::domain::paths::is_local_path(n))
             .unwrap_or_else(|| "/".into());
         leptos_axum::redirect(&to);
     }

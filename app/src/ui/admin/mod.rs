@@ -1,0 +1,272 @@
+//! The admin pages: users (roles, locks, credits), every session, the pool per GPU, usage and
+//! cost, promotions to approve, the audit log, the settings. Tables page, sort and filter on the
+//! server; where the table is (tab, page, sort, search) lives in the address, so a reload or a
+//! shared link shows the same rows.
+//!
+//! `mod.rs` holds the page, its tabs and the links between them; `table.rs` the widgets every
+//! table shares; each tab has a file of its own, which imports these two and never another tab.
+
+mod audit;
+mod images;
+mod pool;
+mod promotions;
+mod sessions;
+mod settings;
+mod table;
+mod usage;
+mod users;
+
+use crate::api::{ConfirmAdmin, admin_access};
+use crate::domain::encode::{UNRESERVED, percent_encode};
+use crate::domain::listing::ListQuery;
+use crate::model::{AdminAccess, Confirmation};
+use crate::ui::ErrorNotice;
+use leptos::prelude::*;
+use leptos_router::hooks::use_query_map;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tab {
+    Users,
+    Sessions,
+    Pool,
+    Images,
+    Usage,
+    Promotions,
+    Audit,
+    Settings,
+}
+
+impl Tab {
+    const ALL: [Tab; 8] = [
+        Tab::Users,
+        Tab::Sessions,
+        Tab::Pool,
+        Tab::Images,
+        Tab::Usage,
+        Tab::Promotions,
+        Tab::Audit,
+        Tab::Settings,
+    ];
+
+    fn parse(name: Option<&str>) -> Tab {
+        match name {
+            Some("sessions") => Tab::Sessions,
+            Some("pool") => Tab::Pool,
+            Some("images") => Tab::Images,
+            Some("usage") => Tab::Usage,
+            Some("promotions") => Tab::Promotions,
+            Some("audit") => Tab::Audit,
+            Some("settings") => Tab::Settings,
+            _ => Tab::Users,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Tab::Users => "users",
+            Tab::Sessions => "sessions",
+            Tab::Pool => "pool",
+            Tab::Images => "images",
+            Tab::Usage => "usage",
+            Tab::Promotions => "promotions",
+            Tab::Audit => "audit",
+            Tab::Settings => "settings",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Tab::Users => "Users",
+            Tab::Sessions => "Sessions",
+            Tab::Pool => "Pool",
+            Tab::Images => "Images",
+            Tab::Usage => "Usage and cost",
+            Tab::Promotions => "Promotions",
+            Tab::Audit => "Audit log",
+            Tab::Settings => "Settings",
+        }
+    }
+}
+
+/// `/admin?tab=…` with the table's place; what is unset is left out.
+fn admin_href(tab: Tab, query: &ListQuery) -> String {
+    let mut href = format!("/admin?tab={}", tab.name());
+    let mut add = |key: &str, value: Option<String>| {
+        if let Some(value) = value.filter(|v| !v.is_empty()) {
+            href.push_str(&format!("&{key}={}", percent_encode(&value, UNRESERVED)));
+        }
+    };
+    add("q", query.q.clone());
+    add("filter", query.filter.clone());
+    add("sort", query.sort.clone());
+    add("page", query.page.filter(|p| *p > 1).map(|p| p.to_string()));
+    href
+}
+
+#[component]
+pub fn AdminPage() -> impl IntoView {
+    let query = use_query_map();
+    let tab = Memo::new(move |_| Tab::parse(query.read().get_str("tab")));
+    let list = Memo::new(move |_| {
+        let q = query.read();
+        ListQuery {
+            page: q.get_str("page").and_then(|p| p.parse().ok()),
+            per_page: None,
+            sort: q.get("sort"),
+            q: q.get("q"),
+            filter: q.get("filter"),
+        }
+    });
+    let confirm = ServerAction::<ConfirmAdmin>::new();
+    let access = Resource::new(move || confirm.version().get(), |_| admin_access());
+    view! {
+        <header class="topbar">
+            <a class="brand" href="/">
+                "GPU Sandbox"
+            </a>
+            <strong>"Admin"</strong>
+            <a href="/">"Back to the dashboard"</a>
+        </header>
+        <main class="admin">
+            <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    match access.await {
+                        Ok(AdminAccess { confirmed: true, .. }) => {
+                            view! { <AdminTabs tab list /> }.into_any()
+                        }
+                        Ok(AdminAccess { confirmation, .. }) => {
+                            view! { <ConfirmAdmin confirmation confirm /> }.into_any()
+                        }
+                        Err(error) => view! { <ErrorNotice error /> }.into_any(),
+                    }
+                })}
+            </Transition>
+        </main>
+    }
+}
+
+/// Asks an admin to prove they are at the keyboard before the admin pages open: editors are
+/// served from this site, so a script in an editor's page could otherwise act with the cookie.
+#[component]
+fn ConfirmAdmin(confirmation: Confirmation, confirm: ServerAction<ConfirmAdmin>) -> impl IntoView {
+    let password = RwSignal::new(String::new());
+    let refused = move || {
+        confirm.value().get().and_then(Result::err).map(|e| {
+            view! {
+                <p class="notice error" role="alert">
+                    {e.to_string()}
+                </p>
+            }
+        })
+    };
+    let body = match confirmation {
+        Confirmation::SingleSignOn { provider, .. } => view! {
+            <p>
+                "Confirm it is you with " {provider.clone()} ": "
+                <a rel="external" href="/auth/oidc/login?confirm=true&next=/admin">
+                    {format!("Sign in again with {provider}")}
+                </a>
+            </p>
+        }
+        .into_any(),
+        _ => view! {
+            <form
+                class="confirm"
+                on:submit=move |ev: leptos::ev::SubmitEvent| {
+                    ev.prevent_default();
+                    confirm.dispatch(ConfirmAdmin { password: password.get_untracked() });
+                    password.set(String::new());
+                }
+            >
+                <label>
+                    "Your password"
+                    <input
+                        type="password"
+                        name="password"
+                        autocomplete="current-password"
+                        required
+                        bind:value=password
+                    />
+                </label>
+                <button type="submit" class="primary">
+                    "Confirm"
+                </button>
+            </form>
+        }
+        .into_any(),
+    };
+    view! {
+        <section class="card narrow" aria-labelledby="confirm-title">
+            <h1 id="confirm-title">"Confirm it is you"</h1>
+            <p class="muted">
+                {format!(
+                    "The admin pages stay open for {} minutes after you confirm.",
+                    crate::domain::scope::ADMIN_CONFIRMATION_MINUTES,
+                )}
+            </p>
+            {refused}
+            {body}
+        </section>
+    }
+}
+
+#[component]
+fn AdminTabs(tab: Memo<Tab>, list: Memo<ListQuery>) -> impl IntoView {
+    let tabs = move || {
+        let current = tab.get();
+        Tab::ALL
+            .into_iter()
+            .map(|t| {
+                view! {
+                    <a
+                        href=admin_href(t, &ListQuery::default())
+                        class="tab"
+                        aria-current=(t == current).then_some("page")
+                    >
+                        {t.label()}
+                    </a>
+                }
+            })
+            .collect_view()
+    };
+    view! {
+        <nav class="tabs" aria-label="Admin sections">
+            {tabs}
+        </nav>
+        {move || match tab.get() {
+                Tab::Users => view! { <users::UsersTab list /> }.into_any(),
+                Tab::Sessions => view! { <sessions::SessionsTab list /> }.into_any(),
+                Tab::Pool => view! { <pool::PoolTab /> }.into_any(),
+                Tab::Images => view! { <images::ImagesTab /> }.into_any(),
+                Tab::Usage => view! { <usage::UsageTab list /> }.into_any(),
+                Tab::Promotions => view! { <promotions::PromotionsTab list /> }.into_any(),
+                Tab::Audit => view! { <audit::AuditTab list /> }.into_any(),
+                Tab::Settings => view! { <settings::SettingsTab /> }.into_any(),
+        }}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_keep_the_tables_place_and_encode_it() {
+        let query = ListQuery {
+            q: Some("a&b c".into()),
+            sort: Some("-balance".into()),
+            page: Some(2),
+            ..ListQuery::default()
+        };
+        assert_eq!(
+            admin_href(Tab::Users, &query),
+            "/admin?tab=users&q=a%26b%20c&sort=-balance&page=2"
+        );
+        assert_eq!(
+            admin_href(Tab::Audit, &ListQuery::default()),
+            "/admin?tab=audit"
+        );
+        assert_eq!(Tab::parse(Some("pool")), Tab::Pool);
+        assert_eq!(Tab::parse(Some("nonsense")), Tab::Users);
+    }
+}

@@ -1,0 +1,157 @@
+//! The promotions tab: files users asked to push to the registry, to approve, reject or retry.
+
+use super::Tab;
+use super::table::{Empty, Pager, SearchForm, SortHeader, action_error, loaded};
+use crate::api::{DecidePromotion, admin_promotions};
+use crate::domain::listing::{ListQuery, Page};
+use crate::domain::promotion::{Decision, PromotionState};
+use crate::ui::chips::PromotionChip;
+use crate::ui::format::{format_bytes, format_utc};
+use leptos::prelude::*;
+
+#[component]
+pub(super) fn PromotionsTab(list: Memo<ListQuery>) -> impl IntoView {
+    let decide = ServerAction::<DecidePromotion>::new();
+    let data = Resource::new(
+        move || (list.get(), decide.version().get()),
+        |(query, _)| admin_promotions(query),
+    );
+    view! {
+        <SearchForm
+            tab=Tab::Promotions
+            list
+            placeholder="User, artifact, tag or file"
+            filters=&[
+                ("all", "all promotions"),
+                ("pending", "waiting for approval"),
+                ("approved", "approved"),
+                ("pushing", "pushing"),
+                ("pushed", "pushed"),
+                ("rejected", "rejected"),
+                ("failed", "failed"),
+            ]
+        />
+        {action_error(move || decide.value().get())}
+        {loaded(
+            data,
+            "Loading promotions…",
+            move |page| view! { <PromotionsTable page list decide /> }.into_any(),
+        )}
+    }
+}
+
+#[component]
+fn PromotionsTable(
+    page: Page<crate::model::PromotionView>,
+    list: Memo<ListQuery>,
+    decide: ServerAction<DecidePromotion>,
+) -> impl IntoView {
+    let pages = page.pages();
+    if page.items.is_empty() {
+        return view! { <Empty tab=Tab::Promotions list page=page.page text="No promotion matches." /> }
+            .into_any();
+    }
+    view! {
+        <table class="admin-table" data-testid="admin-promotions">
+            <thead>
+                <tr>
+                    <th>"User"</th>
+                    <th>"File"</th>
+                    <th>"As"</th>
+                    <SortHeader tab=Tab::Promotions list key="requested" label="Requested" />
+                    <th>"State"</th>
+                    <th></th>
+                </tr>
+            </thead>
+            <tbody>
+                {page
+                    .items
+                    .into_iter()
+                    .map(|promotion| view! { <PromotionRow promotion decide /> })
+                    .collect_view()}
+            </tbody>
+        </table>
+        <Pager tab=Tab::Promotions list page=page.page pages total=page.total />
+    }
+    .into_any()
+}
+
+#[component]
+fn PromotionRow(
+    promotion: crate::model::PromotionView,
+    decide: ServerAction<DecidePromotion>,
+) -> impl IntoView {
+    let reason = RwSignal::new(String::new());
+    let id = promotion.id.clone();
+    let button = move |decision: Decision, label: &'static str, class: &'static str| {
+        let id = id.clone();
+        view! {
+            <button
+                class=class
+                on:click=move |_| {
+                    let text = reason.get_untracked();
+                    decide.dispatch(DecidePromotion {
+                        id: id.clone(),
+                        decision,
+                        reason: (!text.trim().is_empty()).then_some(text),
+                    });
+                }
+            >
+                {label}
+            </button>
+        }
+    };
+    let state = promotion.state;
+    // Pending ones are approved, failed ones retried; either may be rejected.
+    let first = match state {
+        PromotionState::Pending => Some((Decision::Approve, "Approve")),
+        PromotionState::Failed => Some((Decision::Retry, "Retry")),
+        _ => None,
+    };
+    let actions = first.map(|(decision, label)| {
+        view! {
+            <div class="decide">
+                {button(decision, label, "primary")}
+                <input
+                    aria-label="Reason to reject"
+                    placeholder="Reason (optional)"
+                    maxlength="500"
+                    bind:value=reason
+                />
+                {button(Decision::Reject, "Reject", "danger")}
+            </div>
+        }
+    });
+    let detail = promotion
+        .reference
+        .clone()
+        .or_else(|| promotion.message.clone())
+        .unwrap_or_default();
+    let provenance = format!(
+        "session {} · {} · sha256 {}",
+        promotion.session_id, promotion.image, promotion.sha256
+    );
+    view! {
+        <tr data-promotion=promotion.id.clone()>
+            <td>{promotion.user_name.clone()}</td>
+            <td title=provenance>
+                {format!(
+                    "{} ({})",
+                    promotion.path,
+                    format_bytes(promotion.size_bytes),
+                )}
+            </td>
+            <td>{format!("{}:{}", promotion.repository, promotion.tag)}</td>
+            <td>{format_utc(promotion.requested_at_ms)}</td>
+            <td>
+                <PromotionChip state />
+                <div class="muted small">{detail}</div>
+                {promotion
+                    .decided_by
+                    .clone()
+                    .map(|admin| view! { <div class="muted small">{format!("by {admin}")}</div> })}
+            </td>
+            <td>{actions}</td>
+        </tr>
+    }
+}

@@ -1,0 +1,158 @@
+//! The sessions tab: every session, stopped or entered (audited) by an admin.
+
+use super::Tab;
+use super::table::{Empty, Pager, SearchForm, SortHeader, action_error, loaded};
+use crate::api::{AdminOpenEditor, AdminStop, admin_sessions};
+use crate::domain::listing::{ListQuery, Page};
+use crate::domain::pool::format_mib;
+use crate::model::AdminSession;
+use crate::ui::format::format_utc;
+use leptos::prelude::*;
+
+#[component]
+pub(super) fn SessionsTab(list: Memo<ListQuery>) -> impl IntoView {
+    let stop = ServerAction::<AdminStop>::new();
+    let data = Resource::new(
+        move || (list.get(), stop.version().get()),
+        |(query, _)| admin_sessions(query),
+    );
+    view! {
+        <SearchForm
+            tab=Tab::Sessions
+            list
+            placeholder="User name or session id"
+            filters=&[
+                ("all", "all sessions"),
+                ("live", "live"),
+                ("ended", "ended"),
+                ("requested", "requested"),
+                ("queued", "queued"),
+                ("starting", "starting"),
+                ("ready", "ready"),
+                ("stopping", "stopping"),
+            ]
+        />
+        {action_error(move || stop.value().get())}
+        {loaded(data, "Loading sessions…", move |page| view! { <SessionsTable page list stop /> }.into_any())}
+    }
+}
+
+#[component]
+fn SessionsTable(
+    page: Page<AdminSession>,
+    list: Memo<ListQuery>,
+    stop: ServerAction<AdminStop>,
+) -> impl IntoView {
+    let pages = page.pages();
+    if page.items.is_empty() {
+        return view! { <Empty tab=Tab::Sessions list page=page.page text="No session matches." /> }
+            .into_any();
+    }
+    view! {
+        <table class="admin-table" data-testid="sessions">
+            <thead>
+                <tr>
+                    <SortHeader tab=Tab::Sessions list key="user" label="User" />
+                    <th>"Editor"</th>
+                    <th>"Slice"</th>
+                    <SortHeader tab=Tab::Sessions list key="state" label="State" />
+                    <SortHeader tab=Tab::Sessions list key="created" label="Started" />
+                    <th>"Ends / ended"</th>
+                    <th></th>
+                </tr>
+            </thead>
+            <tbody>
+                {page
+                    .items
+                    .into_iter()
+                    .map(|session| view! { <SessionRow session stop /> })
+                    .collect_view()}
+            </tbody>
+        </table>
+        <Pager tab=Tab::Sessions list page=page.page pages total=page.total />
+    }
+    .into_any()
+}
+
+#[component]
+fn SessionRow(session: AdminSession, stop: ServerAction<AdminStop>) -> impl IntoView {
+    let live = session.state.is_live();
+    let ready = session.state == crate::domain::session::SessionState::Ready;
+    let id = session.id.clone();
+    let enter_id = session.id.clone();
+    // Entering a user's editor is a choice of its own, audited. It takes an admin token, never
+    // this browser: the user's editor page would run here, with this page's cookie.
+    let enter = ServerAction::<AdminOpenEditor>::new();
+    let entered = move || {
+        enter.value().get().map(|result| match result {
+            Ok(access) => view! {
+                <p class="muted small" data-testid="enter-editor">
+                    {format!(
+                        "Granted until {}: reach {} with an admin token (scopes access and admin), e.g. curl -H \"Authorization: Bearer $TOKEN\" …{}api/status. Not from this browser: the user's page would run with your sign-in.",
+                        format_utc(access.expires_at_ms),
+                        access.url,
+                        access.url,
+                    )}
+                </p>
+            }
+            .into_any(),
+            Err(e) => view! { <span class="error" role="alert">{e.to_string()}</span> }.into_any(),
+        })
+    };
+    let state = match (session.state.is_live(), session.end_reason) {
+        (false, Some(reason)) => format!("ended ({})", reason.as_str()),
+        _ => session.state.as_str().to_string(),
+    };
+    let ends = session
+        .ended_at_ms
+        .or(session.ends_at_ms)
+        .map(format_utc)
+        .unwrap_or_default();
+    let slice = match &session.gpu_model {
+        Some(model) => format!("{} on {model}", format_mib(session.slice_mib)),
+        None => format_mib(session.slice_mib),
+    };
+    view! {
+        <tr data-session=session.id.clone()>
+            <td>{session.user_name.clone()}</td>
+            <td>{session.editor.label()}</td>
+            <td>{slice}</td>
+            <td>
+                <span class=format!("chip state-{}", session.state.as_str()) title=session.detail.clone()>
+                    {state}
+                </span>
+            </td>
+            <td>{format_utc(session.created_at_ms)}</td>
+            <td>{ends}</td>
+            <td>
+                {ready
+                    .then(|| {
+                        view! {
+                            <button
+                                title="Lets your admin token into this user's editor for a while; the grant is in the audit log"
+                                on:click=move |_| {
+                                    enter.dispatch(AdminOpenEditor { id: enter_id.clone() });
+                                }
+                            >
+                                "Enter editor"
+                            </button>
+                        }
+                    })}
+                {entered}
+                {live
+                    .then(|| {
+                        view! {
+                            <button
+                                class="danger"
+                                on:click=move |_| {
+                                    stop.dispatch(AdminStop { id: id.clone() });
+                                }
+                            >
+                                "Stop"
+                            </button>
+                        }
+                    })}
+            </td>
+        </tr>
+    }
+}

@@ -1,0 +1,529 @@
+//! The users tab: roles, locks, credits and quotas, with what was typed kept across reloads.
+
+use super::Tab;
+use super::table::{Empty, Pager, SearchForm, SortHeader, action_error, loaded};
+use crate::api::{
+    ChangeUser, GrantCredits, SetUserQuota, admin_users, grant_credits, set_user_quota,
+};
+use crate::domain::credits;
+use crate::domain::listing::{ListQuery, Page};
+use crate::domain::pool::format_mib;
+use crate::model::{AdminUser, Role, UserChange};
+use crate::ui::format::format_utc;
+use leptos::prelude::*;
+use std::collections::HashMap;
+
+#[component]
+pub(super) fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
+    let change = ServerAction::<ChangeUser>::new();
+    // Their answers name the user, so that a row's draft follows its own answer, whichever
+    // order the answers to several rows come back in.
+    let grant: GrantAction = Action::new(|input: &GrantCredits| {
+        let GrantCredits {
+            user_id,
+            amount,
+            note,
+        } = input.clone();
+        async move { (user_id.clone(), grant_credits(user_id, amount, note).await) }
+    });
+    let quota: QuotaAction = Action::new(|input: &SetUserQuota| {
+        let SetUserQuota { user_id, overrides } = input.clone();
+        async move { (user_id.clone(), set_user_quota(user_id, overrides).await) }
+    });
+    // Reloaded after what succeeded only: a refused grant keeps what was typed in its row.
+    let changed = RwSignal::new(0u32);
+    let drafts = Drafts::new();
+    Effect::new(move |_| {
+        if let Some((user_id, Ok(_))) = quota.value().get() {
+            drafts.saved(Saved::Quota, &user_id);
+            changed.update(|n| *n += 1);
+        }
+    });
+    Effect::new(move |_| {
+        if let Some(Ok(_)) = change.value().get() {
+            changed.update(|n| *n += 1);
+        }
+    });
+    Effect::new(move |_| {
+        if let Some((user_id, Ok(_))) = grant.value().get() {
+            drafts.saved(Saved::Grant, &user_id);
+            changed.update(|n| *n += 1);
+        }
+    });
+    let data = Resource::new(
+        move || (list.get(), changed.get()),
+        |(query, _)| admin_users(query),
+    );
+    let granted = move || {
+        grant.value().get().and_then(|(_, answer)| answer.ok()).map(|balance| {
+            view! {
+                <p class="notice" role="status">
+                    {format!("Granted. The balance is now {} credits.", credits::format(balance))}
+                </p>
+            }
+        })
+    };
+    view! {
+        <SearchForm
+            tab=Tab::Users
+            list
+            placeholder="Name"
+            filters=&[("all", "everyone"), ("admin", "admins"), ("user", "users"), ("locked", "locked")]
+        />
+        {action_error(move || change.value().get())}
+        {action_error(move || grant.value().get().map(|(_, answer)| answer))}
+        {action_error(move || quota.value().get().map(|(_, answer)| answer))}
+        {granted}
+        {loaded(
+            data,
+            "Loading users…",
+            move |page| view! { <UsersTable page list change grant quota drafts /> }.into_any(),
+        )}
+    }
+}
+
+type GrantAction = Action<GrantCredits, (String, Result<i64, crate::error::AppError>)>;
+type QuotaAction = Action<
+    SetUserQuota,
+    (
+        String,
+        Result<crate::domain::quota::Limits, crate::error::AppError>,
+    ),
+>;
+
+/// What an admin has typed into users' rows and not saved yet. After any action succeeds the
+/// table reloads and every row is drawn anew, so what was typed lives here, per user, and
+/// survives that: a half-typed grant in one row outlives a grant saved in another.
+#[derive(Clone, Copy)]
+struct Drafts {
+    rows: StoredValue<HashMap<String, Draft>>,
+}
+
+#[derive(Clone, Default)]
+struct Draft {
+    amount: ArcRwSignal<String>,
+    note: ArcRwSignal<String>,
+    quota_open: ArcRwSignal<bool>,
+    quota: Option<QuotaDraft>,
+}
+
+/// The quota fields, and the figures they were filled from: fields nobody changed follow the
+/// figures of the next reload (another admin may have changed them).
+#[derive(Clone)]
+struct QuotaDraft {
+    from: [String; 4],
+    fields: [ArcRwSignal<String>; 4],
+}
+
+#[derive(Clone, Copy)]
+enum Saved {
+    Grant,
+    Quota,
+}
+
+impl Drafts {
+    fn new() -> Drafts {
+        Drafts {
+            rows: StoredValue::new(HashMap::new()),
+        }
+    }
+
+    /// The row of a user whose quota overrides are `overrides`: what was typed in it, or its
+    /// figures.
+    fn of(&self, user_id: &str, overrides: &crate::domain::quota::Overrides) -> Draft {
+        let figures = quota_texts(overrides);
+        self.rows
+            .try_update_value(|rows| {
+                let draft = rows.entry(user_id.to_string()).or_default();
+                let untouched = draft.quota.as_ref().is_none_or(|quota| {
+                    quota
+                        .fields
+                        .iter()
+                        .zip(&quota.from)
+                        .all(|(field, from)| field.get_untracked() == *from)
+                });
+                if untouched {
+                    draft.quota = Some(QuotaDraft {
+                        fields: figures.clone().map(ArcRwSignal::new),
+                        from: figures,
+                    });
+                }
+                draft.clone()
+            })
+            .unwrap_or_default()
+    }
+
+    /// What was sent for `user_id` is saved: that row's fields empty (a grant) or refill from
+    /// the reloaded figures (a quota).
+    fn saved(&self, what: Saved, user_id: &str) {
+        let draft = self.rows.try_update_value(|rows| {
+            let draft = rows.get_mut(user_id)?;
+            if let Saved::Quota = what {
+                draft.quota = None;
+            }
+            Some(draft.clone())
+        });
+        // Set outside the store's lock: setting wakes what shows them.
+        if let (Saved::Grant, Some(Some(draft))) = (what, draft) {
+            draft.amount.set(String::new());
+            draft.note.set(String::new());
+        }
+    }
+}
+
+/// A user's quota overrides as the editor shows them: empty for the configured default.
+fn quota_texts(overrides: &crate::domain::quota::Overrides) -> [String; 4] {
+    let text = |value: Option<u64>| value.map(|v| v.to_string()).unwrap_or_default();
+    [
+        text(overrides.max_sessions.map(u64::from)),
+        text(overrides.max_gpu_mib),
+        text(overrides.max_minutes.map(u64::from)),
+        text(overrides.max_disk_mib),
+    ]
+}
+
+#[component]
+fn UsersTable(
+    page: Page<AdminUser>,
+    list: Memo<ListQuery>,
+    change: ServerAction<ChangeUser>,
+    grant: GrantAction,
+    quota: QuotaAction,
+    drafts: Drafts,
+) -> impl IntoView {
+    let pages = page.pages();
+    if page.items.is_empty() {
+        return view! { <Empty tab=Tab::Users list page=page.page text="No user matches. Clear the search to see everyone." /> }
+            .into_any();
+    }
+    view! {
+        <table class="admin-table" data-testid="users">
+            <thead>
+                <tr>
+                    <SortHeader tab=Tab::Users list key="name" label="Name" />
+                    <th>"Role"</th>
+                    <SortHeader tab=Tab::Users list key="balance" label="Credits" />
+                    <th>"Live sessions"</th>
+                    <SortHeader tab=Tab::Users list key="created" label="Since" />
+                    <th>"Actions"</th>
+                </tr>
+            </thead>
+            <tbody>
+                {page
+                    .items
+                    .into_iter()
+                    .map(|user| view! { <UserRow user change grant quota drafts /> })
+                    .collect_view()}
+            </tbody>
+        </table>
+        <Pager tab=Tab::Users list page=page.page pages total=page.total />
+    }
+    .into_any()
+}
+
+#[component]
+fn UserRow(
+    user: AdminUser,
+    change: ServerAction<ChangeUser>,
+    grant: GrantAction,
+    quota: QuotaAction,
+    drafts: Drafts,
+) -> impl IntoView {
+    let draft = drafts.of(&user.id, &user.overrides);
+    let amount = RwSignal::from(draft.amount.clone());
+    let note = RwSignal::from(draft.note.clone());
+    let id = user.id.clone();
+    let role_change = {
+        let id = id.clone();
+        let to = if user.role == Role::Admin {
+            Role::User
+        } else {
+            Role::Admin
+        };
+        move |_| {
+            change.dispatch(ChangeUser {
+                user_id: id.clone(),
+                change: UserChange {
+                    role: Some(to),
+                    locked: None,
+                },
+            });
+        }
+    };
+    let lock_change = {
+        let id = id.clone();
+        let locked = !user.locked;
+        move |_| {
+            change.dispatch(ChangeUser {
+                user_id: id.clone(),
+                change: UserChange {
+                    role: None,
+                    locked: Some(locked),
+                },
+            });
+        }
+    };
+    let submit_grant = {
+        let id = id.clone();
+        move |ev: leptos::ev::SubmitEvent| {
+            ev.prevent_default();
+            grant.dispatch(GrantCredits {
+                user_id: id.clone(),
+                amount: amount.get_untracked(),
+                note: note.get_untracked(),
+            });
+        }
+    };
+    let name = user.name.clone();
+    view! {
+        <tr data-user=user.name.clone()>
+            <td>
+                {user.name.clone()}
+                {user.single_sign_on.then(|| view! { <span class="chip">"single sign-on"</span> })}
+                {user.locked.then(|| view! { <span class="chip state-failed">"locked"</span> })}
+            </td>
+            <td>{user.role.as_str()}</td>
+            <td data-testid="balance">
+                {credits::format(user.balance)}
+                {(user.held > 0)
+                    .then(|| {
+                        view! {
+                            <span class="muted">
+                                {format!(" ({} held)", credits::format(user.held))}
+                            </span>
+                        }
+                    })}
+            </td>
+            <td>{user.live_sessions}</td>
+            <td>{format_utc(user.created_at_ms)}</td>
+            <td class="row-actions">
+                <button
+                    on:click=role_change
+                    aria-label=if user.role == Role::Admin {
+                        format!("Make {name} a user")
+                    } else {
+                        format!("Make {name} an admin")
+                    }
+                >
+                    {if user.role == Role::Admin { "Make user" } else { "Make admin" }}
+                </button>
+                <button
+                    on:click=lock_change
+                    aria-label=format!("{} {name}", if user.locked { "Unlock" } else { "Lock" })
+                >
+                    {if user.locked { "Unlock" } else { "Lock" }}
+                </button>
+                <form class="grant" on:submit=submit_grant>
+                    <input
+                        name="amount"
+                        inputmode="decimal"
+                        required
+                        size="6"
+                        placeholder="credits"
+                        aria-label=format!("Credits to grant {name}")
+                        bind:value=amount
+                    />
+                    <input
+                        name="note"
+                        maxlength="200"
+                        placeholder="note"
+                        aria-label=format!("Note for {name}")
+                        bind:value=note
+                    />
+                    <button type="submit">"Grant"</button>
+                </form>
+                <QuotaEditor user=user.clone() quota draft />
+            </td>
+        </tr>
+    }
+}
+
+/// A user's limits: each field holds the override, empty for the configured default.
+#[component]
+fn QuotaEditor(user: AdminUser, quota: QuotaAction, draft: Draft) -> impl IntoView {
+    let [sessions, gpu, minutes, disk] = match draft.quota {
+        Some(quota) => quota.fields.map(RwSignal::from),
+        None => quota_texts(&user.overrides).map(RwSignal::new),
+    };
+    let open = RwSignal::from(draft.quota_open);
+    let problem = RwSignal::new(None::<String>);
+    let id = user.id.clone();
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        match read_overrides([
+            sessions.get_untracked(),
+            gpu.get_untracked(),
+            minutes.get_untracked(),
+            disk.get_untracked(),
+        ]) {
+            Ok(overrides) => {
+                problem.set(None);
+                quota.dispatch(SetUserQuota {
+                    user_id: id.clone(),
+                    overrides,
+                });
+            }
+            Err(e) => problem.set(Some(e)),
+        }
+    };
+    let limits = user.limits;
+    let field = move |label: &'static str, value: RwSignal<String>| {
+        view! {
+            <label>
+                {label}
+                <input inputmode="numeric" size="7" placeholder="default" bind:value=value />
+            </label>
+        }
+    };
+    let summary = format!(
+        "Quota: {} sessions, {} GPU, {} min",
+        limits.max_sessions,
+        format_mib(limits.max_gpu_mib),
+        limits.max_minutes
+    );
+    view! {
+        // Open or closed as the admin left it, across reloads.
+        <details
+            class="quota"
+            open=move || open.get()
+            on:toggle=move |ev| {
+                #[cfg(feature = "hydrate")]
+                {
+                    use wasm_bindgen::JsCast;
+                    if let Some(details) = ev
+                        .target()
+                        .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
+                    {
+                        open.set(details.has_attribute("open"));
+                    }
+                }
+                #[cfg(not(feature = "hydrate"))]
+                let _ = ev;
+            }
+        >
+            <summary>{summary}</summary>
+            <form on:submit=submit>
+                {field("Sessions", sessions)}
+                {field("GPU MiB", gpu)}
+                {field("Minutes", minutes)}
+                {field("Disk MiB", disk)}
+                <button type="submit">"Save quota"</button>
+                {move || {
+                    problem
+                        .get()
+                        .map(|e| {
+                            view! {
+                                <p class="notice error" role="alert">
+                                    {e}
+                                </p>
+                            }
+                        })
+                }}
+            </form>
+        </details>
+    }
+}
+
+/// Sessions, GPU MiB, minutes and disk MiB as typed: empty for the default, else a whole number.
+fn read_overrides(fields: [String; 4]) -> Result<crate::domain::quota::Overrides, String> {
+    let names = ["sessions", "GPU MiB", "minutes", "disk MiB"];
+    let mut values = [None; 4];
+    for (i, text) in fields.iter().enumerate() {
+        let text = text.trim();
+        if !text.is_empty() {
+            values[i] = Some(text.parse::<u64>().map_err(|_| {
+                format!(
+                    "{} must be a whole number, or empty for the default",
+                    names[i]
+                )
+            })?);
+        }
+    }
+    let small = |value: Option<u64>, name: &str| {
+        value
+            .map(|v| u32::try_from(v).map_err(|_| format!("{name} is too large")))
+            .transpose()
+    };
+    Ok(crate::domain::quota::Overrides {
+        max_sessions: small(values[0], "sessions")?,
+        max_gpu_mib: values[1],
+        max_minutes: small(values[2], "minutes")?,
+        max_disk_mib: values[3],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_was_typed_in_a_row_outlives_reloads_until_it_is_saved() {
+        let owner = Owner::new();
+        owner.with(|| {
+            let drafts = Drafts::new();
+            let quota_of = |draft: &Draft| {
+                let quota = draft.quota.clone().expect("the quota fields");
+                quota.fields.map(|f| f.get_untracked())
+            };
+            let mut overrides = crate::domain::quota::Overrides::default();
+            let first = drafts.of("u1", &overrides);
+            first.amount.set("7".into());
+            first.note.set("for the course".into());
+            assert_eq!(quota_of(&first), quota_texts(&overrides));
+            first.quota.as_ref().unwrap().fields[0].set("3".into());
+
+            // Another admin sets the minutes meanwhile: the reload shows them, but the typed
+            // sessions stay, and so does the grant.
+            overrides.max_minutes = Some(45);
+            let again = drafts.of("u1", &overrides);
+            assert_eq!(again.amount.get_untracked(), "7");
+            assert_eq!(
+                quota_of(&again),
+                ["3", "", "", ""],
+                "a changed form is kept whole"
+            );
+            let other = drafts.of("u2", &overrides);
+            assert!(other.amount.get_untracked().is_empty());
+            other.amount.set("5".into());
+
+            // The grant for u1 is saved: its fields empty; the quota draft stays.
+            drafts.saved(Saved::Grant, "u1");
+            let after = drafts.of("u1", &overrides);
+            assert_eq!(
+                (after.amount.get_untracked(), after.note.get_untracked()),
+                (String::new(), String::new())
+            );
+            assert_eq!(drafts.of("u2", &overrides).amount.get_untracked(), "5");
+            assert_eq!(quota_of(&after)[0], "3");
+
+            // Its quota is saved: the fields refill from the reloaded figures.
+            overrides.max_sessions = Some(3);
+            drafts.saved(Saved::Quota, "u1");
+            assert_eq!(quota_of(&drafts.of("u1", &overrides)), ["3", "", "45", ""]);
+
+            // Untouched fields follow the figures.
+            overrides.max_gpu_mib = Some(8192);
+            assert_eq!(
+                quota_of(&drafts.of("u1", &overrides)),
+                ["3", "8192", "45", ""]
+            );
+        });
+    }
+
+    #[test]
+    fn quota_fields_read_as_overrides_and_empty_is_the_default() {
+        let read = |f: [&str; 4]| read_overrides(f.map(str::to_string));
+        let o = read(["3", "", " 120 ", ""]).unwrap();
+        assert_eq!(
+            (o.max_sessions, o.max_gpu_mib, o.max_minutes, o.max_disk_mib),
+            (Some(3), None, Some(120), None)
+        );
+        assert!(read(["-1", "", "", ""]).unwrap_err().contains("sessions"));
+        assert!(read(["", "lots", "", ""]).unwrap_err().contains("GPU MiB"));
+        assert!(
+            read(["", "", "99999999999", ""])
+                .unwrap_err()
+                .contains("too large")
+        );
+    }
+}

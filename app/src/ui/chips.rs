@@ -1,0 +1,35 @@
+//! The small coloured labels that say where a session or a promotion stands.
+
+use crate::domain::promotion::PromotionState;
+use crate::domain::session::SessionState;
+use leptos::prelude::*;
+
+#[component]
+pub(crate) fn StateChip(state: SessionState) -> impl IntoView {
+    view! {
+        <span class=format!("chip state-{}", state.as_str()) data-testid="state-chip">
+            {state.as_str()}
+        </span>
+    }
+}
+
+/// What a promotion's state means to the person who asked for it.
+pub(crate) fn state_label(state: PromotionState) -> &'static str {
+    match state {
+        PromotionState::Pending => "waiting for approval",
+        PromotionState::Approved => "approved, about to be pushed",
+        PromotionState::Pushing => "pushing",
+        PromotionState::Pushed => "in the registry",
+        PromotionState::Rejected => "rejected",
+        PromotionState::Failed => "push failed",
+    }
+}
+
+#[component]
+pub(crate) fn PromotionChip(state: PromotionState) -> impl IntoView {
+    view! {
+        <span class=format!("chip promotion-{}", state.as_str()) data-testid="promotion-state">
+            {state_label(state)}
+        </span>
+    }
+}
