@@ -4,7 +4,7 @@
 //! variant the doors show, so that `?` on a domain rule works wherever `AppError` is returned.
 
 use crate::domain::listing::ListingError;
-use crate::domain::scope::MissingScope;
+use crate::domain::scope::{GrantRefused, MissingScope};
 use serde::{Deserialize, Serialize};
 
 /// A safe, user-facing error. Internal details are logged by the server, never carried here.
@@ -89,6 +89,17 @@ impl From<ListingError> for AppError {
 impl From<MissingScope> for AppError {
     fn from(error: MissingScope) -> Self {
         AppError::Forbidden(error.to_string())
+    }
+}
+
+/// A token that may not be made: forbidden for what the maker may not give, invalid otherwise.
+impl From<GrantRefused> for AppError {
+    fn from(error: GrantRefused) -> Self {
+        if error.is_forbidden() {
+            AppError::Forbidden(error.to_string())
+        } else {
+            AppError::Invalid(error.to_string())
+        }
     }
 }
 

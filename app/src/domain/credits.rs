@@ -1,4 +1,8 @@
-//! Credits are integer milli-credits: 1 credit = 1000.
+//! Credits are integer milli-credits: 1 credit = 1000. How a session's hold is settled at its
+//! end ([`settlement`]) is decided here; the store writes the ledger rows it says, inside the
+//! transaction that ends the session.
+
+use super::session::EndReason;
 
 /// Milli-credits per credit.
 pub const MILLI: i64 = 1000;
@@ -20,6 +24,43 @@ pub fn minutes_used(elapsed_ms: i64) -> i64 {
 pub fn settle(hold: i64, per_hour: i64, elapsed_ms: i64) -> (i64, i64) {
     let charge = price_for_minutes(per_hour, minutes_used(elapsed_ms)).min(hold);
     (charge, hold - charge)
+}
+
+/// What a session's end writes to the ledger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settlement {
+    /// The whole hold, released (a `refund` row when positive).
+    pub released: i64,
+    /// The minutes used, at the session's price, never more than the hold (a `charge` row).
+    pub charge: i64,
+    /// The charged minutes, rounded up (the charge row's note).
+    pub minutes: i64,
+}
+
+/// Settles a session that ends at `now`: the whole `hold` is released, then the time from
+/// `ready_at` to `charge_until` (never past `now`) is charged by the minute at `per_hour`,
+/// unless the session never became ready or its `reason` charges no time (a failed launch).
+/// `charge_until` is set when nobody watched the session to its end (a server that died):
+/// its user pays until the last moment a server saw it alive.
+pub fn settlement(
+    hold: i64,
+    per_hour: i64,
+    ready_at: Option<i64>,
+    charge_until: Option<i64>,
+    reason: Option<EndReason>,
+    now: i64,
+) -> Settlement {
+    let charged = reason.is_none_or(EndReason::charges_time);
+    let until = charge_until.map_or(now, |until| until.min(now));
+    let elapsed = ready_at
+        .filter(|_| charged)
+        .map_or(0, |ready| (until - ready).max(0));
+    let (charge, _) = settle(hold, per_hour, elapsed);
+    Settlement {
+        released: hold,
+        charge,
+        minutes: minutes_used(elapsed),
+    }
 }
 
 /// "12.5" for 12500; always shows up to three decimals, no trailing zeros.
@@ -92,6 +133,64 @@ mod tests {
         assert_eq!(settle(1000, 1000, 30 * 60_000), (500, 500));
         assert_eq!(settle(1000, 1000, 90 * 60_000), (1000, 0));
         assert_eq!(settle(1000, 1000, 0), (0, 1000));
+    }
+
+    const NOW: i64 = 1_800_000_000_000;
+    const MINUTE: i64 = 60_000;
+
+    #[test]
+    fn a_session_pays_for_the_minutes_since_it_was_ready_and_gets_the_rest_back() {
+        let s = settlement(1000, 1000, Some(NOW - 30 * MINUTE - 1), None, None, NOW);
+        assert_eq!(s.released, 1000);
+        assert_eq!(s.minutes, 31, "a started minute counts");
+        assert_eq!(s.charge, price_for_minutes(1000, 31));
+    }
+
+    #[test]
+    fn a_launch_that_failed_or_never_became_ready_pays_nothing() {
+        let ready = Some(NOW - 10 * MINUTE);
+        let failed = settlement(500, 1000, ready, None, Some(EndReason::Failed), NOW);
+        assert_eq!((failed.released, failed.charge), (500, 0));
+        let never_ready = settlement(500, 1000, None, None, Some(EndReason::User), NOW);
+        assert_eq!((never_ready.released, never_ready.charge), (500, 0));
+        for reason in [
+            EndReason::User,
+            EndReason::Timer,
+            EndReason::Idle,
+            EndReason::Crash,
+            EndReason::Admin,
+            EndReason::Lost,
+        ] {
+            let s = settlement(500, 1000, ready, None, Some(reason), NOW);
+            assert_eq!(s.charge, price_for_minutes(1000, 10), "{reason}");
+        }
+    }
+
+    #[test]
+    fn time_nobody_watched_is_not_charged() {
+        let ready = Some(NOW - 60 * MINUTE);
+        let watched_until = Some(NOW - 50 * MINUTE);
+        let s = settlement(
+            2000,
+            1000,
+            ready,
+            watched_until,
+            Some(EndReason::Crash),
+            NOW,
+        );
+        assert_eq!(s.minutes, 10);
+        // A mark in the future (a clock ahead on another replica) never charges past now.
+        let ahead = settlement(2000, 1000, ready, Some(NOW + MINUTE), None, NOW);
+        assert_eq!(ahead.minutes, 60);
+        // Nor does a mark before the session was ready charge anything.
+        let before = settlement(2000, 1000, ready, Some(NOW - 90 * MINUTE), None, NOW);
+        assert_eq!((before.minutes, before.charge), (0, 0));
+    }
+
+    #[test]
+    fn the_charge_never_exceeds_the_hold() {
+        let s = settlement(100, 1000, Some(NOW - 120 * MINUTE), None, None, NOW);
+        assert_eq!((s.released, s.charge), (100, 100));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! problem), which `crate::error` turns into what the doors show. The crate's guide (`lib.rs`)
 //! says what each module holds.
 
+pub mod accounts;
 pub mod credits;
 pub mod dates;
 pub mod encode;
@@ -17,7 +18,9 @@ pub mod launch;
 pub mod listing;
 pub mod paths;
 pub mod pool;
+pub mod pricing;
 pub mod promotion;
 pub mod quota;
+pub mod reaper;
 pub mod scope;
 pub mod session;

@@ -81,6 +81,27 @@ pub fn format_mib(mib: u64) -> String {
     }
 }
 
+/// The sizes a launch may ask for, from the pool's cards (each card's memory and its slots'
+/// sizes): every slice size some slot has, smallest first, and as bursts the whole memory of
+/// each card split into more than one slot whose memory no slot has already.
+pub fn offered_sizes(cards: &[(u64, Vec<u64>)]) -> (Vec<u64>, Vec<u64>) {
+    let mut sizes: Vec<u64> = cards
+        .iter()
+        .flat_map(|(_, slots)| slots.iter().copied())
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut bursts: Vec<u64> = cards
+        .iter()
+        .filter(|(_, slots)| slots.len() > 1)
+        .map(|(memory_mib, _)| *memory_mib)
+        .filter(|mib| !sizes.contains(mib))
+        .collect();
+    bursts.sort_unstable();
+    bursts.dedup();
+    (sizes, bursts)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,5 +185,19 @@ mod tests {
         assert_eq!(format_mib(8192), "8 GB");
         assert_eq!(format_mib(512), "512 MB");
         assert_eq!(format_mib(1536), "1.5 GB");
+    }
+
+    #[test]
+    fn slices_are_offered_by_size_and_split_cards_as_bursts() {
+        let cards = [
+            (49_152, vec![8_192; 6]),
+            (24_576, vec![8_192, 8_192, 8_192]),
+            // A card held whole is a slice already, not a burst.
+            (16_384, vec![16_384]),
+        ];
+        let (sizes, bursts) = offered_sizes(&cards);
+        assert_eq!(sizes, [8_192, 16_384]);
+        assert_eq!(bursts, [24_576, 49_152]);
+        assert_eq!(offered_sizes(&[]), (vec![], vec![]));
     }
 }

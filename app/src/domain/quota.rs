@@ -112,6 +112,77 @@ pub fn check(limits: &Limits, usage: &Usage, slice_mib: u64, minutes: u32) -> Re
     Ok(())
 }
 
+/// What bounds a session's extension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExtensionLimits {
+    /// The user's own limit per session ([`Limits::max_minutes`]).
+    pub user_max_minutes: u32,
+    /// The server's longest session (`sessions.max_minutes`): also the most one extension adds.
+    pub server_max_minutes: u32,
+    /// The longest whole-card session (`pool.burst_max_minutes`).
+    pub burst_max_minutes: u32,
+}
+
+/// Why a session cannot be extended.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ExtensionRefused {
+    #[error("extend by 1 to {max} minutes, not {asked}")]
+    Minutes { asked: u32, max: u32 },
+    #[error("only a running session can be extended")]
+    NotRunning,
+    /// Its time ran out: the reaper is ending it, and more time would only be refunded.
+    #[error("this session's time is up; it is being stopped")]
+    TimeUp,
+    #[error(
+        "A session may last at most {max_total} minutes; this one has {duration}, so it can grow by {} more.",
+        max_total.saturating_sub(*duration)
+    )]
+    TooLong { max_total: u32, duration: u32 },
+}
+
+/// The session an extension is asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extended {
+    pub running: bool,
+    pub burst: bool,
+    pub ends_at: Option<i64>,
+    /// Its duration so far, in minutes.
+    pub duration_minutes: u32,
+}
+
+/// Whether `session` may run `minutes` longer at `now`. A user's own limit may be lower than
+/// the server's longest session, never higher; a burst is bounded by its own maximum too.
+pub fn extension(
+    limits: &ExtensionLimits,
+    session: &Extended,
+    minutes: u32,
+    now: i64,
+) -> Result<(), ExtensionRefused> {
+    if minutes == 0 || minutes > limits.server_max_minutes {
+        return Err(ExtensionRefused::Minutes {
+            asked: minutes,
+            max: limits.server_max_minutes,
+        });
+    }
+    if !session.running {
+        return Err(ExtensionRefused::NotRunning);
+    }
+    if session.ends_at.is_some_and(|end| end <= now) {
+        return Err(ExtensionRefused::TimeUp);
+    }
+    let mut max_total = limits.user_max_minutes.min(limits.server_max_minutes);
+    if session.burst {
+        max_total = max_total.min(limits.burst_max_minutes);
+    }
+    if session.duration_minutes + minutes > max_total {
+        return Err(ExtensionRefused::TooLong {
+            max_total,
+            duration: session.duration_minutes,
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,5 +276,96 @@ mod tests {
         assert_eq!(limits.max_sessions, 5);
         assert_eq!(limits.max_gpu_mib, LIMITS.max_gpu_mib);
         assert_eq!(limits.max_disk_mib, LIMITS.max_disk_mib);
+    }
+
+    const NOW: i64 = 1_800_000_000_000;
+
+    fn limits() -> ExtensionLimits {
+        ExtensionLimits {
+            user_max_minutes: 240,
+            server_max_minutes: 480,
+            burst_max_minutes: 60,
+        }
+    }
+
+    fn running(duration_minutes: u32) -> Extended {
+        Extended {
+            running: true,
+            burst: false,
+            ends_at: Some(NOW + 60_000),
+            duration_minutes,
+        }
+    }
+
+    #[test]
+    fn a_running_session_grows_up_to_the_users_limit() {
+        assert_eq!(extension(&limits(), &running(60), 180, NOW), Ok(()));
+        let refused = extension(&limits(), &running(60), 181, NOW).unwrap_err();
+        assert_eq!(
+            refused,
+            ExtensionRefused::TooLong {
+                max_total: 240,
+                duration: 60
+            }
+        );
+        assert!(
+            refused.to_string().contains("grow by 180 more"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn the_servers_longest_session_bounds_a_generous_user_limit() {
+        let generous = ExtensionLimits {
+            user_max_minutes: 10_000,
+            ..limits()
+        };
+        assert!(matches!(
+            extension(&generous, &running(60), 421, NOW),
+            Err(ExtensionRefused::TooLong { max_total: 480, .. })
+        ));
+    }
+
+    #[test]
+    fn a_burst_is_bounded_by_its_own_maximum() {
+        let burst = Extended {
+            burst: true,
+            ..running(30)
+        };
+        assert_eq!(extension(&limits(), &burst, 30, NOW), Ok(()));
+        assert!(matches!(
+            extension(&limits(), &burst, 31, NOW),
+            Err(ExtensionRefused::TooLong { max_total: 60, .. })
+        ));
+    }
+
+    #[test]
+    fn nothing_is_added_to_a_session_not_running_or_out_of_time() {
+        let stopped = Extended {
+            running: false,
+            ..running(30)
+        };
+        assert_eq!(
+            extension(&limits(), &stopped, 10, NOW),
+            Err(ExtensionRefused::NotRunning)
+        );
+        let due = Extended {
+            ends_at: Some(NOW),
+            ..running(30)
+        };
+        assert_eq!(
+            extension(&limits(), &due, 10, NOW),
+            Err(ExtensionRefused::TimeUp)
+        );
+    }
+
+    #[test]
+    fn an_extension_asks_for_1_to_the_servers_longest_minutes() {
+        for asked in [0, 481] {
+            assert_eq!(
+                extension(&limits(), &running(0), asked, NOW),
+                Err(ExtensionRefused::Minutes { asked, max: 480 })
+            );
+        }
     }
 }

@@ -170,6 +170,94 @@ impl<'de> Deserialize<'de> for Scopes {
     }
 }
 
+/// The longest a token may last when it expires at all.
+pub const MAX_TOKEN_DAYS: u32 = 365;
+
+/// The longest label a token may have.
+pub const MAX_LABEL_CHARS: usize = 64;
+
+/// Who makes a token: what their credential may do, and until when it works.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grantor {
+    pub is_admin: bool,
+    /// A sign-in's scopes (every one) or a token's own.
+    pub scopes: Scopes,
+    /// When the grantor's own token expires; `None` for a sign-in or a token that never does.
+    pub expires_at: Option<i64>,
+}
+
+/// A token that may be made: what it may do, its label as kept, when it expires.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    pub scopes: Scopes,
+    pub label: String,
+    pub expires_at: Option<i64>,
+}
+
+/// Why a token may not be made. `Forbidden` at the doors for the scopes, `Invalid` for the rest.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GrantRefused {
+    #[error("only an admin can give a token the scope `admin`")]
+    AdminScope,
+    #[error("a token can grant only scopes it has itself ({0})")]
+    BeyondOwn(Scopes),
+    #[error(
+        "a token's label must be 1 to {MAX_LABEL_CHARS} characters, without control characters"
+    )]
+    Label,
+    #[error(
+        "a token lasts 1 to {MAX_TOKEN_DAYS} days (leave the days out for one that does not expire)"
+    )]
+    Days,
+}
+
+impl GrantRefused {
+    /// Whether the refusal is about what the grantor may give (rather than what was typed).
+    pub fn is_forbidden(&self) -> bool {
+        matches!(self, Self::AdminScope | Self::BeyondOwn(_))
+    }
+}
+
+/// The token `grantor` may make at `now` with the `scopes` asked for (all of its own but
+/// `admin` when none are named), a `label` and a lifetime of `days` (none: it does not expire).
+/// A token makes tokens of at most its own scopes, and none that outlives it; `admin` is of use
+/// to an admin only, so nobody else's tokens carry it.
+pub fn grant(
+    grantor: &Grantor,
+    scopes: Option<Scopes>,
+    label: &str,
+    days: Option<u32>,
+    now: i64,
+) -> Result<Grant, GrantRefused> {
+    if !grantor.is_admin && scopes.is_some_and(|s| s.allows(Scope::Admin)) {
+        return Err(GrantRefused::AdminScope);
+    }
+    let scopes = scopes.unwrap_or(grantor.scopes.without(Scope::Admin));
+    if !scopes.within(grantor.scopes) {
+        return Err(GrantRefused::BeyondOwn(grantor.scopes));
+    }
+    let label = label.trim();
+    if label.is_empty()
+        || label.chars().count() > MAX_LABEL_CHARS
+        || label.chars().any(char::is_control)
+    {
+        return Err(GrantRefused::Label);
+    }
+    if days.is_some_and(|d| !(1..=MAX_TOKEN_DAYS).contains(&d)) {
+        return Err(GrantRefused::Days);
+    }
+    let asked = days.map(|d| now + i64::from(d) * 86_400_000);
+    let expires_at = match (asked, grantor.expires_at) {
+        (Some(asked), Some(limit)) => Some(asked.min(limit)),
+        (asked, limit) => asked.or(limit),
+    };
+    Ok(Grant {
+        scopes,
+        label: label.to_string(),
+        expires_at,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,5 +311,66 @@ mod tests {
         assert_eq!(serde_json::from_str::<Scopes>(&json).unwrap(), scopes);
         assert!(serde_json::from_str::<Scopes>(r#"["root"]"#).is_err());
         assert!(serde_json::from_str::<Scopes>("[]").is_err());
+    }
+
+    const NOW: i64 = 1_800_000_000_000;
+    const DAY: i64 = 86_400_000;
+
+    fn sign_in(is_admin: bool) -> Grantor {
+        Grantor {
+            is_admin,
+            scopes: Scopes::ALL,
+            expires_at: None,
+        }
+    }
+
+    #[test]
+    fn a_sign_in_grants_everything_but_admin_unless_asked() {
+        let made = grant(&sign_in(true), None, "  ci  ", Some(30), NOW).unwrap();
+        assert_eq!(made.scopes, Scopes::ALL.without(Scope::Admin));
+        assert_eq!(made.label, "ci");
+        assert_eq!(made.expires_at, Some(NOW + 30 * DAY));
+        let admin = grant(&sign_in(true), Some(Scopes::ALL), "ops", None, NOW).unwrap();
+        assert!(admin.scopes.allows(Scope::Admin));
+        assert_eq!(admin.expires_at, None);
+    }
+
+    #[test]
+    fn only_an_admin_gives_the_admin_scope() {
+        let refused = grant(&sign_in(false), Some(Scopes::ALL), "x", None, NOW).unwrap_err();
+        assert_eq!(refused, GrantRefused::AdminScope);
+        assert!(refused.is_forbidden());
+    }
+
+    #[test]
+    fn a_token_grants_at_most_its_own_scopes_and_never_outlives_itself() {
+        let token = Grantor {
+            is_admin: false,
+            scopes: Scopes::of(&[Scope::Read, Scope::Tokens]),
+            expires_at: Some(NOW + 7 * DAY),
+        };
+        let refused = grant(&token, Some(Scopes::of(&[Scope::Sessions])), "x", None, NOW);
+        assert!(matches!(refused, Err(GrantRefused::BeyondOwn(_))));
+        let made = grant(&token, Some(Scopes::of(&[Scope::Read])), "x", Some(30), NOW).unwrap();
+        assert_eq!(made.expires_at, Some(NOW + 7 * DAY), "capped by its maker");
+        let forever = grant(&token, None, "x", None, NOW).unwrap();
+        assert_eq!(forever.expires_at, Some(NOW + 7 * DAY));
+    }
+
+    #[test]
+    fn labels_and_lifetimes_are_bounded() {
+        for label in ["", "   ", "tab\there", &"x".repeat(65)] {
+            assert_eq!(
+                grant(&sign_in(false), None, label, None, NOW),
+                Err(GrantRefused::Label),
+                "{label:?}"
+            );
+        }
+        assert!(grant(&sign_in(false), None, &"é".repeat(64), None, NOW).is_ok());
+        for days in [0, 366] {
+            let refused = grant(&sign_in(false), None, "x", Some(days), NOW).unwrap_err();
+            assert_eq!(refused, GrantRefused::Days);
+            assert!(!refused.is_forbidden());
+        }
     }
 }

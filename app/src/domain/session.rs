@@ -150,6 +150,11 @@ impl EndReason {
         self != Self::Failed
     }
 
+    /// Whether the end is a failure the person is shown as one (the step is marked failed).
+    pub fn is_failure(self) -> bool {
+        matches!(self, Self::Failed | Self::Crash | Self::Lost)
+    }
+
     /// A sentence for the person whose session ended.
     pub fn describe(self) -> &'static str {
         match self {
@@ -249,6 +254,26 @@ mod tests {
                 "{reason:?}"
             );
         }
+    }
+
+    #[test]
+    fn failures_are_the_endings_nobody_asked_for() {
+        let failures: Vec<_> = [
+            EndReason::User,
+            EndReason::Timer,
+            EndReason::Idle,
+            EndReason::Crash,
+            EndReason::Admin,
+            EndReason::Failed,
+            EndReason::Lost,
+        ]
+        .into_iter()
+        .filter(|r| r.is_failure())
+        .collect();
+        assert_eq!(
+            failures,
+            [EndReason::Crash, EndReason::Failed, EndReason::Lost]
+        );
     }
 
     #[test]

@@ -607,27 +607,27 @@ impl Config {
         credits::parse(&self.credits.initial_grant).expect("validated at load")
     }
 
+    /// The configured prices, parsed ([`app::domain::pricing`] decides with them).
+    pub fn price_list(&self) -> app::domain::pricing::PriceList {
+        app::domain::pricing::PriceList {
+            prices: self
+                .pool
+                .prices
+                .iter()
+                .map(|p| app::domain::pricing::Price {
+                    model: p.model.clone(),
+                    slice_mib: p.slice_mib,
+                    per_hour: credits::parse(&p.per_hour).expect("validated at load"),
+                })
+                .collect(),
+            default_per_gib_hour: credits::parse(&self.pool.default_price_per_gib_hour)
+                .expect("validated at load"),
+        }
+    }
+
     /// Milli-credits per hour for a slice of this size on this model.
     pub fn price_per_hour(&self, model: &str, slice_mib: u64) -> i64 {
-        let exact = self
-            .pool
-            .prices
-            .iter()
-            .find(|p| p.model == model && p.slice_mib == slice_mib)
-            .or_else(|| {
-                self.pool
-                    .prices
-                    .iter()
-                    .find(|p| p.model == "*" && p.slice_mib == slice_mib)
-            });
-        match exact {
-            Some(price) => credits::parse(&price.per_hour).expect("validated at load"),
-            None => {
-                let per_gib = credits::parse(&self.pool.default_price_per_gib_hour)
-                    .expect("validated at load");
-                (per_gib * slice_mib as i64 + 1023) / 1024
-            }
-        }
+        self.price_list().per_hour(model, slice_mib)
     }
 
     /// The limits every user has unless an admin overrides them.

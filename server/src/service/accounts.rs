@@ -4,7 +4,9 @@
 use super::Service;
 use crate::identity::auth::{self, USER_KEY};
 use crate::store::{StoreError, TokenRecord, UserRecord};
-use app::domain::scope::{Scope, Scopes};
+use crate::util::now_ms;
+use app::domain::accounts;
+use app::domain::scope::{self, Grant, Grantor, Scope, Scopes};
 use app::error::AppError;
 use app::model::*;
 
@@ -42,13 +44,11 @@ impl Service {
         role: Role,
         actor: Option<&str>,
     ) -> Result<UserRecord, AppError> {
-        let name = checked_user_name(name)?;
+        let name = accounts::checked_user_name(name).map_err(AppError::Invalid)?;
+        if let Some(password) = password {
+            accounts::check_password(password).map_err(AppError::Invalid)?;
+        }
         let hash = match password {
-            Some(p) if p.chars().count() < 8 => {
-                return Err(AppError::Invalid(
-                    "a password must have at least 8 characters".into(),
-                ));
-            }
             Some(p) => Some(auth::hash_password(p).map_err(|_| AppError::Internal)?),
             None => None,
         };
@@ -86,12 +86,7 @@ impl Service {
         let failed = || {
             AppError::SignInFailed("Wrong user name or password, or the account is locked.".into())
         };
-        // Names are at most 64 characters: a longer one is nobody, and is not kept whole.
-        let name = name.trim();
-        let name = name
-            .char_indices()
-            .nth(MAX_NAME_CHARS)
-            .map_or(name, |(end, _)| &name[..end]);
+        let name = accounts::sign_in_name(name);
         if let Err(wait) = self.sign_ins.attempt(name, std::time::Instant::now()) {
             return Err(AppError::RateLimited(format!(
                 "Too many failed sign-ins for this name. Try again in {} seconds.",
@@ -134,7 +129,8 @@ impl Service {
         let user = match self.store.user_by_oidc_subject(&identity.subject).await? {
             Some(user) => user,
             None => {
-                let name = checked_user_name(&identity.name)?;
+                let name =
+                    accounts::checked_user_name(&identity.name).map_err(AppError::Invalid)?;
                 // Never by name: a provider's user named like a local account (the first
                 // admin, say) must not become it. The name's uniqueness refuses that.
                 match self
@@ -262,46 +258,24 @@ impl Service {
         days: Option<u32>,
     ) -> Result<NewToken, AppError> {
         viewer.scopes.require(Scope::Tokens)?;
-        // `admin` is of use to an admin only: nobody else's tokens carry it (nor their viewer).
-        if viewer.role != Role::Admin && scopes.is_some_and(|s| s.allows(Scope::Admin)) {
-            return Err(AppError::Forbidden(
-                "only an admin can give a token the scope `admin`".into(),
-            ));
-        }
-        // A token makes tokens of at most its own scopes; a sign-in, of any. `admin` only when
-        // asked for.
-        let scopes = scopes.unwrap_or(viewer.scopes.without(Scope::Admin));
-        if !scopes.within(viewer.scopes) {
-            return Err(AppError::Forbidden(format!(
-                "a token can grant only scopes it has itself ({})",
-                viewer.scopes
-            )));
-        }
-        let label = label.trim();
-        if label.is_empty() || label.chars().count() > 64 || label.chars().any(char::is_control) {
-            return Err(AppError::Invalid(
-                "a token's label must be 1 to 64 characters, without control characters".into(),
-            ));
-        }
-        if days.is_some_and(|d| !(1..=MAX_TOKEN_DAYS).contains(&d)) {
-            return Err(AppError::Invalid(format!(
-                "a token lasts 1 to {MAX_TOKEN_DAYS} days (leave the days out for one that does not expire)"
-            )));
-        }
-        let (token, hash) = auth::new_api_token();
-        let asked = days.map(|d| crate::util::now_ms() + i64::from(d) * 86_400_000);
-        // A token that expires makes none that outlives it.
-        let expires_at = match (asked, viewer.token_expires_at_ms) {
-            (Some(asked), Some(limit)) => Some(asked.min(limit)),
-            (asked, limit) => asked.or(limit),
+        let grantor = Grantor {
+            is_admin: viewer.role == Role::Admin,
+            scopes: viewer.scopes,
+            expires_at: viewer.token_expires_at_ms,
         };
+        let Grant {
+            scopes,
+            label,
+            expires_at,
+        } = scope::grant(&grantor, scopes, label, days, now_ms())?;
+        let (token, hash) = auth::new_api_token();
         let id = self
             .store
-            .create_token(&viewer.id, &hash, label, scopes, expires_at)
+            .create_token(&viewer.id, &hash, &label, scopes, expires_at)
             .await?;
         Ok(NewToken {
             id,
-            label: label.to_string(),
+            label,
             scopes,
             token,
             expires_at,
@@ -438,39 +412,10 @@ impl Service {
     }
 }
 
-const MAX_NAME_CHARS: usize = 64;
-
-/// Characters that show nothing (zero-width, direction overrides): two names that look the same
-/// must be the same name.
-fn is_invisible(c: char) -> bool {
-    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{FEFF}')
-}
-
 /// How long a confirmation at the identity provider lets a browser's sign-in make tokens.
 const SSO_CONFIRMATION_MS: i64 = 5 * 60 * 1000;
 
-/// The longest a token may last when it expires at all.
-const MAX_TOKEN_DAYS: u32 = 365;
-
 pub use app::model::NewToken;
-
-/// A user name as given, trimmed, if it is one: 1 to 64 characters, without '/', control or
-/// invisible characters.
-fn checked_user_name(name: &str) -> Result<&str, AppError> {
-    let name = name.trim();
-    if name.is_empty()
-        || name.chars().count() > MAX_NAME_CHARS
-        || name
-            .chars()
-            .any(|c| c.is_control() || c == '/' || is_invisible(c))
-    {
-        return Err(AppError::Invalid(
-            "a user name must be 1 to 64 characters, without '/', control or invisible characters"
-                .into(),
-        ));
-    }
-    Ok(name)
-}
 
 /// A viewer who just proved who they are: an admin may act as one in this request.
 pub fn confirmed(viewer: Viewer) -> Viewer {

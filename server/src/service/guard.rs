@@ -6,10 +6,11 @@ use crate::runtime::editors;
 use crate::runtime::{EditorLaunch, RuntimeError, SliceBinding};
 use crate::service::Service;
 use crate::store::{WarmRecord, now_ms, queue_message};
-use app::domain::idle::Verdict;
 use app::domain::launch::EditorKind;
+use app::domain::quota::{self, Extended, ExtensionLimits, ExtensionRefused};
+use app::domain::reaper::{self, Watch};
 use app::domain::scope::Scope;
-use app::domain::session::{self, EndReason, SessionState};
+use app::domain::session::{EndReason, SessionState};
 use app::error::AppError;
 use app::model::{SessionView, Viewer};
 use std::sync::Arc;
@@ -101,42 +102,24 @@ impl Service {
             tracing::warn!(error = %e, "reaper: listing locked accounts");
             Default::default()
         });
-        for record in live
-            .iter()
-            .filter(|r| locked.contains(&r.user_id) && r.state != SessionState::Stopping)
-        {
-            tracing::info!(session = %record.id, "reaper ends a session of a locked account");
-            self.stop_session(
-                &record.id,
-                EndReason::Admin,
-                Some("the account was locked; unused credits were refunded"),
-            )
-            .await;
-        }
         let now = now_ms();
-        for record in live
-            .iter()
-            .filter(|r| r.state == SessionState::Ready && !locked.contains(&r.user_id))
-        {
-            let reason = if record.ends_at.is_some_and(|end| end <= now) {
-                Some((EndReason::Timer, None))
-            } else if let Verdict::Idle { .. } = self
-                .config
-                .idle_policy(record.slice_mib)
-                .judge(&record.signals(), now)
-            {
-                Some((EndReason::Idle, None))
-            } else {
-                match &record.runtime_handle {
-                    Some(handle) if !self.runtime.is_alive(handle).await => Some((
-                        EndReason::Crash,
-                        Some("The editor stopped unexpectedly; unused credits were refunded."),
-                    )),
-                    _ => None,
-                }
+        for record in &live {
+            let mut watch = Watch {
+                state: record.state,
+                locked: locked.contains(&record.user_id),
+                ends_at: record.ends_at,
+                signals: record.signals(),
+                has_editor: record.runtime_handle.is_some(),
+                alive: None,
             };
-            if let Some((reason, detail)) = reason {
-                tracing::info!(session = %record.id, %reason, "reaper ends a session");
+            let policy = self.config.idle_policy(record.slice_mib);
+            let mut judged = reaper::verdict(&watch, &policy, now);
+            if let (reaper::Verdict::AskAlive, Some(handle)) = (judged, &record.runtime_handle) {
+                watch.alive = Some(self.runtime.is_alive(handle).await);
+                judged = reaper::verdict(&watch, &policy, now);
+            }
+            if let reaper::Verdict::End { reason, detail } = judged {
+                tracing::info!(session = %record.id, %reason, locked = watch.locked, "reaper ends a session");
                 self.stop_session(&record.id, reason, detail).await;
             }
         }
@@ -166,26 +149,30 @@ impl Service {
                     continue;
                 }
             };
-            if !session::overdue(record.state, since, now, ready_timeout_ms) {
+            let Some(action) = reaper::overdue(
+                record.state,
+                since,
+                record.end_reason,
+                ready_timeout_ms,
+                now,
+            ) else {
                 continue;
-            }
+            };
             // Read again: the launch may have become ready since the list was read.
             match self.store.session(&record.id).await {
                 Ok(Some(now)) if now.state == record.state => {}
                 _ => continue,
             }
             tracing::warn!(session = %record.id, state = %record.state, "reaper finishes an overdue session");
-            if record.state == SessionState::Starting {
-                self.stop_session(
-                    &record.id,
-                    EndReason::Failed,
-                    Some("the editor did not start in time; your credits were refunded"),
-                )
-                .await;
-            } else {
-                let reason = record.end_reason.unwrap_or(EndReason::Admin);
-                self.stop_session(&record.id, reason, record.detail.as_deref())
-                    .await;
+            match action {
+                reaper::Overdue::FailLaunch => {
+                    self.stop_session(&record.id, EndReason::Failed, Some(reaper::START_OVERDUE))
+                        .await
+                }
+                reaper::Overdue::DriveStop(reason) => {
+                    self.stop_session(&record.id, reason, record.detail.as_deref())
+                        .await
+                }
             }
         }
     }
@@ -501,14 +488,16 @@ impl Service {
                 _ => None,
             };
             let usage = record.runtime_handle.as_ref().and_then(|h| gpu.get(h));
-            let gpu_busy = usage.is_some_and(|u| u.is_active(within));
-            let cpu_busy = cpu_floor > 0.0
-                && record
+            let sample = reaper::Sample {
+                editor_busy,
+                gpu_active: usage.is_some_and(|u| u.is_active(within)),
+                cpu_cores: record
                     .runtime_handle
                     .as_ref()
                     .and_then(|h| cpu.get(h))
-                    .is_some_and(|cores| *cores >= cpu_floor);
-            let busy_at = (editor_busy == Some(true) || gpu_busy || cpu_busy).then(now_ms);
+                    .copied(),
+            };
+            let busy_at = reaper::busy(&sample, cpu_floor).then(now_ms);
             if let Err(e) = self
                 .store
                 .record_sample(
@@ -547,34 +536,32 @@ impl Service {
     ) -> Result<SessionView, AppError> {
         viewer.scopes.require(Scope::Sessions)?;
         let record = self.owned_record(viewer, id).await?;
-        if minutes == 0 || minutes > self.config.sessions.max_minutes {
-            return Err(AppError::Invalid(format!(
-                "extend by 1 to {} minutes, not {minutes}",
-                self.config.sessions.max_minutes
-            )));
-        }
-        if record.state != SessionState::Ready {
-            return Err(AppError::Conflict(
-                "only a running session can be extended".into(),
-            ));
-        }
-        if record.ends_at.is_some_and(|end| end <= now_ms()) {
-            return Err(AppError::Conflict(
-                "this session's time is up; it is being stopped".into(),
-            ));
-        }
-        let limits = self
+        let user = self
             .config
             .default_limits()
             .with(&self.store.quota_overrides(&viewer.id).await?);
-        // A user's own limit may be lower than the server's longest session, never higher.
-        let max_total = limits.max_minutes.min(self.config.sessions.max_minutes);
-        let max_total = if record.burst {
-            max_total.min(self.config.pool.burst_max_minutes)
-        } else {
-            max_total
+        let limits = ExtensionLimits {
+            user_max_minutes: user.max_minutes,
+            server_max_minutes: self.config.sessions.max_minutes,
+            burst_max_minutes: self.config.pool.burst_max_minutes,
         };
-        let step = self.store.extend(id, minutes, max_total).await?;
+        let session = Extended {
+            running: record.state == SessionState::Ready,
+            burst: record.burst,
+            ends_at: record.ends_at,
+            duration_minutes: record.duration_minutes,
+        };
+        // Checked here for the person's words, and again in the store's transaction.
+        quota::extension(&limits, &session, minutes, now_ms()).map_err(
+            |refused| match refused {
+                ExtensionRefused::Minutes { .. } => AppError::Invalid(refused.to_string()),
+                ExtensionRefused::NotRunning | ExtensionRefused::TimeUp => {
+                    AppError::Conflict(refused.to_string())
+                }
+                ExtensionRefused::TooLong { .. } => AppError::QuotaExceeded(refused.to_string()),
+            },
+        )?;
+        let step = self.store.extend(id, minutes, &limits).await?;
         // Asking for more time is a person at the keyboard.
         self.store.heartbeat(id, now_ms(), true).await?;
         self.events.publish(id, step);

@@ -63,6 +63,8 @@ pub struct Service {
     pub events: EventHub,
     pub routes: RouteTable,
     pub gpus: Vec<GpuSpec>,
+    /// The configured prices, parsed once.
+    pub prices: app::domain::pricing::PriceList,
     pub enforcement: Enforcement,
     /// Flips to true when the server begins to shut down; long streams end on it.
     pub shutdown: tokio::sync::watch::Sender<bool>,
@@ -107,6 +109,7 @@ impl Service {
             }),
             oidc: config.oidc.clone().map(crate::identity::oidc::Oidc::new),
             auth: Authenticator::new(store.clone(), sessions),
+            prices: config.price_list(),
             config,
             store,
             runtime,

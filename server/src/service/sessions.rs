@@ -32,20 +32,11 @@ impl Service {
         &self,
         pool: &[(crate::store::GpuRecord, Vec<crate::store::SlotRecord>)],
     ) -> Catalog {
-        let mut sizes: Vec<u64> = pool
+        let cards: Vec<(u64, Vec<u64>)> = pool
             .iter()
-            .flat_map(|(_, slots)| slots.iter().map(|s| s.slice_mib))
+            .map(|(gpu, slots)| (gpu.memory_mib, slots.iter().map(|s| s.slice_mib).collect()))
             .collect();
-        sizes.sort_unstable();
-        sizes.dedup();
-        let mut bursts: Vec<u64> = pool
-            .iter()
-            .filter(|(_, slots)| slots.len() > 1)
-            .map(|(gpu, _)| gpu.memory_mib)
-            .filter(|mib| !sizes.contains(mib))
-            .collect();
-        bursts.sort_unstable();
-        bursts.dedup();
+        let (sizes, bursts) = app::domain::pool::offered_sizes(&cards);
         Catalog {
             editors: self.runtime.availability(),
             slice_sizes: sizes,
@@ -59,20 +50,12 @@ impl Service {
 
     /// Milli-credits per hour for `slice_mib` on the card `gpu_id`.
     pub fn price_on(&self, gpu_id: &str, slice_mib: u64) -> i64 {
-        match self.gpus.iter().find(|g| g.id == gpu_id) {
-            Some(gpu) => self.config.price_per_hour(&gpu.model, slice_mib),
-            None => self.config.price_per_hour("*", slice_mib),
-        }
+        self.prices.on_card(&self.gpus, gpu_id, slice_mib)
     }
 
     /// The dearest card for this size: what a queued launch holds until it gets one.
     fn price_for_slice(&self, slice_mib: u64) -> i64 {
-        self.gpus
-            .iter()
-            .filter(|g| g.slice_mib == slice_mib || g.memory_mib == slice_mib)
-            .map(|g| self.config.price_per_hour(&g.model, slice_mib))
-            .max()
-            .unwrap_or_else(|| self.config.price_per_hour("*", slice_mib))
+        self.prices.dearest(&self.gpus, slice_mib)
     }
 
     /// The user's limits, use and whether something blocks launches.

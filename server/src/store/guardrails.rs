@@ -512,35 +512,37 @@ impl Store {
     // ---- extend ----
 
     /// Holds `minutes` more at the session's price and moves its end; refused past `max_total` minutes.
-    pub async fn extend(&self, session_id: &str, minutes: u32, max_total: u32) -> Result<Step> {
+    /// Holds `minutes` more for a session [`quota::extension`] lets grow, decided inside the
+    /// transaction on what the database holds now.
+    pub async fn extend(
+        &self,
+        session_id: &str,
+        minutes: u32,
+        limits: &quota::ExtensionLimits,
+    ) -> Result<Step> {
         let now = now_ms();
         let mut w = self.begin_write().await?;
         let state = state_in(&mut w, session_id).await?;
-        if state != SessionState::Ready {
-            return Err(StoreError::Conflict);
-        }
         let row = sqlx::query(
-            "SELECT user_id, price_per_hour, duration_minutes, ends_at FROM sessions WHERE id = $1",
+            "SELECT user_id, price_per_hour, duration_minutes, ends_at, burst FROM sessions WHERE id = $1",
         )
         .bind(session_id)
         .fetch_one(&mut *w.tx)
         .await?;
-        // Its time ran out: the reaper is ending it, and more time would only be refunded.
-        if row
-            .try_get::<Option<i64>, _>("ends_at")?
-            .is_some_and(|end| end <= now)
-        {
-            return Err(StoreError::Conflict);
-        }
+        let session = quota::Extended {
+            running: state == SessionState::Ready,
+            burst: row.try_get::<i64, _>("burst")? != 0,
+            ends_at: row.try_get("ends_at")?,
+            duration_minutes: row.try_get::<i64, _>("duration_minutes")? as u32,
+        };
+        quota::extension(limits, &session, minutes, now).map_err(|refused| match refused {
+            quota::ExtensionRefused::NotRunning | quota::ExtensionRefused::TimeUp => {
+                StoreError::Conflict
+            }
+            other => StoreError::Quota(other.to_string()),
+        })?;
         let user_id: String = row.try_get("user_id")?;
         let per_hour: i64 = row.try_get("price_per_hour")?;
-        let duration = row.try_get::<i64, _>("duration_minutes")? as u32;
-        if duration + minutes > max_total {
-            return Err(StoreError::Quota(format!(
-                "A session may last at most {max_total} minutes; this one has {duration}, so it can grow by {} more.",
-                max_total.saturating_sub(duration)
-            )));
-        }
         self.lock_user(&mut w, &user_id).await?;
         let hold = credits::price_for_minutes(per_hour, minutes as i64);
         let balance = balance_in(&mut w, &user_id).await?;

@@ -910,10 +910,7 @@ impl Store {
             SessionState::Stopping => format!("Stopping: {}", reason.describe()),
             _ => format!("Ended: {}", reason.describe()),
         };
-        let failed = matches!(
-            reason,
-            EndReason::Failed | EndReason::Crash | EndReason::Lost
-        );
+        let failed = reason.is_failure();
         let step = insert_event(
             &mut w,
             session_id,
@@ -1203,7 +1200,7 @@ async fn set_state(
     .await
 }
 
-/// Frees the slot; releases the hold and charges the minutes used since ready.
+/// Frees the slot and writes the ledger rows of [`app::domain::credits::settlement`].
 async fn settle_in(w: &mut WriteTx, session_id: &str, now: i64) -> Result<()> {
     sqlx::query("UPDATE sessions SET ended_at = $1 WHERE id = $2")
         .bind(now)
@@ -1222,48 +1219,42 @@ async fn settle_in(w: &mut WriteTx, session_id: &str, now: i64) -> Result<()> {
     .fetch_one(&mut *w.tx)
     .await?;
     let user_id: String = row.try_get("user_id")?;
-    let per_hour: i64 = row.try_get("price_per_hour")?;
-    let end_reason: Option<String> = row.try_get("end_reason")?;
-    let charged = end_reason
-        .as_deref()
-        .and_then(EndReason::parse)
-        .is_none_or(EndReason::charges_time);
-    let ready_at: Option<i64> = row
-        .try_get::<Option<i64>, _>("ready_at")?
-        .filter(|_| charged);
     let hold_row = sqlx::query(
         "SELECT CAST(COALESCE(SUM(-amount), 0) AS BIGINT) AS held FROM credit_ledger WHERE session_id = $1 AND kind = 'hold'",
     )
     .bind(session_id)
     .fetch_one(&mut *w.tx)
     .await?;
-    let hold: i64 = hold_row.try_get("held")?;
-    let until = row
-        .try_get::<Option<i64>, _>("charge_until")?
-        .map_or(now, |until| until.min(now));
-    let elapsed = ready_at.map(|r| (until - r).max(0)).unwrap_or(0);
-    let (charge, _) = app::domain::credits::settle(hold, per_hour, elapsed);
-    if hold > 0 {
+    let settled = app::domain::credits::settlement(
+        hold_row.try_get("held")?,
+        row.try_get("price_per_hour")?,
+        row.try_get("ready_at")?,
+        row.try_get("charge_until")?,
+        row.try_get::<Option<String>, _>("end_reason")?
+            .as_deref()
+            .and_then(EndReason::parse),
+        now,
+    );
+    if settled.released > 0 {
         insert_ledger(
             w,
             &user_id,
             LedgerKind::Refund,
-            hold,
+            settled.released,
             Some(session_id),
             "hold released",
             now,
         )
         .await?;
     }
-    if charge > 0 {
-        let minutes = app::domain::credits::minutes_used(elapsed);
+    if settled.charge > 0 {
         insert_ledger(
             w,
             &user_id,
             LedgerKind::Charge,
-            -charge,
+            -settled.charge,
             Some(session_id),
-            &format!("{minutes} min used"),
+            &format!("{} min used", settled.minutes),
             now,
         )
         .await?;

@@ -577,6 +577,11 @@ fn gpu_of(id: &str, model: &str) -> GpuSpec {
 
 /// Extending holds more at the session's price, moves the end, and stops at the limit.
 async fn extend_holds_more(store: Store) {
+    let limits = app::domain::quota::ExtensionLimits {
+        user_max_minutes: 480,
+        server_max_minutes: 480,
+        burst_max_minutes: 480,
+    };
     six_slots(&store).await;
     let alice = user(&store, "alice", 3_000).await;
     let launched = store
@@ -585,21 +590,21 @@ async fn extend_holds_more(store: Store) {
         .unwrap();
     let id = launched.record.id;
     assert!(matches!(
-        store.extend(&id, 30, 480).await,
+        store.extend(&id, 30, &limits).await,
         Err(StoreError::Conflict)
     ));
     store.mark_ready(&id, "ready").await.unwrap();
     let ends = store.session(&id).await.unwrap().unwrap().ends_at.unwrap();
-    store.extend(&id, 30, 480).await.unwrap();
+    store.extend(&id, 30, &limits).await.unwrap();
     let after = store.session(&id).await.unwrap().unwrap();
     assert_eq!(after.ends_at.unwrap() - ends, 30 * 60_000);
     assert_eq!(after.duration_minutes, 90);
     assert_eq!(ledger_sum(&store, &alice.id).await, 3_000 - 1_500);
-    match store.extend(&id, 400, 480).await {
+    match store.extend(&id, 400, &limits).await {
         Err(StoreError::Quota(message)) => assert!(message.contains("390 more"), "{message}"),
         other => panic!("expected the duration limit, got {other:?}"),
     }
-    match store.extend(&id, 390, 480).await {
+    match store.extend(&id, 390, &limits).await {
         Err(StoreError::InsufficientCredits { balance, needed }) => {
             assert_eq!((balance, needed), (1_500, 6_500))
         }

@@ -15,6 +15,7 @@ use crate::http::AppState;
 use crate::net::relay;
 use crate::net::upstream::EditorStream;
 use crate::service::routes::Route;
+use app::domain::encode::{PATH, percent_encode};
 use app::domain::scope::Scope;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
@@ -62,7 +63,7 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
                 .path_and_query()
                 .map(|p| p.as_str())
                 .unwrap_or("/");
-            let location = format!("/login?next={}", percent_encode(next));
+            let location = format!("/login?next={}", percent_encode(next, PATH));
             return (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response();
         }
         return json_error(
@@ -313,18 +314,6 @@ fn upstream_uri(route: &Route, original: &http::Uri, tail: &str) -> Option<http:
         original.path_and_query()?.clone()
     };
     Some(http::Uri::from(path_and_query))
-}
-
-fn percent_encode(text: &str) -> String {
-    let mut out = String::new();
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// Connections busy-polling at once (see [`crate::net::relay`]): one per two cores, so none on a

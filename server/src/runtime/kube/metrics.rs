@@ -14,6 +14,7 @@
 //! `exported_namespace`/`exported_pod`, since the scrape target is HAMi's own pod.
 
 use crate::runtime::GpuUsage;
+use app::domain::encode::{UNRESERVED, percent_encode};
 use std::collections::HashMap;
 
 /// One sample: a series name, its labels, its value.
@@ -226,7 +227,7 @@ impl Source {
             Source::Prometheus(base) => {
                 format!(
                     "{base}/api/v1/query?query={}",
-                    percent_encode(PROMETHEUS_QUERY)
+                    percent_encode(PROMETHEUS_QUERY, UNRESERVED)
                 )
             }
         }
@@ -238,18 +239,6 @@ impl Source {
             Source::Prometheus(_) => parse_prometheus_json(body),
         }
     }
-}
-
-fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 2);
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// Fetches samples over plain HTTP; a slow or failing source gives an error, never a hang.
