@@ -148,7 +148,12 @@ impl Store {
 
         let placement = match claim {
             Some(claim) => {
-                set_state(&mut w, &id, SessionState::Requested, SessionState::Starting).await?;
+                set_state(
+                    &mut w,
+                    &id,
+                    transition(SessionState::Requested, Event::AssignSlot)?,
+                )
+                .await?;
                 sqlx::query("UPDATE sessions SET slot_id = $1 WHERE id = $2")
                     .bind(&claim.slot_id)
                     .bind(&id)
@@ -172,7 +177,12 @@ impl Store {
                             )
                             .await?,
                         );
-                        set_state(&mut w, &id, SessionState::Starting, SessionState::Ready).await?;
+                        set_state(
+                            &mut w,
+                            &id,
+                            transition(SessionState::Starting, Event::EditorReady)?,
+                        )
+                        .await?;
                         sqlx::query(
                             "UPDATE sessions SET upstream = $1, editor_token = $2, runtime_handle = $3, ready_at = $4,
                              ends_at = $4 + duration_minutes * 60000, last_activity_at = $4 WHERE id = $5",
@@ -219,7 +229,12 @@ impl Store {
                 }
             }
             None => {
-                set_state(&mut w, &id, SessionState::Requested, SessionState::Queued).await?;
+                set_state(
+                    &mut w,
+                    &id,
+                    transition(SessionState::Requested, Event::Enqueue)?,
+                )
+                .await?;
                 sqlx::query("UPDATE sessions SET queued_at = $1 WHERE id = $2")
                     .bind(now)
                     .bind(&id)
@@ -295,8 +310,7 @@ impl Store {
                 set_state(
                     &mut w,
                     &session_id,
-                    SessionState::Queued,
-                    SessionState::Starting,
+                    transition(SessionState::Queued, Event::AssignSlot)?,
                 )
                 .await?;
                 // The hold was at the dearest card of this size; from now on the card it got counts.

@@ -795,10 +795,10 @@ impl Store {
         let now = now_ms();
         let mut w = self.begin_write().await?;
         let state = state_in(&mut w, session_id).await?;
-        let next = state.next(Event::AssignSlot)?;
+        let next = transition(state, Event::AssignSlot)?;
         for slot_id in candidates {
             if guardrails::take_slot_in(&mut w, session_id, slot_id, now).await? {
-                set_state(&mut w, session_id, state, next).await?;
+                set_state(&mut w, session_id, next).await?;
                 sqlx::query("UPDATE sessions SET slot_id = $1 WHERE id = $2")
                     .bind(slot_id)
                     .bind(session_id)
@@ -807,7 +807,7 @@ impl Store {
                 let step = insert_event(
                     &mut w,
                     session_id,
-                    next,
+                    next.to,
                     &format!("Slot {slot_id} assigned"),
                     30,
                     false,
@@ -870,8 +870,8 @@ impl Store {
         let now = now_ms();
         let mut w = self.begin_write().await?;
         let state = state_in(&mut w, session_id).await?;
-        let next = state.next(Event::EditorReady)?;
-        set_state(&mut w, session_id, state, next).await?;
+        let next = transition(state, Event::EditorReady)?;
+        set_state(&mut w, session_id, next).await?;
         sqlx::query(
             "UPDATE sessions SET ready_at = $1, ends_at = $1 + duration_minutes * 60000, last_activity_at = $1 WHERE id = $2",
         )
@@ -879,7 +879,7 @@ impl Store {
         .bind(session_id)
         .execute(&mut *w.tx)
         .await?;
-        let step = insert_event(&mut w, session_id, next, message, 100, false, now).await?;
+        let step = insert_event(&mut w, session_id, next.to, message, 100, false, now).await?;
         w.tx.commit().await?;
         Ok(step)
     }
@@ -898,15 +898,15 @@ impl Store {
         if matches!(state, SessionState::Stopping | SessionState::Ended) {
             return Ok(None);
         }
-        let next = state.next(Event::Stop(reason))?;
-        set_state(&mut w, session_id, state, next).await?;
+        let next = transition(state, Event::Stop(reason))?;
+        set_state(&mut w, session_id, next).await?;
         sqlx::query("UPDATE sessions SET end_reason = $1, detail = $2 WHERE id = $3")
             .bind(reason.as_str())
             .bind(detail)
             .bind(session_id)
             .execute(&mut *w.tx)
             .await?;
-        let message = match next {
+        let message = match next.to {
             SessionState::Stopping => format!("Stopping: {}", reason.describe()),
             _ => format!("Ended: {}", reason.describe()),
         };
@@ -914,18 +914,18 @@ impl Store {
         let step = insert_event(
             &mut w,
             session_id,
-            next,
+            next.to,
             detail.unwrap_or(&message),
             100,
             failed,
             now,
         )
         .await?;
-        if next == SessionState::Ended {
+        if next.to == SessionState::Ended {
             settle_in(&mut w, session_id, now).await?;
         }
         w.tx.commit().await?;
-        Ok(Some((next, step)))
+        Ok(Some((next.to, step)))
     }
 
     /// stopping → ended: frees the slot and settles the credits (charge used minutes, refund the rest).
@@ -936,12 +936,12 @@ impl Store {
         if state == SessionState::Ended {
             return Ok(None);
         }
-        let next = state.next(Event::Finish)?;
-        set_state(&mut w, session_id, state, next).await?;
+        let next = transition(state, Event::Finish)?;
+        set_state(&mut w, session_id, next).await?;
         let step = insert_event(
             &mut w,
             session_id,
-            next,
+            next.to,
             "Stopped; the slot is free again",
             100,
             false,
@@ -1172,13 +1172,24 @@ async fn state_in(w: &mut WriteTx, session_id: &str) -> Result<SessionState> {
     SessionState::parse(&state).ok_or(StoreError::NotFound("session state"))
 }
 
-/// Compare-and-set, so two writers cannot both move the same session.
-async fn set_state(
-    w: &mut WriteTx,
-    session_id: &str,
+/// A move the state machine allows; made only by [`transition`], so that every state the store
+/// writes is one [`SessionState::next`] gave.
+#[derive(Clone, Copy)]
+struct Transition {
     from: SessionState,
     to: SessionState,
-) -> Result<()> {
+}
+
+fn transition(from: SessionState, event: Event) -> Result<Transition> {
+    Ok(Transition {
+        from,
+        to: from.next(event)?,
+    })
+}
+
+/// Compare-and-set, so two writers cannot both move the same session.
+async fn set_state(w: &mut WriteTx, session_id: &str, t: Transition) -> Result<()> {
+    let Transition { from, to } = t;
     let done = sqlx::query("UPDATE sessions SET state = $1 WHERE id = $2 AND state = $3")
         .bind(to.as_str())
         .bind(session_id)
