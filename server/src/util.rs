@@ -1,4 +1,4 @@
-//! Small helpers every layer may use: the wall clock, ids, a fast map. Imports nothing of the crate.
+//! Small helpers every layer may use: the clock, ids, a fast map. Imports nothing of the crate.
 
 /// Milliseconds since the Unix epoch, UTC.
 pub fn now_ms() -> i64 {
@@ -19,3 +19,59 @@ pub fn new_id() -> String {
 /// A fast hasher for the in-memory tables on the proxy's path (keys are not attacker-chosen
 /// in a way that matters: only known credentials and session ids are stored).
 pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// Where the time comes from: the system's clock when serving; one set by hand in tests, so
+/// that expiry and the reaper are tested without waiting.
+pub trait Clock: Send + Sync + 'static {
+    /// Milliseconds since the Unix epoch, UTC.
+    fn now_ms(&self) -> i64;
+}
+
+/// The system's clock.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        now_ms()
+    }
+}
+
+/// A clock that stands still until moved.
+#[derive(Debug)]
+pub struct ManualClock(std::sync::atomic::AtomicI64);
+
+impl ManualClock {
+    /// Stopped at the system's time now.
+    pub fn now() -> ManualClock {
+        ManualClock(std::sync::atomic::AtomicI64::new(now_ms()))
+    }
+
+    pub fn advance(&self, by: std::time::Duration) {
+        self.0.fetch_add(
+            i64::try_from(by.as_millis()).unwrap_or(i64::MAX),
+            std::sync::atomic::Ordering::SeqCst,
+        );
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manual_clock_moves_only_when_told() {
+        let clock = ManualClock::now();
+        let start = clock.now_ms();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert_eq!(clock.now_ms(), start);
+        clock.advance(std::time::Duration::from_secs(90));
+        assert_eq!(clock.now_ms(), start + 90_000);
+    }
+}

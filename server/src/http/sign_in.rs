@@ -130,7 +130,7 @@ async fn callback(
                 && let Err(e) = session
                     .insert(
                         crate::identity::auth::SSO_CONFIRMED_KEY,
-                        crate::util::now_ms(),
+                        state.service.now(),
                     )
                     .await
             {

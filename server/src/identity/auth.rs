@@ -396,10 +396,13 @@ impl Authenticator {
     }
 
     fn cached(&self, key: &str) -> Option<Arc<Caller>> {
+        let now = self.store.now();
         let cache = self.cache.lock().expect("auth cache");
         cache
             .get(key)
             .filter(|(_, at)| at.elapsed() < CACHE_TTL)
+            // A token that expired meanwhile expired: not a moment of it from the cache.
+            .filter(|(caller, _)| caller.token_expires_at.is_none_or(|end| end > now))
             .map(|(user, _)| user.clone())
     }
 
@@ -418,7 +421,7 @@ impl Authenticator {
             Err(e) => return Err(StoreError::Sessions(e.to_string())),
         };
         let signed_in_at = record.data.get(SIGNED_IN_KEY).and_then(|v| v.as_i64());
-        if sign_in_expired(signed_in_at, crate::util::now_ms()) {
+        if sign_in_expired(signed_in_at, self.store.now()) {
             return Ok(None);
         }
         let confirmed_at = [ADMIN_CONFIRMED_KEY, SSO_CONFIRMED_KEY]

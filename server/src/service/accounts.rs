@@ -4,7 +4,6 @@
 use super::Service;
 use crate::identity::auth::{self, USER_KEY};
 use crate::store::{StoreError, TokenRecord, UserRecord};
-use crate::util::now_ms;
 use app::domain::accounts;
 use app::domain::scope::{self, Grant, Grantor, Scope, Scopes};
 use app::error::AppError;
@@ -210,7 +209,7 @@ impl Service {
             AppError::Internal
         })?;
         session
-            .insert(auth::SIGNED_IN_KEY, crate::util::now_ms())
+            .insert(auth::SIGNED_IN_KEY, self.now())
             .await
             .map_err(|e| {
                 tracing::error!(error = %e, "writing the session");
@@ -267,7 +266,7 @@ impl Service {
             scopes,
             label,
             expires_at,
-        } = scope::grant(&grantor, scopes, label, days, now_ms())?;
+        } = scope::grant(&grantor, scopes, label, days, self.now())?;
         let (token, hash) = auth::new_api_token();
         let id = self
             .store
@@ -314,8 +313,7 @@ impl Service {
         let confirmation = match (&user.password_hash, &self.oidc) {
             (None, Some(oidc)) => Confirmation::SingleSignOn {
                 provider: oidc.config.display_name.clone(),
-                fresh: confirmed_at
-                    .is_some_and(|at| crate::util::now_ms() - at < SSO_CONFIRMATION_MS),
+                fresh: confirmed_at.is_some_and(|at| self.now() - at < SSO_CONFIRMATION_MS),
             },
             _ => Confirmation::Password,
         };

@@ -81,7 +81,7 @@ impl Service {
         require_admin(viewer)?;
         Ok(self
             .store
-            .admin_usage(&Listing::usage(query)?, crate::util::now_ms())
+            .admin_usage(&Listing::usage(query)?, self.now())
             .await?)
     }
 
@@ -116,8 +116,7 @@ impl Service {
                 session.state.as_str()
             )));
         }
-        let expires_at_ms =
-            crate::util::now_ms() + app::domain::scope::EDITOR_ACCESS_MINUTES * 60 * 1000;
+        let expires_at_ms = self.now() + app::domain::scope::EDITOR_ACCESS_MINUTES * 60 * 1000;
         self.store
             .grant_editor_access(session_id, &viewer.id, &session.user_id, expires_at_ms)
             .await?;

@@ -5,7 +5,7 @@
 use crate::runtime::editors;
 use crate::runtime::{EditorLaunch, RuntimeError, SliceBinding};
 use crate::service::Service;
-use crate::store::{WarmRecord, now_ms, queue_message};
+use crate::store::{WarmRecord, queue_message};
 use app::domain::launch::EditorKind;
 use app::domain::quota::{self, Extended, ExtensionLimits, ExtensionRefused};
 use app::domain::reaper::{self, Watch};
@@ -102,7 +102,7 @@ impl Service {
             tracing::warn!(error = %e, "reaper: listing locked accounts");
             Default::default()
         });
-        let now = now_ms();
+        let now = self.now();
         for record in &live {
             let mut watch = Watch {
                 state: record.state,
@@ -497,7 +497,7 @@ impl Service {
                     .and_then(|h| cpu.get(h))
                     .copied(),
             };
-            let busy_at = reaper::busy(&sample, cpu_floor).then(now_ms);
+            let busy_at = reaper::busy(&sample, cpu_floor).then(|| self.now());
             if let Err(e) = self
                 .store
                 .record_sample(
@@ -523,7 +523,7 @@ impl Service {
         if !record.state.is_live() {
             return Err(AppError::Conflict("this session has ended".into()));
         }
-        self.store.heartbeat(id, now_ms(), input).await?;
+        self.store.heartbeat(id, self.now(), input).await?;
         Ok(())
     }
 
@@ -552,7 +552,7 @@ impl Service {
             duration_minutes: record.duration_minutes,
         };
         // Checked here for the person's words, and again in the store's transaction.
-        quota::extension(&limits, &session, minutes, now_ms()).map_err(
+        quota::extension(&limits, &session, minutes, self.now()).map_err(
             |refused| match refused {
                 ExtensionRefused::Minutes { .. } => AppError::Invalid(refused.to_string()),
                 ExtensionRefused::NotRunning | ExtensionRefused::TimeUp => {
@@ -563,7 +563,7 @@ impl Service {
         )?;
         let step = self.store.extend(id, minutes, &limits).await?;
         // Asking for more time is a person at the keyboard.
-        self.store.heartbeat(id, now_ms(), true).await?;
+        self.store.heartbeat(id, self.now(), true).await?;
         self.events.publish(id, step);
         self.session(viewer, id).await
     }

@@ -128,6 +128,11 @@ impl Service {
         }
     }
 
+    /// Now, by the clock the store stamps rows with.
+    pub fn now(&self) -> i64 {
+        self.store.now()
+    }
+
     /// Runs work that outlives the request that started it (a launch, a stop, a push) on the
     /// server's main runtime, not on the serving thread the request came in on
     /// ([`crate::net::serving`]): that runtime is the one shut down with the server, which cancels

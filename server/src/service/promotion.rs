@@ -4,7 +4,7 @@
 
 use crate::registry::{Artifact, Registry};
 use crate::service::Service;
-use crate::store::{NewPromotion, now_ms};
+use crate::store::NewPromotion;
 use app::domain::dates;
 use app::domain::listing::{ListQuery, Listing, Page};
 use app::domain::promotion::{Decision, PromotionRequest, PromotionState, Provenance};
@@ -354,7 +354,7 @@ impl Service {
         }
         match self
             .store
-            .pushable_promotions(now_ms() - STALE_PUSH_MS)
+            .pushable_promotions(self.now() - STALE_PUSH_MS)
             .await
         {
             Ok(ids) => {
@@ -373,7 +373,7 @@ impl Service {
         };
         let promotion = match self
             .store
-            .claim_promotion(id, now_ms() - STALE_PUSH_MS)
+            .claim_promotion(id, self.now() - STALE_PUSH_MS)
             .await
         {
             Ok(Some(p)) => p,

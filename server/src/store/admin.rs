@@ -110,7 +110,7 @@ impl Store {
         owner_id: &str,
         expires_at: i64,
     ) -> Result<()> {
-        let now = now_ms();
+        let now = self.now();
         let mut w = self.begin_write().await?;
         sqlx::query("DELETE FROM editor_grants WHERE session_id = $1 AND admin_id = $2")
             .bind(session_id)
@@ -152,7 +152,7 @@ impl Store {
         )
         .bind(session_id)
         .bind(admin_id)
-        .bind(now_ms())
+        .bind(self.now())
         .fetch_optional(&self.pool)
         .await?;
         Ok(row.map(|r| r.try_get("expires_at")).transpose()?)
@@ -166,7 +166,7 @@ impl Store {
              ORDER BY g.expires_at DESC LIMIT 1",
         )
         .bind(session_id)
-        .bind(now_ms())
+        .bind(self.now())
         .fetch_optional(&self.pool)
         .await?;
         row.map(|r| Ok((r.try_get("name")?, r.try_get("expires_at")?)))

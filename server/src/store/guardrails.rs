@@ -85,7 +85,7 @@ impl Store {
     /// Checks the quota, claims a warm editor or a free slot (or queues), and holds the price
     /// of the card it got for the whole duration — all in one transaction.
     pub async fn launch(&self, plan: LaunchPlan<'_>) -> Result<Launched> {
-        let now = now_ms();
+        let now = self.now();
         let mut w = self.begin_write().await?;
         self.lock_user(&mut w, plan.user_id).await?;
         let limits = plan
@@ -284,7 +284,7 @@ impl Store {
             let slice_mib = class.try_get::<i64, _>("slice_mib")? as u64;
             let burst = class.try_get::<i64, _>("burst")? != 0;
             loop {
-                let now = now_ms();
+                let now = self.now();
                 let mut w = self.begin_write().await?;
                 let sql = format!(
                     "SELECT s.id, s.editor FROM sessions s WHERE s.state = 'queued' AND s.slice_mib = $1 AND s.burst = $2
@@ -393,7 +393,7 @@ impl Store {
         .bind(&id)
         .bind(&slot_id)
         .bind(editor.as_str())
-        .bind(now_ms())
+        .bind(self.now())
         .execute(&mut *w.tx)
         .await
         .map_err(|e| on_unique(e, "warm_editors_slot_key", "warm editor"))?;
@@ -534,7 +534,7 @@ impl Store {
         minutes: u32,
         limits: &quota::ExtensionLimits,
     ) -> Result<Step> {
-        let now = now_ms();
+        let now = self.now();
         let mut w = self.begin_write().await?;
         let state = state_in(&mut w, session_id).await?;
         let row = sqlx::query(
@@ -659,7 +659,7 @@ impl Store {
     /// Takes or renews the lease `name` for `holder` until `ttl_ms` from now; false while
     /// another holder's lease runs. Works the same on SQLite and PostgreSQL.
     pub async fn try_lease(&self, name: &str, holder: &str, ttl_ms: i64) -> Result<bool> {
-        let now = now_ms();
+        let now = self.now();
         let done = sqlx::query(
             "INSERT INTO leases (name, holder, expires_at) VALUES ($1, $2, $3)
              ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
@@ -689,7 +689,7 @@ impl Store {
         Ok(self
             .lease_expires_at(name)
             .await?
-            .is_some_and(|expires| expires >= now_ms()))
+            .is_some_and(|expires| expires >= self.now()))
     }
 
     /// Gives the lease `name` up, if `holder` has it.
@@ -742,7 +742,7 @@ async fn write_quota(
     overrides: &Overrides,
     actor_id: Option<&str>,
 ) -> Result<()> {
-    let now = now_ms();
+    let now = w.now;
     sqlx::query(
         "INSERT INTO user_quotas (user_id, max_sessions, max_gpu_mib, max_minutes, max_disk_mib, updated_at)
          VALUES ($1, $2, $3, $4, $5, $6)
@@ -831,7 +831,7 @@ async fn claim_in(
     burst: bool,
     use_warm: bool,
 ) -> Result<Option<Claim>> {
-    let now = now_ms();
+    let now = w.now;
     if burst {
         return claim_card_in(w, session_id, slice_mib, now).await;
     }

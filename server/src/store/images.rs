@@ -51,7 +51,7 @@ impl Store {
         label: &str,
         actor_id: &str,
     ) -> Result<String> {
-        let now = now_ms();
+        let now = self.now();
         let id = new_id();
         let mut w = self.begin_write().await?;
         let taken = sqlx::query("SELECT id FROM images WHERE editor = $1 AND reference = $2")
@@ -101,7 +101,7 @@ impl Store {
         state: ImageState,
         actor_id: &str,
     ) -> Result<bool> {
-        let now = now_ms();
+        let now = self.now();
         let mut w = self.begin_write().await?;
         let changed = sqlx::query("UPDATE images SET state = $1 WHERE id = $2")
             .bind(state.as_str())

@@ -115,7 +115,7 @@ impl Store {
         .bind(slice_mib)
         .fetch_all(&mut *w.tx)
         .await?;
-        let now = super::now_ms();
+        let now = self.now();
         for row in free {
             let to: String = row.try_get("id")?;
             let taken = sqlx::query(

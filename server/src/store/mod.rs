@@ -12,6 +12,7 @@ mod kube;
 mod promotions;
 mod records;
 
+use crate::util::{Clock, SystemClock};
 pub use crate::util::{new_id, now_ms};
 pub use guardrails::{Dispatched, GpuSample, LaunchPlan, Launched, Placement, queue_message};
 pub use http_sessions::HttpSessionStore;
@@ -88,6 +89,8 @@ pub struct Store {
     pool: AnyPool,
     kind: DbKind,
     sqlite_writer: Arc<Mutex<()>>,
+    /// The time every row is stamped with.
+    clock: Arc<dyn Clock>,
 }
 
 /// A write transaction; on SQLite it also holds the writer lock.
@@ -95,6 +98,8 @@ struct WriteTx {
     tx: Transaction<'static, Any>,
     kind: DbKind,
     _writer: Option<OwnedMutexGuard<()>>,
+    /// The store's time when the transaction began.
+    now: i64,
 }
 
 impl Store {
@@ -125,7 +130,18 @@ impl Store {
             pool,
             kind,
             sqlite_writer: Arc::new(Mutex::new(())),
+            clock: Arc::new(SystemClock),
         })
+    }
+
+    /// The same database, its rows stamped by `clock` (tests set the time by hand).
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Store {
+        Store { clock, ..self }
+    }
+
+    /// Now, by the store's clock.
+    pub fn now(&self) -> i64 {
+        self.clock.now_ms()
     }
 
     pub fn kind(&self) -> DbKind {
@@ -169,6 +185,7 @@ impl Store {
             tx,
             kind: self.kind,
             _writer: writer,
+            now: self.now(),
         })
     }
 
@@ -239,7 +256,7 @@ impl Store {
             "user.link",
             &format!("user:{user_id}"),
             oidc_subject,
-            now_ms(),
+            self.now(),
         )
         .await?;
         w.tx.commit().await?;
@@ -276,7 +293,7 @@ impl Store {
             "user.role",
             &format!("user:{user_id}"),
             &format!("{}: {why}", role.as_str()),
-            now_ms(),
+            self.now(),
         )
         .await?;
         w.tx.commit().await?;
@@ -292,7 +309,7 @@ impl Store {
         initial_grant: i64,
         actor_id: Option<&str>,
     ) -> Result<UserRecord> {
-        let now = now_ms();
+        let now = self.now();
         let id = new_id();
         let mut w = self.begin_write().await?;
         sqlx::query(
@@ -424,7 +441,7 @@ impl Store {
             action,
             &format!("user:{user_id}"),
             "",
-            now_ms(),
+            self.now(),
         )
         .await?;
         w.tx.commit().await?;
@@ -496,7 +513,7 @@ impl Store {
         scopes: Scopes,
         expires_at: Option<i64>,
     ) -> Result<String> {
-        let now = now_ms();
+        let now = self.now();
         let id = new_id();
         let mut w = self.begin_write().await?;
         sqlx::query(
@@ -562,7 +579,7 @@ impl Store {
             "token.revoke",
             &format!("token:{token_id}"),
             "",
-            now_ms(),
+            self.now(),
         )
         .await?;
         w.tx.commit().await?;
@@ -577,7 +594,7 @@ impl Store {
              WHERE t.token_hash = $1 AND (t.expires_at IS NULL OR t.expires_at > $2)"
         ))
         .bind(token_hash)
-        .bind(now_ms())
+        .bind(self.now())
         .fetch_optional(&self.pool)
         .await?;
         row.map(|r| {
@@ -599,7 +616,7 @@ impl Store {
         actor_id: Option<&str>,
         note: &str,
     ) -> Result<i64> {
-        let now = now_ms();
+        let now = self.now();
         let mut w = self.begin_write().await?;
         self.lock_user(&mut w, user_id).await?;
         // Taking credits back stops at zero: the balance is what launches spend.
@@ -667,7 +684,7 @@ impl Store {
     /// Makes the slots table match the configured pool; slots no longer configured are
     /// deactivated (kept while a session still holds them).
     pub async fn sync_pool(&self, gpus: &[GpuSpec], slots: &[SlotSpec]) -> Result<()> {
-        let now = now_ms();
+        let now = self.now();
         let mut w = self.begin_write().await?;
         sqlx::query("UPDATE gpus SET active = 0")
             .execute(&mut *w.tx)
@@ -749,7 +766,7 @@ impl Store {
     /// product launches only through [`Store::launch`].
     #[cfg(test)]
     pub async fn create_session(&self, new: NewSession<'_>) -> Result<(SessionRecord, Vec<Step>)> {
-        let now = now_ms();
+        let now = self.now();
         let id = new_id();
         let mut w = self.begin_write().await?;
         self.lock_user(&mut w, new.user_id).await?;
@@ -792,7 +809,7 @@ impl Store {
         session_id: &str,
         candidates: &[String],
     ) -> Result<Option<(String, Step)>> {
-        let now = now_ms();
+        let now = self.now();
         let mut w = self.begin_write().await?;
         let state = state_in(&mut w, session_id).await?;
         let next = transition(state, Event::AssignSlot)?;
@@ -858,7 +875,7 @@ impl Store {
             message,
             progress,
             false,
-            now_ms(),
+            self.now(),
         )
         .await?;
         w.tx.commit().await?;
@@ -867,7 +884,7 @@ impl Store {
 
     /// starting → ready; the session's clock starts now.
     pub async fn mark_ready(&self, session_id: &str, message: &str) -> Result<Step> {
-        let now = now_ms();
+        let now = self.now();
         let mut w = self.begin_write().await?;
         let state = state_in(&mut w, session_id).await?;
         let next = transition(state, Event::EditorReady)?;
@@ -892,7 +909,7 @@ impl Store {
         reason: EndReason,
         detail: Option<&str>,
     ) -> Result<Option<(SessionState, Step)>> {
-        let now = now_ms();
+        let now = self.now();
         let mut w = self.begin_write().await?;
         let state = state_in(&mut w, session_id).await?;
         if matches!(state, SessionState::Stopping | SessionState::Ended) {
@@ -930,7 +947,7 @@ impl Store {
 
     /// stopping → ended: frees the slot and settles the credits (charge used minutes, refund the rest).
     pub async fn finish(&self, session_id: &str) -> Result<Option<Step>> {
-        let now = now_ms();
+        let now = self.now();
         let mut w = self.begin_write().await?;
         let state = state_in(&mut w, session_id).await?;
         if state == SessionState::Ended {
@@ -1015,7 +1032,7 @@ impl Store {
         detail: &str,
     ) -> Result<()> {
         let mut w = self.begin_write().await?;
-        insert_audit(&mut w, actor_id, action, target, detail, now_ms()).await?;
+        insert_audit(&mut w, actor_id, action, target, detail, self.now()).await?;
         w.tx.commit().await?;
         Ok(())
     }
@@ -1206,7 +1223,7 @@ async fn set_state(w: &mut WriteTx, session_id: &str, t: Transition) -> Result<(
         &format!("session.{to}"),
         &format!("session:{session_id}"),
         &detail,
-        now_ms(),
+        w.now,
     )
     .await
 }

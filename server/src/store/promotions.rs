@@ -63,7 +63,7 @@ fn target(id: &str) -> String {
 impl Store {
     /// Records a request, audited as the user's.
     pub async fn insert_promotion(&self, p: &NewPromotion) -> Result<()> {
-        let now = now_ms();
+        let now = self.now();
         let mut w = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO promotions (id, user_id, session_id, path, repository, tag, media_type,
@@ -168,7 +168,7 @@ impl Store {
         decision: Decision,
         message: Option<&str>,
     ) -> Result<bool> {
-        let now = now_ms();
+        let now = self.now();
         let from: Vec<String> = PromotionState::decidable(decision)
             .iter()
             .enumerate()
@@ -238,7 +238,7 @@ impl Store {
             "UPDATE promotions SET state = 'pushing', claimed_at = $1
              WHERE id = $2 AND (state = 'approved' OR (state = 'pushing' AND claimed_at < $3))",
         )
-        .bind(now_ms())
+        .bind(self.now())
         .bind(id)
         .bind(stale_before_ms)
         .execute(&mut *w.tx)
@@ -255,7 +255,7 @@ impl Store {
     pub async fn touch_promotion(&self, id: &str) -> Result<()> {
         let mut w = self.begin_write().await?;
         sqlx::query("UPDATE promotions SET claimed_at = $1 WHERE id = $2 AND state = 'pushing'")
-            .bind(now_ms())
+            .bind(self.now())
             .bind(id)
             .execute(&mut *w.tx)
             .await?;
@@ -269,7 +269,7 @@ impl Store {
         id: &str,
         outcome: std::result::Result<&str, &str>,
     ) -> Result<()> {
-        let now = now_ms();
+        let now = self.now();
         let mut w = self.begin_write().await?;
         let (sql, value, action) = match outcome {
             Ok(digest) => (

@@ -386,11 +386,9 @@ async fn the_editor_cannot_reach_beyond_its_session() {
         );
     }
 
-    let started = std::time::Instant::now();
     let hung = app.get(&format!("/s/{id}/hang"), Some(&token)).await;
     hung.assert_status(StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(hung.json()["error"], "editor_timeout");
-    assert!(started.elapsed() < Duration::from_secs(10));
     app.stop().await;
 }
 

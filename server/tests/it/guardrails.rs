@@ -59,27 +59,110 @@ async fn still_ready_after(
     assert_eq!(view["state"], "ready", "ended too early: {view}");
 }
 
+/// Like [`quick`], on a clock that stands still until the test moves it.
+async fn clocked(runtime: Arc<FakeRuntime>) -> TestApp {
+    TestApp::start_clocked(Some(runtime), move |c| {
+        c.idle.timeout_seconds = 2;
+        c.idle.warn_seconds = 1;
+        c.idle.reaper_period_ms = REAPER_MS;
+        c.idle.sample_seconds = 1;
+    })
+    .await
+}
+
+async fn view(app: &TestApp, token: &str, id: &str) -> Value {
+    app.get(&format!("/api/v1/sessions/{id}"), Some(token))
+        .await
+        .json()
+}
+
 #[tokio::test]
-async fn an_idle_session_ends_within_one_reaper_period_after_its_timeout() {
-    let app = quick(FakeRuntime::new(), false).await;
+async fn an_idle_session_ends_at_its_timeout_by_the_clock() {
+    let app = clocked(FakeRuntime::new()).await;
     let (user_id, token) = app.user("ida").await;
     let id = app.launch_ready(&token, "jupyterlab").await;
-    let ready = app
-        .get(&format!("/api/v1/sessions/{id}"), Some(&token))
-        .await
-        .json();
-    let idle_at = ready["idle_at_ms"].as_i64().expect("an idle countdown");
-    let view = ended(&app, &token, &id).await;
-    assert_eq!(view["end_reason"], "idle");
-    let stopped_at = step_at(&view, "idle too long");
-    assert!(
-        stopped_at >= idle_at && stopped_at - idle_at <= REAPER_MS as i64 + 50,
-        "stopped {} ms after its idle time",
-        stopped_at - idle_at
-    );
-    // The slot is free again and the unused credits are back: about 2 s cost one minute.
+    let idle_at = view(&app, &token, &id).await["idle_at_ms"]
+        .as_i64()
+        .expect("an idle countdown");
+    let now = app.service.now();
+    // Real time passes, the clock does not: nothing ends.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    app.service.reap().await;
+    assert_eq!(view(&app, &token, &id).await["state"], "ready");
+    // A moment before its idle time it is kept; at its idle time it ends.
+    app.advance(Duration::from_millis((idle_at - now - 1) as u64));
+    app.service.reap().await;
+    assert_eq!(view(&app, &token, &id).await["state"], "ready");
+    app.advance(Duration::from_millis(1));
+    app.service.reap().await;
+    let ended = view(&app, &token, &id).await;
+    assert_eq!(ended["end_reason"], "idle", "{ended}");
+    assert_eq!(step_at(&ended, "idle too long"), idle_at);
+    // The slot is free again and the unused credits are back: 2 s cost one minute.
     let (balance, held) = app.service.store.credits(&user_id).await.unwrap();
     assert_eq!((balance, held), (100_000 - 17, 0));
+}
+
+#[tokio::test]
+async fn a_session_ends_when_its_time_is_up_by_the_clock_and_pays_its_hold() {
+    // Idle only after two hours: its time runs out first.
+    let app = TestApp::start_clocked(Some(FakeRuntime::new()), |c| {
+        c.idle.timeout_seconds = 7200;
+        c.idle.reaper_period_ms = REAPER_MS;
+    })
+    .await;
+    let (user_id, token) = app.user("tim").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    let ends_at = view(&app, &token, &id).await["ends_at_ms"]
+        .as_i64()
+        .expect("an end time");
+    app.advance(Duration::from_millis(
+        (ends_at - app.service.now() - 1) as u64,
+    ));
+    app.service.reap().await;
+    assert_eq!(view(&app, &token, &id).await["state"], "ready");
+    app.advance(Duration::from_millis(1));
+    app.service.reap().await;
+    let ended = view(&app, &token, &id).await;
+    assert_eq!(ended["end_reason"], "timer", "{ended}");
+    // 30 minutes at one credit an hour: the whole hold is charged, nothing is held any more.
+    let (balance, held) = app.service.store.credits(&user_id).await.unwrap();
+    assert_eq!((balance, held), (100_000 - 500, 0));
+}
+
+#[tokio::test]
+async fn a_token_stops_working_the_moment_it_expires_by_the_clock() {
+    let app = clocked(FakeRuntime::new()).await;
+    let (user_id, _) = app.user("exp").await;
+    let user = app
+        .service
+        .store
+        .user_by_id(&user_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let made = app
+        .service
+        .create_token(
+            &user.viewer(app::domain::scope::Scopes::ALL),
+            "one day",
+            None,
+            Some(1),
+        )
+        .await
+        .unwrap();
+    app.get("/api/v1/me", Some(&made.token))
+        .await
+        .assert_status(StatusCode::OK);
+    app.advance(Duration::from_secs(86_400) - Duration::from_millis(1));
+    app.get("/api/v1/me", Some(&made.token))
+        .await
+        .assert_status(StatusCode::OK);
+    // Cached a moment ago, and expired now: refused all the same.
+    app.advance(Duration::from_millis(1));
+    app.get("/api/v1/me", Some(&made.token))
+        .await
+        .assert_status(StatusCode::UNAUTHORIZED);
 }
 
 #[tokio::test]
@@ -131,7 +214,8 @@ async fn an_open_tab_alone_does_not_hold_a_gpu_by_default() {
         if r.json()["state"] == "ended" {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(10), "never ended");
+        // A guard against a loop for ever, not a measure of speed.
+        assert!(started.elapsed() < Duration::from_secs(90), "never ended");
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     assert_eq!(ended(&app, &token, &id).await["end_reason"], "idle");
@@ -191,14 +275,8 @@ async fn a_killed_editor_is_detected_and_refunded() {
     let (user_id, token) = app.user("kay").await;
     let id = app.launch_ready(&token, "jupyterlab").await;
     let handle = app.record(&id).await.runtime_handle.unwrap();
-    let killed = tokio::time::Instant::now();
     FakeRuntime::crash(&handle);
     let view = ended(&app, &token, &id).await;
-    assert!(
-        killed.elapsed() < Duration::from_secs(10),
-        "took {:?}",
-        killed.elapsed()
-    );
     assert_eq!(view["end_reason"], "crash");
     let (balance, held) = app.service.store.credits(&user_id).await.unwrap();
     assert_eq!(

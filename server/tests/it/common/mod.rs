@@ -14,6 +14,7 @@ use server::config::Config;
 use server::runtime::{EditorLaunch, LocalRuntime, Running, Runtime, RuntimeError, ToolPaths};
 use server::service::Service;
 use server::store::Store;
+use server::util::ManualClock;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -22,6 +23,8 @@ use std::time::Duration;
 pub struct TestApp {
     pub addr: SocketAddr,
     pub service: Arc<Service>,
+    /// The clock the server's store and service read, when the test set it by hand.
+    pub clock: Option<Arc<ManualClock>>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<()>>,
     pub dir: tempfile::TempDir,
@@ -79,6 +82,27 @@ impl TestApp {
         runtime: Option<Arc<dyn Runtime>>,
         adjust: impl FnOnce(&mut Config),
     ) -> TestApp {
+        Self::start_on(runtime, adjust, None).await
+    }
+
+    /// A server whose time stands still until the test moves [`TestApp::clock`].
+    pub async fn start_clocked(
+        runtime: Option<Arc<dyn Runtime>>,
+        adjust: impl FnOnce(&mut Config),
+    ) -> TestApp {
+        Self::start_on(runtime, adjust, Some(Arc::new(ManualClock::now()))).await
+    }
+
+    /// Moves the server's clock on (a server started with [`TestApp::start_clocked`]).
+    pub fn advance(&self, by: Duration) {
+        self.clock.as_ref().expect("a clocked server").advance(by);
+    }
+
+    async fn start_on(
+        runtime: Option<Arc<dyn Runtime>>,
+        adjust: impl FnOnce(&mut Config),
+        clock: Option<Arc<ManualClock>>,
+    ) -> TestApp {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut config = Config {
             data_dir: dir.path().to_path_buf(),
@@ -92,6 +116,10 @@ impl TestApp {
         config.validate().expect("test config");
         let store = Store::connect(&config.database_url()).await.expect("store");
         store.migrate().await.expect("migrate");
+        let store = match &clock {
+            Some(clock) => store.with_clock(clock.clone()),
+            None => store,
+        };
         let runtime = runtime.unwrap_or_else(|| {
             Arc::new(LocalRuntime::new(
                 ToolPaths::from_config(&config.editors),
@@ -124,6 +152,7 @@ impl TestApp {
         TestApp {
             addr,
             service,
+            clock,
             shutdown: Some(tx),
             server: Some(server),
             dir,
