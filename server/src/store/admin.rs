@@ -136,7 +136,7 @@ impl Store {
             now,
         )
         .await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(())
     }
 

@@ -256,7 +256,7 @@ impl Store {
                 Placement::Queued { position }
             }
         };
-        w.tx.commit().await?;
+        w.commit().await?;
         let record = self
             .session(&id)
             .await?
@@ -332,7 +332,7 @@ impl Store {
                     now,
                 )
                 .await?;
-                w.tx.commit().await?;
+                w.commit().await?;
                 dispatched.push(Dispatched {
                     session_id,
                     step,
@@ -397,7 +397,7 @@ impl Store {
         .execute(&mut *w.tx)
         .await
         .map_err(|e| on_unique(e, "warm_editors_slot_key", "warm editor"))?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(Some(WarmRecord {
             id,
             slot_id,
@@ -421,7 +421,7 @@ impl Store {
         .bind(id)
         .execute(&mut *w.tx)
         .await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -444,7 +444,7 @@ impl Store {
         .bind(id)
         .execute(&mut *w.tx)
         .await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -455,7 +455,7 @@ impl Store {
             .bind(id)
             .execute(&mut *w.tx)
             .await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -608,7 +608,7 @@ impl Store {
             now,
         )
         .await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(step)
     }
 
@@ -633,7 +633,7 @@ impl Store {
     ) -> Result<()> {
         let mut w = self.begin_write().await?;
         write_quota(&mut w, user_id, overrides, actor_id).await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(())
     }
 
@@ -650,7 +650,7 @@ impl Store {
         self.lock_user(&mut w, user_id).await?;
         let overrides = change.applied_to(overrides_in(&mut w.tx, user_id).await?);
         write_quota(&mut w, user_id, &overrides, actor_id).await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(overrides)
     }
 

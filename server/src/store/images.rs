@@ -90,7 +90,7 @@ impl Store {
             now,
         )
         .await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(id)
     }
 
@@ -125,7 +125,7 @@ impl Store {
             now,
         )
         .await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(true)
     }
 }

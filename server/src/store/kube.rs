@@ -53,7 +53,7 @@ impl Store {
         .bind(old)
         .execute(&mut *w.tx)
         .await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(done.rows_affected() == 1)
     }
 }
@@ -139,7 +139,7 @@ impl Store {
                 .bind(session_id)
                 .execute(&mut *w.tx)
                 .await?;
-            w.tx.commit().await?;
+            w.commit().await?;
             return Ok(SlotMove::Moved { from, to });
         }
         Ok(SlotMove::NoFreeSlot)

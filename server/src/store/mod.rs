@@ -11,6 +11,7 @@ mod images;
 mod kube;
 mod promotions;
 mod records;
+mod write;
 
 use crate::util::{Clock, SystemClock};
 pub use crate::util::{new_id, now_ms};
@@ -23,6 +24,7 @@ pub use records::{
     UserRecord, WarmRecord,
 };
 use records::{SESSION_COLUMNS, SLOT_COLUMNS, USER_COLUMNS, bad, scopes_of};
+use write::WriteTx;
 
 use app::domain::launch::EditorKind;
 use app::domain::pool::{GpuSpec, SlotSpec};
@@ -30,10 +32,10 @@ use app::domain::scope::Scopes;
 use app::domain::session::{EndReason, Event, SessionState};
 use app::model::{Role, Step};
 use sqlx::any::{AnyPoolOptions, AnyRow};
-use sqlx::{Any, AnyPool, Row, Transaction};
+use sqlx::{Any, AnyPool, Row};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::sync::Mutex;
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -91,15 +93,6 @@ pub struct Store {
     sqlite_writer: Arc<Mutex<()>>,
     /// The time every row is stamped with.
     clock: Arc<dyn Clock>,
-}
-
-/// A write transaction; on SQLite it also holds the writer lock.
-struct WriteTx {
-    tx: Transaction<'static, Any>,
-    kind: DbKind,
-    _writer: Option<OwnedMutexGuard<()>>,
-    /// The store's time when the transaction began.
-    now: i64,
 }
 
 impl Store {
@@ -173,20 +166,7 @@ impl Store {
             DbKind::Sqlite => Some(self.sqlite_writer.clone().lock_owned().await),
             DbKind::Postgres => None,
         };
-        let tx = match self.kind {
-            // IMMEDIATE takes SQLite's write lock at BEGIN, where busy_timeout applies. A deferred
-            // transaction that has read first fails at once with SQLITE_BUSY when it tries to write
-            // while another connection writes (activity, http sessions, or the rollback of a
-            // dropped transaction that has not run yet), instead of waiting for it.
-            DbKind::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
-            DbKind::Postgres => self.pool.begin().await?,
-        };
-        Ok(WriteTx {
-            tx,
-            kind: self.kind,
-            _writer: writer,
-            now: self.now(),
-        })
+        WriteTx::begin(&self.pool, self.kind, writer, self.now()).await
     }
 
     /// Serializes credit operations of one user on PostgreSQL (SQLite writers are serialized already).
@@ -259,7 +239,7 @@ impl Store {
             self.now(),
         )
         .await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(())
     }
 
@@ -296,7 +276,7 @@ impl Store {
             self.now(),
         )
         .await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(())
     }
 
@@ -352,7 +332,7 @@ impl Store {
             now,
         )
         .await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(UserRecord {
             id,
             name: name.to_string(),
@@ -393,7 +373,7 @@ impl Store {
             .bind(session_id)
             .execute(&mut *w.tx)
             .await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(())
     }
 
@@ -444,7 +424,7 @@ impl Store {
             self.now(),
         )
         .await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(())
     }
 
@@ -537,7 +517,7 @@ impl Store {
             now,
         )
         .await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(id)
     }
 
@@ -582,7 +562,7 @@ impl Store {
             self.now(),
         )
         .await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(true)
     }
 
@@ -645,7 +625,7 @@ impl Store {
         )
         .await?;
         let balance = balance_in(&mut w, user_id).await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(balance)
     }
 
@@ -719,7 +699,7 @@ impl Store {
             .execute(&mut *w.tx)
             .await?;
         }
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(())
     }
 
@@ -793,7 +773,7 @@ impl Store {
             now,
         )
         .await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         let record = self
             .session(&id)
             .await?
@@ -831,7 +811,7 @@ impl Store {
                     now,
                 )
                 .await?;
-                w.tx.commit().await?;
+                w.commit().await?;
                 return Ok(Some((slot_id.clone(), step)));
             }
         }
@@ -860,7 +840,7 @@ impl Store {
         if done.rows_affected() != 1 {
             return Err(StoreError::Conflict);
         }
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(())
     }
 
@@ -878,7 +858,7 @@ impl Store {
             self.now(),
         )
         .await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(step)
     }
 
@@ -897,7 +877,7 @@ impl Store {
         .execute(&mut *w.tx)
         .await?;
         let step = insert_event(&mut w, session_id, next.to, message, 100, false, now).await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(step)
     }
 
@@ -941,7 +921,7 @@ impl Store {
         if next.to == SessionState::Ended {
             settle_in(&mut w, session_id, now).await?;
         }
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(Some((next.to, step)))
     }
 
@@ -966,7 +946,7 @@ impl Store {
         )
         .await?;
         settle_in(&mut w, session_id, now).await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(Some(step))
     }
 
@@ -1033,7 +1013,7 @@ impl Store {
     ) -> Result<()> {
         let mut w = self.begin_write().await?;
         insert_audit(&mut w, actor_id, action, target, detail, self.now()).await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(())
     }
 

@@ -93,7 +93,7 @@ impl Store {
             now,
         )
         .await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(())
     }
 
@@ -207,7 +207,7 @@ impl Store {
             now,
         )
         .await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(true)
     }
 
@@ -244,7 +244,7 @@ impl Store {
         .execute(&mut *w.tx)
         .await?
         .rows_affected();
-        w.tx.commit().await?;
+        w.commit().await?;
         if claimed == 0 {
             return Ok(None);
         }
@@ -259,7 +259,7 @@ impl Store {
             .bind(id)
             .execute(&mut *w.tx)
             .await?;
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(())
     }
 
@@ -295,7 +295,7 @@ impl Store {
         if changed > 0 {
             insert_audit(&mut w, None, action, &target(id), value, now).await?;
         }
-        w.tx.commit().await?;
+        w.commit().await?;
         Ok(())
     }
 }

@@ -8,6 +8,7 @@ mod admin;
 mod api;
 mod cli;
 mod editors;
+mod faults;
 mod guardrails;
 mod kube;
 mod oidc;
