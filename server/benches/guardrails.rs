@@ -185,7 +185,7 @@ async fn reaper(kind: &str) -> Option<Vec<f64>> {
     let mut times = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
-        service.reap().await;
+        service.guard.reap().await;
         times.push(t.elapsed().as_secs_f64() * 1000.0);
     }
     let live = store.live_sessions().await.unwrap().len();

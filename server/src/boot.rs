@@ -25,11 +25,14 @@ pub async fn open_service(config: config::Config) -> anyhow_lite::Result<Arc<Ser
         .await
         .map_err(anyhow_lite::wrap("migration"))?;
     let (gpus, enforcement) = runtime::gpu::discover(&config);
-    let runtime: Arc<dyn runtime::Runtime> = match config.runtime {
-        config::RuntimeKind::Local => Arc::new(runtime::LocalRuntime::new(
-            runtime::ToolPaths::from_config(&config.editors),
-            &config.data_dir,
-        )),
+    let service = match config.runtime {
+        config::RuntimeKind::Local => {
+            let local = runtime::LocalRuntime::new(
+                runtime::ToolPaths::from_config(&config.editors),
+                &config.data_dir,
+            );
+            Service::new(config, store, Arc::new(local), gpus, enforcement)
+        }
         // In the cluster: its service account; outside: KUBECONFIG or ~/.kube/config.
         config::RuntimeKind::Kube => {
             let client = kube::Client::try_default()
@@ -39,30 +42,26 @@ pub async fn open_service(config: config::Config) -> anyhow_lite::Result<Arc<Ser
                 start_timeout: Duration::from_secs(config.sessions.ready_timeout_seconds),
                 ..runtime::kube::Timing::default()
             };
-            Arc::new(
-                runtime::kube::KubeRuntime::new(client, config.kube.clone()).with_timing(timing),
-            )
+            let kube =
+                runtime::kube::KubeRuntime::new(client, config.kube.clone()).with_timing(timing);
+            Service::on_kube(config, store, Arc::new(kube), gpus, enforcement)
         }
     };
-    Ok(Arc::new(Service::new(
-        config,
-        store,
-        runtime,
-        gpus,
-        enforcement,
-    )))
+    Ok(Arc::new(service))
 }
 
 /// A service ready to serve: the pool written, sessions left by a previous run recovered.
 pub async fn build_service(config: config::Config) -> anyhow_lite::Result<Arc<Service>> {
     let service = open_service(config).await?;
     service
+        .guard
         .sync_pool()
         .await
         .map_err(anyhow_lite::wrap("pool"))?;
     // Alive before recovering, so that no other server takes this one's launches for orphans.
-    service.keep_alive().await;
+    service.guard.keep_alive().await;
     service
+        .guard
         .recover()
         .await
         .map_err(anyhow_lite::wrap("recovery"))?;

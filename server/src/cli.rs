@@ -196,6 +196,7 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
             };
             let role = if admin { Role::Admin } else { Role::User };
             let user = service
+                .accounts
                 .create_user(&name, Some(&password), role, None)
                 .await
                 .map_err(|e| e.to_string())?;
@@ -218,6 +219,7 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
                 .map_err(|e| e.to_string())?;
             let user = user_named(&service, &name).await?;
             service
+                .accounts
                 .link_identity(&user.id, &identity)
                 .await
                 .map_err(|e| e.to_string())?;
@@ -239,6 +241,7 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
                 .map_err(|e| e.to_string())?;
             let user = user_named(&service, &name).await?;
             service
+                .accounts
                 .set_locked(&user.id, locked, None)
                 .await
                 .map_err(|e| e.to_string())?;
@@ -258,6 +261,7 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
                 } => {
                     let viewer = user_named(&service, &user).await?.viewer(Scopes::ALL);
                     let made = service
+                        .accounts
                         .create_token(&viewer, &label, scopes, days)
                         .await
                         .map_err(|e| e.to_string())?;
@@ -265,7 +269,11 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
                 }
                 TokenCommand::List { user } => {
                     let viewer = user_named(&service, &user).await?.viewer(Scopes::ALL);
-                    let tokens = service.tokens(&viewer).await.map_err(|e| e.to_string())?;
+                    let tokens = service
+                        .accounts
+                        .tokens(&viewer)
+                        .await
+                        .map_err(|e| e.to_string())?;
                     let day = |ms: i64| {
                         time::OffsetDateTime::from_unix_timestamp(ms / 1000)
                             .map(|t| t.date().to_string())
@@ -285,6 +293,7 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
                 TokenCommand::Revoke { user, id } => {
                     let viewer = user_named(&service, &user).await?.viewer(Scopes::ALL);
                     service
+                        .accounts
                         .revoke_token(&viewer, &id)
                         .await
                         .map_err(|e| match e {
@@ -304,6 +313,7 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
                 .map_err(|e| e.to_string())?;
             let record = user_named(&service, &name).await?;
             let balance = service
+                .admin
                 .grant_credits(None, &record.id, &amount, "")
                 .await
                 .map_err(|e| e.to_string())?;
@@ -320,7 +330,6 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
                     max_disk_mib,
                 },
         } => {
-            let defaults = config.default_limits();
             let service = crate::boot::open_service(config)
                 .await
                 .map_err(|e| e.to_string())?;
@@ -331,13 +340,11 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
                 max_minutes,
                 max_disk_mib,
             };
-            crate::service::admin::check_overrides(&overrides).map_err(|e| e.to_string())?;
-            service
-                .store
-                .set_quota(&record.id, &overrides, None)
+            let limits = service
+                .admin
+                .replace_quota(None, &record.id, &overrides)
                 .await
                 .map_err(|e| e.to_string())?;
-            let limits = defaults.with(&overrides);
             println!(
                 "{name}: {} sessions, {} MiB of GPU memory, {} minutes per session, {} MiB of workspace",
                 limits.max_sessions, limits.max_gpu_mib, limits.max_minutes, limits.max_disk_mib
@@ -359,7 +366,12 @@ async fn serve(config: Config) -> Result<(), String> {
         built = crate::boot::build_service(config) => built.map_err(|e| e.to_string())?,
         _ = &mut shutdown => return Err("stopped during start-up".into()),
     };
-    if let Some(password) = service.ensure_admin().await.map_err(|e| e.to_string())? {
+    if let Some(password) = service
+        .accounts
+        .ensure_admin()
+        .await
+        .map_err(|e| e.to_string())?
+    {
         let file = data_dir.join("initial-admin-password");
         println!("\n  First run: created the account 'admin' with password: {password}");
         match save_private(&file, &format!("{password}\n")) {
@@ -436,8 +448,8 @@ async fn user_named(
     name: &str,
 ) -> Result<crate::store::UserRecord, String> {
     service
-        .store
-        .user_by_name(name)
+        .accounts
+        .user_named(name)
         .await
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("no user named '{name}'"))

@@ -20,10 +20,10 @@ pub(crate) async fn serve_connections(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(deadline::CoarseTimer)
         .header_read_timeout(Duration::from_secs(
-            app.state.service.config.proxy.header_timeout_seconds,
+            app.state.service.config().proxy.header_timeout_seconds,
         ));
-    let cap = connection_cap(app.state.service.config.proxy.max_connections);
-    let serving_threads = serving::thread_count(app.state.service.config.proxy.serving_threads);
+    let cap = connection_cap(app.state.service.config().proxy.max_connections);
+    let serving_threads = serving::thread_count(app.state.service.config().proxy.serving_threads);
     let open = Arc::new(tokio::sync::Semaphore::new(cap));
     let (draining, drain) = tokio::sync::watch::channel(false);
     let mut stop = std::pin::pin!(stop);

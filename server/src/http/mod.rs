@@ -12,8 +12,8 @@ pub mod sign_in;
 use crate::identity::auth;
 use crate::net::deadline;
 use crate::service::Service;
+use crate::service::accounts::RequestAuth;
 use crate::service::workers::Workers;
-use crate::store;
 use axum::Router;
 use axum::extract::FromRef;
 use axum::http::StatusCode;
@@ -192,6 +192,31 @@ impl Front {
     }
 }
 
+/// A request's credential, as the service takes it; unauthenticated without one.
+pub(crate) async fn request_auth<'a>(
+    service: &Service,
+    headers: &'a http::HeaderMap,
+    session: Option<&'a tower_sessions::Session>,
+) -> Result<RequestAuth<'a>, app::error::AppError> {
+    let viewer = service
+        .accounts
+        .caller(headers)
+        .await?
+        .ok_or(app::error::AppError::Unauthenticated)?
+        .viewer();
+    let sso_confirmed_at = match session {
+        Some(session) => auth::sso_confirmed_at(session).await,
+        None => None,
+    };
+    Ok(RequestAuth {
+        viewer,
+        by_token: auth::bearer_token(headers).is_some(),
+        sso_confirmed_at,
+        session,
+        cookie: auth::session_cookie(headers),
+    })
+}
+
 const CLOSE: http::HeaderValue = http::HeaderValue::from_static("close");
 
 /// A request body whose reading is watched: `seen` is told of each poll's outcome, and whether
@@ -234,17 +259,17 @@ impl<F: FnMut(&Polled, bool) + Unpin> http_body::Body for Watched<F> {
 
 fn router_state(service: &Arc<Service>) -> AppState {
     AppState(Arc::new(AppStateInner {
-        leptos: leptos_options(&service.config),
+        leptos: leptos_options(service.config()),
         service: service.clone(),
     }))
 }
 
 fn router(state: AppState, service: Arc<Service>) -> Router {
-    let sessions = SessionManagerLayer::new(store::HttpSessionStore::new(service.store.clone()))
+    let sessions = SessionManagerLayer::new(service.sign_in_sessions())
         .with_name(auth::SESSION_COOKIE)
         .with_http_only(true)
         .with_same_site(tower_sessions::cookie::SameSite::Lax)
-        .with_secure(service.config.secure_cookies)
+        .with_secure(service.config().secure_cookies)
         .with_expiry(Expiry::OnInactivity(time::Duration::days(
             auth::SIGN_IN_IDLE_DAYS,
         )));
@@ -314,7 +339,7 @@ pub async fn run(
     service: Arc<Service>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let workers = Arc::new(Workers::start(service.clone()));
+    let workers = Arc::new(Workers::start(&service));
     let app = App::new(service);
     let winding = workers.clone();
     let signal = async move {

@@ -2,20 +2,32 @@
 //! [`PagesBackend`], the `Backend` they get from context.
 
 use crate::identity::auth;
-use crate::service::{NewToken, Service, confirmed};
+use crate::service::accounts::RequestAuth;
+use crate::service::{NewToken, Service};
 use app::domain::launch::LaunchRequest;
-use app::domain::scope::Scope;
 use app::error::AppError;
 use app::model::*;
 use std::sync::Arc;
 
-fn by_token(request: &http::request::Parts) -> bool {
-    auth::bearer_token(&request.headers).is_some()
+/// The request's credential, as the service takes it.
+async fn request_auth<'a>(
+    service: &Service,
+    request: &'a http::request::Parts,
+) -> Result<RequestAuth<'a>, AppError> {
+    super::request_auth(
+        service,
+        &request.headers,
+        request.extensions.get::<tower_sessions::Session>(),
+    )
+    .await
 }
 
-/// When this browser last confirmed who it is at the identity provider.
-async fn sso_confirmed_at(request: &http::request::Parts) -> Option<i64> {
-    auth::sso_confirmed_at(request.extensions.get::<tower_sessions::Session>()?).await
+/// The browser's sign-in session (the session layer puts one on every page request).
+fn session(request: &http::request::Parts) -> Result<&tower_sessions::Session, AppError> {
+    request
+        .extensions
+        .get::<tower_sessions::Session>()
+        .ok_or(AppError::Internal)
 }
 
 /// The pages' door: server functions call these through `Arc<dyn Backend>`.
@@ -27,14 +39,14 @@ impl app::api::Backend for PagesBackend {
     async fn viewer(&self, request: &http::request::Parts) -> Result<Option<Viewer>, AppError> {
         Ok(self
             .0
-            .auth
+            .accounts
             .caller(&request.headers)
             .await?
             .map(|c| c.viewer()))
     }
 
     fn single_sign_on(&self) -> Option<String> {
-        self.0.oidc.as_ref().map(|o| o.config.display_name.clone())
+        self.0.accounts.single_sign_on()
     }
 
     async fn login(
@@ -43,46 +55,31 @@ impl app::api::Backend for PagesBackend {
         name: &str,
         password: &str,
     ) -> Result<Viewer, AppError> {
-        let session = request
-            .extensions
-            .get::<tower_sessions::Session>()
-            .ok_or(AppError::Internal)?;
-        let viewer = self.0.login(session, name, password).await?;
-        // The id the browser came with is gone from the store; gone from the cache too.
-        if let Some(cookie) = auth::session_cookie(&request.headers) {
-            self.0.auth.forget_cookie(cookie);
-        }
-        Ok(viewer)
+        self.0
+            .accounts
+            .sign_in_with_password(
+                session(request)?,
+                auth::session_cookie(&request.headers),
+                name,
+                password,
+            )
+            .await
     }
 
     async fn logout(&self, request: &http::request::Parts) -> Result<(), AppError> {
-        let session = request
-            .extensions
-            .get::<tower_sessions::Session>()
-            .ok_or(AppError::Internal)?;
         self.0
-            .logout(session, auth::session_cookie(&request.headers))
+            .accounts
+            .logout(session(request)?, auth::session_cookie(&request.headers))
             .await
     }
 
     async fn dashboard(&self, viewer: &Viewer) -> Result<Dashboard, AppError> {
-        self.0.dashboard(viewer).await
+        self.0.sessions.dashboard(viewer).await
     }
 
     async fn tokens_page(&self, request: &http::request::Parts) -> Result<TokensPage, AppError> {
-        let viewer = self
-            .viewer(request)
-            .await?
-            .ok_or(AppError::Unauthenticated)?;
-        let confirmation = self
-            .0
-            .confirmation(&viewer, by_token(request), sso_confirmed_at(request).await)
-            .await?;
-        Ok(TokensPage {
-            tokens: self.0.tokens(&viewer).await?,
-            viewer,
-            confirmation,
-        })
+        let auth = request_auth(&self.0, request).await?;
+        self.0.accounts.tokens_page(&auth).await
     }
 
     async fn make_token(
@@ -90,32 +87,21 @@ impl app::api::Backend for PagesBackend {
         request: &http::request::Parts,
         form: app::api::TokenForm,
     ) -> Result<NewToken, AppError> {
-        let viewer = self
-            .viewer(request)
-            .await?
-            .ok_or(AppError::Unauthenticated)?;
+        let auth = request_auth(&self.0, request).await?;
         self.0
-            .confirm_token_maker(
-                &viewer,
-                by_token(request),
+            .accounts
+            .make_token(
+                &auth,
+                &form.label,
+                Some(form.scopes),
+                form.days,
                 form.password.as_deref(),
-                sso_confirmed_at(request).await,
             )
-            .await?;
-        // A sign-in that proved itself just now: an admin's may give the new token `admin`. A
-        // token only ever grants what it has.
-        let viewer = if by_token(request) {
-            viewer
-        } else {
-            confirmed(viewer)
-        };
-        self.0
-            .create_token(&viewer, &form.label, Some(form.scopes), form.days)
             .await
     }
 
     async fn revoke_token(&self, viewer: &Viewer, id: &str) -> Result<(), AppError> {
-        self.0.revoke_token(viewer, id).await
+        self.0.accounts.revoke_token(viewer, id).await
     }
 
     async fn launch(
@@ -123,7 +109,7 @@ impl app::api::Backend for PagesBackend {
         viewer: &Viewer,
         request: LaunchRequest,
     ) -> Result<SessionView, AppError> {
-        self.0.launch(viewer, request).await
+        self.0.sessions.launch(viewer, request).await
     }
 
     async fn heartbeat(
@@ -132,8 +118,8 @@ impl app::api::Backend for PagesBackend {
         id: &str,
         input: bool,
     ) -> Result<SessionView, AppError> {
-        self.0.heartbeat(viewer, id, input).await?;
-        self.0.session(viewer, id).await
+        self.0.sessions.heartbeat(viewer, id, input).await?;
+        self.0.sessions.session(viewer, id).await
     }
 
     async fn extend(
@@ -142,15 +128,15 @@ impl app::api::Backend for PagesBackend {
         id: &str,
         minutes: u32,
     ) -> Result<SessionView, AppError> {
-        self.0.extend(viewer, id, minutes).await
+        self.0.sessions.extend(viewer, id, minutes).await
     }
 
     async fn session(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError> {
-        self.0.session(viewer, id).await
+        self.0.sessions.session(viewer, id).await
     }
 
     async fn stop(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError> {
-        self.0.stop(viewer, id).await
+        self.0.sessions.stop(viewer, id).await
     }
 
     async fn admin_users(
@@ -158,7 +144,7 @@ impl app::api::Backend for PagesBackend {
         viewer: &Viewer,
         query: &app::domain::listing::ListQuery,
     ) -> Result<app::domain::listing::Page<AdminUser>, AppError> {
-        self.0.admin_users(viewer, query).await
+        self.0.admin.admin_users(viewer, query).await
     }
 
     async fn admin_sessions(
@@ -166,7 +152,7 @@ impl app::api::Backend for PagesBackend {
         viewer: &Viewer,
         query: &app::domain::listing::ListQuery,
     ) -> Result<app::domain::listing::Page<AdminSession>, AppError> {
-        self.0.admin_sessions(viewer, query).await
+        self.0.admin.admin_sessions(viewer, query).await
     }
 
     async fn admin_audit(
@@ -174,7 +160,7 @@ impl app::api::Backend for PagesBackend {
         viewer: &Viewer,
         query: &app::domain::listing::ListQuery,
     ) -> Result<app::domain::listing::Page<AuditLine>, AppError> {
-        self.0.admin_audit(viewer, query).await
+        self.0.admin.admin_audit(viewer, query).await
     }
 
     async fn admin_usage(
@@ -182,28 +168,15 @@ impl app::api::Backend for PagesBackend {
         viewer: &Viewer,
         query: &app::domain::listing::ListQuery,
     ) -> Result<app::domain::listing::Page<UsageRow>, AppError> {
-        self.0.admin_usage(viewer, query).await
+        self.0.admin.admin_usage(viewer, query).await
     }
 
     async fn admin_access(
         &self,
         request: &http::request::Parts,
     ) -> Result<app::model::AdminAccess, AppError> {
-        let viewer = self
-            .viewer(request)
-            .await?
-            .ok_or(AppError::Unauthenticated)?;
-        if viewer.role != Role::Admin {
-            return Err(AppError::Forbidden("this is for admins only".into()));
-        }
-        let confirmation = self
-            .0
-            .confirmation(&viewer, by_token(request), sso_confirmed_at(request).await)
-            .await?;
-        Ok(app::model::AdminAccess {
-            confirmed: viewer.scopes.allows(Scope::Admin),
-            confirmation,
-        })
+        let auth = request_auth(&self.0, request).await?;
+        self.0.accounts.admin_access(&auth).await
     }
 
     async fn confirm_admin(
@@ -211,61 +184,16 @@ impl app::api::Backend for PagesBackend {
         request: &http::request::Parts,
         password: &str,
     ) -> Result<(), AppError> {
-        let viewer = self
-            .viewer(request)
-            .await?
-            .ok_or(AppError::Unauthenticated)?;
-        if viewer.role != Role::Admin {
-            return Err(AppError::Forbidden("this is for admins only".into()));
-        }
-        if by_token(request) {
-            return Err(AppError::Invalid(
-                "a token has the scope `admin` or not: there is nothing to confirm".into(),
-            ));
-        }
-        // An account without a password confirms at its provider, whose sign-in opens the pages.
-        if let Confirmation::SingleSignOn { provider, .. } = self
-            .0
-            .confirmation(&viewer, false, sso_confirmed_at(request).await)
-            .await?
-        {
-            return Err(AppError::Invalid(format!(
-                "your account confirms with {provider}: sign in again there"
-            )));
-        }
-        self.0
-            .confirm_person(
-                &viewer,
-                false,
-                Some(password),
-                sso_confirmed_at(request).await,
-                "use the admin pages",
-            )
-            .await?;
-        let session = request
-            .extensions
-            .get::<tower_sessions::Session>()
-            .ok_or(AppError::Internal)?;
-        session
-            .insert(auth::ADMIN_CONFIRMED_KEY, crate::util::now_ms())
-            .await
-            .map_err(|e| {
-                tracing::error!(error = %e, "recording an admin's confirmation");
-                AppError::Internal
-            })?;
-        // The cached sign-in was resolved without it.
-        if let Some(cookie) = auth::session_cookie(&request.headers) {
-            self.0.auth.forget_cookie(cookie);
-        }
-        Ok(())
+        let auth = request_auth(&self.0, request).await?;
+        self.0.accounts.confirm_admin(&auth, password).await
     }
 
     fn admin_settings(&self, viewer: &Viewer) -> Result<Vec<SettingsSection>, AppError> {
-        self.0.admin_settings(viewer)
+        self.0.admin.admin_settings(viewer)
     }
 
     async fn admin_pool(&self, viewer: &Viewer) -> Result<Vec<AdminGpu>, AppError> {
-        self.0.admin_pool(viewer).await
+        self.0.admin.admin_pool(viewer).await
     }
 
     async fn change_user(
@@ -274,7 +202,7 @@ impl app::api::Backend for PagesBackend {
         user_id: &str,
         change: UserChange,
     ) -> Result<(), AppError> {
-        self.0.change_user(viewer, user_id, &change).await
+        self.0.admin.change_user(viewer, user_id, &change).await
     }
 
     async fn grant_credits(
@@ -285,12 +213,13 @@ impl app::api::Backend for PagesBackend {
         note: &str,
     ) -> Result<i64, AppError> {
         self.0
+            .admin
             .grant_credits(Some(viewer), user_id, amount, note)
             .await
     }
 
     async fn admin_stop(&self, viewer: &Viewer, id: &str) -> Result<AdminSession, AppError> {
-        self.0.admin_stop(viewer, id).await
+        self.0.admin.admin_stop(viewer, id).await
     }
 
     async fn admin_open_editor(
@@ -298,7 +227,7 @@ impl app::api::Backend for PagesBackend {
         viewer: &Viewer,
         id: &str,
     ) -> Result<app::model::EditorAccess, AppError> {
-        self.0.admin_open_editor(viewer, id).await
+        self.0.admin.admin_open_editor(viewer, id).await
     }
 
     async fn set_user_quota(
@@ -307,7 +236,10 @@ impl app::api::Backend for PagesBackend {
         user_id: &str,
         overrides: app::domain::quota::Overrides,
     ) -> Result<app::domain::quota::Limits, AppError> {
-        self.0.set_user_quota(viewer, user_id, &overrides).await
+        self.0
+            .admin
+            .set_user_quota(viewer, user_id, &overrides)
+            .await
     }
 
     async fn promote_file(
@@ -316,15 +248,18 @@ impl app::api::Backend for PagesBackend {
         session_id: &str,
         request: app::domain::promotion::PromotionRequest,
     ) -> Result<app::model::PromotionView, AppError> {
-        self.0.request_promotion(viewer, session_id, &request).await
+        self.0
+            .promotions
+            .request_promotion(viewer, session_id, &request)
+            .await
     }
 
     async fn promotions(&self, viewer: &Viewer) -> Result<app::model::Promotions, AppError> {
-        let settings = &self.0.config.promotion;
+        let settings = &self.0.config().promotion;
         Ok(app::model::Promotions {
             enabled: settings.enabled(),
             needs_approval: settings.require_approval,
-            items: self.0.promotions(viewer).await?,
+            items: self.0.promotions.promotions(viewer).await?,
         })
     }
 
@@ -333,7 +268,7 @@ impl app::api::Backend for PagesBackend {
         viewer: &Viewer,
         query: &app::domain::listing::ListQuery,
     ) -> Result<app::domain::listing::Page<app::model::PromotionView>, AppError> {
-        self.0.admin_promotions(viewer, query).await
+        self.0.promotions.admin_promotions(viewer, query).await
     }
 
     async fn decide_promotion(
@@ -344,12 +279,13 @@ impl app::api::Backend for PagesBackend {
         reason: Option<String>,
     ) -> Result<app::model::PromotionView, AppError> {
         self.0
+            .promotions
             .decide_promotion(viewer, id, decision, reason.as_deref())
             .await
     }
 
     async fn admin_images(&self, viewer: &Viewer) -> Result<Vec<ImageView>, AppError> {
-        self.0.admin_images(viewer).await
+        self.0.images.admin_images(viewer).await
     }
 
     async fn add_image(
@@ -357,7 +293,7 @@ impl app::api::Backend for PagesBackend {
         viewer: &Viewer,
         image: app::domain::images::NewImage,
     ) -> Result<ImageView, AppError> {
-        self.0.add_image(viewer, &image).await
+        self.0.images.add_image(viewer, &image).await
     }
 
     async fn set_image_state(
@@ -366,6 +302,6 @@ impl app::api::Backend for PagesBackend {
         id: &str,
         state: app::domain::images::ImageState,
     ) -> Result<ImageView, AppError> {
-        self.0.set_image_state(viewer, id, state).await
+        self.0.images.set_image_state(viewer, id, state).await
     }
 }

@@ -38,7 +38,7 @@ async fn start(
     session: Session,
     Query(query): Query<StartQuery>,
 ) -> Response {
-    let Some(oidc) = &state.service.oidc else {
+    let Some(oidc) = state.service.accounts.oidc() else {
         return back_to_sign_in("off");
     };
     let next = query.next.filter(|n| app::is_local_path(n));
@@ -85,7 +85,7 @@ async fn callback(
     session: Session,
     Query(query): Query<CallbackQuery>,
 ) -> Response {
-    let Some(oidc) = &state.service.oidc else {
+    let Some(oidc) = state.service.accounts.oidc() else {
         return back_to_sign_in("off");
     };
     // Only the answer to one of this browser's sign-ins touches it: another (a link from
@@ -124,17 +124,15 @@ async fn callback(
             return back_to_sign_in("failed");
         }
     };
-    match state.service.oidc_sign_in(&session, &identity).await {
+    match state
+        .service
+        .accounts
+        .oidc_sign_in(&session, &identity)
+        .await
+    {
         Ok(_) => {
-            if identity.confirmed
-                && let Err(e) = session
-                    .insert(
-                        crate::identity::auth::SSO_CONFIRMED_KEY,
-                        state.service.now(),
-                    )
-                    .await
-            {
-                tracing::error!(error = %e, "keeping a confirmation");
+            if identity.confirmed {
+                state.service.accounts.keep_sso_confirmation(&session).await;
             }
             Redirect::to(pending.next.as_deref().unwrap_or("/")).into_response()
         }

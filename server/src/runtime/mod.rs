@@ -154,8 +154,12 @@ pub trait Runtime: Send + Sync + 'static {
         let _ = handles;
         std::collections::HashMap::new()
     }
-    /// The kube runtime itself, for its reconciler; None for the others.
-    fn as_kube(&self) -> Option<&kube::KubeRuntime> {
-        None
+    /// Whether launches may choose among approved images (a runtime that runs images).
+    fn runs_images(&self) -> bool {
+        false
+    }
+    /// What runs `editor` when no image is chosen, as a promotion's provenance names it.
+    fn editor_image(&self, editor: EditorKind) -> String {
+        format!("local/{}", editor.as_str())
     }
 }

@@ -1,15 +1,16 @@
 //! Accounts and sign-in: local passwords, single sign-on, sign-in sessions, API tokens and the
 //! confirmations that making a token or entering the admin pages takes.
 
-use super::Service;
+use super::Accounts;
 use crate::identity::auth::{self, USER_KEY};
 use crate::store::{StoreError, TokenRecord, UserRecord};
 use app::domain::accounts;
 use app::domain::scope::{self, Grant, Grantor, Scope, Scopes};
 use app::error::AppError;
 use app::model::*;
+use std::sync::Arc;
 
-impl Service {
+impl Accounts {
     /// The first admin, on an empty database: returns the generated password to show once.
     pub async fn ensure_admin(&self) -> Result<Option<String>, StoreError> {
         if self.store.count_users().await? > 0 {
@@ -77,6 +78,32 @@ impl Service {
 
     /// Sign-in through a tower-sessions session: cycles its id, as after any privilege change.
     pub async fn login(
+        &self,
+        session: &tower_sessions::Session,
+        name: &str,
+        password: &str,
+    ) -> Result<Viewer, AppError> {
+        self.sign_in_with_password(session, None, name, password)
+            .await
+    }
+
+    /// Signs in through the browser's sign-in session, whose old id (`cookie`) is forgotten:
+    /// it is gone from the store, and gone from the cache too.
+    pub async fn sign_in_with_password(
+        &self,
+        session: &tower_sessions::Session,
+        cookie: Option<&str>,
+        name: &str,
+        password: &str,
+    ) -> Result<Viewer, AppError> {
+        let viewer = self.check_password_sign_in(session, name, password).await?;
+        if let Some(cookie) = cookie {
+            self.auth.forget_cookie(cookie);
+        }
+        Ok(viewer)
+    }
+
+    async fn check_password_sign_in(
         &self,
         session: &tower_sessions::Session,
         name: &str,
@@ -407,6 +434,175 @@ impl Service {
         }
         self.auth.forget_user(&viewer.id);
         Ok(())
+    }
+}
+
+/// What a door knows of a request's credential: the one place both doors take it from.
+pub struct RequestAuth<'a> {
+    pub viewer: Viewer,
+    /// The request carried one of our API tokens (else a browser's sign-in cookie).
+    pub by_token: bool,
+    /// When this browser last confirmed who it is at the identity provider.
+    pub sso_confirmed_at: Option<i64>,
+    /// The browser's sign-in session, when the request has one.
+    pub session: Option<&'a tower_sessions::Session>,
+    /// The sign-in cookie's value, when the request sent one.
+    pub cookie: Option<&'a str>,
+}
+
+impl Accounts {
+    /// Who a request's credential (a sign-in cookie or a bearer token) stands for.
+    pub async fn caller(
+        &self,
+        headers: &http::HeaderMap,
+    ) -> Result<Option<Arc<auth::Caller>>, AppError> {
+        Ok(self.auth.caller(headers).await?)
+    }
+
+    /// Who `credential` stands for now (an open WebSocket's, looked at again).
+    pub async fn caller_of(
+        &self,
+        credential: &auth::Credential,
+    ) -> Result<Option<Arc<auth::Caller>>, AppError> {
+        Ok(self.auth.caller_of(credential).await?)
+    }
+
+    /// Drops what this replica remembers of `user_id`'s sign-ins and tokens (after a change
+    /// made past the service, to the database itself).
+    pub fn forget_user(&self, user_id: &str) {
+        self.auth.forget_user(user_id);
+    }
+
+    /// The credentials this replica forgets from now on (revoked, locked, signed out).
+    pub fn forgotten(&self) -> tokio::sync::broadcast::Receiver<auth::Forgotten> {
+        self.auth.forgotten()
+    }
+
+    /// The OpenID Connect provider's name for "Sign in with …", when one is configured.
+    pub fn single_sign_on(&self) -> Option<String> {
+        self.oidc.as_ref().map(|o| o.config.display_name.clone())
+    }
+
+    /// The configured OpenID Connect provider, for the sign-in door's code flow.
+    pub fn oidc(&self) -> Option<&crate::identity::oidc::Oidc> {
+        self.oidc.as_ref()
+    }
+
+    /// The account called `name`.
+    pub async fn user_named(&self, name: &str) -> Result<Option<UserRecord>, AppError> {
+        Ok(self.store.user_by_name(name).await?)
+    }
+
+    /// The caller's credits, for a credential that may read them (`GET /me`).
+    pub async fn credits_of(&self, viewer: &Viewer) -> Result<Option<CreditsView>, AppError> {
+        if !viewer.scopes.allows(Scope::Read) {
+            return Ok(None);
+        }
+        let (balance, held) = self.store.credits(&viewer.id).await?;
+        Ok(Some(CreditsView { balance, held }))
+    }
+
+    /// The viewer's tokens and what making one takes.
+    pub async fn tokens_page(&self, auth: &RequestAuth<'_>) -> Result<TokensPage, AppError> {
+        let confirmation = self
+            .confirmation(&auth.viewer, auth.by_token, auth.sso_confirmed_at)
+            .await?;
+        Ok(TokensPage {
+            tokens: self.tokens(&auth.viewer).await?,
+            viewer: auth.viewer.clone(),
+            confirmation,
+        })
+    }
+
+    /// Makes a token for the request's caller, once the request shows what
+    /// [`Self::confirmation`] asks for (a browser's sign-in: the password, or a fresh sign-in at
+    /// the provider; a token: nothing). A sign-in that proved itself just now may, when an
+    /// admin's, give the new token `admin`; a token only ever grants what it has.
+    pub async fn make_token(
+        &self,
+        auth: &RequestAuth<'_>,
+        label: &str,
+        scopes: Option<Scopes>,
+        days: Option<u32>,
+        password: Option<&str>,
+    ) -> Result<NewToken, AppError> {
+        self.confirm_token_maker(&auth.viewer, auth.by_token, password, auth.sso_confirmed_at)
+            .await?;
+        let viewer = if auth.by_token {
+            auth.viewer.clone()
+        } else {
+            confirmed(auth.viewer.clone())
+        };
+        self.create_token(&viewer, label, scopes, days).await
+    }
+
+    /// Whether the admin pages may be used in this request, and what confirming takes.
+    pub async fn admin_access(&self, auth: &RequestAuth<'_>) -> Result<AdminAccess, AppError> {
+        if auth.viewer.role != Role::Admin {
+            return Err(AppError::Forbidden("this is for admins only".into()));
+        }
+        let confirmation = self
+            .confirmation(&auth.viewer, auth.by_token, auth.sso_confirmed_at)
+            .await?;
+        Ok(AdminAccess {
+            confirmed: auth.viewer.scopes.allows(Scope::Admin),
+            confirmation,
+        })
+    }
+
+    /// An admin's browser sign-in proves itself with the password, and may act as an admin for
+    /// a while ([`auth::ADMIN_CONFIRMATION_MS`]).
+    pub async fn confirm_admin(
+        &self,
+        auth: &RequestAuth<'_>,
+        password: &str,
+    ) -> Result<(), AppError> {
+        if auth.viewer.role != Role::Admin {
+            return Err(AppError::Forbidden("this is for admins only".into()));
+        }
+        if auth.by_token {
+            return Err(AppError::Invalid(
+                "a token has the scope `admin` or not: there is nothing to confirm".into(),
+            ));
+        }
+        // An account without a password confirms at its provider, whose sign-in opens the pages.
+        if let Confirmation::SingleSignOn { provider, .. } = self
+            .confirmation(&auth.viewer, false, auth.sso_confirmed_at)
+            .await?
+        {
+            return Err(AppError::Invalid(format!(
+                "your account confirms with {provider}: sign in again there"
+            )));
+        }
+        self.confirm_person(
+            &auth.viewer,
+            false,
+            Some(password),
+            auth.sso_confirmed_at,
+            "use the admin pages",
+        )
+        .await?;
+        let session = auth.session.ok_or(AppError::Internal)?;
+        session
+            .insert(auth::ADMIN_CONFIRMED_KEY, self.now())
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "recording an admin's confirmation");
+                AppError::Internal
+            })?;
+        // The cached sign-in was resolved without it.
+        if let Some(cookie) = auth.cookie {
+            self.auth.forget_cookie(cookie);
+        }
+        Ok(())
+    }
+
+    /// Keeps, in the browser's sign-in, that its person just confirmed who they are at the
+    /// identity provider (tokens may be made for a while).
+    pub async fn keep_sso_confirmation(&self, session: &tower_sessions::Session) {
+        if let Err(e) = session.insert(auth::SSO_CONFIRMED_KEY, self.now()).await {
+            tracing::error!(error = %e, "keeping a confirmation");
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 //! scope `admin` itself, so the pages and the REST API refuse alike; every change is audited
 //! with the admin who made it.
 
-use crate::service::Service;
+use super::{Accounts, Admin};
 use crate::store::StoreError;
 use app::domain::credits;
 use app::domain::listing::{ListQuery, Listing, Page};
@@ -38,7 +38,7 @@ pub fn require_admin(viewer: &Viewer) -> Result<(), AppError> {
     }
 }
 
-impl Service {
+impl Admin {
     pub async fn admin_users(
         &self,
         viewer: &Viewer,
@@ -204,7 +204,9 @@ impl Service {
                     .await?;
             }
             if let Some(locked) = change.locked.filter(|locked| *locked != user.locked) {
-                self.set_locked(&user.id, locked, Some(&viewer.id)).await?;
+                Accounts(Arc::clone(&self.0))
+                    .set_locked(&user.id, locked, Some(&viewer.id))
+                    .await?;
             }
             Ok::<_, AppError>(())
         }
@@ -223,12 +225,23 @@ impl Service {
         overrides: &Overrides,
     ) -> Result<Limits, AppError> {
         require_admin(viewer)?;
+        self.replace_quota(Some(viewer), user_id, overrides).await
+    }
+
+    /// Replaces a user's overrides; `actor` is None for the command line (the machine's
+    /// operator, who needs no account).
+    pub async fn replace_quota(
+        &self,
+        actor: Option<&Viewer>,
+        user_id: &str,
+        overrides: &Overrides,
+    ) -> Result<Limits, AppError> {
         check_overrides(overrides)?;
         if self.store.user_by_id(user_id).await?.is_none() {
             return Err(AppError::NotFound);
         }
         self.store
-            .set_quota(user_id, overrides, Some(&viewer.id))
+            .set_quota(user_id, overrides, actor.map(|a| a.id.as_str()))
             .await?;
         Ok(self.config.default_limits().with(overrides))
     }
@@ -313,7 +326,7 @@ impl Service {
 
     /// Stops anyone's session, with the reason `admin`.
     pub async fn admin_stop(
-        self: &Arc<Self>,
+        &self,
         viewer: &Viewer,
         session_id: &str,
     ) -> Result<AdminSession, AppError> {
@@ -333,7 +346,7 @@ impl Service {
                 )
                 .await?;
             // Its own task: a client that disconnects must not leave the session half-stopped.
-            let this = Arc::clone(self);
+            let this = self.clone();
             let id = session_id.to_string();
             let detail = format!("stopped by the admin {}", viewer.name);
             let _ = self

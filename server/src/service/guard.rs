@@ -2,10 +2,10 @@
 //! the warm pool, the activity sampler, heartbeats and extensions. The rules themselves are pure
 //! (`app::domain::{idle, quota, credits}`); this is where they meet the store and the runtime.
 
+use super::{Core, Guard, Sessions};
 use crate::runtime::editors;
 use crate::runtime::{EditorLaunch, RuntimeError, SliceBinding};
-use crate::service::Service;
-use crate::store::{WarmRecord, queue_message};
+use crate::store::{StoreError, WarmRecord, queue_message};
 use app::domain::launch::EditorKind;
 use app::domain::quota::{self, Extended, ExtensionLimits, ExtensionRefused};
 use app::domain::reaper::{self, Watch};
@@ -23,7 +23,7 @@ pub(crate) const REAPER_LEASE: &str = "reaper";
 const INSTANCE_LEASE: Duration = Duration::from_secs(60);
 
 /// Keeps this server's instance lease for as long as it serves.
-pub async fn keep_instance_lease(service: Arc<Service>) {
+pub async fn keep_instance_lease(service: Guard) {
     let mut renew = tokio::time::interval(INSTANCE_LEASE / 4);
     renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -35,103 +35,35 @@ pub async fn keep_instance_lease(service: Arc<Service>) {
 /// Waits after a failed warm start before trying that editor again.
 const WARM_RETRY: Duration = Duration::from_secs(60);
 
-impl Service {
+impl Core {
     /// Whether launches may take pre-started editors: configured, and the runtime can bind a
     /// workspace to one afterwards.
-    pub fn prestarts(&self) -> bool {
+    pub(in crate::service) fn prestarts(&self) -> bool {
         !self.config.pool.warm.is_empty() && self.runtime.prestarts_editors()
     }
 
     /// The lease that says this server lives: another server starting up leaves the launches
     /// this one drives alone while it is held.
-    fn instance_lease(instance: &str) -> String {
+    pub(in crate::service) fn instance_lease(instance: &str) -> String {
         format!("instance:{instance}")
     }
 
-    /// Renews this server's instance lease, until shutdown begins.
-    pub async fn keep_alive(&self) {
-        if *self.closing.borrow() {
-            return;
-        }
-        let lease = Self::instance_lease(&self.instance);
-        let ttl = INSTANCE_LEASE.as_millis() as i64;
-        if let Err(e) = self.store.try_lease(&lease, &self.instance, ttl).await {
-            tracing::warn!(error = %e, "renewing this server's lease");
-        }
-    }
-
-    /// Gives the instance lease up at shutdown: the next server to start need not wait for it to
-    /// run out before it ends the launches this one left.
-    pub async fn release_instance(&self) {
-        let lease = Self::instance_lease(&self.instance);
-        if let Err(e) = self.store.release_lease(&lease, &self.instance).await {
-            tracing::warn!(error = %e, "releasing this server's lease");
-        }
-    }
-
     /// Whether the server `instance` still lives (holds its lease).
-    pub async fn instance_alive(&self, instance: &str) -> Result<bool, crate::store::StoreError> {
-        self.store.lease_held(&Self::instance_lease(instance)).await
-    }
-
-    /// One reaper pass. Only the lease holder reaps, so two replicas never both end one session;
-    /// every step is idempotent anyway (ending an ended session does nothing).
-    pub async fn reap(self: &Arc<Self>) {
-        let ttl = (self.config.idle.reaper_period_ms * 3) as i64;
-        match self
-            .store
-            .try_lease(REAPER_LEASE, &self.instance, ttl)
-            .await
-        {
-            Ok(true) => {}
-            Ok(false) => return,
-            Err(e) => {
-                tracing::warn!(error = %e, "taking the reaper lease");
-                return;
-            }
-        }
-        let live = match self.store.live_sessions().await {
-            Ok(live) => live,
-            Err(e) => {
-                tracing::warn!(error = %e, "reaper: listing sessions");
-                return;
-            }
-        };
-        // A locked account keeps nothing: its sessions end, queued ones included.
-        let locked = self.store.locked_user_ids().await.unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "reaper: listing locked accounts");
-            Default::default()
-        });
-        let now = self.now();
-        for record in &live {
-            let mut watch = Watch {
-                state: record.state,
-                locked: locked.contains(&record.user_id),
-                ends_at: record.ends_at,
-                signals: record.signals(),
-                has_editor: record.runtime_handle.is_some(),
-                alive: None,
-            };
-            let policy = self.config.idle_policy(record.slice_mib);
-            let mut judged = reaper::verdict(&watch, &policy, now);
-            if let (reaper::Verdict::AskAlive, Some(handle)) = (judged, &record.runtime_handle) {
-                watch.alive = Some(self.runtime.is_alive(handle).await);
-                judged = reaper::verdict(&watch, &policy, now);
-            }
-            if let reaper::Verdict::End { reason, detail } = judged {
-                tracing::info!(session = %record.id, %reason, locked = watch.locked, "reaper ends a session");
-                self.stop_session(&record.id, reason, detail).await;
-            }
-        }
-        self.finish_overdue(&live, now).await;
-        self.dispatch_queue().await;
-        self.check_warm_pool().await;
+    pub(in crate::service) async fn instance_alive(
+        &self,
+        instance: &str,
+    ) -> Result<bool, crate::store::StoreError> {
+        self.store.lease_held(&Core::instance_lease(instance)).await
     }
 
     /// Launches and stops that nothing drives any more (their task met a database error, or ran
     /// on a replica that died) would hold their slot and credits for ever: failed launches end
     /// with a refund, unfinished stops are driven again.
-    async fn finish_overdue(self: &Arc<Self>, live: &[crate::store::SessionRecord], now: i64) {
+    pub(in crate::service) async fn finish_overdue(
+        self: &Arc<Self>,
+        live: &[crate::store::SessionRecord],
+        now: i64,
+    ) {
         let ready_timeout_ms = (self.config.sessions.ready_timeout_seconds * 1000) as i64;
         for record in live
             .iter()
@@ -177,70 +109,13 @@ impl Service {
         }
     }
 
-    /// Dispatches the queue whenever a stop here frees a slot (the reaper's pass also does, for
-    /// slots freed elsewhere). Runs for the server's life.
-    pub async fn keep_queue_moving(self: Arc<Self>) {
-        loop {
-            self.queue_wake.notified().await;
-            self.dispatch_queue().await;
-        }
-    }
-
-    /// Gives freed slots to the queue, oldest first, and tells the rest their new place in line.
-    pub async fn dispatch_queue(self: &Arc<Self>) {
-        // Shutting down: slots freed by the shutdown's own stops are not handed out, or the
-        // queue's head would start an editor only to be cut short; it keeps its place instead.
-        if *self.closing.borrow() {
-            return;
-        }
-        let price_on = |gpu_id: &str, slice_mib: u64| self.price_on(gpu_id, slice_mib);
-        let dispatched = match self.store.dispatch_queued(&price_on).await {
-            Ok(dispatched) => dispatched,
-            Err(e) => {
-                tracing::warn!(error = %e, "dispatching the queue");
-                return;
-            }
-        };
-        for d in &dispatched {
-            self.events.publish(&d.session_id, d.step.clone());
-            self.stop_warm(d.evicted.clone());
-            let Ok(Some(record)) = self.store.session(&d.session_id).await else {
-                continue;
-            };
-            let Ok(Some(user)) = self.store.user_by_id(&record.user_id).await else {
-                continue;
-            };
-            self.drive(&d.session_id).await;
-            let service = Arc::clone(self);
-            let session_id = d.session_id.clone();
-            self.spawn(async move { service.run_launch(&session_id, &user.name).await });
-        }
-        if dispatched.is_empty() {
-            return;
-        }
-        // Everyone still waiting moved up.
-        if let Ok(queue) = self.store.queue_positions().await {
-            for (id, slice_mib, burst, position) in queue {
-                if let Ok(step) = self
-                    .store
-                    .add_step(&id, &queue_message(slice_mib, burst, position), 20)
-                    .await
-                {
-                    self.events.publish(&id, step);
-                }
-            }
-        }
-    }
-
-    // ---- warm pool ----
-
     /// Wakes the warm-pool keeper (after a launch took an editor).
-    pub fn kick_warm_pool(&self) {
+    pub(in crate::service) fn kick_warm_pool(&self) {
         self.warm_wake.notify_one();
     }
 
     /// Stops editors pushed off their slots; in the background, since nobody waits for them.
-    pub fn stop_warm(&self, evicted: Vec<WarmRecord>) {
+    pub(in crate::service) fn stop_warm(&self, evicted: Vec<WarmRecord>) {
         for warm in evicted {
             if let Some(handle) = warm.runtime_handle {
                 let runtime = self.runtime.clone();
@@ -254,7 +129,7 @@ impl Service {
     }
 
     /// Forgets pre-started editors that died, then tops the pool up.
-    async fn check_warm_pool(self: &Arc<Self>) {
+    pub(in crate::service) async fn check_warm_pool(self: &Arc<Self>) {
         if !self.prestarts() {
             return;
         }
@@ -271,86 +146,8 @@ impl Service {
         self.kick_warm_pool();
     }
 
-    /// Keeps `pool.warm` editors started per (editor, slice size) on free slots. Runs for the
-    /// server's life; wakes on a launch that took one, and on every reaper pass.
-    pub async fn keep_warm_pool(self: Arc<Self>) {
-        if !self.prestarts() {
-            return;
-        }
-        // Records still starting belong to a server process that died mid-start: forget them
-        // and stop whatever they had started.
-        for stale in self.store.warm_editors().await.unwrap_or_default() {
-            if !stale.ready && self.store.remove_warm(&stale.id).await.unwrap_or(false) {
-                tracing::info!(warm = %stale.id, "forgetting a pre-started editor a previous server left half-started");
-                if let Some(handle) = &stale.runtime_handle {
-                    let _ = self.runtime.stop(handle).await;
-                }
-            }
-        }
-        let mut failed_at: std::collections::HashMap<(EditorKind, u64), tokio::time::Instant> =
-            Default::default();
-        let mut closing = self.closing.subscribe();
-        loop {
-            if *closing.borrow_and_update() {
-                return;
-            }
-            let warm = self.store.warm_editors().await.unwrap_or_default();
-            let mut starts = Vec::new();
-            for target in &self.config.pool.warm {
-                let Some(editor) = EditorKind::parse(&target.editor) else {
-                    continue;
-                };
-                let key = (editor, target.slice_mib);
-                if failed_at
-                    .get(&key)
-                    .is_some_and(|at| at.elapsed() < WARM_RETRY)
-                {
-                    continue;
-                }
-                let installed = self
-                    .runtime
-                    .availability()
-                    .into_iter()
-                    .any(|(e, ok)| e == editor && ok.is_ok());
-                if !installed {
-                    continue;
-                }
-                let have = warm
-                    .iter()
-                    .filter(|w| w.editor == editor && w.slice_mib == target.slice_mib)
-                    .count() as u32;
-                for _ in have..target.count {
-                    match self.store.add_warm(editor, target.slice_mib).await {
-                        Ok(Some(record)) => starts.push((key, record)),
-                        Ok(None) => break,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "reserving a warm slot");
-                            break;
-                        }
-                    }
-                }
-            }
-            let this = &self;
-            let results = futures_util::future::join_all(
-                starts
-                    .into_iter()
-                    .map(|(key, record)| async move { (key, this.start_warm(record).await) }),
-            )
-            .await;
-            for (key, ok) in results {
-                if !ok {
-                    failed_at.insert(key, tokio::time::Instant::now());
-                }
-            }
-            tokio::select! {
-                _ = tokio::time::timeout(Duration::from_secs(30), self.warm_wake.notified()) => {}
-                _ = closing.changed() => {}
-            }
-        }
-    }
-
     /// Starts one pre-started editor and hands it to the pool; false when it failed to start.
-    async fn start_warm(&self, record: WarmRecord) -> bool {
+    pub(in crate::service) async fn start_warm(&self, record: WarmRecord) -> bool {
         let slot = self.store.slot(&record.slot_id).await.ok().flatten();
         let gpu = slot
             .as_ref()
@@ -427,13 +224,339 @@ impl Service {
 
     /// Forgets a start that did not work out. Not a failure of the editor when the record was
     /// gone already (a launch pushed it off its slot, which stopped it) or the server is closing.
-    async fn warm_failed(&self, record: &WarmRecord, error: RuntimeError) -> bool {
+    pub(in crate::service) async fn warm_failed(
+        &self,
+        record: &WarmRecord,
+        error: RuntimeError,
+    ) -> bool {
         let removed = self.store.remove_warm(&record.id).await.unwrap_or(true);
         if !removed || *self.closing.borrow() {
             return true;
         }
         tracing::warn!(warm = %record.id, editor = %record.editor, %error, "pre-starting an editor failed");
         false
+    }
+}
+
+impl Guard {
+    /// Refuses what would outlive the server from now on: launches, warm starts, dispatching
+    /// the queue (the first step of a shutdown).
+    pub fn close(&self) {
+        self.closing.send_replace(true);
+    }
+
+    /// This server among the replicas, as leases and launches name it.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// Writes the pool to the database.
+    pub async fn sync_pool(&self) -> Result<(), StoreError> {
+        let slots: Vec<_> = self
+            .gpus
+            .iter()
+            .enumerate()
+            .flat_map(|(ordinal, gpu)| app::domain::pool::plan_slots(ordinal, gpu))
+            .collect();
+        self.store.sync_pool(&self.gpus, &slots).await
+    }
+
+    /// After a restart: re-adopt editors that still answer, end the rest with a refund. Queued
+    /// sessions keep their place in line (they have no editor yet, so nothing of theirs was
+    /// lost), unless the pool no longer has their size.
+    pub async fn recover(&self) -> Result<(), StoreError> {
+        let mut owned = std::collections::HashSet::new();
+        let catalog = self.catalog(&self.store.pool().await?);
+        for record in self.store.live_sessions().await? {
+            let alive = match &record.runtime_handle {
+                Some(handle) => self.runtime.is_alive(handle).await,
+                None => false,
+            };
+            match record.state {
+                SessionState::Ready if alive => {
+                    tracing::info!(session = %record.id, "re-adopted a running editor");
+                    owned.insert(record.id);
+                }
+                SessionState::Queued => {
+                    // The pool may have changed while the server was down; a size it no longer
+                    // has would wait for ever.
+                    let sizes = if record.burst {
+                        &catalog.burst_sizes
+                    } else {
+                        &catalog.slice_sizes
+                    };
+                    if !sizes.contains(&record.slice_mib) {
+                        let detail = format!(
+                            "the pool no longer has {} slices; your credits were refunded",
+                            app::domain::pool::format_mib(record.slice_mib)
+                        );
+                        self.stop_session(&record.id, EndReason::Failed, Some(&detail))
+                            .await;
+                    }
+                }
+                SessionState::Ready => {
+                    // It may have died with the machine, while no server ran: charged until
+                    // the last time a server was watching it, not for the time we were away.
+                    if let Some(watched) = self
+                        .store
+                        .lease_expires_at(crate::service::guard::REAPER_LEASE)
+                        .await?
+                    {
+                        self.store.charge_until(&record.id, watched).await?;
+                    }
+                    self.stop_session(
+                        &record.id,
+                        EndReason::Crash,
+                        Some("the editor was gone after a server restart"),
+                    )
+                    .await;
+                }
+                _ => {
+                    // Several servers may share the database: a launch another live server
+                    // drives is its to finish. One nobody marked yet is left to the reaper.
+                    let driver_alive = match &record.driver {
+                        Some(driver) => self.instance_alive(driver).await?,
+                        None => true,
+                    };
+                    if driver_alive {
+                        tracing::info!(session = %record.id, driver = ?record.driver, "left a launch another server drives");
+                        owned.insert(record.id);
+                        continue;
+                    }
+                    self.stop_session(
+                        &record.id,
+                        EndReason::Failed,
+                        Some("the server restarted before the editor was ready; your credits were refunded"),
+                    )
+                    .await;
+                }
+            }
+        }
+        // A server that died between starting an editor and recording it left that editor
+        // to nobody: whatever no adopted session or ready pre-started editor owns is stopped.
+        owned.extend(
+            self.store
+                .warm_editors()
+                .await?
+                .into_iter()
+                .filter(|w| w.ready)
+                .map(|w| w.id),
+        );
+        let stopped = self.runtime.sweep(&owned).await;
+        if stopped > 0 {
+            tracing::warn!(stopped, "stopped editors left running by a previous server");
+        }
+        Ok(())
+    }
+
+    /// Renews this server's instance lease, until shutdown begins.
+    pub async fn keep_alive(&self) {
+        if *self.closing.borrow() {
+            return;
+        }
+        let lease = Core::instance_lease(&self.instance);
+        let ttl = INSTANCE_LEASE.as_millis() as i64;
+        if let Err(e) = self.store.try_lease(&lease, &self.instance, ttl).await {
+            tracing::warn!(error = %e, "renewing this server's lease");
+        }
+    }
+
+    /// Gives the instance lease up at shutdown: the next server to start need not wait for it to
+    /// run out before it ends the launches this one left.
+    pub async fn release_instance(&self) {
+        let lease = Core::instance_lease(&self.instance);
+        if let Err(e) = self.store.release_lease(&lease, &self.instance).await {
+            tracing::warn!(error = %e, "releasing this server's lease");
+        }
+    }
+
+    /// One reaper pass. Only the lease holder reaps, so two replicas never both end one session;
+    /// every step is idempotent anyway (ending an ended session does nothing).
+    pub async fn reap(&self) {
+        let ttl = (self.config.idle.reaper_period_ms * 3) as i64;
+        match self
+            .store
+            .try_lease(REAPER_LEASE, &self.instance, ttl)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "taking the reaper lease");
+                return;
+            }
+        }
+        let live = match self.store.live_sessions().await {
+            Ok(live) => live,
+            Err(e) => {
+                tracing::warn!(error = %e, "reaper: listing sessions");
+                return;
+            }
+        };
+        // A locked account keeps nothing: its sessions end, queued ones included.
+        let locked = self.store.locked_user_ids().await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "reaper: listing locked accounts");
+            Default::default()
+        });
+        let now = self.now();
+        for record in &live {
+            let mut watch = Watch {
+                state: record.state,
+                locked: locked.contains(&record.user_id),
+                ends_at: record.ends_at,
+                signals: record.signals(),
+                has_editor: record.runtime_handle.is_some(),
+                alive: None,
+            };
+            let policy = self.config.idle_policy(record.slice_mib);
+            let mut judged = reaper::verdict(&watch, &policy, now);
+            if let (reaper::Verdict::AskAlive, Some(handle)) = (judged, &record.runtime_handle) {
+                watch.alive = Some(self.runtime.is_alive(handle).await);
+                judged = reaper::verdict(&watch, &policy, now);
+            }
+            if let reaper::Verdict::End { reason, detail } = judged {
+                tracing::info!(session = %record.id, %reason, locked = watch.locked, "reaper ends a session");
+                self.stop_session(&record.id, reason, detail).await;
+            }
+        }
+        self.finish_overdue(&live, now).await;
+        self.dispatch_queue().await;
+        self.check_warm_pool().await;
+    }
+
+    /// Dispatches the queue whenever a stop here frees a slot (the reaper's pass also does, for
+    /// slots freed elsewhere). Runs for the server's life.
+    pub async fn keep_queue_moving(self) {
+        loop {
+            self.queue_wake.notified().await;
+            self.dispatch_queue().await;
+        }
+    }
+
+    /// Gives freed slots to the queue, oldest first, and tells the rest their new place in line.
+    pub async fn dispatch_queue(&self) {
+        // Shutting down: slots freed by the shutdown's own stops are not handed out, or the
+        // queue's head would start an editor only to be cut short; it keeps its place instead.
+        if *self.closing.borrow() {
+            return;
+        }
+        let price_on = |gpu_id: &str, slice_mib: u64| self.price_on(gpu_id, slice_mib);
+        let dispatched = match self.store.dispatch_queued(&price_on).await {
+            Ok(dispatched) => dispatched,
+            Err(e) => {
+                tracing::warn!(error = %e, "dispatching the queue");
+                return;
+            }
+        };
+        for d in &dispatched {
+            self.events.publish(&d.session_id, d.step.clone());
+            self.stop_warm(d.evicted.clone());
+            let Ok(Some(record)) = self.store.session(&d.session_id).await else {
+                continue;
+            };
+            let Ok(Some(user)) = self.store.user_by_id(&record.user_id).await else {
+                continue;
+            };
+            self.drive(&d.session_id).await;
+            let service = self.clone();
+            let session_id = d.session_id.clone();
+            self.spawn(async move { service.run_launch(&session_id, &user.name).await });
+        }
+        if dispatched.is_empty() {
+            return;
+        }
+        // Everyone still waiting moved up.
+        if let Ok(queue) = self.store.queue_positions().await {
+            for (id, slice_mib, burst, position) in queue {
+                if let Ok(step) = self
+                    .store
+                    .add_step(&id, &queue_message(slice_mib, burst, position), 20)
+                    .await
+                {
+                    self.events.publish(&id, step);
+                }
+            }
+        }
+    }
+
+    // ---- warm pool ----
+
+    /// Keeps `pool.warm` editors started per (editor, slice size) on free slots. Runs for the
+    /// server's life; wakes on a launch that took one, and on every reaper pass.
+    pub async fn keep_warm_pool(self) {
+        if !self.prestarts() {
+            return;
+        }
+        // Records still starting belong to a server process that died mid-start: forget them
+        // and stop whatever they had started.
+        for stale in self.store.warm_editors().await.unwrap_or_default() {
+            if !stale.ready && self.store.remove_warm(&stale.id).await.unwrap_or(false) {
+                tracing::info!(warm = %stale.id, "forgetting a pre-started editor a previous server left half-started");
+                if let Some(handle) = &stale.runtime_handle {
+                    let _ = self.runtime.stop(handle).await;
+                }
+            }
+        }
+        let mut failed_at: std::collections::HashMap<(EditorKind, u64), tokio::time::Instant> =
+            Default::default();
+        let mut closing = self.closing.subscribe();
+        loop {
+            if *closing.borrow_and_update() {
+                return;
+            }
+            let warm = self.store.warm_editors().await.unwrap_or_default();
+            let mut starts = Vec::new();
+            for target in &self.config.pool.warm {
+                let Some(editor) = EditorKind::parse(&target.editor) else {
+                    continue;
+                };
+                let key = (editor, target.slice_mib);
+                if failed_at
+                    .get(&key)
+                    .is_some_and(|at| at.elapsed() < WARM_RETRY)
+                {
+                    continue;
+                }
+                let installed = self
+                    .runtime
+                    .availability()
+                    .into_iter()
+                    .any(|(e, ok)| e == editor && ok.is_ok());
+                if !installed {
+                    continue;
+                }
+                let have = warm
+                    .iter()
+                    .filter(|w| w.editor == editor && w.slice_mib == target.slice_mib)
+                    .count() as u32;
+                for _ in have..target.count {
+                    match self.store.add_warm(editor, target.slice_mib).await {
+                        Ok(Some(record)) => starts.push((key, record)),
+                        Ok(None) => break,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "reserving a warm slot");
+                            break;
+                        }
+                    }
+                }
+            }
+            let this = &self;
+            let results = futures_util::future::join_all(
+                starts
+                    .into_iter()
+                    .map(|(key, record)| async move { (key, this.start_warm(record).await) }),
+            )
+            .await;
+            for (key, ok) in results {
+                if !ok {
+                    failed_at.insert(key, tokio::time::Instant::now());
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::timeout(Duration::from_secs(30), self.warm_wake.notified()) => {}
+                _ = closing.changed() => {}
+            }
+        }
     }
 
     /// Stops every pre-started editor and returns once they are gone: at shutdown, tasks
@@ -515,7 +638,9 @@ impl Service {
         });
         futures_util::future::join_all(probes).await;
     }
+}
 
+impl Sessions {
     /// A heartbeat from a visible page of the session's owner; `input` when the person did something.
     pub async fn heartbeat(&self, viewer: &Viewer, id: &str, input: bool) -> Result<(), AppError> {
         viewer.scopes.require(Scope::Sessions)?;

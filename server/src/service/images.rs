@@ -2,7 +2,7 @@
 //! default. Admins add and retire them (audited); the kube runtime runs them. The local runtime
 //! runs the editors installed on this machine, so it offers no choice.
 
-use crate::service::Service;
+use super::{Core, Images};
 use crate::service::admin::require_admin;
 use crate::store::StoreError;
 use app::domain::images::{self, ImageState, NewImage};
@@ -10,21 +10,23 @@ use app::domain::launch::{EditorKind, ImageChoice};
 use app::error::AppError;
 use app::model::{ImageView, Viewer};
 
-impl Service {
+impl Core {
     /// Whether the runtime in use runs images (the kube runtime does).
-    fn runs_images(&self) -> bool {
-        self.runtime.as_kube().is_some()
+    pub(in crate::service) fn runs_images(&self) -> bool {
+        self.runtime.runs_images()
     }
 
     /// The images admins added and have not retired.
-    async fn approved_images(&self) -> Result<Vec<ImageView>, StoreError> {
+    pub(in crate::service) async fn approved_images(&self) -> Result<Vec<ImageView>, StoreError> {
         let mut images = self.store.images().await?;
         images.retain(|i| i.state == ImageState::Approved);
         Ok(images)
     }
 
     /// The approved images a launch may name; None where the runtime runs no images.
-    pub async fn image_choices(&self) -> Result<Option<Vec<ImageChoice>>, StoreError> {
+    pub(in crate::service) async fn image_choices(
+        &self,
+    ) -> Result<Option<Vec<ImageChoice>>, StoreError> {
         if !self.runs_images() {
             return Ok(None);
         }
@@ -45,7 +47,11 @@ impl Service {
 
     /// Whether `reference` is still an approved image of `editor` (a failing database: yes,
     /// since the launch was checked when it was made).
-    pub async fn image_still_approved(&self, editor: EditorKind, reference: &str) -> bool {
+    pub(in crate::service) async fn image_still_approved(
+        &self,
+        editor: EditorKind,
+        reference: &str,
+    ) -> bool {
         match self.approved_images().await {
             Ok(images) => images
                 .iter()
@@ -56,7 +62,9 @@ impl Service {
             }
         }
     }
+}
 
+impl Images {
     /// What the launch form offers: the approved images (none on the local runtime), without
     /// who added them.
     pub async fn launch_images(&self) -> Result<Vec<ImageView>, AppError> {

@@ -14,11 +14,13 @@ pub mod sessions;
 pub mod workers;
 
 pub use accounts::{NewToken, confirmed};
+pub use workers::Workers;
 
 use crate::config::Config;
 use crate::identity::auth::{self, Authenticator};
 use crate::runtime::Runtime;
 use crate::runtime::gpu::Enforcement;
+use crate::runtime::kube::KubeRuntime;
 use crate::store::{Store, StoreError};
 use app::domain::credits;
 use app::domain::pool::GpuSpec;
@@ -55,51 +57,57 @@ impl From<StoreError> for AppError {
     }
 }
 
-pub struct Service {
-    pub config: Config,
-    pub store: Store,
-    pub runtime: Arc<dyn Runtime>,
-    pub auth: Authenticator,
-    pub events: EventHub,
-    pub routes: RouteTable,
-    pub gpus: Vec<GpuSpec>,
+/// The handles every area works with: the configuration, the store, the runtime, the caches
+/// and the server's own signals. Its fields belong to this module's areas only: no door reaches
+/// the store, or anything else, past the rules.
+pub struct Core {
+    pub(in crate::service) config: Config,
+    pub(in crate::service) store: Store,
+    pub(in crate::service) runtime: Arc<dyn Runtime>,
+    /// The same runtime when it is the kube one: the reconciler's handle, given at boot.
+    pub(in crate::service) kube: Option<Arc<KubeRuntime>>,
+    pub(in crate::service) auth: Authenticator,
+    pub(in crate::service) events: EventHub,
+    pub(in crate::service) routes: RouteTable,
+    pub(in crate::service) gpus: Vec<GpuSpec>,
     /// The configured prices, parsed once.
-    pub prices: app::domain::pricing::PriceList,
-    pub enforcement: Enforcement,
+    pub(in crate::service) prices: app::domain::pricing::PriceList,
+    pub(in crate::service) enforcement: Enforcement,
     /// Flips to true when the server begins to shut down; long streams end on it.
-    pub shutdown: tokio::sync::watch::Sender<bool>,
+    pub(in crate::service) shutdown: tokio::sync::watch::Sender<bool>,
     /// Connections from the proxy to the editors.
-    pub upstreams: Arc<crate::net::upstream::UpstreamPool>,
+    pub(in crate::service) upstreams: Arc<crate::net::upstream::UpstreamPool>,
     /// This process among the server's replicas (the reaper's lease holder).
-    pub instance: String,
+    pub(in crate::service) instance: String,
     /// Wakes the warm-pool keeper.
-    pub warm_wake: tokio::sync::Notify,
+    pub(in crate::service) warm_wake: tokio::sync::Notify,
     /// Wakes the queue's dispatcher: a slot was freed here.
-    pub queue_wake: tokio::sync::Notify,
+    pub(in crate::service) queue_wake: tokio::sync::Notify,
     /// Failed sign-ins by name.
-    pub sign_ins: auth::SignInThrottle,
+    pub(in crate::service) sign_ins: auth::SignInThrottle,
     /// Set at shutdown: the warm-pool keeper starts nothing more and gives up waiting on starts,
     /// and the queue is not dispatched.
-    pub closing: tokio::sync::watch::Sender<bool>,
+    pub(in crate::service) closing: tokio::sync::watch::Sender<bool>,
     /// Sign-in with the configured OpenID Connect provider.
-    pub oidc: Option<crate::identity::oidc::Oidc>,
+    pub(in crate::service) oidc: Option<crate::identity::oidc::Oidc>,
     /// The production registry promotions go to, when one is configured.
-    pub registry: Option<Result<crate::registry::Registry, String>>,
-    /// The runtime the service was made on, which runs the server's own work; see [`Service::spawn`].
+    pub(in crate::service) registry: Option<Result<crate::registry::Registry, String>>,
+    /// The runtime the service was made on, which runs the server's own work; see [`Core::spawn`].
     background: tokio::runtime::Handle,
 }
 
-impl Service {
-    pub fn new(
+impl Core {
+    pub(in crate::service) fn new(
         config: Config,
         store: Store,
         runtime: Arc<dyn Runtime>,
+        kube: Option<Arc<KubeRuntime>>,
         gpus: Vec<GpuSpec>,
         enforcement: Enforcement,
-    ) -> Service {
+    ) -> Core {
         let sessions = crate::store::HttpSessionStore::new(store.clone());
         let promotion = &config.promotion;
-        Service {
+        Core {
             registry: promotion.enabled().then(|| {
                 crate::registry::Registry::new(
                     &promotion.registry,
@@ -113,6 +121,7 @@ impl Service {
             config,
             store,
             runtime,
+            kube,
             events: EventHub::default(),
             routes: RouteTable::default(),
             gpus,
@@ -129,7 +138,7 @@ impl Service {
     }
 
     /// Now, by the clock the store stamps rows with.
-    pub fn now(&self) -> i64 {
+    pub(in crate::service) fn now(&self) -> i64 {
         self.store.now()
     }
 
@@ -137,11 +146,141 @@ impl Service {
     /// server's main runtime, not on the serving thread the request came in on
     /// ([`crate::net::serving`]): that runtime is the one shut down with the server, which cancels
     /// such work and waits for its blocking parts (a workspace copy) before the process exits.
-    pub fn spawn<F>(&self, work: F) -> tokio::task::JoinHandle<F::Output>
+    pub(in crate::service) fn spawn<F>(&self, work: F) -> tokio::task::JoinHandle<F::Output>
     where
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
     {
         self.background.spawn(work)
+    }
+}
+
+/// One area of the rules: a view of the [`Core`] that holds the operations of its area.
+macro_rules! area {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone)]
+        pub struct $name(Arc<Core>);
+
+        impl std::ops::Deref for $name {
+            type Target = Arc<Core>;
+            fn deref(&self) -> &Arc<Core> {
+                &self.0
+            }
+        }
+    };
+}
+
+area!(
+    /// Launching, seeing, extending and stopping one's sessions; the dashboard.
+    Sessions
+);
+area!(
+    /// Sign-in, accounts, API tokens and the confirmations they take.
+    Accounts
+);
+area!(
+    /// The server's own watch: the reaper, the queue's dispatcher, the warm pool, the sampler,
+    /// the instance lease.
+    Guard
+);
+area!(
+    /// The admin pages' operations: users, credits, quotas, everyone's sessions, the pool.
+    Admin
+);
+area!(
+    /// The approved editor images.
+    Images
+);
+area!(
+    /// Promoting a file from a session to the production registry.
+    Promotions
+);
+area!(
+    /// Who reaches which editor through the proxy.
+    Access
+);
+
+/// What the doors hold: the rules by area, and nothing that skips them.
+pub struct Service {
+    core: Arc<Core>,
+    pub sessions: Sessions,
+    pub accounts: Accounts,
+    pub guard: Guard,
+    pub admin: Admin,
+    pub images: Images,
+    pub promotions: Promotions,
+    pub access: Access,
+}
+
+impl Service {
+    /// A service on `runtime`, with the GPUs found and how their slices are held.
+    pub fn new(
+        config: Config,
+        store: Store,
+        runtime: Arc<dyn Runtime>,
+        gpus: Vec<GpuSpec>,
+        enforcement: Enforcement,
+    ) -> Service {
+        Self::of(Core::new(config, store, runtime, None, gpus, enforcement))
+    }
+
+    /// A service on Kubernetes: its reconciler keeps the cluster and the database in step.
+    pub fn on_kube(
+        config: Config,
+        store: Store,
+        kube: Arc<KubeRuntime>,
+        gpus: Vec<GpuSpec>,
+        enforcement: Enforcement,
+    ) -> Service {
+        let runtime: Arc<dyn Runtime> = kube.clone();
+        Self::of(Core::new(
+            config,
+            store,
+            runtime,
+            Some(kube),
+            gpus,
+            enforcement,
+        ))
+    }
+
+    fn of(core: Core) -> Service {
+        let core = Arc::new(core);
+        Service {
+            sessions: Sessions(core.clone()),
+            accounts: Accounts(core.clone()),
+            guard: Guard(core.clone()),
+            admin: Admin(core.clone()),
+            images: Images(core.clone()),
+            promotions: Promotions(core.clone()),
+            access: Access(core.clone()),
+            core,
+        }
+    }
+
+    /// The configuration the server runs with.
+    pub fn config(&self) -> &Config {
+        &self.core.config
+    }
+
+    /// Now, by the service's clock.
+    pub fn now(&self) -> i64 {
+        self.core.now()
+    }
+
+    /// The store of sign-in sessions, for the doors' session layer.
+    pub fn sign_in_sessions(&self) -> crate::store::HttpSessionStore {
+        crate::store::HttpSessionStore::new(self.core.store.clone())
+    }
+
+    /// Whether the server can serve: its database answers.
+    pub async fn ready(&self) -> Result<(), AppError> {
+        self.core.store.count_users().await?;
+        Ok(())
+    }
+
+    /// Flips to true when the server begins to shut down; long streams end on it.
+    pub fn shutting_down(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.core.shutdown.subscribe()
     }
 }

@@ -2,8 +2,8 @@
 //! that what an admin approves is what is pushed), approved where the configuration asks for
 //! it, then pushed to the production registry as an OCI artifact with its provenance.
 
+use super::Promotions;
 use crate::registry::{Artifact, Registry};
-use crate::service::Service;
 use crate::store::NewPromotion;
 use app::domain::dates;
 use app::domain::listing::{ListQuery, Listing, Page};
@@ -14,7 +14,6 @@ use app::model::{PromotionView, Viewer};
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// A push silent this long is taken over by whichever server looks next (its server died).
 const STALE_PUSH_MS: i64 = 60 * 60 * 1000;
@@ -135,7 +134,7 @@ fn stage(
     Ok((total, hex::encode(hasher.finalize())))
 }
 
-impl Service {
+impl Promotions {
     /// Where promotions keep their copies until pushed.
     fn staged(&self, id: &str) -> PathBuf {
         self.config.data_dir.join("promotions").join(id)
@@ -157,18 +156,9 @@ impl Service {
         }
     }
 
-    /// The editor's image as provenance records it.
-    fn editor_image(&self, editor: app::domain::launch::EditorKind) -> String {
-        if self.runtime.as_kube().is_some() {
-            self.config.kube.images.of(editor).to_string()
-        } else {
-            format!("local/{}", editor.as_str())
-        }
-    }
-
     /// Marks a file of the session's workspace for promotion.
     pub async fn request_promotion(
-        self: &Arc<Self>,
+        &self,
         viewer: &Viewer,
         session_id: &str,
         request: &PromotionRequest,
@@ -244,7 +234,7 @@ impl Service {
             image: session
                 .image
                 .clone()
-                .unwrap_or_else(|| self.editor_image(session.editor)),
+                .unwrap_or_else(|| self.runtime.editor_image(session.editor)),
             state,
         };
         if let Err(e) = self.store.insert_promotion(&record).await {
@@ -296,7 +286,7 @@ impl Service {
 
     /// An admin approves, rejects or retries a promotion.
     pub async fn decide_promotion(
-        self: &Arc<Self>,
+        &self,
         viewer: &Viewer,
         id: &str,
         decision: Decision,
@@ -342,13 +332,13 @@ impl Service {
         }
     }
 
-    fn spawn_push(self: &Arc<Self>, id: String) {
-        let this = Arc::clone(self);
+    fn spawn_push(&self, id: String) {
+        let this = self.clone();
         self.spawn(async move { this.push_promotion(&id).await });
     }
 
     /// Pushes what waits: approved promotions, and pushes whose server went quiet.
-    pub async fn resume_promotions(self: &Arc<Self>) {
+    pub async fn resume_promotions(&self) {
         if !self.config.promotion.enabled() {
             return;
         }

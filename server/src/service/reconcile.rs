@@ -2,7 +2,7 @@
 //! the pure [`diff`]'s actions. The contract (order of reads, idempotency, locking) is in
 //! [`crate::runtime::kube::reconcile`].
 
-use super::Service;
+use super::{Core, Service};
 pub use crate::runtime::kube::reconcile::Report;
 use crate::runtime::kube::reconcile::{Action, PodView, SessionView, diff};
 use crate::runtime::kube::{KubeRuntime, PodHandle};
@@ -11,7 +11,11 @@ use app::domain::session::EndReason;
 
 /// One pass: list, diff, act. A no-op for runtimes other than kube.
 pub async fn run_once(service: &Service) -> Result<Report, String> {
-    let Some(kube) = service.runtime.as_kube() else {
+    once(&service.core).await
+}
+
+async fn once(service: &Core) -> Result<Report, String> {
+    let Some(kube) = &service.kube else {
         return Ok(Report::default());
     };
     let Some(lock) = service
@@ -30,7 +34,7 @@ pub async fn run_once(service: &Service) -> Result<Report, String> {
     report
 }
 
-async fn pass(service: &Service, kube: &KubeRuntime) -> Result<Report, String> {
+async fn pass(service: &Core, kube: &KubeRuntime) -> Result<Report, String> {
     // Pods first, the database second: see the module documentation.
     let pods: Vec<PodView> = kube
         .list_session_pods()
@@ -137,8 +141,8 @@ async fn pass(service: &Service, kube: &KubeRuntime) -> Result<Report, String> {
 }
 
 /// The background tick's call: one pass, logged.
-pub async fn tick(service: &Service) {
-    match run_once(service).await {
+pub(super) async fn tick(service: &Core) {
+    match once(service).await {
         Ok(report) if report != Report::default() && !report.skipped => {
             tracing::info!(?report, "reconciled the cluster")
         }

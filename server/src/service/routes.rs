@@ -1,7 +1,7 @@
 //! The proxy's routes: where each ready session's editor is, cached per server and checked
 //! against the database; the activity the proxy saw, written now and then.
 
-use super::Service;
+use super::{Access, Core};
 use crate::runtime::editors::{self, UpstreamAuth};
 use crate::store::StoreError;
 use crate::util::now_ms;
@@ -160,7 +160,33 @@ impl EditorCredential {
     }
 }
 
-impl Service {
+impl Core {
+    /// Writes proxy activity to the database, now and then rather than per request.
+    pub(in crate::service) async fn flush_activity(&self) {
+        for (session_id, at, api_at) in self.routes.take_activity() {
+            let written = match api_at {
+                Some(api_at) => self.store.touch_traffic(&session_id, api_at, true).await,
+                None => Ok(()),
+            }
+            .and(self.store.touch_traffic(&session_id, at, false).await);
+            if let Err(e) = written {
+                tracing::warn!(session = %session_id, error = %e, "recording activity");
+            }
+        }
+    }
+}
+
+impl Access {
+    /// Forgets a session's cached route (its editor answered that it is gone).
+    pub fn forget_route(&self, session_id: &str) {
+        self.routes.remove(session_id);
+    }
+
+    /// The proxy's connections to the editors.
+    pub fn upstreams(&self) -> &Arc<crate::net::upstream::UpstreamPool> {
+        &self.upstreams
+    }
+
     /// The proxy's route to a ready session's editor.
     pub async fn route(&self, session_id: &str) -> Result<Option<Arc<Route>>, StoreError> {
         match self.routes.get(session_id) {
@@ -214,20 +240,6 @@ impl Service {
                 }
             }
             Err(e) => tracing::warn!(error = %e, "checking the proxy's routes"),
-        }
-    }
-
-    /// Writes proxy activity to the database, now and then rather than per request.
-    pub async fn flush_activity(&self) {
-        for (session_id, at, api_at) in self.routes.take_activity() {
-            let written = match api_at {
-                Some(api_at) => self.store.touch_traffic(&session_id, api_at, true).await,
-                None => Ok(()),
-            }
-            .and(self.store.touch_traffic(&session_id, at, false).await);
-            if let Err(e) = written {
-                tracing::warn!(session = %session_id, error = %e, "recording activity");
-            }
         }
     }
 }

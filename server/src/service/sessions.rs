@@ -2,9 +2,9 @@
 //! a cold slot or the queue), the views of a session, stopping and settling, recovery after a
 //! restart.
 
-use super::Service;
+use super::{Core, Images, Sessions};
 use crate::runtime::{EditorLaunch, gpu};
-use crate::store::{LaunchPlan, Placement, SessionRecord, StoreError};
+use crate::store::{LaunchPlan, Placement, SessionRecord};
 use app::domain::credits;
 use app::domain::launch::{self, Catalog, EditorKind, LaunchRequest};
 use app::domain::pool::format_mib;
@@ -16,19 +16,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-impl Service {
-    /// Writes the pool to the database.
-    pub async fn sync_pool(&self) -> Result<(), StoreError> {
-        let slots: Vec<_> = self
-            .gpus
-            .iter()
-            .enumerate()
-            .flat_map(|(ordinal, gpu)| app::domain::pool::plan_slots(ordinal, gpu))
-            .collect();
-        self.store.sync_pool(&self.gpus, &slots).await
-    }
-
-    fn catalog(
+impl Core {
+    pub(in crate::service) fn catalog(
         &self,
         pool: &[(crate::store::GpuRecord, Vec<crate::store::SlotRecord>)],
     ) -> Catalog {
@@ -49,183 +38,16 @@ impl Service {
     }
 
     /// Milli-credits per hour for `slice_mib` on the card `gpu_id`.
-    pub fn price_on(&self, gpu_id: &str, slice_mib: u64) -> i64 {
+    pub(in crate::service) fn price_on(&self, gpu_id: &str, slice_mib: u64) -> i64 {
         self.prices.on_card(&self.gpus, gpu_id, slice_mib)
     }
 
     /// The dearest card for this size: what a queued launch holds until it gets one.
-    fn price_for_slice(&self, slice_mib: u64) -> i64 {
+    pub(in crate::service) fn price_for_slice(&self, slice_mib: u64) -> i64 {
         self.prices.dearest(&self.gpus, slice_mib)
     }
 
-    /// The user's limits, use and whether something blocks launches.
-    pub async fn quota(&self, viewer: &Viewer) -> Result<QuotaView, AppError> {
-        viewer.scopes.require(Scope::Read)?;
-        let limits = self
-            .config
-            .default_limits()
-            .with(&self.store.quota_overrides(&viewer.id).await?);
-        let mut usage = self.store.usage(&viewer.id).await?;
-        usage.disk_mib = self.runtime.workspace_mib(&viewer.name).await;
-        let note = usage
-            .disk_mib
-            .filter(|disk| *disk > limits.max_disk_mib)
-            .map(|disk| {
-                format!(
-                    "Your workspace uses {} of its {} limit: delete files to launch again.",
-                    format_mib(disk),
-                    format_mib(limits.max_disk_mib)
-                )
-            });
-        Ok(QuotaView {
-            limits,
-            usage,
-            note,
-        })
-    }
-
-    pub async fn dashboard(&self, viewer: &Viewer) -> Result<Dashboard, AppError> {
-        viewer.scopes.require(Scope::Read)?;
-        let (balance, held) = self.store.credits(&viewer.id).await?;
-        let pool = self.store.pool().await?;
-        let catalog = self.catalog(&pool);
-        let warm = self.store.warm_editors().await?;
-        let queue = self.store.queue_positions().await?;
-        let all_slots: Vec<_> = pool.iter().flat_map(|(_, slots)| slots.clone()).collect();
-        let mut slices: Vec<SliceOption> = catalog
-            .slice_sizes
-            .iter()
-            .map(|&slice_mib| {
-                let of_size = all_slots.iter().filter(|s| s.slice_mib == slice_mib);
-                let mut warm_by_editor: BTreeMap<EditorKind, u32> = BTreeMap::new();
-                for w in warm.iter().filter(|w| w.ready && w.slice_mib == slice_mib) {
-                    *warm_by_editor.entry(w.editor).or_default() += 1;
-                }
-                SliceOption {
-                    slice_mib,
-                    price_per_hour: self.price_for_slice(slice_mib),
-                    free: of_size.clone().filter(|s| s.session_id.is_none()).count() as u32,
-                    total: of_size.count() as u32,
-                    burst: false,
-                    max_minutes: self.config.sessions.max_minutes,
-                    warm: warm_by_editor.into_iter().collect(),
-                    queued: queue
-                        .iter()
-                        .filter(|(_, s, b, _)| *s == slice_mib && !b)
-                        .count() as u32,
-                }
-            })
-            .collect();
-        for &memory_mib in &catalog.burst_sizes {
-            let cards: Vec<_> = pool
-                .iter()
-                .filter(|(g, _)| g.memory_mib == memory_mib)
-                .collect();
-            slices.push(SliceOption {
-                slice_mib: memory_mib,
-                price_per_hour: self.price_for_slice(memory_mib),
-                free: cards
-                    .iter()
-                    .filter(|(_, slots)| slots.iter().all(|s| s.session_id.is_none()))
-                    .count() as u32,
-                total: cards.len() as u32,
-                burst: true,
-                max_minutes: self.config.pool.burst_max_minutes,
-                warm: Vec::new(),
-                queued: queue
-                    .iter()
-                    .filter(|(_, s, b, _)| *s == memory_mib && *b)
-                    .count() as u32,
-            });
-        }
-        let sessions = self.store.sessions_of(&viewer.id, 20).await?;
-        let positions: BTreeMap<&str, u32> = queue
-            .iter()
-            .map(|(id, _, _, p)| (id.as_str(), *p))
-            .collect();
-        Ok(Dashboard {
-            images: self.launch_images().await?,
-            viewer: viewer.clone(),
-            credits: CreditsView { balance, held },
-            editors: catalog
-                .editors
-                .into_iter()
-                .map(|(kind, status)| EditorOption {
-                    kind,
-                    label: kind.label().to_string(),
-                    unavailable: status.err(),
-                })
-                .collect(),
-            slices,
-            durations: DurationLimits {
-                min_minutes: self.config.sessions.min_minutes,
-                max_minutes: self.config.sessions.max_minutes,
-                default_minutes: self.config.sessions.default_minutes,
-            },
-            gpus: pool
-                .into_iter()
-                .map(|(gpu, slots)| GpuView {
-                    id: gpu.id,
-                    model: gpu.model,
-                    memory_mib: gpu.memory_mib,
-                    enforced: gpu.enforced,
-                    slots: slots
-                        .into_iter()
-                        .map(|s| SlotView {
-                            warm: warm
-                                .iter()
-                                .find(|w| w.slot_id == s.id && w.ready && s.session_id.is_none())
-                                .map(|w| w.editor),
-                            id: s.id,
-                            slice_mib: s.slice_mib,
-                            in_use: s.session_id.is_some(),
-                        })
-                        .collect(),
-                })
-                .collect(),
-            sessions: sessions
-                .iter()
-                .map(|s| {
-                    let position = positions.get(s.id.as_str()).copied();
-                    self.session_view(s, Vec::new(), position)
-                })
-                .collect(),
-            quota: self.quota(viewer).await?,
-            enforcement: self.enforcement.describe(),
-        })
-    }
-
-    /// Validates, then checks the quota, holds credits and takes a warm editor, a slot or a place
-    /// in the queue (one transaction); a cold slot's editor starts in the background.
-    pub async fn launch(
-        self: &Arc<Self>,
-        viewer: &Viewer,
-        request: LaunchRequest,
-    ) -> Result<SessionView, AppError> {
-        viewer.scopes.require(Scope::Sessions)?;
-        // Shutting down: an editor started now would outlive the server's stops.
-        if *self.closing.borrow() {
-            return Err(AppError::Unavailable(
-                "the server is restarting; launch again in a minute".into(),
-            ));
-        }
-        let pool = self.store.pool().await?;
-        let mut catalog = self.catalog(&pool);
-        catalog.images = self.image_choices().await?;
-        let valid = launch::validate(&request, &catalog).map_err(AppError::Invalid)?;
-        // From here on the work runs in its own task: a client that disconnects mid-request
-        // must not leave a session half-launched (credits held, slot taken, nothing running).
-        let this = Arc::clone(self);
-        let viewer = viewer.clone();
-        self.spawn(async move { this.place(&viewer, valid).await })
-            .await
-            .map_err(|e| {
-                tracing::error!(error = %e, "launch task");
-                AppError::Internal
-            })?
-    }
-
-    async fn place(
+    pub(in crate::service) async fn place(
         self: &Arc<Self>,
         viewer: &Viewer,
         valid: launch::ValidLaunch,
@@ -285,13 +107,13 @@ impl Service {
 
     /// Marks this server as the one driving `session_id`'s launch. Until it is marked, a server
     /// that starts up leaves the launch to the reaper's overdue rule rather than end it.
-    pub(crate) async fn drive(&self, session_id: &str) {
+    pub(in crate::service) async fn drive(&self, session_id: &str) {
         if let Err(e) = self.store.set_driver(session_id, &self.instance).await {
             tracing::warn!(session = session_id, error = %e, "recording who drives a launch");
         }
     }
 
-    pub(crate) async fn run_launch(&self, session_id: &str, user_name: &str) {
+    pub(in crate::service) async fn run_launch(&self, session_id: &str, user_name: &str) {
         let Ok(Some(record)) = self.store.session(session_id).await else {
             return;
         };
@@ -405,7 +227,7 @@ impl Service {
         }
     }
 
-    async fn step(&self, session_id: &str, message: &str, progress: u8) {
+    pub(in crate::service) async fn step(&self, session_id: &str, message: &str, progress: u8) {
         match self.store.add_step(session_id, message, progress).await {
             Ok(step) => self.events.publish(session_id, step),
             Err(e) => tracing::warn!(session = session_id, error = %e, "recording a step"),
@@ -413,13 +235,23 @@ impl Service {
     }
 
     /// Ends a session that has no editor running (or never had one).
-    async fn end_without_editor(&self, session_id: &str, reason: EndReason, detail: &str) {
+    pub(in crate::service) async fn end_without_editor(
+        &self,
+        session_id: &str,
+        reason: EndReason,
+        detail: &str,
+    ) {
         self.stop_session(session_id, reason, Some(detail)).await;
     }
 
     /// Takes a session to its end, whatever state it is in: stops the editor, frees the slot,
     /// settles the credits. Safe to call twice.
-    pub async fn stop_session(&self, session_id: &str, reason: EndReason, detail: Option<&str>) {
+    pub(in crate::service) async fn stop_session(
+        &self,
+        session_id: &str,
+        reason: EndReason,
+        detail: Option<&str>,
+    ) {
         let begun = match self.store.begin_stop(session_id, reason, detail).await {
             Ok(begun) => begun,
             Err(e) => {
@@ -462,7 +294,7 @@ impl Service {
     }
 
     /// A session the viewer may see: their own. Others' look the same as missing ones.
-    pub(crate) async fn owned_record(
+    pub(in crate::service) async fn owned_record(
         &self,
         viewer: &Viewer,
         id: &str,
@@ -473,52 +305,7 @@ impl Service {
         }
     }
 
-    pub async fn session(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError> {
-        viewer.scopes.require(Scope::Read)?;
-        self.owned_record(viewer, id).await?;
-        self.view(id).await
-    }
-
-    pub async fn sessions(&self, viewer: &Viewer) -> Result<Vec<SessionView>, AppError> {
-        viewer.scopes.require(Scope::Read)?;
-        let records = self.store.sessions_of(&viewer.id, 100).await?;
-        Ok(records
-            .iter()
-            .map(|r| self.session_view(r, Vec::new(), None))
-            .collect())
-    }
-
-    pub async fn stop(
-        self: &Arc<Self>,
-        viewer: &Viewer,
-        id: &str,
-    ) -> Result<SessionView, AppError> {
-        viewer.scopes.require(Scope::Sessions)?;
-        let record = self.owned_record(viewer, id).await?;
-        if record.state.is_live() {
-            // Its own task: a client that disconnects must not leave the session half-stopped.
-            let this = Arc::clone(self);
-            let id = id.to_string();
-            let _ = self
-                .spawn(async move { this.stop_session(&id, EndReason::User, None).await })
-                .await;
-        }
-        self.view(id).await
-    }
-
-    /// Checks the viewer owns the session (for the progress stream).
-    pub async fn check_owner(&self, viewer: &Viewer, id: &str) -> Result<(), AppError> {
-        viewer.scopes.require(Scope::Read)?;
-        self.owned_record(viewer, id).await.map(|_| ())
-    }
-
-    /// The steps after `after`, from the database.
-    pub async fn steps_after(&self, id: &str, after: i64) -> Result<Vec<Step>, AppError> {
-        let steps = self.store.steps(id).await?;
-        Ok(steps.into_iter().filter(|s| s.seq > after).collect())
-    }
-
-    async fn view(&self, id: &str) -> Result<SessionView, AppError> {
+    pub(in crate::service) async fn view(&self, id: &str) -> Result<SessionView, AppError> {
         let record = self.store.session(id).await?.ok_or(AppError::NotFound)?;
         let steps = self.store.steps(id).await?;
         let position = if record.state == SessionState::Queued {
@@ -537,7 +324,7 @@ impl Service {
         Ok(view)
     }
 
-    pub fn session_view(
+    pub(in crate::service) fn session_view(
         &self,
         record: &SessionRecord,
         steps: Vec<Step>,
@@ -575,101 +362,228 @@ impl Service {
         }
     }
 
-    /// After a restart: re-adopt editors that still answer, end the rest with a refund. Queued
-    /// sessions keep their place in line (they have no editor yet, so nothing of theirs was
-    /// lost), unless the pool no longer has their size.
-    pub async fn recover(&self) -> Result<(), StoreError> {
-        let mut owned = std::collections::HashSet::new();
-        let catalog = self.catalog(&self.store.pool().await?);
-        for record in self.store.live_sessions().await? {
-            let alive = match &record.runtime_handle {
-                Some(handle) => self.runtime.is_alive(handle).await,
-                None => false,
-            };
-            match record.state {
-                SessionState::Ready if alive => {
-                    tracing::info!(session = %record.id, "re-adopted a running editor");
-                    owned.insert(record.id);
-                }
-                SessionState::Queued => {
-                    // The pool may have changed while the server was down; a size it no longer
-                    // has would wait for ever.
-                    let sizes = if record.burst {
-                        &catalog.burst_sizes
-                    } else {
-                        &catalog.slice_sizes
-                    };
-                    if !sizes.contains(&record.slice_mib) {
-                        let detail = format!(
-                            "the pool no longer has {} slices; your credits were refunded",
-                            app::domain::pool::format_mib(record.slice_mib)
-                        );
-                        self.stop_session(&record.id, EndReason::Failed, Some(&detail))
-                            .await;
-                    }
-                }
-                SessionState::Ready => {
-                    // It may have died with the machine, while no server ran: charged until
-                    // the last time a server was watching it, not for the time we were away.
-                    if let Some(watched) = self
-                        .store
-                        .lease_expires_at(crate::service::guard::REAPER_LEASE)
-                        .await?
-                    {
-                        self.store.charge_until(&record.id, watched).await?;
-                    }
-                    self.stop_session(
-                        &record.id,
-                        EndReason::Crash,
-                        Some("the editor was gone after a server restart"),
-                    )
-                    .await;
-                }
-                _ => {
-                    // Several servers may share the database: a launch another live server
-                    // drives is its to finish. One nobody marked yet is left to the reaper.
-                    let driver_alive = match &record.driver {
-                        Some(driver) => self.instance_alive(driver).await?,
-                        None => true,
-                    };
-                    if driver_alive {
-                        tracing::info!(session = %record.id, driver = ?record.driver, "left a launch another server drives");
-                        owned.insert(record.id);
-                        continue;
-                    }
-                    self.stop_session(
-                        &record.id,
-                        EndReason::Failed,
-                        Some("the server restarted before the editor was ready; your credits were refunded"),
-                    )
-                    .await;
-                }
-            }
-        }
-        // A server that died between starting an editor and recording it left that editor
-        // to nobody: whatever no adopted session or ready pre-started editor owns is stopped.
-        owned.extend(
-            self.store
-                .warm_editors()
-                .await?
-                .into_iter()
-                .filter(|w| w.ready)
-                .map(|w| w.id),
-        );
-        let stopped = self.runtime.sweep(&owned).await;
-        if stopped > 0 {
-            tracing::warn!(stopped, "stopped editors left running by a previous server");
-        }
-        Ok(())
-    }
-
     /// On shutdown (when configured): stop every editor, so nothing is orphaned.
     /// Queued sessions have no editor yet: they keep their place for the next start.
-    pub async fn stop_all(&self, reason: EndReason, detail: &str) {
+    pub(in crate::service) async fn stop_all(&self, reason: EndReason, detail: &str) {
         if let Ok(live) = self.store.live_sessions().await {
             for record in live.iter().filter(|r| r.state != SessionState::Queued) {
                 self.stop_session(&record.id, reason, Some(detail)).await;
             }
         }
+    }
+}
+
+impl Sessions {
+    /// The session's steps from now on, as they happen here (after [`Self::check_owner`]).
+    pub fn follow(&self, session_id: &str) -> tokio::sync::broadcast::Receiver<Step> {
+        self.events.subscribe(session_id)
+    }
+
+    /// The user's limits, use and whether something blocks launches.
+    pub async fn quota(&self, viewer: &Viewer) -> Result<QuotaView, AppError> {
+        viewer.scopes.require(Scope::Read)?;
+        let limits = self
+            .config
+            .default_limits()
+            .with(&self.store.quota_overrides(&viewer.id).await?);
+        let mut usage = self.store.usage(&viewer.id).await?;
+        usage.disk_mib = self.runtime.workspace_mib(&viewer.name).await;
+        let note = usage
+            .disk_mib
+            .filter(|disk| *disk > limits.max_disk_mib)
+            .map(|disk| {
+                format!(
+                    "Your workspace uses {} of its {} limit: delete files to launch again.",
+                    format_mib(disk),
+                    format_mib(limits.max_disk_mib)
+                )
+            });
+        Ok(QuotaView {
+            limits,
+            usage,
+            note,
+        })
+    }
+
+    pub async fn dashboard(&self, viewer: &Viewer) -> Result<Dashboard, AppError> {
+        viewer.scopes.require(Scope::Read)?;
+        let (balance, held) = self.store.credits(&viewer.id).await?;
+        let pool = self.store.pool().await?;
+        let catalog = self.catalog(&pool);
+        let warm = self.store.warm_editors().await?;
+        let queue = self.store.queue_positions().await?;
+        let all_slots: Vec<_> = pool.iter().flat_map(|(_, slots)| slots.clone()).collect();
+        let mut slices: Vec<SliceOption> = catalog
+            .slice_sizes
+            .iter()
+            .map(|&slice_mib| {
+                let of_size = all_slots.iter().filter(|s| s.slice_mib == slice_mib);
+                let mut warm_by_editor: BTreeMap<EditorKind, u32> = BTreeMap::new();
+                for w in warm.iter().filter(|w| w.ready && w.slice_mib == slice_mib) {
+                    *warm_by_editor.entry(w.editor).or_default() += 1;
+                }
+                SliceOption {
+                    slice_mib,
+                    price_per_hour: self.price_for_slice(slice_mib),
+                    free: of_size.clone().filter(|s| s.session_id.is_none()).count() as u32,
+                    total: of_size.count() as u32,
+                    burst: false,
+                    max_minutes: self.config.sessions.max_minutes,
+                    warm: warm_by_editor.into_iter().collect(),
+                    queued: queue
+                        .iter()
+                        .filter(|(_, s, b, _)| *s == slice_mib && !b)
+                        .count() as u32,
+                }
+            })
+            .collect();
+        for &memory_mib in &catalog.burst_sizes {
+            let cards: Vec<_> = pool
+                .iter()
+                .filter(|(g, _)| g.memory_mib == memory_mib)
+                .collect();
+            slices.push(SliceOption {
+                slice_mib: memory_mib,
+                price_per_hour: self.price_for_slice(memory_mib),
+                free: cards
+                    .iter()
+                    .filter(|(_, slots)| slots.iter().all(|s| s.session_id.is_none()))
+                    .count() as u32,
+                total: cards.len() as u32,
+                burst: true,
+                max_minutes: self.config.pool.burst_max_minutes,
+                warm: Vec::new(),
+                queued: queue
+                    .iter()
+                    .filter(|(_, s, b, _)| *s == memory_mib && *b)
+                    .count() as u32,
+            });
+        }
+        let sessions = self.store.sessions_of(&viewer.id, 20).await?;
+        let positions: BTreeMap<&str, u32> = queue
+            .iter()
+            .map(|(id, _, _, p)| (id.as_str(), *p))
+            .collect();
+        Ok(Dashboard {
+            images: Images(Arc::clone(&self.0)).launch_images().await?,
+            viewer: viewer.clone(),
+            credits: CreditsView { balance, held },
+            editors: catalog
+                .editors
+                .into_iter()
+                .map(|(kind, status)| EditorOption {
+                    kind,
+                    label: kind.label().to_string(),
+                    unavailable: status.err(),
+                })
+                .collect(),
+            slices,
+            durations: DurationLimits {
+                min_minutes: self.config.sessions.min_minutes,
+                max_minutes: self.config.sessions.max_minutes,
+                default_minutes: self.config.sessions.default_minutes,
+            },
+            gpus: pool
+                .into_iter()
+                .map(|(gpu, slots)| GpuView {
+                    id: gpu.id,
+                    model: gpu.model,
+                    memory_mib: gpu.memory_mib,
+                    enforced: gpu.enforced,
+                    slots: slots
+                        .into_iter()
+                        .map(|s| SlotView {
+                            warm: warm
+                                .iter()
+                                .find(|w| w.slot_id == s.id && w.ready && s.session_id.is_none())
+                                .map(|w| w.editor),
+                            id: s.id,
+                            slice_mib: s.slice_mib,
+                            in_use: s.session_id.is_some(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            sessions: sessions
+                .iter()
+                .map(|s| {
+                    let position = positions.get(s.id.as_str()).copied();
+                    self.session_view(s, Vec::new(), position)
+                })
+                .collect(),
+            quota: self.quota(viewer).await?,
+            enforcement: self.enforcement.describe(),
+        })
+    }
+
+    /// Validates, then checks the quota, holds credits and takes a warm editor, a slot or a place
+    /// in the queue (one transaction); a cold slot's editor starts in the background.
+    pub async fn launch(
+        &self,
+        viewer: &Viewer,
+        request: LaunchRequest,
+    ) -> Result<SessionView, AppError> {
+        viewer.scopes.require(Scope::Sessions)?;
+        // Shutting down: an editor started now would outlive the server's stops.
+        if *self.closing.borrow() {
+            return Err(AppError::Unavailable(
+                "the server is restarting; launch again in a minute".into(),
+            ));
+        }
+        let pool = self.store.pool().await?;
+        let mut catalog = self.catalog(&pool);
+        catalog.images = self.image_choices().await?;
+        let valid = launch::validate(&request, &catalog).map_err(AppError::Invalid)?;
+        // From here on the work runs in its own task: a client that disconnects mid-request
+        // must not leave a session half-launched (credits held, slot taken, nothing running).
+        let this = self.clone();
+        let viewer = viewer.clone();
+        self.spawn(async move { this.place(&viewer, valid).await })
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "launch task");
+                AppError::Internal
+            })?
+    }
+
+    pub async fn session(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError> {
+        viewer.scopes.require(Scope::Read)?;
+        self.owned_record(viewer, id).await?;
+        self.view(id).await
+    }
+
+    pub async fn sessions(&self, viewer: &Viewer) -> Result<Vec<SessionView>, AppError> {
+        viewer.scopes.require(Scope::Read)?;
+        let records = self.store.sessions_of(&viewer.id, 100).await?;
+        Ok(records
+            .iter()
+            .map(|r| self.session_view(r, Vec::new(), None))
+            .collect())
+    }
+
+    pub async fn stop(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError> {
+        viewer.scopes.require(Scope::Sessions)?;
+        let record = self.owned_record(viewer, id).await?;
+        if record.state.is_live() {
+            // Its own task: a client that disconnects must not leave the session half-stopped.
+            let this = self.clone();
+            let id = id.to_string();
+            let _ = self
+                .spawn(async move { this.stop_session(&id, EndReason::User, None).await })
+                .await;
+        }
+        self.view(id).await
+    }
+
+    /// Checks the viewer owns the session (for the progress stream).
+    pub async fn check_owner(&self, viewer: &Viewer, id: &str) -> Result<(), AppError> {
+        viewer.scopes.require(Scope::Read)?;
+        self.owned_record(viewer, id).await.map(|_| ())
+    }
+
+    /// The steps after `after`, from the database.
+    pub async fn steps_after(&self, id: &str, after: i64) -> Result<Vec<Step>, AppError> {
+        let steps = self.store.steps(id).await?;
+        Ok(steps.into_iter().filter(|s| s.seq > after).collect())
     }
 }

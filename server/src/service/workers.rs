@@ -2,7 +2,7 @@
 //! stale routes, the kube reconciler, promotions, sweeps), the instance lease, the warm-pool
 //! keeper and the queue's dispatcher; and the order in which they wind down at shutdown.
 
-use super::Service;
+use super::{Access, Guard, Promotions, Service};
 use crate::config::RuntimeKind;
 use crate::store;
 use std::sync::{Arc, Mutex};
@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 /// The background tasks of one running server.
 pub struct Workers {
-    service: Arc<Service>,
+    guard: Guard,
     background: JoinHandle<()>,
     lease: JoinHandle<()>,
     queue: JoinHandle<()>,
@@ -20,22 +20,23 @@ pub struct Workers {
 }
 
 impl Workers {
-    pub fn start(service: Arc<Service>) -> Workers {
+    pub fn start(service: &Service) -> Workers {
+        let guard = service.guard.clone();
         Workers {
-            background: tokio::spawn(background(service.clone())),
-            lease: tokio::spawn(super::guard::keep_instance_lease(service.clone())),
-            warm_pool: Mutex::new(Some(tokio::spawn(service.clone().keep_warm_pool()))),
-            queue: tokio::spawn(service.clone().keep_queue_moving()),
-            service,
+            background: tokio::spawn(background(guard.clone())),
+            lease: tokio::spawn(super::guard::keep_instance_lease(guard.clone())),
+            warm_pool: Mutex::new(Some(tokio::spawn(guard.clone().keep_warm_pool()))),
+            queue: tokio::spawn(guard.clone().keep_queue_moving()),
+            guard,
         }
     }
 
     /// The shutdown order, before open connections drain.
     pub async fn wind_down(&self) {
-        let stopping = &self.service;
+        let stopping = &self.guard;
         // The keeper first, and waited for: no editor starts after this, and none is left
         // half-started without a record of it.
-        stopping.closing.send_replace(true);
+        stopping.close();
         let keeper = self.warm_pool.lock().expect("warm pool keeper").take();
         if let Some(keeper) = keeper {
             let _ = keeper.await;
@@ -63,7 +64,7 @@ impl Workers {
     }
 }
 
-async fn background(service: Arc<Service>) {
+async fn background(service: Guard) {
     let sessions = store::HttpSessionStore::new(service.store.clone());
     let period = Duration::from_millis(service.config.idle.reaper_period_ms);
     // The first pass comes a period after start (start-up has recovered the sessions itself).
@@ -86,7 +87,7 @@ async fn background(service: Arc<Service>) {
             tokio::spawn(async move { sampler.sample_activity().await });
         }
         service.reap().await;
-        service.forget_stale_routes().await;
+        Access(Arc::clone(&service)).forget_stale_routes().await;
         if service.config.runtime == RuntimeKind::Kube
             && reconciled.elapsed() >= Duration::from_secs(15)
         {
@@ -95,7 +96,7 @@ async fn background(service: Arc<Service>) {
         }
         if promoted.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
             promoted = Some(tokio::time::Instant::now());
-            let pusher = service.clone();
+            let pusher = Promotions(Arc::clone(&service));
             tokio::spawn(async move { pusher.resume_promotions().await });
         }
         if swept.elapsed() >= Duration::from_secs(10) {

@@ -12,12 +12,12 @@ use serde_json::json;
 async fn admin(app: &TestApp, name: &str, scopes: Scopes) -> (String, String) {
     let user = app
         .service
+        .accounts
         .create_user(name, Some("password123"), Role::Admin, None)
         .await
         .expect("admin");
     let (token, hash) = server::auth::new_api_token();
-    app.service
-        .store
+    app.store
         .create_token(&user.id, &hash, "test", scopes, None)
         .await
         .expect("token");
@@ -394,7 +394,7 @@ async fn admins_grant_lock_promote_and_stop_and_each_is_audited() {
     );
     let back = put(&quota_path, &root, json!({})).await;
     back.assert_status(StatusCode::OK);
-    let defaults = app.service.config.default_limits();
+    let defaults = app.service.config().default_limits();
     assert_eq!(back.json()["max_sessions"], defaults.max_sessions);
     for (body, says) in [
         (json!({ "max_minutes": 0 }), "at least 1 minute"),
@@ -469,7 +469,7 @@ async fn a_quota_patch_changes_only_the_overrides_it_names() {
     let call = async |method: Method, token: &str, body: serde_json::Value| {
         app.call(method, &path, Some(token), Some(body)).await
     };
-    let defaults = app.service.config.default_limits();
+    let defaults = app.service.config().default_limits();
     call(
         Method::PUT,
         &root,
@@ -514,7 +514,7 @@ async fn a_quota_patch_changes_only_the_overrides_it_names() {
         StatusCode::FORBIDDEN,
         "admins only",
     );
-    let after = app.service.store.quota_overrides(&alice_id).await.unwrap();
+    let after = app.store.quota_overrides(&alice_id).await.unwrap();
     assert_eq!(
         (after.max_sessions, after.max_gpu_mib, after.max_minutes),
         (Some(1), Some(4096), None)
@@ -697,7 +697,6 @@ async fn guesses_at_the_admin_confirmation_are_limited_like_sign_ins() {
         "Try again in",
     );
     let log = app
-        .service
         .store
         .audit_log(20)
         .await
@@ -781,7 +780,7 @@ async fn an_admin_enters_a_users_editor_only_by_an_audited_grant() {
     app.get(&editor, Some(&other_admin))
         .await
         .assert_status(StatusCode::NOT_FOUND);
-    let audit = app.service.store.audit_log(20).await.unwrap();
+    let audit = app.store.audit_log(20).await.unwrap();
     let entry = audit
         .iter()
         .find(|e| e.action == "session.access")
@@ -928,7 +927,7 @@ async fn admins_add_and_retire_approved_images() {
         .await;
     refused(&named, StatusCode::BAD_REQUEST, "no image to choose");
 
-    let audit = app.service.store.audit_log(20).await.unwrap();
+    let audit = app.store.audit_log(20).await.unwrap();
     for action in ["image.add", "image.retire"] {
         assert!(
             audit.iter().any(|e| e.action == action

@@ -12,12 +12,7 @@ fn launch_body(editor: &str, slice_mib: u64, minutes: u32) -> serde_json::Value 
 }
 
 async fn session_count(app: &TestApp, user_id: &str) -> usize {
-    app.service
-        .store
-        .sessions_of(user_id, 1000)
-        .await
-        .unwrap()
-        .len()
+    app.store.sessions_of(user_id, 1000).await.unwrap().len()
 }
 
 #[tokio::test]
@@ -131,7 +126,7 @@ async fn bad_launches_get_clear_errors_and_write_nothing() {
         0,
         "a refused launch wrote a session"
     );
-    let (balance, held) = app.service.store.credits(&user_id).await.unwrap();
+    let (balance, held) = app.store.credits(&user_id).await.unwrap();
     assert_eq!((balance, held), (100_000, 0));
     app.stop().await;
 }
@@ -140,8 +135,7 @@ async fn bad_launches_get_clear_errors_and_write_nothing() {
 async fn a_launch_without_enough_credits_is_refused_with_the_numbers() {
     let app = TestApp::start(Some(FakeRuntime::new())).await;
     let (user_id, token) = app.user("carol").await;
-    app.service
-        .store
+    app.store
         .grant(&user_id, -99_900, None, "test")
         .await
         .unwrap();
@@ -170,7 +164,7 @@ async fn launch_proxy_and_stop_with_owner_checks() {
         .json();
     assert_eq!(view["url"], format!("/s/{id}/lab"));
     assert!(view["time_left_seconds"].as_i64().unwrap() > 29 * 60);
-    let (_, held) = app.service.store.credits(&owner_id).await.unwrap();
+    let (_, held) = app.store.credits(&owner_id).await.unwrap();
     assert_eq!(held, 500, "30 minutes of an 8 GB slice at 1 credit/h");
 
     // The owner reaches the editor; the proxy presents the editor's token, not ours.
@@ -183,10 +177,10 @@ async fn launch_proxy_and_stop_with_owner_checks() {
         "the client's address"
     );
     // The connection to the editor is kept for the next request, and reused by it.
-    assert_eq!(app.service.upstreams.idle_count(), 1);
+    assert_eq!(app.service.access.upstreams().idle_count(), 1);
     let again = app.get(&format!("/s/{id}/api/status"), Some(&owner)).await;
     assert_eq!(again.status, StatusCode::OK);
-    assert_eq!(app.service.upstreams.idle_count(), 1);
+    assert_eq!(app.service.access.upstreams().idle_count(), 1);
     assert_eq!(status.headers["x-frame-options"], "SAMEORIGIN");
 
     // Someone else, or nobody, does not.
@@ -254,14 +248,14 @@ async fn launch_proxy_and_stop_with_owner_checks() {
     let after = app.get(&format!("/s/{id}/api/status"), Some(&owner)).await;
     assert_eq!(after.status, StatusCode::NOT_FOUND);
     assert_eq!(
-        app.service.upstreams.idle_count(),
+        app.service.access.upstreams().idle_count(),
         0,
         "connections to a stopped editor are dropped"
     );
-    let (balance, held) = app.service.store.credits(&owner_id).await.unwrap();
+    let (balance, held) = app.store.credits(&owner_id).await.unwrap();
     assert_eq!(held, 0);
     assert_eq!(balance, 100_000 - 17, "one minute used");
-    let pool = app.service.store.pool().await.unwrap();
+    let pool = app.store.pool().await.unwrap();
     assert!(
         pool.iter()
             .flat_map(|(_, s)| s)
@@ -472,10 +466,10 @@ async fn routes_of_sessions_ended_elsewhere_are_forgotten() {
         .await
         .assert_status(StatusCode::OK);
     // Another replica ends it: the database knows, this server's route table does not.
-    let store = &app.service.store;
+    let store = &app.store;
     store.begin_stop(&id, EndReason::User, None).await.unwrap();
     store.finish(&id).await.unwrap();
-    app.service.forget_stale_routes().await;
+    app.service.access.forget_stale_routes().await;
     app.get(&status, Some(&token))
         .await
         .assert_status(StatusCode::NOT_FOUND);
@@ -669,7 +663,11 @@ async fn an_open_websocket_ends_when_its_user_is_locked() {
     ends_within(&mut browser, Duration::from_secs(3), "signed out").await;
     crate::common::assert_echoes(&mut liz_socket, 1).await;
 
-    app.service.set_locked(&liz, true, None).await.unwrap();
+    app.service
+        .accounts
+        .set_locked(&liz, true, None)
+        .await
+        .unwrap();
     ends_within(
         &mut liz_socket,
         Duration::from_secs(3),
@@ -688,7 +686,7 @@ async fn a_launch_while_the_server_shuts_down_is_refused() {
     let app = TestApp::start(Some(FakeRuntime::new())).await;
     let (user_id, token) = app.user("sid").await;
     // What a shutdown sets first: from here on no editor may start.
-    app.service.closing.send_replace(true);
+    app.service.guard.close();
     let refused = app.launch(&token, "jupyterlab", 30).await;
     refused.assert_status(StatusCode::SERVICE_UNAVAILABLE);
     assert!(
@@ -700,10 +698,7 @@ async fn a_launch_while_the_server_shuts_down_is_refused() {
         refused.json()
     );
     assert_eq!(session_count(&app, &user_id).await, 0);
-    assert_eq!(
-        app.service.store.credits(&user_id).await.unwrap(),
-        (100_000, 0)
-    );
+    assert_eq!(app.store.credits(&user_id).await.unwrap(), (100_000, 0));
     app.stop().await;
 }
 
@@ -782,27 +777,32 @@ async fn a_locked_account_loses_access_at_once_and_cannot_sign_in() {
         StatusCode::OK
     );
 
-    let store = std::sync::Arc::new(server::store::HttpSessionStore::new(
-        app.service.store.clone(),
-    ));
+    let store = std::sync::Arc::new(server::store::HttpSessionStore::new(app.store.clone()));
     let session = tower_sessions::Session::new(None, store.clone(), None);
     app.service
+        .accounts
         .login(&session, "lou", "password123")
         .await
         .expect("the right password signs in");
     let wrong = app
         .service
+        .accounts
         .login(&session, "lou", "wrong-password")
         .await
         .unwrap_err();
     let unknown = app
         .service
+        .accounts
         .login(&session, "nobody", "password123")
         .await
         .unwrap_err();
     assert_eq!(wrong, unknown, "no hint whether the user exists");
 
-    app.service.set_locked(&user_id, true, None).await.unwrap();
+    app.service
+        .accounts
+        .set_locked(&user_id, true, None)
+        .await
+        .unwrap();
     let me = app.get("/api/v1/me", Some(&token)).await;
     assert_eq!(
         me.status,
@@ -811,6 +811,7 @@ async fn a_locked_account_loses_access_at_once_and_cannot_sign_in() {
     );
     let locked = app
         .service
+        .accounts
         .login(&session, "lou", "password123")
         .await
         .unwrap_err();
@@ -818,7 +819,7 @@ async fn a_locked_account_loses_access_at_once_and_cannot_sign_in() {
     assert!(locked.to_string().contains("Wrong user name or password"));
 
     // Its session ends at the reaper's next pass, with the unused credits back.
-    app.service.reap().await;
+    app.service.guard.reap().await;
     let ended = app.record(&running).await;
     assert_eq!(ended.state, SessionState::Ended);
     assert_eq!(ended.end_reason, Some(EndReason::Admin));
@@ -828,7 +829,7 @@ async fn a_locked_account_loses_access_at_once_and_cannot_sign_in() {
         1,
         "its editor stopped"
     );
-    assert_eq!(app.service.store.credits(&user_id).await.unwrap().1, 0);
+    assert_eq!(app.store.credits(&user_id).await.unwrap().1, 0);
     app.stop().await;
 }
 
@@ -848,7 +849,7 @@ async fn a_session_whose_time_ran_out_is_ended_with_a_charge() {
         &id,
     )
     .await;
-    app.service.reap().await;
+    app.service.guard.reap().await;
     let view = app
         .get(&format!("/api/v1/sessions/{id}"), Some(&token))
         .await
@@ -860,7 +861,7 @@ async fn a_session_whose_time_ran_out_is_ended_with_a_charge() {
         1,
         "the editor was stopped"
     );
-    let (balance, held) = app.service.store.credits(&user_id).await.unwrap();
+    let (balance, held) = app.store.credits(&user_id).await.unwrap();
     assert_eq!(
         (balance, held),
         (100_000 - 500, 0),
@@ -875,7 +876,7 @@ async fn the_progress_stream_ends_when_another_server_ends_the_session() {
     let (_, token) = app.user("una").await;
     let id = app.launch_ready(&token, "jupyterlab").await;
     let ender = {
-        let store = app.service.store.clone();
+        let store = app.store.clone();
         let id = id.clone();
         tokio::spawn(async move {
             tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -931,7 +932,7 @@ async fn shutdown_ends_open_streams_and_stops_editors() {
         bytes::Bytes::from(seen)
     });
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let service = app.service.clone();
+    let store = app.store.clone();
     app.stop().await; // fails the test if the server does not stop
     let body = tokio::time::timeout(std::time::Duration::from_secs(5), stream)
         .await
@@ -943,7 +944,7 @@ async fn shutdown_ends_open_streams_and_stops_editors() {
         "the stream saw the end: {text}"
     );
     assert_eq!(runtime.stopped.lock().unwrap().len(), 1);
-    let record = service.store.session(&id).await.unwrap().unwrap();
+    let record = store.session(&id).await.unwrap().unwrap();
     assert_eq!(
         record.end_reason,
         Some(app::domain::session::EndReason::Admin)
@@ -963,7 +964,7 @@ async fn a_restart_adopts_live_editors_and_ends_the_rest_with_a_refund() {
     let alive = app.launch_ready(&token, "jupyterlab").await;
     let crashed = app.launch_ready(&token, "jupyterlab").await;
     let starting = app.launch_ready(&token, "jupyterlab").await;
-    let (_, held) = app.service.store.credits(&user_id).await.unwrap();
+    let (_, held) = app.store.credits(&user_id).await.unwrap();
     assert_eq!(held, 3 * 500);
     let crashed_handle = app.record(&crashed).await.runtime_handle.unwrap();
     let starting_handle = app.record(&starting).await.runtime_handle.unwrap();
@@ -982,7 +983,7 @@ async fn a_restart_adopts_live_editors_and_ends_the_rest_with_a_refund() {
         same_store(c);
     })
     .await;
-    again.service.recover().await.unwrap();
+    again.service.guard.recover().await.unwrap();
 
     let kept = again.record(&alive).await;
     assert_eq!(kept.state, SessionState::Ready);
@@ -1002,13 +1003,12 @@ async fn a_restart_adopts_live_editors_and_ends_the_rest_with_a_refund() {
         "the user is told"
     );
     assert!(
-        !again.service.runtime.is_alive(&starting_handle).await,
+        !again.runtime.is_alive(&starting_handle).await,
         "no editor is left running for a session that ended"
     );
-    let (_, held) = again.service.store.credits(&user_id).await.unwrap();
+    let (_, held) = again.store.credits(&user_id).await.unwrap();
     assert_eq!(held, 500, "only the adopted session still holds credits");
     let free = again
-        .service
         .store
         .pool()
         .await
@@ -1301,10 +1301,10 @@ async fn a_sign_in_ends_after_its_longest_life_however_busy() {
     app.sql(&age(server::auth::SIGN_IN_MAX_DAYS - 1), &cookie)
         .await;
     // The database is asked again, not the few seconds' cache.
-    app.service.auth.forget_user(&olga);
+    app.service.accounts.forget_user(&olga);
     me(cookie.clone()).await.assert_status(StatusCode::OK);
     app.sql(&age(server::auth::SIGN_IN_MAX_DAYS), &cookie).await;
-    app.service.auth.forget_user(&olga);
+    app.service.accounts.forget_user(&olga);
     me(cookie.clone())
         .await
         .assert_status(StatusCode::UNAUTHORIZED);

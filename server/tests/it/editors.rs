@@ -128,7 +128,7 @@ async fn jupyterlab_runs_a_kernel_through_the_proxy() {
 
     let session = app.record(&id).await;
     let handle = session.runtime_handle.clone().unwrap();
-    assert!(app.service.runtime.is_alive(&handle).await);
+    assert!(app.runtime.is_alive(&handle).await);
     // Kept beside the socket too, for a server that dies before recording it.
     let kept_handle = editor_socket.with_file_name("handle.json");
     assert_eq!(std::fs::read_to_string(&kept_handle).unwrap(), handle);
@@ -137,7 +137,7 @@ async fn jupyterlab_runs_a_kernel_through_the_proxy() {
         .await;
     assert_eq!(stopped.json()["state"], "ended");
     assert!(
-        !app.service.runtime.is_alive(&handle).await,
+        !app.runtime.is_alive(&handle).await,
         "the editor's process group is gone"
     );
     assert!(!editor_socket.exists(), "its socket is removed");
@@ -190,27 +190,20 @@ async fn a_server_restart_re_adopts_live_editors_and_shutdown_stops_them() {
     let id = app.launch_ready(&owner, "jupyterlab").await;
     let handle = app.record(&id).await.runtime_handle.unwrap();
     let same_store = app.same_store();
-    let service = app.service.clone();
+    let (store, runtime) = (app.store.clone(), app.runtime.clone());
     let _data = app.stop().await;
     assert!(
-        service.runtime.is_alive(&handle).await,
+        runtime.is_alive(&handle).await,
         "kept running across the restart"
     );
 
     // A new server on the same database adopts it; the proxy reaches it again.
     let again = TestApp::start_with(None, same_store).await;
-    again.service.recover().await.unwrap();
+    again.service.guard.recover().await.unwrap();
     let token = {
-        let user = again
-            .service
-            .store
-            .user_by_name("kim")
-            .await
-            .unwrap()
-            .unwrap();
+        let user = again.store.user_by_name("kim").await.unwrap().unwrap();
         let (token, hash) = server::auth::new_api_token();
         again
-            .service
             .store
             .create_token(&user.id, &hash, "t", app::domain::scope::Scopes::ALL, None)
             .await
@@ -223,11 +216,8 @@ async fn a_server_restart_re_adopts_live_editors_and_shutdown_stops_them() {
     assert_eq!(status.status, StatusCode::OK);
     // This one stops editors on shutdown: nothing is left behind.
     again.stop().await;
-    assert!(
-        !service.runtime.is_alive(&handle).await,
-        "stopped at shutdown"
-    );
-    let ended = service.store.session(&id).await.unwrap().unwrap();
+    assert!(!runtime.is_alive(&handle).await, "stopped at shutdown");
+    let ended = store.session(&id).await.unwrap().unwrap();
     assert_eq!(ended.state, app::domain::session::SessionState::Ended);
 }
 
@@ -308,7 +298,7 @@ async fn an_editor_that_dies_fails_fast_with_its_log_tail_and_a_refund() {
         "{detail}"
     );
     assert_eq!(
-        app.service.store.credits(&user_id).await.unwrap(),
+        app.store.credits(&user_id).await.unwrap(),
         (100_000, 0),
         "fully refunded"
     );
@@ -371,7 +361,7 @@ async fn warm_editors_open_the_users_own_workspace() {
     .await;
     let warm = tokio::time::timeout(Duration::from_secs(120), async {
         loop {
-            let warm = app.service.store.warm_editors().await.unwrap();
+            let warm = app.store.warm_editors().await.unwrap();
             if warm.iter().filter(|w| w.ready).count() == 3 {
                 return warm;
             }

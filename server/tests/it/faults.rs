@@ -81,6 +81,6 @@ async fn writes_survive_clients_that_hang_up_in_the_middle_of_one() {
         labels.iter().filter(|l| l.starts_with("after ")).count() == 5,
         "{labels:?}"
     );
-    let tokens = app.service.store.tokens_of(&user_id).await.unwrap();
+    let tokens = app.store.tokens_of(&user_id).await.unwrap();
     assert_eq!(tokens.len(), labels.len());
 }

@@ -87,19 +87,19 @@ async fn an_idle_session_ends_at_its_timeout_by_the_clock() {
     let now = app.service.now();
     // Real time passes, the clock does not: nothing ends.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    app.service.reap().await;
+    app.service.guard.reap().await;
     assert_eq!(view(&app, &token, &id).await["state"], "ready");
     // A moment before its idle time it is kept; at its idle time it ends.
     app.advance(Duration::from_millis((idle_at - now - 1) as u64));
-    app.service.reap().await;
+    app.service.guard.reap().await;
     assert_eq!(view(&app, &token, &id).await["state"], "ready");
     app.advance(Duration::from_millis(1));
-    app.service.reap().await;
+    app.service.guard.reap().await;
     let ended = view(&app, &token, &id).await;
     assert_eq!(ended["end_reason"], "idle", "{ended}");
     assert_eq!(step_at(&ended, "idle too long"), idle_at);
     // The slot is free again and the unused credits are back: 2 s cost one minute.
-    let (balance, held) = app.service.store.credits(&user_id).await.unwrap();
+    let (balance, held) = app.store.credits(&user_id).await.unwrap();
     assert_eq!((balance, held), (100_000 - 17, 0));
 }
 
@@ -119,14 +119,14 @@ async fn a_session_ends_when_its_time_is_up_by_the_clock_and_pays_its_hold() {
     app.advance(Duration::from_millis(
         (ends_at - app.service.now() - 1) as u64,
     ));
-    app.service.reap().await;
+    app.service.guard.reap().await;
     assert_eq!(view(&app, &token, &id).await["state"], "ready");
     app.advance(Duration::from_millis(1));
-    app.service.reap().await;
+    app.service.guard.reap().await;
     let ended = view(&app, &token, &id).await;
     assert_eq!(ended["end_reason"], "timer", "{ended}");
     // 30 minutes at one credit an hour: the whole hold is charged, nothing is held any more.
-    let (balance, held) = app.service.store.credits(&user_id).await.unwrap();
+    let (balance, held) = app.store.credits(&user_id).await.unwrap();
     assert_eq!((balance, held), (100_000 - 500, 0));
 }
 
@@ -134,15 +134,10 @@ async fn a_session_ends_when_its_time_is_up_by_the_clock_and_pays_its_hold() {
 async fn a_token_stops_working_the_moment_it_expires_by_the_clock() {
     let app = clocked(FakeRuntime::new()).await;
     let (user_id, _) = app.user("exp").await;
-    let user = app
-        .service
-        .store
-        .user_by_id(&user_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let user = app.store.user_by_id(&user_id).await.unwrap().unwrap();
     let made = app
         .service
+        .accounts
         .create_token(
             &user.viewer(app::domain::scope::Scopes::ALL),
             "one day",
@@ -278,7 +273,7 @@ async fn a_killed_editor_is_detected_and_refunded() {
     FakeRuntime::crash(&handle);
     let view = ended(&app, &token, &id).await;
     assert_eq!(view["end_reason"], "crash");
-    let (balance, held) = app.service.store.credits(&user_id).await.unwrap();
+    let (balance, held) = app.store.credits(&user_id).await.unwrap();
     assert_eq!(
         (balance, held),
         (100_000 - 17, 0),
@@ -314,7 +309,7 @@ async fn an_editor_found_dead_after_downtime_is_not_charged_for_it() {
     )
     .await;
     FakeRuntime::crash(&app.record(&id).await.runtime_handle.unwrap());
-    app.service.recover().await.unwrap();
+    app.service.guard.recover().await.unwrap();
 
     let record = app.record(&id).await;
     assert_eq!(record.state, SessionState::Ended);
@@ -322,7 +317,7 @@ async fn an_editor_found_dead_after_downtime_is_not_charged_for_it() {
     let (charge, _) = app::domain::credits::settle(500, 1000, watched_until - ready_at);
     assert!(charge > 0);
     assert_eq!(
-        app.service.store.credits(&user_id).await.unwrap(),
+        app.store.credits(&user_id).await.unwrap(),
         (100_000 - charge, 0),
         "ten minutes charged, not twenty"
     );
@@ -353,9 +348,9 @@ async fn a_full_pool_queues_with_positions_and_starts_by_itself() {
     assert_eq!(fourth["queue_position"], 2);
     let dashboard_slices = app
         .service
+        .sessions
         .dashboard(
-            &app.service
-                .store
+            &app.store
                 .user_by_name("u4")
                 .await
                 .unwrap()
@@ -386,7 +381,7 @@ async fn a_full_pool_queues_with_positions_and_starts_by_itself() {
         .assert_status(StatusCode::OK);
     let left = ended(&app, &tokens[3].1, fourth_id).await;
     assert_eq!(left["end_reason"], "user");
-    let (balance, held) = app.service.store.credits(&tokens[3].0).await.unwrap();
+    let (balance, held) = app.store.credits(&tokens[3].0).await.unwrap();
     assert_eq!((balance, held), (100_000, 0));
 }
 
@@ -411,7 +406,7 @@ async fn queued_sessions_keep_their_place_across_a_restart() {
         third["id"].as_str().unwrap().to_string(),
         fourth["id"].as_str().unwrap().to_string(),
     );
-    let held_before = app.service.store.credits(&users[2].0).await.unwrap().1;
+    let held_before = app.store.credits(&users[2].0).await.unwrap().1;
     assert!(held_before > 0, "a queued launch holds its credits");
     let same_store = app.same_store();
     let _data = app.stop().await;
@@ -421,7 +416,7 @@ async fn queued_sessions_keep_their_place_across_a_restart() {
         same_store(c);
     })
     .await;
-    again.service.recover().await.unwrap();
+    again.service.guard.recover().await.unwrap();
     for (id, token, position) in [(&third, &users[2].1, 1), (&fourth, &users[3].1, 2)] {
         let view = again
             .get(&format!("/api/v1/sessions/{id}"), Some(token))
@@ -434,7 +429,7 @@ async fn queued_sessions_keep_their_place_across_a_restart() {
         );
     }
     assert_eq!(
-        again.service.store.credits(&users[2].0).await.unwrap().1,
+        again.store.credits(&users[2].0).await.unwrap().1,
         held_before,
         "the hold stays while the session waits"
     );
@@ -473,18 +468,19 @@ async fn a_shutdown_keeps_the_queue_and_a_size_gone_after_it_refunds() {
     app.launch_ready(&users[1].1, "jupyterlab").await;
     let waiting = app.launch(&users[2].1, "jupyterlab", 30).await.json();
     let waiting = waiting["id"].as_str().unwrap().to_string();
-    let (balance, held) = app.service.store.credits(&users[2].0).await.unwrap();
+    let (balance, held) = app.store.credits(&users[2].0).await.unwrap();
     assert!(held > 0);
     let service = app.service.clone();
+    let store = app.store.clone();
     let same_store = app.same_store();
     let _data = app.stop().await;
-    let stopped = service.store.session(&running).await.unwrap().unwrap();
+    let stopped = store.session(&running).await.unwrap().unwrap();
     assert_eq!(
         stopped.state,
         SessionState::Ended,
         "running sessions end at shutdown"
     );
-    let kept = service.store.session(&waiting).await.unwrap().unwrap();
+    let kept = store.session(&waiting).await.unwrap().unwrap();
     assert_eq!(
         kept.state,
         SessionState::Queued,
@@ -499,7 +495,7 @@ async fn a_shutdown_keeps_the_queue_and_a_size_gone_after_it_refunds() {
         same_store(c);
     })
     .await;
-    again.service.recover().await.unwrap();
+    again.service.guard.recover().await.unwrap();
     let view = ended(&again, &users[2].1, &waiting).await;
     assert_eq!(view["end_reason"], "failed");
     assert!(
@@ -510,7 +506,7 @@ async fn a_shutdown_keeps_the_queue_and_a_size_gone_after_it_refunds() {
         "{view}"
     );
     assert_eq!(
-        again.service.store.credits(&users[2].0).await.unwrap(),
+        again.store.credits(&users[2].0).await.unwrap(),
         (balance + held, 0),
         "every credit back"
     );
@@ -535,7 +531,7 @@ async fn launches_stay_starting(configure: impl FnOnce(&mut server::config::Conf
 async fn launches_and_stops_that_nothing_drives_are_finished_by_the_reaper() {
     let app = launches_stay_starting(|c| c.idle.reaper_period_ms = REAPER_MS).await;
     let (user_id, token) = app.user("stu").await;
-    let before = app.service.store.credits(&user_id).await.unwrap();
+    let before = app.store.credits(&user_id).await.unwrap();
     // A launch that has been starting for longer than any launch task waits: as if the task
     // had died with the replica that ran it.
     let stuck = app.launch_id(&token, "jupyterlab").await;
@@ -565,7 +561,7 @@ async fn launches_and_stops_that_nothing_drives_are_finished_by_the_reaper() {
     let view = app.wait_for(&token, &id, |v| v["state"] == "ended").await;
     assert_eq!(view["end_reason"], "user");
     assert!(runtime.stopped.lock().unwrap().contains(&handle));
-    let pool = app.service.store.pool().await.unwrap();
+    let pool = app.store.pool().await.unwrap();
     assert!(
         pool.iter()
             .flat_map(|(_, slots)| slots)
@@ -573,7 +569,7 @@ async fn launches_and_stops_that_nothing_drives_are_finished_by_the_reaper() {
         "the slot is free"
     );
     assert_eq!(
-        app.service.store.credits(&user_id).await.unwrap().1,
+        app.store.credits(&user_id).await.unwrap().1,
         0,
         "nothing held"
     );
@@ -584,10 +580,10 @@ async fn launches_and_stops_that_nothing_drives_are_finished_by_the_reaper() {
 async fn a_server_starting_up_leaves_alone_the_launches_a_live_server_drives() {
     let first = launches_stay_starting(|_| {}).await;
     let (user_id, token) = first.user("ray").await;
-    let before = first.service.store.credits(&user_id).await.unwrap();
+    let before = first.store.credits(&user_id).await.unwrap();
     let id = first.launch_id(&token, "jupyterlab").await;
     tokio::time::timeout(Duration::from_secs(10), async {
-        while first.record(&id).await.driver.as_deref() != Some(first.service.instance.as_str()) {
+        while first.record(&id).await.driver.as_deref() != Some(first.service.guard.instance()) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
@@ -596,7 +592,7 @@ async fn a_server_starting_up_leaves_alone_the_launches_a_live_server_drives() {
 
     // A second server on the same database starts while the first one lives.
     let second = TestApp::start_with(Some(FakeRuntime::new()), first.same_store()).await;
-    second.service.recover().await.unwrap();
+    second.service.guard.recover().await.unwrap();
     assert_eq!(
         second.record(&id).await.state,
         SessionState::Starting,
@@ -609,7 +605,7 @@ async fn a_server_starting_up_leaves_alone_the_launches_a_live_server_drives() {
             &id,
         )
         .await;
-    second.service.recover().await.unwrap();
+    second.service.guard.recover().await.unwrap();
     second
         .assert_fails_free(
             &token,
@@ -640,7 +636,6 @@ async fn a_warm_launch_whose_workspace_cannot_be_bound_costs_nothing() {
     .await;
     tokio::time::timeout(Duration::from_secs(10), async {
         while !app
-            .service
             .store
             .warm_editors()
             .await
@@ -654,7 +649,7 @@ async fn a_warm_launch_whose_workspace_cannot_be_bound_costs_nothing() {
     .await
     .expect("a warm editor");
     let (user_id, token) = app.user("walt").await;
-    let before = app.service.store.credits(&user_id).await.unwrap();
+    let before = app.store.credits(&user_id).await.unwrap();
     let id = app.launch_id(&token, "jupyterlab").await;
     app.assert_fails_free(&token, &id, "workspace volume", &user_id, before)
         .await;
@@ -679,7 +674,7 @@ async fn a_warm_editor_launches_at_once_on_the_users_workspace_and_is_replaced()
     .await;
     let warm_ready = async || {
         loop {
-            let warm = app.service.store.warm_editors().await.unwrap();
+            let warm = app.store.warm_editors().await.unwrap();
             if warm.iter().filter(|w| w.ready).count() == 2 {
                 return warm;
             }
@@ -727,7 +722,6 @@ async fn a_warm_editor_launches_at_once_on_the_users_workspace_and_is_replaced()
         "not a pre-started editor"
     );
     let warm: Vec<String> = app
-        .service
         .store
         .warm_editors()
         .await
@@ -761,7 +755,7 @@ async fn a_shutdown_in_the_middle_of_a_warm_start_stops_that_editor() {
     .await;
     let handle = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
-            let warm = app.service.store.warm_editors().await.unwrap();
+            let warm = app.store.warm_editors().await.unwrap();
             if let Some(handle) = warm.iter().find_map(|w| w.runtime_handle.clone()) {
                 assert!(!warm[0].ready);
                 return handle;
@@ -814,7 +808,7 @@ async fn quotas_and_extensions_answer_clearly() {
         30 * 60_000
     );
     assert_eq!(after["duration_minutes"], 60);
-    let (_, held) = app.service.store.credits(&user_id).await.unwrap();
+    let (_, held) = app.store.credits(&user_id).await.unwrap();
     assert_eq!(
         held,
         1_000 + 500,
@@ -844,8 +838,7 @@ async fn quotas_and_extensions_answer_clearly() {
         max_minutes: Some(10_000),
         ..Default::default()
     };
-    app.service
-        .store
+    app.store
         .set_quota(&user_id, &generous, None)
         .await
         .unwrap();
@@ -879,7 +872,7 @@ async fn quotas_and_extensions_answer_clearly() {
         &id,
     )
     .await;
-    let (_, held_before) = app.service.store.credits(&user_id).await.unwrap();
+    let (_, held_before) = app.store.credits(&user_id).await.unwrap();
     let late = extend(5).await;
     late.assert_status(StatusCode::CONFLICT);
     assert!(
@@ -889,7 +882,7 @@ async fn quotas_and_extensions_answer_clearly() {
             .contains("time is up")
     );
     assert_eq!(
-        app.service.store.credits(&user_id).await.unwrap().1,
+        app.store.credits(&user_id).await.unwrap().1,
         held_before,
         "nothing more held"
     );

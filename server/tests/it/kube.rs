@@ -490,11 +490,11 @@ async fn a_reconciler_pass_deletes_orphans_and_ends_lost_sessions_with_a_refund(
     let (runtime, handle) = mock_runtime(config.clone());
     // The reaper's tick would ask for the ready session's pod, a request the script does not
     // expect, whenever it came during the pass: none comes in this test's time.
-    let app = TestApp::start_with(Some(Arc::new(runtime)), |c| {
+    let app = TestApp::start_kube(runtime, |c| {
         c.idle.reaper_period_ms = 3_600_000;
     })
     .await;
-    let store = &app.service.store;
+    let store = &app.store;
     let (user_id, _) = app.user("carol").await;
     // A ready session whose pod the cluster no longer has.
     let an_hour = |_: &str| 1000;
@@ -506,7 +506,7 @@ async fn a_reconciler_pass_deletes_orphans_and_ends_lost_sessions_with_a_refund(
             slice_mib: 8192,
             burst: false,
             duration_minutes: 60,
-            limits: app.service.config.default_limits(),
+            limits: app.service.config().default_limits(),
             disk_mib: None,
             price_on: &an_hour,
             queue_price: 1000,
@@ -976,7 +976,7 @@ async fn fake_app(max_pods_per_user: u32) -> (TestApp, FakeApi) {
     let runtime = KubeRuntime::new(fake.client(), kube_config.clone()).with_timing(fast());
     // The configuration stays `local`: the background tick must not run a reconciler pass of
     // its own while a test runs one by hand.
-    let app = TestApp::start_with(Some(Arc::new(runtime)), |c| c.kube = kube_config).await;
+    let app = TestApp::start_kube(runtime, |c| c.kube = kube_config).await;
     (app, fake)
 }
 
@@ -1065,7 +1065,7 @@ async fn a_pod_that_vanishes_ends_its_session_as_lost_with_a_refund() {
     let (app, fake) = fake_app(4).await;
     let (user_id, token) = app.user("vera").await;
     let id = app.launch_ready(&token, "marimo").await;
-    let (_, held) = app.service.store.credits(&user_id).await.unwrap();
+    let (_, held) = app.store.credits(&user_id).await.unwrap();
     assert!(held > 0);
     // Nothing to do while all is well.
     let report = reconcile::run_once(&app.service).await.unwrap();
@@ -1079,7 +1079,7 @@ async fn a_pod_that_vanishes_ends_its_session_as_lost_with_a_refund() {
         view["detail"].as_str().unwrap().contains("refunded"),
         "{view}"
     );
-    let (_, held) = app.service.store.credits(&user_id).await.unwrap();
+    let (_, held) = app.store.credits(&user_id).await.unwrap();
     assert_eq!(held, 0);
     assert!(
         fake.names("secrets").is_empty(),
@@ -1097,12 +1097,12 @@ async fn a_launch_runs_the_approved_image_it_names() {
     let (app, fake) = fake_app(4).await;
     let root = app
         .service
+        .accounts
         .create_user("root", Some("password123"), app::model::Role::Admin, None)
         .await
         .unwrap();
     let (admin_token, hash) = server::auth::new_api_token();
-    app.service
-        .store
+    app.store
         .create_token(
             &root.id,
             &hash,
@@ -1204,7 +1204,7 @@ async fn a_launch_runs_the_approved_image_it_names() {
 async fn a_queued_launch_of_an_image_retired_meanwhile_ends_with_a_refund() {
     let fake = FakeApi::default();
     let runtime = KubeRuntime::new(fake.client(), KubeConfig::default()).with_timing(fast());
-    let app = TestApp::start_with(Some(Arc::new(runtime)), |c| {
+    let app = TestApp::start_kube(runtime, |c| {
         c.pool.gpus = vec![server::config::DeclaredGpu {
             name: "one".into(),
             model: "Virtual 8 GB".into(),
@@ -1215,12 +1215,14 @@ async fn a_queued_launch_of_an_image_retired_meanwhile_ends_with_a_refund() {
     .await;
     let root = app
         .service
+        .accounts
         .create_user("root", Some("password123"), app::model::Role::Admin, None)
         .await
         .unwrap();
     let viewer = root.viewer(app::domain::scope::Scopes::ALL);
     let image = app
         .service
+        .images
         .add_image(
             &viewer,
             &app::domain::images::NewImage {
@@ -1251,6 +1253,7 @@ async fn a_queued_launch_of_an_image_retired_meanwhile_ends_with_a_refund() {
     let id = waiting["id"].as_str().unwrap().to_string();
 
     app.service
+        .images
         .set_image_state(&viewer, &image_id, app::domain::images::ImageState::Retired)
         .await
         .unwrap();
@@ -1306,7 +1309,7 @@ async fn a_pod_hami_put_on_another_card_moves_its_slot_there() {
     let fake = FakeApi::default();
     let kube_config = KubeConfig::default();
     let runtime = KubeRuntime::new(fake.client(), kube_config.clone()).with_timing(fast());
-    let app = TestApp::start_with(Some(Arc::new(runtime)), |c| {
+    let app = TestApp::start_kube(runtime, |c| {
         c.kube = kube_config;
         // Declared by UUID, as HAMi names the cards.
         c.pool.gpus = ["GPU-aaaa", "GPU-bbbb"]
@@ -1341,7 +1344,6 @@ async fn a_pod_hami_put_on_another_card_moves_its_slot_there() {
     assert_eq!(record.gpu_id.as_deref(), Some(hamis));
     // The session holds one slot, on HAMi's card; the other card is whole again.
     let held: Vec<String> = app
-        .service
         .store
         .pool()
         .await
@@ -1369,8 +1371,8 @@ async fn an_exceeded_quota_fails_the_launch_with_the_reason_and_refunds() {
     let detail = view["detail"].as_str().unwrap();
     assert!(detail.contains("exceeded quota: sandbox-quota"), "{detail}");
     assert!(detail.contains("limited: pods=1"), "{detail}");
-    let (_, held) = app.service.store.credits(&user_id).await.unwrap();
-    let sessions = app.service.store.sessions_of(&user_id, 10).await.unwrap();
+    let (_, held) = app.store.credits(&user_id).await.unwrap();
+    let sessions = app.store.sessions_of(&user_id, 10).await.unwrap();
     let live: Vec<_> = sessions.iter().filter(|s| s.state.is_live()).collect();
     assert_eq!(live.len(), 1);
     assert_eq!(
@@ -1589,7 +1591,7 @@ async fn harness(runtime: &str) -> Harness {
             let fake = FakeApi::default();
             let runtime =
                 KubeRuntime::new(fake.client(), KubeConfig::default()).with_timing(fast());
-            let app = TestApp::start_with(Some(Arc::new(runtime)), quick).await;
+            let app = TestApp::start_kube(runtime, quick).await;
             Harness {
                 app,
                 vanish: Box::new(move |handle| {
@@ -1606,7 +1608,7 @@ async fn harness(runtime: &str) -> Harness {
 async fn launch_and_stop_settle_the_credits(runtime: &str) {
     let Harness { app, .. } = harness(runtime).await;
     let (user_id, token) = app.user("stella").await;
-    let (before, _) = app.service.store.credits(&user_id).await.unwrap();
+    let (before, _) = app.store.credits(&user_id).await.unwrap();
     let id = app.launch_ready(&token, "marimo").await;
     let view = app
         .get(&format!("/api/v1/sessions/{id}"), Some(&token))
@@ -1614,8 +1616,8 @@ async fn launch_and_stop_settle_the_credits(runtime: &str) {
         .json();
     let price_per_hour = view["price_per_hour"].as_i64().expect("a price");
     let handle = app.record(&id).await.runtime_handle.expect("a handle");
-    assert!(app.service.runtime.is_alive(&handle).await, "{runtime}");
-    let (_, held) = app.service.store.credits(&user_id).await.unwrap();
+    assert!(app.runtime.is_alive(&handle).await, "{runtime}");
+    let (_, held) = app.store.credits(&user_id).await.unwrap();
     assert!(held > 0, "{runtime}: credits held while it runs");
 
     let stopped = app
@@ -1625,15 +1627,14 @@ async fn launch_and_stop_settle_the_credits(runtime: &str) {
     assert_eq!(stopped["state"], "ended", "{runtime}");
     assert_eq!(stopped["end_reason"], "user", "{runtime}");
     assert!(
-        !app.service.runtime.is_alive(&handle).await,
+        !app.runtime.is_alive(&handle).await,
         "{runtime}: the editor is gone"
     );
-    let (after, held) = app.service.store.credits(&user_id).await.unwrap();
+    let (after, held) = app.store.credits(&user_id).await.unwrap();
     assert_eq!(held, 0, "{runtime}");
     let one_minute = (price_per_hour + 59) / 60;
     assert_eq!(after, before - one_minute, "{runtime}: one minute charged");
     let ledger: i64 = app
-        .service
         .store
         .ledger(&user_id)
         .await
@@ -1659,13 +1660,13 @@ async fn concurrent_launches_get_their_own_editors(runtime: &str) {
         app.record(&b).await.runtime_handle.unwrap(),
     );
     assert_ne!(ha, hb, "{runtime}: one editor each");
-    assert!(app.service.runtime.is_alive(&ha).await && app.service.runtime.is_alive(&hb).await);
+    assert!(app.runtime.is_alive(&ha).await && app.runtime.is_alive(&hb).await);
     for id in [&a, &b] {
         app.delete(&format!("/api/v1/sessions/{id}"), Some(&token))
             .await
             .assert_status(http::StatusCode::OK);
     }
-    assert!(!app.service.runtime.is_alive(&ha).await && !app.service.runtime.is_alive(&hb).await);
+    assert!(!app.runtime.is_alive(&ha).await && !app.runtime.is_alive(&hb).await);
     app.stop().await;
 }
 
@@ -1680,7 +1681,7 @@ async fn a_vanished_editor_ends_its_session_with_a_refund(runtime: &str) {
         .await
         .expect("ended within 10 s");
     assert_eq!(view["end_reason"], "crash", "{runtime}: {view}");
-    let (_, held) = app.service.store.credits(&user_id).await.unwrap();
+    let (_, held) = app.store.credits(&user_id).await.unwrap();
     assert_eq!(held, 0, "{runtime}");
     app.stop().await;
 }

@@ -214,15 +214,9 @@ async fn people_sign_in_through_the_provider_and_get_their_own_accounts() {
     assert_eq!(who["role"], "admin");
     assert_eq!(
         who["credits"]["balance"],
-        app.service.config.initial_grant()
+        app.service.config().initial_grant()
     );
-    let olga = app
-        .service
-        .store
-        .user_by_name("olga")
-        .await
-        .unwrap()
-        .unwrap();
+    let olga = app.store.user_by_name("olga").await.unwrap().unwrap();
     assert!(olga.password_hash.is_none(), "no password to guess");
 
     // Again: the same account, found by the provider's subject.
@@ -247,6 +241,7 @@ async fn people_sign_in_through_the_provider_and_get_their_own_accounts() {
 
     // A provider's "admin" does not become the local admin account.
     app.service
+        .accounts
         .create_user(
             "admin",
             Some("local-password"),
@@ -259,16 +254,17 @@ async fn people_sign_in_through_the_provider_and_get_their_own_accounts() {
     assert_eq!(location(&answer), "/login?sso=taken");
     assert!(me(&app, &cookies).await.status == StatusCode::UNAUTHORIZED);
     // Until an admin links that identity to the account (`server user link`).
-    let local = app
-        .service
-        .store
-        .user_by_name("admin")
-        .await
-        .unwrap()
-        .unwrap();
+    let local = app.store.user_by_name("admin").await.unwrap().unwrap();
     let identity = format!("{}|admin", provider.issuer);
-    assert!(app.service.link_identity(&local.id, "admin").await.is_err());
+    assert!(
+        app.service
+            .accounts
+            .link_identity(&local.id, "admin")
+            .await
+            .is_err()
+    );
     app.service
+        .accounts
         .link_identity(&local.id, &identity)
         .await
         .unwrap();
@@ -276,15 +272,22 @@ async fn people_sign_in_through_the_provider_and_get_their_own_accounts() {
     assert_eq!(location(&answer), "/s/x/lab");
     assert_eq!(me(&app, &cookies).await.json()["id"], local.id);
     assert!(matches!(
-        app.service.link_identity(&olga.id, &identity).await,
+        app.service
+            .accounts
+            .link_identity(&olga.id, &identity)
+            .await,
         Err(app::error::AppError::Conflict(_))
     ));
 
     // A locked account stays out.
-    app.service.set_locked(&olga.id, true, None).await.unwrap();
+    app.service
+        .accounts
+        .set_locked(&olga.id, true, None)
+        .await
+        .unwrap();
     let (answer, _) = round_trip(&app, &provider, "olga").await;
     assert_eq!(location(&answer), "/login?sso=locked");
-    let log = app.service.store.audit_log(50).await.unwrap();
+    let log = app.store.audit_log(50).await.unwrap();
     assert!(
         log.iter()
             .any(|e| e.action == "login" && e.target == "user:olga" && e.detail == "oidc"),

@@ -147,12 +147,12 @@ async fn promotion_app(registry: &Registry, workspaces: &Path) -> TestApp {
 async fn admin_token(app: &TestApp) -> String {
     let root = app
         .service
+        .accounts
         .create_user("root", Some("password123"), Role::Admin, None)
         .await
         .unwrap();
     let (token, hash) = server::auth::new_api_token();
-    app.service
-        .store
+    app.store
         .create_token(&root.id, &hash, "test", Scopes::ALL, None)
         .await
         .unwrap();
@@ -265,7 +265,7 @@ async fn an_approved_file_lands_in_the_registry_with_its_provenance() {
         .assert_status(StatusCode::NOT_FOUND);
     let listed = app.get("/api/v1/promotions", Some(alice)).await.json();
     assert_eq!(listed, json!([]), "no bad request left a promotion");
-    let staged = app.service.config.data_dir.join("promotions");
+    let staged = app.service.config().data_dir.join("promotions");
     assert!(
         !staged.exists() || std::fs::read_dir(&staged).unwrap().next().is_none(),
         "no bad request left a copy"
@@ -464,7 +464,7 @@ async fn an_approved_file_lands_in_the_registry_with_its_provenance() {
     assert_eq!(status, StatusCode::OK);
 
     // Every step is in the audit log.
-    let audit = app.service.store.audit_log(100).await.unwrap();
+    let audit = app.store.audit_log(100).await.unwrap();
     for (action, target) in [
         ("promotion.request", &id),
         ("promotion.approve", &id),

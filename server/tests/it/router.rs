@@ -358,7 +358,7 @@ async fn a_missing_editor_is_shown_unavailable_with_the_reason_and_refused() {
         message.contains("(code-server) is unavailable") && message.contains("not installed"),
         "{message}"
     );
-    let (_, held) = app.service.store.credits(&user_id).await.unwrap();
+    let (_, held) = app.store.credits(&user_id).await.unwrap();
     assert_eq!(held, 0, "nothing is held for a launch that cannot run");
     app.stop().await;
 }

@@ -49,7 +49,7 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
     {
         return cross_site_refused();
     }
-    let caller = match state.service.auth.caller(req.headers()).await {
+    let caller = match state.service.accounts.caller(req.headers()).await {
         Ok(caller) => caller,
         Err(e) => {
             tracing::error!(error = %e, "proxy auth");
@@ -90,7 +90,7 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
         };
-        let route = match state.service.route(session_id).await {
+        let route = match state.service.access.route(session_id).await {
             Ok(route) => route,
             Err(e) => {
                 tracing::error!(error = %e, "proxy route");
@@ -104,7 +104,14 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
         // admin chose to enter it (audited) and the grant still runs.
         if route.owner_id != caller.user.id {
             // Boxed, as rare: see `Service::route`.
-            match Box::pin(state.service.admin_entry(&caller, session_id, by_token)).await {
+            match Box::pin(
+                state
+                    .service
+                    .admin
+                    .admin_entry(&caller, session_id, by_token),
+            )
+            .await
+            {
                 Some(until) => admin_until = Some(until),
                 None => {
                     return json_error(StatusCode::NOT_FOUND, "not_found", "no such session");
@@ -139,7 +146,7 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
     // One session's WebSockets have a ceiling, so that one page or script cannot hold every
     // connection the server has.
     let websocket = if upgrade {
-        let max = state.service.config.proxy.max_websockets_per_session;
+        let max = state.service.config().proxy.max_websockets_per_session;
         match route.open_websocket(max) {
             Some(open) => Some(open),
             None => {
@@ -187,7 +194,7 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
     parts.version = http::Version::HTTP_11;
     // An editor answers once it has read the body: the wait for its answer counts from the last
     // byte of an upload, however long the upload takes.
-    let answer_timeout = Duration::from_secs(state.service.config.proxy.answer_timeout_seconds);
+    let answer_timeout = Duration::from_secs(state.service.config().proxy.answer_timeout_seconds);
     let body = if http_body::Body::is_end_stream(&body) {
         body
     } else {
@@ -209,7 +216,8 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
         } else {
             state
                 .service
-                .upstreams
+                .access
+                .upstreams()
                 .send(&route.upstream, outgoing)
                 .await
         }
@@ -229,7 +237,7 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
         Err(e) => {
             tracing::warn!(session = %route.session_id, error = %e, "editor unreachable");
             // The session may have ended elsewhere: the next request reads it again.
-            state.service.routes.remove(&route.session_id);
+            state.service.access.forget_route(&route.session_id);
             return json_error(
                 StatusCode::BAD_GATEWAY,
                 "editor_unreachable",
@@ -245,7 +253,7 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
             let upstream_upgrade = hyper::upgrade::on(&mut response);
             let route = route.clone();
             let busy_poll =
-                Duration::from_micros(state.service.config.proxy.websocket_busy_poll_us);
+                Duration::from_micros(state.service.config().proxy.websocket_busy_poll_us);
             let service = state.service.clone();
             let slot = client.slot.cloned();
             // Whose credential it is: the owner's, or an admin's who entered.
@@ -261,7 +269,7 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
                     let grant_ends = async {
                         match admin_until {
                             Some(until) => {
-                                let left = (until - crate::util::now_ms()).max(0) as u64;
+                                let left = (until - service.now()).max(0) as u64;
                                 tokio::time::sleep(Duration::from_millis(left)).await;
                             }
                             None => std::future::pending().await,
@@ -269,14 +277,14 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
                     };
                     match &credential {
                         Some(credential) => tokio::select! {
-                            () = until_revoked(&service.auth, credential, &user_id, admin_until.is_some()) => {}
+                            () = until_revoked(&service.accounts, credential, &user_id, admin_until.is_some()) => {}
                             () = grant_ends => {}
                         },
                         None => std::future::pending().await,
                     }
                 };
                 // The server's shutdown ends it too, so that draining does not wait for it.
-                let mut shutdown = service.shutdown.subscribe();
+                let mut shutdown = service.shutting_down();
                 tokio::select! {
                     () = relay => {}
                     () = revoked => {
@@ -333,7 +341,7 @@ const RECHECK_CREDENTIAL: Duration = Duration::from_secs(10);
 /// connection at its own phase so that they do not all ask at once. A failing database keeps the
 /// connection: it is the editor's work the user would lose.
 async fn until_revoked(
-    auth: &crate::identity::auth::Authenticator,
+    auth: &crate::service::Accounts,
     credential: &crate::identity::auth::Credential,
     owner_id: &str,
     as_admin: bool,

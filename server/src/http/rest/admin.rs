@@ -45,7 +45,9 @@ pub(super) async fn admin_users(
     ApiUser(viewer): ApiUser,
     ApiQuery(query): ApiQuery,
 ) -> ApiResult<Json<app::domain::listing::Page<app::model::AdminUser>>> {
-    Ok(Json(state.service.admin_users(&viewer, &query).await?))
+    Ok(Json(
+        state.service.admin.admin_users(&viewer, &query).await?,
+    ))
 }
 
 pub(super) async fn admin_change_user(
@@ -54,7 +56,11 @@ pub(super) async fn admin_change_user(
     PathId(id): PathId,
     ApiJson(change): ApiJson<app::model::UserChange>,
 ) -> ApiResult<StatusCode> {
-    state.service.change_user(&viewer, &id, &change).await?;
+    state
+        .service
+        .admin
+        .change_user(&viewer, &id, &change)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -92,6 +98,7 @@ pub(super) async fn admin_grant(
     };
     let balance = state
         .service
+        .admin
         .grant_credits(Some(&viewer), &id, &amount, &body.note)
         .await?;
     Ok(Json(Granted {
@@ -105,7 +112,9 @@ pub(super) async fn admin_sessions(
     ApiUser(viewer): ApiUser,
     ApiQuery(query): ApiQuery,
 ) -> ApiResult<Json<app::domain::listing::Page<app::model::AdminSession>>> {
-    Ok(Json(state.service.admin_sessions(&viewer, &query).await?))
+    Ok(Json(
+        state.service.admin.admin_sessions(&viewer, &query).await?,
+    ))
 }
 
 pub(super) async fn admin_session(
@@ -113,7 +122,7 @@ pub(super) async fn admin_session(
     ApiUser(viewer): ApiUser,
     PathId(id): PathId,
 ) -> ApiResult<Json<app::model::AdminSession>> {
-    Ok(Json(state.service.admin_session(&viewer, &id).await?))
+    Ok(Json(state.service.admin.admin_session(&viewer, &id).await?))
 }
 
 pub(super) async fn admin_open_editor(
@@ -121,7 +130,9 @@ pub(super) async fn admin_open_editor(
     ApiUser(viewer): ApiUser,
     PathId(id): PathId,
 ) -> ApiResult<Json<app::model::EditorAccess>> {
-    Ok(Json(state.service.admin_open_editor(&viewer, &id).await?))
+    Ok(Json(
+        state.service.admin.admin_open_editor(&viewer, &id).await?,
+    ))
 }
 
 pub(super) async fn admin_stop(
@@ -129,14 +140,14 @@ pub(super) async fn admin_stop(
     ApiUser(viewer): ApiUser,
     PathId(id): PathId,
 ) -> ApiResult<Json<app::model::AdminSession>> {
-    Ok(Json(state.service.admin_stop(&viewer, &id).await?))
+    Ok(Json(state.service.admin.admin_stop(&viewer, &id).await?))
 }
 
 pub(super) async fn admin_pool(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
 ) -> ApiResult<Json<Vec<app::model::AdminGpu>>> {
-    Ok(Json(state.service.admin_pool(&viewer).await?))
+    Ok(Json(state.service.admin.admin_pool(&viewer).await?))
 }
 
 pub(super) async fn admin_audit(
@@ -144,7 +155,9 @@ pub(super) async fn admin_audit(
     ApiUser(viewer): ApiUser,
     ApiQuery(query): ApiQuery,
 ) -> ApiResult<Json<app::domain::listing::Page<app::model::AuditLine>>> {
-    Ok(Json(state.service.admin_audit(&viewer, &query).await?))
+    Ok(Json(
+        state.service.admin.admin_audit(&viewer, &query).await?,
+    ))
 }
 
 pub(super) async fn admin_usage(
@@ -152,7 +165,9 @@ pub(super) async fn admin_usage(
     ApiUser(viewer): ApiUser,
     ApiQuery(query): ApiQuery,
 ) -> ApiResult<Json<app::domain::listing::Page<app::model::UsageRow>>> {
-    Ok(Json(state.service.admin_usage(&viewer, &query).await?))
+    Ok(Json(
+        state.service.admin.admin_usage(&viewer, &query).await?,
+    ))
 }
 
 /// A user's quota overrides; each left out (or null) goes back to the configured default.
@@ -184,6 +199,7 @@ pub(super) async fn admin_set_quota(
     Ok(Json(
         state
             .service
+            .admin
             .set_user_quota(&viewer, &id, &overrides)
             .await?,
     ))
@@ -198,6 +214,7 @@ pub(super) async fn admin_change_quota(
     Ok(Json(
         state
             .service
+            .admin
             .change_user_quota(&viewer, &id, change)
             .await?,
     ))
@@ -207,5 +224,5 @@ pub(super) async fn admin_settings(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
 ) -> ApiResult<Json<Vec<app::model::SettingsSection>>> {
-    Ok(Json(state.service.admin_settings(&viewer)?))
+    Ok(Json(state.service.admin.admin_settings(&viewer)?))
 }

@@ -15,14 +15,14 @@ pub(super) async fn list_images(
         .scopes
         .require(app::domain::scope::Scope::Read)
         .map_err(AppError::from)?;
-    Ok(Json(state.service.launch_images().await?))
+    Ok(Json(state.service.images.launch_images().await?))
 }
 
 pub(super) async fn admin_images(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
 ) -> ApiResult<Json<Vec<app::model::ImageView>>> {
-    Ok(Json(state.service.admin_images(&viewer).await?))
+    Ok(Json(state.service.images.admin_images(&viewer).await?))
 }
 
 pub(super) async fn admin_add_image(
@@ -30,7 +30,7 @@ pub(super) async fn admin_add_image(
     ApiUser(viewer): ApiUser,
     ApiJson(image): ApiJson<app::domain::images::NewImage>,
 ) -> ApiResult<(StatusCode, Json<app::model::ImageView>)> {
-    let view = state.service.add_image(&viewer, &image).await?;
+    let view = state.service.images.add_image(&viewer, &image).await?;
     Ok((StatusCode::CREATED, Json(view)))
 }
 
@@ -49,6 +49,7 @@ pub(super) async fn admin_set_image(
     Ok(Json(
         state
             .service
+            .images
             .set_image_state(&viewer, &id, change.state)
             .await?,
     ))

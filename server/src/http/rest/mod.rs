@@ -51,10 +51,10 @@ impl FromRequestParts<AppState> for ApiUser {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        match state.service.auth.caller(&parts.headers).await {
+        match state.service.accounts.caller(&parts.headers).await {
             Ok(Some(caller)) => Ok(ApiUser(caller.viewer())),
             Ok(None) => Err(ApiError(AppError::Unauthenticated)),
-            Err(e) => Err(ApiError(e.into())),
+            Err(e) => Err(ApiError(e)),
         }
     }
 }
@@ -151,12 +151,7 @@ pub fn router() -> Router<AppState> {
 
 /// For load balancers and probes: answers when the database does.
 async fn health(State(state): State<AppState>) -> ApiResult<Json<serde_json::Value>> {
-    state
-        .service
-        .store
-        .count_users()
-        .await
-        .map_err(AppError::from)?;
+    state.service.ready().await?;
     Ok(Json(serde_json::json!({ "status": "ok" })))
 }
 
@@ -171,17 +166,7 @@ struct Me {
 
 /// Who the caller is, for any of their tokens; their credits, for one that may read.
 async fn me(State(state): State<AppState>, ApiUser(viewer): ApiUser) -> ApiResult<Json<Me>> {
-    let credits = if viewer.scopes.allows(app::domain::scope::Scope::Read) {
-        let (balance, held) = state
-            .service
-            .store
-            .credits(&viewer.id)
-            .await
-            .map_err(AppError::from)?;
-        Some(app::model::CreditsView { balance, held })
-    } else {
-        None
-    };
+    let credits = state.service.accounts.credits_of(&viewer).await?;
     Ok(Json(Me { viewer, credits }))
 }
 
@@ -190,14 +175,16 @@ async fn pool(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
 ) -> ApiResult<Json<Vec<app::model::SliceOption>>> {
-    Ok(Json(state.service.dashboard(&viewer).await?.slices))
+    Ok(Json(
+        state.service.sessions.dashboard(&viewer).await?.slices,
+    ))
 }
 
 async fn quota(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
 ) -> ApiResult<Json<app::model::QuotaView>> {
-    Ok(Json(state.service.quota(&viewer).await?))
+    Ok(Json(state.service.sessions.quota(&viewer).await?))
 }
 
 /// A table's paging, sorting and filtering from the query string; anything unreadable is a

@@ -15,6 +15,7 @@ pub(super) async fn request_promotion(
 ) -> ApiResult<(StatusCode, Json<app::model::PromotionView>)> {
     let view = state
         .service
+        .promotions
         .request_promotion(&viewer, &id, &request)
         .await?;
     Ok((StatusCode::CREATED, Json(view)))
@@ -24,7 +25,7 @@ pub(super) async fn list_promotions(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
 ) -> ApiResult<Json<Vec<app::model::PromotionView>>> {
-    Ok(Json(state.service.promotions(&viewer).await?))
+    Ok(Json(state.service.promotions.promotions(&viewer).await?))
 }
 
 pub(super) async fn get_promotion(
@@ -32,7 +33,9 @@ pub(super) async fn get_promotion(
     ApiUser(viewer): ApiUser,
     PathId(id): PathId,
 ) -> ApiResult<Json<app::model::PromotionView>> {
-    Ok(Json(state.service.promotion(&viewer, &id).await?))
+    Ok(Json(
+        state.service.promotions.promotion(&viewer, &id).await?,
+    ))
 }
 
 pub(super) async fn admin_promotions(
@@ -40,7 +43,13 @@ pub(super) async fn admin_promotions(
     ApiUser(viewer): ApiUser,
     ApiQuery(query): ApiQuery,
 ) -> ApiResult<Json<app::domain::listing::Page<app::model::PromotionView>>> {
-    Ok(Json(state.service.admin_promotions(&viewer, &query).await?))
+    Ok(Json(
+        state
+            .service
+            .promotions
+            .admin_promotions(&viewer, &query)
+            .await?,
+    ))
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -77,6 +86,7 @@ pub(super) async fn admin_decide_promotion(
     Ok(Json(
         state
             .service
+            .promotions
             .decide_promotion(&viewer, &id, decision, reason.as_deref())
             .await?,
     ))

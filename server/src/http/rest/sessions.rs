@@ -40,7 +40,7 @@ pub(super) async fn list_sessions(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
 ) -> ApiResult<Json<Vec<ApiSession>>> {
-    let sessions = state.service.sessions(&viewer).await?;
+    let sessions = state.service.sessions.sessions(&viewer).await?;
     Ok(Json(sessions.into_iter().map(ApiSession::from).collect()))
 }
 
@@ -49,7 +49,7 @@ pub(super) async fn create_session(
     ApiUser(viewer): ApiUser,
     ApiJson(request): ApiJson<LaunchRequest>,
 ) -> ApiResult<(StatusCode, Json<ApiSession>)> {
-    let view = state.service.launch(&viewer, request).await?;
+    let view = state.service.sessions.launch(&viewer, request).await?;
     Ok((StatusCode::CREATED, Json(view.into())))
 }
 
@@ -58,7 +58,9 @@ pub(super) async fn get_session(
     ApiUser(viewer): ApiUser,
     PathId(id): PathId,
 ) -> ApiResult<Json<ApiSession>> {
-    Ok(Json(state.service.session(&viewer, &id).await?.into()))
+    Ok(Json(
+        state.service.sessions.session(&viewer, &id).await?.into(),
+    ))
 }
 
 pub(super) async fn delete_session(
@@ -66,7 +68,9 @@ pub(super) async fn delete_session(
     ApiUser(viewer): ApiUser,
     PathId(id): PathId,
 ) -> ApiResult<Json<ApiSession>> {
-    Ok(Json(state.service.stop(&viewer, &id).await?.into()))
+    Ok(Json(
+        state.service.sessions.stop(&viewer, &id).await?.into(),
+    ))
 }
 
 #[derive(serde::Deserialize)]
@@ -83,8 +87,14 @@ pub(super) async fn heartbeat(
     PathId(id): PathId,
     ApiJson(body): ApiJson<HeartbeatBody>,
 ) -> ApiResult<Json<ApiSession>> {
-    state.service.heartbeat(&viewer, &id, body.input).await?;
-    Ok(Json(state.service.session(&viewer, &id).await?.into()))
+    state
+        .service
+        .sessions
+        .heartbeat(&viewer, &id, body.input)
+        .await?;
+    Ok(Json(
+        state.service.sessions.session(&viewer, &id).await?.into(),
+    ))
 }
 
 #[derive(serde::Deserialize)]
@@ -102,6 +112,7 @@ pub(super) async fn extend(
     Ok(Json(
         state
             .service
+            .sessions
             .extend(&viewer, &id, body.minutes)
             .await?
             .into(),
@@ -114,13 +125,13 @@ pub(super) async fn session_events(
     ApiUser(viewer): ApiUser,
     PathId(id): PathId,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
-    state.service.check_owner(&viewer, &id).await?;
+    state.service.sessions.check_owner(&viewer, &id).await?;
     // Subscribe before reading the history, so nothing falls between the two.
-    let live = state.service.events.subscribe(&id);
-    let history = state.service.steps_after(&id, 0).await?;
+    let live = state.service.sessions.follow(&id);
+    let history = state.service.sessions.steps_after(&id, 0).await?;
     let ended = history.iter().any(|s| s.state == SessionState::Ended);
     let follow = Follow {
-        shutdown: state.service.shutdown.subscribe(),
+        shutdown: state.service.shutting_down(),
         service: state.service.clone(),
         id,
         live: (!ended).then_some(live),
@@ -167,7 +178,12 @@ impl Follow {
             if *self.shutdown.borrow() {
                 // One last look, so the steps of the shutdown itself are shown, then the end.
                 self.closing = true;
-                if let Ok(steps) = self.service.steps_after(&self.id, self.last_seq).await {
+                if let Ok(steps) = self
+                    .service
+                    .sessions
+                    .steps_after(&self.id, self.last_seq)
+                    .await
+                {
                     self.pending.extend(steps);
                 }
                 continue;
@@ -194,7 +210,12 @@ impl Follow {
                 _ = self.shutdown.changed() => false,
             };
             if refresh {
-                match self.service.steps_after(&self.id, self.last_seq).await {
+                match self
+                    .service
+                    .sessions
+                    .steps_after(&self.id, self.last_seq)
+                    .await
+                {
                     Ok(steps) => self.pending.extend(steps),
                     Err(_) => return None,
                 }

@@ -22,38 +22,30 @@ pub(super) async fn list_tokens(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
 ) -> ApiResult<Json<Vec<crate::store::TokenRecord>>> {
-    Ok(Json(state.service.tokens(&viewer).await?))
+    Ok(Json(state.service.accounts.tokens(&viewer).await?))
 }
 
 /// With a sign-in cookie, the password too: editors are served from our origin, and a script in
 /// an editor's page must not be able to mint a lasting credential from the browser's cookie.
 pub(super) async fn create_token(
     State(state): State<AppState>,
-    ApiUser(viewer): ApiUser,
+    // First, as every route of the API: no body is read for a caller who is nobody.
+    _: ApiUser,
     headers: http::HeaderMap,
     session: tower_sessions::Session,
     ApiJson(request): ApiJson<TokenRequest>,
 ) -> ApiResult<(StatusCode, Json<crate::service::NewToken>)> {
-    let confirmed_at = crate::identity::auth::sso_confirmed_at(&session).await;
-    state
-        .service
-        .confirm_token_maker(
-            &viewer,
-            crate::identity::auth::bearer_token(&headers).is_some(),
-            request.password.as_deref(),
-            confirmed_at,
-        )
-        .await?;
-    // A sign-in that proved itself just now: an admin's may give the new token `admin`. A
-    // token only ever grants what it has.
-    let viewer = if crate::identity::auth::bearer_token(&headers).is_some() {
-        viewer
-    } else {
-        crate::service::confirmed(viewer)
-    };
+    let auth = crate::http::request_auth(&state.service, &headers, Some(&session)).await?;
     let token = state
         .service
-        .create_token(&viewer, &request.label, request.scopes, request.days)
+        .accounts
+        .make_token(
+            &auth,
+            &request.label,
+            request.scopes,
+            request.days,
+            request.password.as_deref(),
+        )
         .await?;
     Ok((StatusCode::CREATED, Json(token)))
 }
@@ -63,6 +55,6 @@ pub(super) async fn revoke_token(
     ApiUser(viewer): ApiUser,
     PathId(id): PathId,
 ) -> ApiResult<StatusCode> {
-    state.service.revoke_token(&viewer, &id).await?;
+    state.service.accounts.revoke_token(&viewer, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -691,7 +691,11 @@ impl Runtime for KubeRuntime {
             .collect()
     }
 
-    fn as_kube(&self) -> Option<&KubeRuntime> {
-        Some(self)
+    fn runs_images(&self) -> bool {
+        true
+    }
+
+    fn editor_image(&self, editor: EditorKind) -> String {
+        self.config.images.of(editor).to_string()
     }
 }

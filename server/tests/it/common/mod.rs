@@ -20,9 +20,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The runtime a test server runs on; None: the real local one.
+enum Runtimes {
+    Any(Option<Arc<dyn Runtime>>),
+    Kube(Arc<server::runtime::kube::KubeRuntime>),
+}
+
 pub struct TestApp {
     pub addr: SocketAddr,
     pub service: Arc<Service>,
+    /// The server's database, to set up and look at what no API shows.
+    pub store: Store,
+    /// The runtime the server's editors run on.
+    pub runtime: Arc<dyn Runtime>,
     /// The clock the server's store and service read, when the test set it by hand.
     pub clock: Option<Arc<ManualClock>>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
@@ -82,7 +92,15 @@ impl TestApp {
         runtime: Option<Arc<dyn Runtime>>,
         adjust: impl FnOnce(&mut Config),
     ) -> TestApp {
-        Self::start_on(runtime, adjust, None).await
+        Self::start_inner(Runtimes::Any(runtime), adjust, None).await
+    }
+
+    /// A server on Kubernetes (a fake API server behind `runtime`), with its reconciler.
+    pub async fn start_kube(
+        runtime: server::runtime::kube::KubeRuntime,
+        adjust: impl FnOnce(&mut Config),
+    ) -> TestApp {
+        Self::start_inner(Runtimes::Kube(Arc::new(runtime)), adjust, None).await
     }
 
     /// A server whose time stands still until the test moves [`TestApp::clock`].
@@ -90,7 +108,12 @@ impl TestApp {
         runtime: Option<Arc<dyn Runtime>>,
         adjust: impl FnOnce(&mut Config),
     ) -> TestApp {
-        Self::start_on(runtime, adjust, Some(Arc::new(ManualClock::now()))).await
+        Self::start_inner(
+            Runtimes::Any(runtime),
+            adjust,
+            Some(Arc::new(ManualClock::now())),
+        )
+        .await
     }
 
     /// Moves the server's clock on (a server started with [`TestApp::start_clocked`]).
@@ -98,8 +121,8 @@ impl TestApp {
         self.clock.as_ref().expect("a clocked server").advance(by);
     }
 
-    async fn start_on(
-        runtime: Option<Arc<dyn Runtime>>,
+    async fn start_inner(
+        runtimes: Runtimes,
         adjust: impl FnOnce(&mut Config),
         clock: Option<Arc<ManualClock>>,
     ) -> TestApp {
@@ -120,21 +143,37 @@ impl TestApp {
             Some(clock) => store.with_clock(clock.clone()),
             None => store,
         };
-        let runtime = runtime.unwrap_or_else(|| {
-            Arc::new(LocalRuntime::new(
-                ToolPaths::from_config(&config.editors),
-                &config.data_dir,
-            ))
-        });
         let gpus = config.declared_gpus();
-        let service = Arc::new(Service::new(
-            config,
-            store,
-            runtime,
-            gpus,
-            server::gpu::Enforcement::None,
-        ));
-        service.sync_pool().await.expect("pool");
+        let (service, runtime) = match runtimes {
+            Runtimes::Kube(kube) => (
+                Service::on_kube(
+                    config,
+                    store.clone(),
+                    kube.clone(),
+                    gpus,
+                    server::gpu::Enforcement::None,
+                ),
+                kube as Arc<dyn Runtime>,
+            ),
+            Runtimes::Any(runtime) => {
+                let runtime = runtime.unwrap_or_else(|| {
+                    Arc::new(LocalRuntime::new(
+                        ToolPaths::from_config(&config.editors),
+                        &config.data_dir,
+                    ))
+                });
+                let service = Service::new(
+                    config,
+                    store.clone(),
+                    runtime.clone(),
+                    gpus,
+                    server::gpu::Enforcement::None,
+                );
+                (service, runtime)
+            }
+        };
+        let service = Arc::new(service);
+        service.guard.sync_pool().await.expect("pool");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -152,6 +191,8 @@ impl TestApp {
         TestApp {
             addr,
             service,
+            store,
+            runtime,
             clock,
             shutdown: Some(tx),
             server: Some(server),
@@ -164,8 +205,8 @@ impl TestApp {
     /// Points another server at this one's database and data directory: a restart, once this
     /// one has stopped.
     pub fn same_store(&self) -> impl Fn(&mut Config) + use<> {
-        let database = self.service.config.database_url();
-        let data_dir = self.service.config.data_dir.clone();
+        let database = self.service.config().database_url();
+        let data_dir = self.service.config().data_dir.clone();
         move |c| {
             c.database_url = database.clone();
             c.data_dir = data_dir.clone();
@@ -173,8 +214,7 @@ impl TestApp {
     }
 
     pub async fn record(&self, id: &str) -> server::store::SessionRecord {
-        self.service
-            .store
+        self.store
             .session(id)
             .await
             .expect("the store answers")
@@ -185,12 +225,12 @@ impl TestApp {
     pub async fn user(&self, name: &str) -> (String, String) {
         let user = self
             .service
+            .accounts
             .create_user(name, Some("password123"), Role::User, None)
             .await
             .expect("user");
         let (token, hash) = server::auth::new_api_token();
-        self.service
-            .store
+        self.store
             .create_token(&user.id, &hash, "test", Scopes::ALL, None)
             .await
             .expect("token");
@@ -220,7 +260,7 @@ impl TestApp {
     /// Runs SQL against the server's database, for setting up what no API offers (a past end time).
     pub async fn sql(&self, statement: &str, id: &str) {
         sqlx::any::install_default_drivers();
-        let pool = sqlx::AnyPool::connect(&self.service.config.database_url())
+        let pool = sqlx::AnyPool::connect(&self.service.config().database_url())
             .await
             .expect("database");
         sqlx::query(statement)
@@ -337,7 +377,7 @@ impl TestApp {
             "{view}"
         );
         assert_eq!(
-            self.service.store.credits(user_id).await.unwrap(),
+            self.store.credits(user_id).await.unwrap(),
             before,
             "a failed launch costs nothing"
         );
