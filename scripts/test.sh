@@ -21,7 +21,12 @@ if [ -z "${DATABASE_URL:-}" ]; then
   export DATABASE_URL=postgres://sandbox:sandbox@127.0.0.1:5432/postgres
 fi
 
-echo "==> cargo test (unit, store on SQLite + PostgreSQL, API, proxy, real editors)"
+echo "==> cargo fmt --check and clippy -D warnings (server and app; the pages' wasm side)"
+cargo fmt --all --check
+cargo clippy --workspace --exclude frontend --all-targets --locked -- -D warnings
+cargo clippy -p frontend --target wasm32-unknown-unknown --locked -- -D warnings
+
+echo "==> cargo test (unit, the folders' import order, store on SQLite + PostgreSQL, API, proxy, real editors)"
 # Without the wasm crate: its `hydrate` features would otherwise be unified into the server's
 # build of the pages (effects then run at render, which the server never does).
 cargo test --workspace --exclude frontend --locked

@@ -197,7 +197,7 @@ fn amount<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D
     struct Amount;
     impl serde::de::Visitor<'_> for Amount {
         type Value = String;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("an amount of credits such as \"12.5\"")
         }
         fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<String, E> {

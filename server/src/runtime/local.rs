@@ -238,6 +238,7 @@ fn free_port() -> std::io::Result<u16> {
 
 fn process_alive(pid: i32) -> bool {
     // Signal 0 checks existence; a zombie would still count, but we reap our children.
+    // SAFETY: kill with signal 0 sends nothing; it only asks whether the process exists.
     pid > 0 && unsafe { libc::kill(pid, 0) } == 0
 }
 
@@ -278,6 +279,7 @@ fn leaders_of(handles: &[String]) -> std::collections::HashMap<u32, String> {
 
 fn signal_group(pid: i32, signal: i32) {
     if pid > 0 {
+        // SAFETY: killpg only sends a signal to the group the editor leads.
         unsafe {
             libc::killpg(pid, signal);
         }

@@ -751,6 +751,7 @@ impl Drop for TestApp {
             };
             if std::fs::read_link(entry.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(&root))
             {
+                // SAFETY: only signals, to processes of this test's own data directory.
                 unsafe {
                     libc::killpg(pid, libc::SIGKILL);
                     libc::kill(pid, libc::SIGKILL);
