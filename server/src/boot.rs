@@ -11,7 +11,7 @@ use std::time::Duration;
 /// Opens the store and applies migrations: enough for the command line, which must not
 /// touch the pool or the sessions of a server that may be running.
 pub async fn open_service(config: config::Config) -> anyhow_lite::Result<Arc<Service>> {
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+    crate::util::private_dir(&config.data_dir).map_err(|e| {
         anyhow_lite::Error(format!(
             "cannot create data_dir {}: {e}",
             config.data_dir.display()

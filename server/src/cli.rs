@@ -164,7 +164,7 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
     match command {
         Command::Serve => serve(config).await,
         Command::Migrate => {
-            std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+            crate::util::private_dir(&config.data_dir).map_err(|e| {
                 format!("cannot create data_dir {}: {e}", config.data_dir.display())
             })?;
             let store = crate::store::Store::connect(&config.database_url())
@@ -408,7 +408,7 @@ fn save_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
 /// same directory is refused with a clear message.
 fn lock_data_dir(data_dir: &std::path::Path) -> Result<std::fs::File, String> {
     use std::os::fd::AsRawFd;
-    std::fs::create_dir_all(data_dir)
+    crate::util::private_dir(data_dir)
         .map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
     let path = data_dir.join("server.lock");
     let file = std::fs::OpenOptions::new()

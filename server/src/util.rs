@@ -20,6 +20,14 @@ pub fn new_id() -> String {
 /// in a way that matters: only known credentials and session ids are stored).
 pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
+/// Creates `dir` (and its parents) when missing, and makes it its owner's alone (0700): the data
+/// directory holds the database, logs and every workspace.
+pub fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
 /// Where the time comes from: the system's clock when serving; one set by hand in tests, so
 /// that expiry and the reaper are tested without waiting.
 pub trait Clock: Send + Sync + 'static {

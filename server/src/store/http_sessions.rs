@@ -1,4 +1,7 @@
 //! tower-sessions' store, in the same database as everything else.
+//!
+//! A row is keyed by a hash of the sign-in's id, never the id itself: whoever reads the database
+//! (a backup, a copy of the file) finds nothing to sign in with.
 
 use super::{Store, now_ms};
 use sqlx::Row;
@@ -19,6 +22,14 @@ impl std::fmt::Debug for HttpSessionStore {
 impl HttpSessionStore {
     pub fn new(store: Store) -> Self {
         HttpSessionStore { store }
+    }
+
+    /// The row key of the sign-in whose cookie holds `id`.
+    pub fn key_of(id: &str) -> String {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(
+            format!("sandbox-sign-in:{id}").as_bytes(),
+        ))
     }
 
     /// Removes expired sessions; run now and then.
@@ -45,7 +56,7 @@ impl SessionStore for HttpSessionStore {
             "INSERT INTO http_sessions (id, data, expires_at) VALUES ($1, $2, $3)
              ON CONFLICT (id) DO UPDATE SET data = $2, expires_at = $3",
         )
-        .bind(record.id.to_string())
+        .bind(Self::key_of(&record.id.to_string()))
         .bind(data)
         .bind(record.expiry_date.unix_timestamp())
         .execute(pool)
@@ -58,7 +69,7 @@ impl SessionStore for HttpSessionStore {
         let row = sqlx::query(
             "SELECT data, expires_at FROM http_sessions WHERE id = $1 AND expires_at > $2",
         )
-        .bind(id.to_string())
+        .bind(Self::key_of(&id.to_string()))
         .bind(now_ms() / 1000)
         .fetch_optional(self.store.pool_handle())
         .await
@@ -77,7 +88,7 @@ impl SessionStore for HttpSessionStore {
 
     async fn delete(&self, id: &Id) -> session_store::Result<()> {
         sqlx::query("DELETE FROM http_sessions WHERE id = $1")
-            .bind(id.to_string())
+            .bind(Self::key_of(&id.to_string()))
             .execute(self.store.pool_handle())
             .await
             .map_err(backend)?;

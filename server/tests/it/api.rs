@@ -1298,12 +1298,19 @@ async fn a_sign_in_ends_after_its_longest_life_however_busy() {
             server::store::now_ms() - days * day_ms
         )
     };
-    app.sql(&age(server::auth::SIGN_IN_MAX_DAYS - 1), &cookie)
-        .await;
+    app.sql(
+        &age(server::auth::SIGN_IN_MAX_DAYS - 1),
+        &server::store::HttpSessionStore::key_of(&cookie),
+    )
+    .await;
     // The database is asked again, not the few seconds' cache.
     app.service.accounts.forget_user(&olga);
     me(cookie.clone()).await.assert_status(StatusCode::OK);
-    app.sql(&age(server::auth::SIGN_IN_MAX_DAYS), &cookie).await;
+    app.sql(
+        &age(server::auth::SIGN_IN_MAX_DAYS),
+        &server::store::HttpSessionStore::key_of(&cookie),
+    )
+    .await;
     app.service.accounts.forget_user(&olga);
     me(cookie.clone())
         .await
@@ -1311,4 +1318,39 @@ async fn a_sign_in_ends_after_its_longest_life_however_busy() {
     // A new sign-in starts a new life.
     let fresh = app.sign_in_cookie("olga").await;
     me(fresh).await.assert_status(StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_database_holds_no_sign_in_that_signs_anyone_in() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    app.user("hash").await;
+    let cookie = app.sign_in_cookie("hash").await;
+    let me = |cookie: String| {
+        let app = &app;
+        async move {
+            let request = Request::get(app.url("/api/v1/me"))
+                .header("cookie", format!("sandbox_session={cookie}"))
+                .body(Full::new(bytes::Bytes::new()))
+                .unwrap();
+            app.send(request).await
+        }
+    };
+    me(cookie.clone()).await.assert_status(StatusCode::OK);
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&app.service.config().database_url())
+        .await
+        .unwrap();
+    let keys: Vec<String> = sqlx::query_scalar("SELECT id FROM http_sessions")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    assert!(!keys.is_empty());
+    assert!(
+        !keys.contains(&cookie),
+        "the sign-in's id is stored as it is"
+    );
+    for key in keys {
+        me(key).await.assert_status(StatusCode::UNAUTHORIZED);
+    }
 }

@@ -430,3 +430,124 @@ fn migrate_creates_the_database_and_can_run_again() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("created ada"), "the schema is usable: {out}");
 }
+
+/// Every directory and file the server makes in its data directory is its own alone.
+fn assert_private(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut pending = vec![dir.to_path_buf()];
+    let mut seen = 0;
+    while let Some(dir) = pending.pop() {
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "{} is {mode:o}", dir.display());
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                pending.push(entry.path());
+            } else {
+                seen += 1;
+                let mode = meta.permissions().mode();
+                assert_eq!(mode & 0o077, 0, "{} is {mode:o}", entry.path().display());
+            }
+        }
+    }
+    assert!(seen >= 3, "the database, its journal and the lock at least");
+}
+
+#[test]
+fn the_data_directory_is_the_servers_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let data = tempfile::tempdir().unwrap();
+    // As an operator might have made it: readable by everyone.
+    std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let config = elsewhere.path().join("sandbox.toml");
+    std::fs::write(&config, "[pool]\nwarm = []\n").unwrap();
+    let (mut child, _, port) = serve_until_ready(data.path(), &config);
+    let (code, token, err) = server(data.path(), &["token", "create", "--user", "admin"], None);
+    assert_eq!(code, 0, "{err}");
+    let me = get_with_token(&mut child, port, "/api/v1/me", token.trim());
+    assert!(me.starts_with("HTTP/1.1 200"), "{me}");
+    assert_private(data.path());
+    terminate(child);
+    assert_private(data.path());
+}
+
+#[test]
+fn another_process_of_the_servers_account_cannot_read_its_environment() {
+    // SAFETY: geteuid only reads this process's id.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: running the server as another account takes root");
+        return;
+    }
+    let nobody = "65534";
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(data.path().join("sandbox.toml"), "[pool]\nwarm = []\n").unwrap();
+    let chown = Command::new("chown")
+        .args([
+            "-R",
+            &format!("{nobody}:{nobody}"),
+            data.path().to_str().unwrap(),
+        ])
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    // The parent of a temp dir may be closed to others; the server only needs its own.
+    let mut child = Command::new("setpriv")
+        .args(["--reuid", nobody, "--regid", nobody, "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_server"))
+        .args(["migrate"])
+        .env("SANDBOX_DATA_DIR", data.path())
+        .env("SANDBOX_LOG", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("setpriv");
+    let status = child.wait().unwrap();
+    if !status.success() {
+        let mut err = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        eprintln!("skipped: the server cannot run as uid {nobody} here: {err}");
+        return;
+    }
+    // A long-lived server of that account, holding a secret in its environment.
+    let mut serving = Command::new("setpriv")
+        .args(["--reuid", nobody, "--regid", nobody, "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_server"))
+        .args(["serve"])
+        .env("SANDBOX_DATA_DIR", data.path())
+        .env("SANDBOX_LISTEN", "127.0.0.1:0")
+        .env("SANDBOX_LOG", "error")
+        // Any variable will do: the whole environment is the server's secret.
+        .env("GSB_TEST_SECRET", "registry-secret")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("setpriv");
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(serving.stdout.take().unwrap());
+    while !line.contains("serving on") {
+        line.clear();
+        if std::io::BufRead::read_line(&mut out, &mut line).unwrap() == 0 {
+            panic!("the server stopped before serving");
+        }
+    }
+    // setpriv execs the server: the child's pid is the server's.
+    let pid = serving.id();
+    let read = Command::new("setpriv")
+        .args(["--reuid", nobody, "--regid", nobody, "--clear-groups", "--"])
+        .args(["cat", &format!("/proc/{pid}/environ")])
+        .output()
+        .unwrap();
+    Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    let _ = serving.wait();
+    assert!(
+        !read.status.success()
+            && !String::from_utf8_lossy(&read.stdout).contains("registry-secret"),
+        "a process of the server's own account read its environment"
+    );
+}
