@@ -1,5 +1,15 @@
-//! The command line: serve the product, or manage it (users, tokens, credits, quotas).
-//! May import: `boot`, `http` (run), `service`, `config`, `store`, `identity`.
+//! The command line: serve the product, or manage it (users, tokens, credits, quotas). May import:
+//! `boot`, `http` (run), `service`, `config`, `store`, `identity`.
+//!
+//! Only `serve` builds a serving service (`boot::build_service`: the pool written, sessions left by
+//! a previous run recovered), and first it holds an exclusive lock on `data_dir/server.lock`:
+//! start-up adopts or stops the editors it finds, so a second server on the same directory would
+//! stop the first one's. Every other command (`server user add`, `credits grant`, …) only opens the
+//! database (`boot::open_service`) and never touches the pool or the sessions of a running server,
+//! which sees its changes through the database (a lock ends that user's sign-ins, tokens and editor
+//! connections within seconds on every server). The first run's admin password is printed once and
+//! saved, mode 0600, in `data_dir/initial-admin-password`. Signals are listened for from the first
+//! moment, so a Ctrl-C or SIGTERM during start-up is a clean stop.
 
 use crate::config::Config;
 use app::domain::credits;

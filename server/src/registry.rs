@@ -1,7 +1,22 @@
 //! A client of the OCI distribution API, enough to push one file as an artifact: its blob, the
 //! empty config, and a manifest that names the file and where it came from.
 //!
-//! Blobs go up in one `PUT` each (the spec's monolithic upload), streamed from disk.
+//! The manifest is an OCI image manifest with the `artifactType`
+//! `application/vnd.gpu-sandbox.promotion.v1`, the empty config (`{}`, the spec's empty descriptor)
+//! and the file as its one layer, carrying the file's media type (by extension) and its name as
+//! `org.opencontainers.image.title`, as ORAS does. The provenance is in the manifest's annotations
+//! (`dev.gpu-sandbox.promotion.*`): user, session, editor image (`local/<editor>` for the local
+//! runtime, the configured image for kube), checksum, path, time of the request and approving
+//! admin.
+//!
+//! Blobs already in the repository are not sent again (`HEAD` first). Blobs go up in one `PUT` each
+//! (the spec's monolithic upload), streamed from disk. The server computes the manifest's digest
+//! itself and checks it against the registry's `Docker-Content-Digest`. Authentication is HTTP
+//! basic only, sent to the configured registry's own origin only, never to an upload's `Location`
+//! elsewhere. Registries that want a bearer-token exchange (Docker Hub, GHCR) are not supported
+//! yet, nor are signatures (cosign) or scans before the push. A failed push gives the user a
+//! sentence ("could not be reached", "refused the blob (403)"); the registry's own words and the
+//! connection's details go to the log.
 
 use app::domain::promotion::{ARTIFACT_TYPE, Provenance};
 use bytes::{Bytes, BytesMut};

@@ -1,9 +1,24 @@
 //! When a session counts as idle, and when the user is warned.
 //!
-//! Policy (ARCHITECTURE.md, "Idle policy"): a person at the keyboard, a script using the API, a
-//! busy kernel and GPU work keep a session alive. An open tab alone does not, unless configured:
-//! editors poll and keep their websockets alive by themselves, which is how open tabs hold GPUs
-//! forever elsewhere.
+//! The signals, each a timestamp on the session: proxied traffic (`last_activity_at`), proxied
+//! traffic from API tokens (`last_api_at`), browser heartbeats from a visible page
+//! (`last_heartbeat_at`), heartbeats that saw input (`last_input_at`: keys, pointer, wheel or touch
+//! in our page or inside the embedded editor, which is same-origin; or "I'm here"), and busy work
+//! (`last_busy_at`: a Jupyter kernel `busy` or `starting`, GPU work the runtime reports, or,
+//! locally, the editor's processes using at least `idle.busy_cpu_percent` of a core between two
+//! samples).
+//!
+//! Counted by default: input, API-token traffic, busy work, and the moment the editor became ready.
+//! Not counted by default: heartbeats without input, and browser traffic, because editors make both
+//! by themselves while a tab is open (JupyterLab polls its REST API; code-server's protocol sends
+//! keep-alives every few seconds), which is how open tabs hold GPUs for ever under JupyterHub's
+//! culler. `idle.open_tab_keeps_alive = true` counts them too. So a long job with no browser stays
+//! alive while its kernel is busy or the GPU works; marimo and code-server expose no busy state
+//! over HTTP, so their unattended jobs count through CPU or GPU work, or API traffic.
+//!
+//! A session is idle `idle.timeout_seconds` after the last signal that counts, and its user is
+//! warned `idle.warn_seconds` before (both may be set per slice size, `idle.per_slice`); the
+//! server's reaper then ends it.
 
 use serde::{Deserialize, Serialize};
 

@@ -1,6 +1,19 @@
-//! What an API token may do. A browser's sign-in may do everything its user may; a token may
-//! be narrowed to some of it, so that a script that only reads, or only reaches a notebook,
-//! carries no power to launch, stop or mint more tokens.
+//! What an API token may do. A browser's sign-in may do everything its user may; a token may be
+//! narrowed to some of it, so that a script that only reads, or only reaches a notebook, carries no
+//! power to launch, stop or mint more tokens.
+//!
+//! The scopes are `read`, `sessions` (which implies `read`), `access` (the proxy, WebSockets
+//! included), `tokens` and `admin`, stored beside the token's hash. A new token gets all but
+//! `admin` unless narrowed, and `admin` only when an admin asks for it ([`grant`]). A token makes
+//! tokens of at most its own scopes, expiring no later than itself (1 to [`MAX_TOKEN_DAYS`] days,
+//! or never), so a leaked short-lived token cannot become a lasting one. The server resolves each
+//! credential to its user and scopes, and every service function requires its scope, so the REST
+//! API and the server functions refuse alike; the proxy requires `access` before it looks up the
+//! route.
+//!
+//! A browser's sign-in carries `admin` only for [`ADMIN_CONFIRMATION_MINUTES`] after its person
+//! confirmed who they are, and an admin's entry into a user's editor lasts
+//! [`EDITOR_ACCESS_MINUTES`]: editors share our origin (the server's `service::accounts` says why).
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;

@@ -1,5 +1,25 @@
 //! The accept loop: HTTP/1.1 connections (upgrades included) under a cap, TCP options, and the
-//! drain at shutdown.
+//! drain at shutdown. It is our own, not `axum::serve`, so that it sets hyper's timer and header
+//! timeout, the cap and the serving threads. HTTP/1.1 only: browsers never speak HTTP/2 without
+//! TLS, and a TLS ingress speaks HTTP/1.1 to us.
+//!
+//! - A connection whose request head has not arrived within `proxy.header_timeout_seconds` (30 s by
+//!   default; also the kept-alive idle time) is closed. hyper moves that deadline on every request,
+//!   so it runs on [`crate::net::deadline`] rather than tokio's timer.
+//! - At most `proxy.max_connections` connections at once; 0, the default, means half the open-file
+//!   limit (64 to 65,536), the soft limit raised to the hard one at start, since each connection
+//!   may open one to an editor too. A connection's place is an `Arc`'d semaphore permit that the
+//!   WebSocket relay it may become keeps until the relay ends, so WebSockets count too (and the
+//!   proxy holds one session to `proxy.max_websockets_per_session` of them).
+//! - Accepted sockets get `TCP_NODELAY` and TCP keepalive (probes after a minute idle, every 15 s,
+//!   8 of them), so a client that vanished (a laptop closed on an open WebSocket) gives its place
+//!   back within minutes.
+//! - The loop runs on the main runtime and hands each connection, in turn, to one of
+//!   `proxy.serving_threads` single-threaded runtimes ([`crate::net::serving`]), where it stays for
+//!   its life.
+//! - On shutdown it stops accepting, lets each connection finish its request in flight and close,
+//!   and gives up on what is left after 10 s. WebSocket relays end on the service's shutdown signal
+//!   (`http::proxy`).
 
 use super::App;
 use crate::net::{deadline, serving};

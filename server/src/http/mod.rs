@@ -1,7 +1,24 @@
 //! The doors: the pages (server functions through [`pages::PagesBackend`]), the REST API, sign-in
-//! with a provider, and the proxy to the editors, all behind one router, and the [`listener`]
-//! that serves them. May import: `service`, `identity`, `net`, `runtime::editors`,
-//! `store` (the sign-in session store only), `util`, `app`. Imported only by `boot` and `cli`.
+//! with a provider, and the proxy to the editors, all behind one router, and the [`listener`] that
+//! serves them. May import: `service`, `identity`, `net`, `runtime::editors`, `store` (the sign-in
+//! session store only), `util`, `app`. Imported only by `boot` and `cli`.
+//!
+//! Each client connection gets a [`Front`], made by [`App`]: `/s/…` requests go straight to the
+//! proxy, past the router's matching, path parameters and session layer, with the client's address
+//! formatted for `X-Forwarded-For` once per connection and one deadline for the editor's answers;
+//! every other path goes through the router (BENCHMARKS.md, History, `30b4472`: 23 → 21 µs of CPU a
+//! request). Before anything reads a request, cookies that are not plain text are dropped
+//! (`auth::drop_unreadable_cookies`). An answer given before its request's body was read to the end
+//! (a refusal, a body too large) carries `Connection: close`: hyper closes such a connection with
+//! the rest of the body unread, and a client not told so may send its next request on it as it
+//! closes.
+//!
+//! The router's layers: the sign-in session (cookie `sandbox_session`, see `identity::auth`);
+//! `server_fn_error_status`, since server functions answer every error with 500, arguments that do
+//! not parse included, so it reads the `AppError` back from such an answer and gives it its own
+//! status; and `refuse_cross_site`, which refuses with 403 `cross_site` any state-changing request
+//! that a browser sent from another origin, on every page, server function and REST route. Reads
+//! pass.
 
 pub mod listener;
 pub mod pages;

@@ -1,7 +1,19 @@
-//! The browser's round trip through the OpenID Connect provider: `/auth/oidc/login` sends it
-//! there, `/auth/oidc/callback` takes it back and signs it in. Failures go back to the sign-in
-//! page with a short code (`/login?sso=…`) that the page turns into a fixed message; what went
-//! wrong is logged, never shown.
+//! The browser's round trip through the OpenID Connect provider: `/auth/oidc/login` sends it there,
+//! `/auth/oidc/callback` takes it back and signs it in. The checks are `identity::oidc`'s, the
+//! account `service::accounts`'.
+//!
+//! The login keeps a `Pending` sign-in in the browser's tower session, beside those of its other
+//! tabs (the newest four kept); a browser not signed in yet gets a session that lives 10 minutes
+//! unless the sign-in completes. `next` must be a local path. `confirm=true` asks the provider to
+//! have the person sign in again (to make a token, or act as an admin), and a confirmed sign-in is
+//! kept in the session.
+//!
+//! The callback takes out the `Pending` whose `state` the answer carries: an answer is good for one
+//! try, and a stray link or an old answer leaves the others waiting. Failures go back to the
+//! sign-in page with a short code (`/login?sso=…`: `expired`, `refused`, `taken`, `no-name`,
+//! `locked`, `failed`, `unavailable`, `off`) that the page turns into a fixed message; what went
+//! wrong is logged, never shown, including the identity of a sign-in refused because a local
+//! account has its name, which an admin can then link (`server user link`).
 
 use crate::http::AppState;
 use crate::identity::oidc::{CALLBACK_PATH, LOGIN_PATH, OidcError, Pending};

@@ -1,4 +1,38 @@
-//! Who is asking: session cookies (tower-sessions) and bearer tokens, passwords with argon2.
+//! Who is asking: sign-in cookies (tower-sessions) and bearer tokens resolved to a [`Caller`],
+//! passwords with argon2, and the request checks every door shares.
+//!
+//! Sign-ins are tower-sessions records in the main database (`http_sessions`), cookie
+//! `sandbox_session`: HttpOnly, SameSite=Lax, Secure when `secure_cookies` is set (the layer is
+//! built in `http`). The id is cycled at sign-in. A sign-in ends after [`SIGN_IN_IDLE_DAYS`] (7)
+//! unused and after [`SIGN_IN_MAX_DAYS`] (14) however busy, so a single sign-on account that the
+//! provider has removed, or moved out of the admin group, does not live on here: its next sign-in
+//! asks the provider again.
+//!
+//! The [`Authenticator`] resolves a bearer token (`gsb_…`, kept as a SHA-256 hash) or the cookie to
+//! a `Caller`: the user and the scopes. A sign-in has all but `admin`, which it gets for
+//! [`ADMIN_CONFIRMATION_MS`] after its person confirmed who they are (see `service::accounts`).
+//! Resolved callers are cached for 5 s, so the proxy's hot path makes no query; a logout, a lock, a
+//! change of role or a revoked token clears this replica's cache at once and tells the open
+//! WebSockets standing on it ([`Forgotten`]); other replicas see it when their entry runs out.
+//! Locked users resolve to nobody.
+//!
+//! Password guessing: a name that failed five times within a minute is refused (429 `rate_limited`)
+//! until its minute ends, before any password is checked ([`SignInThrottle`], per process). Names
+//! that exist and names that do not are counted alike, and an attempt counts as failed from its
+//! start, so guesses sent all at once count too. At most two argon2 checks per core run at once
+//! ([`check_password`]), so a flood of sign-ins waits its turn instead of taking the machine.
+//!
+//! Cross-site requests: the editors trust what the proxy forwards (their own token, which we add,
+//! makes Jupyter skip its XSRF and origin checks), and SameSite=Lax alone would let a sibling site
+//! sign a browser in as someone else, or launch and stop in its name. [`from_foreign_origin`]
+//! decides by Fetch Metadata (`Sec-Fetch-Site` other than `same-origin`/`none`), or, from browsers
+//! without it, by `Origin` against `Host` (or `X-Forwarded-Host`); scripts send neither and pass. A
+//! layer of the router refuses every state-changing request it flags, and the proxy those and
+//! WebSocket opens, with 403 `cross_site`.
+//!
+//! [`drop_unreadable_cookies`] runs before anything reads a request's cookies: one cookie that is
+//! not plain text, which any same-origin script can set, would make the whole header unreadable and
+//! sign the browser out.
 
 use crate::store::{HttpSessionStore, Store, StoreError, UserRecord};
 use crate::util::FastMap;

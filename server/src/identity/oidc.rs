@@ -1,8 +1,23 @@
 //! Sign-in with an OpenID Connect provider (Keycloak, Dex, GitHub through Dex, …): the
-//! authorization code flow with PKCE, a `state` and a `nonce`, through the `oauth2` crate and
-//! our own HTTP client. The ID token's signature is checked against the provider's published
-//! keys (RS256 or ES256, with `ring`), then its issuer, audience, expiry and nonce; the name and
-//! groups come from the ID token and the userinfo endpoint.
+//! authorization code flow with PKCE, a `state` and a `nonce`. The `oauth2` crate builds the URLs
+//! and the code exchange; their HTTP goes through our own client with rustls (`net::outbound`, 10 s
+//! per request). The two routes are `http::sign_in`; accounts are `service::accounts`.
+//!
+//! The discovery document and keys are cached for an hour, and read again at once when a token
+//! names a key we lack (the provider rotated its keys). The provider and every endpoint it
+//! publishes must be https, or http to this machine: its keys decide who may sign in. The document
+//! must name the configured issuer.
+//!
+//! [`Oidc::start`] makes a [`Pending`] sign-in (state, nonce, PKCE verifier, where to go next, when
+//! it started; good for 10 minutes) for the browser's session to keep; with `confirm` it asks the
+//! provider for `prompt=login` and `max_age=0`, for a person who must show they are at the
+//! keyboard. [`Oidc::finish`] exchanges the code with the verifier and checks the ID token: its
+//! signature against the published keys (RS256 or ES256, verified with `ring`; `none` and unknown
+//! algorithms are refused), then its issuer, audience (`azp` when there are several), expiry (60 s
+//! of clock leeway) and nonce (OpenID Connect Core 3.1.3.7), and for a confirmation an `auth_time`
+//! from after the request. Claims the ID token lacks are filled in from userinfo when it is about
+//! the same subject. The identity is `<issuer>|<sub>`; the name and groups come from the configured
+//! claims, and with `oidc.admin_groups` the groups decide the role ([`role_of`]).
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;

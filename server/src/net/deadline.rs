@@ -1,11 +1,13 @@
-//! Deadlines seconds away, one or more per request: how long a client may take to send a
-//! request's head (hyper's header timeout) and how long an editor may take to answer. Through
-//! tokio's timer each of them is an entry in its wheel, inserted and removed under its lock,
-//! which measured about 1.7 µs a request (BENCHMARKS.md, section 2). Here a deadline is an
-//! atomic: moving it is a store (the answer's deadline lives as long as its connection and is
-//! moved per request, and per chunk of an upload), and one ticker thread wakes what has passed,
-//! once a second, late by up to a second, which timeouts of many seconds do not mind. A deadline
-//! joins the ticker's list once, on its first wait; hyper makes a new one per request head.
+//! Deadlines seconds away, one or more per request: how long a client may take to send a request's
+//! head (hyper's header timeout) and how long an editor may take to answer. Through tokio's timer
+//! each of them is an entry in its wheel, inserted and removed under its lock, which measured about
+//! 1.7 µs a request (BENCHMARKS.md, section 2). Here a deadline is an atomic: moving it is a store
+//! (the answer's deadline lives as long as its connection and is moved per request, and per chunk
+//! of an upload), and one ticker thread wakes what has passed, once a second, late by up to a
+//! second, which timeouts of many seconds do not mind. A deadline joins the ticker's list once, on
+//! its first wait; hyper makes a new one per request head. A deadline polled compares with the
+//! ticker's last reading rather than the clock. Paired against the server before it had these
+//! timeouts, deadlines on tokio's timer kept 0.902 of its throughput, these 0.923 (`3f869d4`).
 
 use futures_util::task::AtomicWaker;
 use std::future::Future;

@@ -1,12 +1,19 @@
-//! Client connections are served by single-threaded runtimes, one per core, each connection
-//! staying on one of them for its whole life; the rest of the server (background work, the
-//! accept loop) runs on the main runtime.
+//! Client connections are served by single-threaded runtimes, `proxy.serving_threads` of them (one
+//! per core by default), each connection handed to the next in turn and staying on it for its whole
+//! life, its WebSocket relay included; the rest of the server (background work, the accept loop)
+//! runs on the main runtime.
 //!
-//! Under tokio's multi-thread scheduler a proxied request wakes its connection's task from the
-//! I/O driver two or three times, and each wake-up may rouse another worker to steal it: a
-//! cross-thread hand-off and a futex call, on a machine whose cores the client and the editor
-//! also want. A connection served by one thread throughout is woken in place (BENCHMARKS.md,
-//! section 2, "One runtime per core").
+//! Under tokio's multi-thread scheduler a proxied request wakes its connection's task from the I/O
+//! driver two or three times, and each wake-up may rouse another worker to steal it: a cross-thread
+//! hand-off and a futex call, on a machine whose cores the client and the editor also want. A
+//! connection served by one thread throughout is woken in place: a request costs 9–19 % less CPU
+//! and the proxy answers about 1.26× the requests a second (BENCHMARKS.md, section 2, "One runtime
+//! per core"; a thread per core that kept one shared pool of editor connections was tried first and
+//! not taken). The price: work that holds a thread (a page render, busy polling) delays the other
+//! connections on it. Work that a request starts and that outlives it (a launch, a stop, a
+//! promotion's push) goes to the main runtime (`Core::spawn` in `service`), which is shut down with
+//! the server. Idle connections to editors are kept per serving thread ([`thread_index`]), since a
+//! socket is watched by the driver of the runtime that opened it.
 //!
 //! The runtimes are made once per process and shared by every server in it (tests start many).
 

@@ -1,16 +1,24 @@
 //! HTTP/1 connections to editors, driven by the task of the request that uses them.
 //!
-//! An editor's address is `host:port` or, for a local editor on a Unix socket, `unix:/path`.
+//! An editor's address is `host:port` or, for a local editor on a Unix socket, `unix:/path`. Local
+//! JupyterLab and code-server listen on a Unix socket, which skips the loopback TCP stack on the
+//! hop to the editor (+5–17 % requests a second through the proxy, BENCHMARKS.md, section 2) and
+//! which no other local account can connect to.
 //!
-//! A pooled client (hyper-util's) runs every connection in a task of its own and hands each
-//! request over through a channel: two cross-task wake-ups per proxied request, which on a small
-//! machine cost more than the HTTP work itself. Here the request's own task polls the connection
-//! while it waits for the answer and while the answer's body streams out; an idle connection waits
-//! in the pool unpolled, and its next user checks it is still open before taking it. Idle
-//! connections are kept per serving thread ([`crate::net::serving`]): a connection's socket is watched
-//! by the driver of the runtime that opened it, so it is handed only to requests on that runtime
-//! (the sweep, from elsewhere, only checks that it is still open). Past [`SHARDS`] serving
-//! threads, threads share a pool: still correct, only slower.
+//! A pooled client (hyper-util's) runs every connection in a task of its own and hands each request
+//! over through a channel: two cross-task wake-ups per proxied request, which on a small machine
+//! cost more than the HTTP work itself. Here the request's own task polls the connection while it
+//! waits for the answer and while the answer's body streams out; an idle connection waits in the
+//! pool unpolled, and its next user checks it is still open before taking it (+8 % requests a
+//! second, BENCHMARKS.md, section 2). Idle connections are kept per serving thread
+//! ([`crate::net::serving`]): a connection's socket is watched by the driver of the runtime that
+//! opened it, so it is handed only to requests on that runtime (the sweep, from elsewhere, only
+//! checks that it is still open). Past `SHARDS` serving threads, threads share a pool: still
+//! correct, only slower. The sweep runs every 10 s, and an editor's idle connections are dropped
+//! when it stops ([`UpstreamPool::forget`]).
+//!
+//! An upgrade (WebSocket) gets a connection of its own ([`upgrade`]); the runtime's readiness
+//! probes and the activity sampler use [`fetch`], one connection per request.
 
 use crate::util::FastMap;
 use axum::body::Body;

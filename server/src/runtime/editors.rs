@@ -1,4 +1,12 @@
 //! What each editor needs: its command line, how the proxy proves itself to it, where it answers.
+//!
+//! The editors listen on a private socket (marimo, which has no socket option, on 127.0.0.1) and
+//! require their secret, which only the proxy presents ([`upstream_auth`]). The secret never
+//! appears on a command line (`ps` shows those to everyone): JupyterLab takes it from
+//! `JUPYTER_TOKEN`, marimo from its standard input, code-server from `HASHED_PASSWORD`. Editors
+//! start with an empty environment plus [`INHERITED_ENV`] (`PATH`, locale, `TZ`, `TERM`, `SHELL`),
+//! so the server's own settings (a PostgreSQL URL with its password, say) never reach a user's
+//! terminal.
 
 use app::domain::launch::EditorKind;
 
@@ -70,7 +78,7 @@ pub fn listens_on_unix_socket(editor: EditorKind) -> bool {
 }
 
 /// Arguments after the program, for an editor listening at `listen` under `base_path`
-/// ("/s/<id>/"); marimo reads its token from `marimo_token_file` ("-" is standard input).
+/// (`/s/<id>/`); marimo reads its token from `marimo_token_file` ("-" is standard input).
 /// The secret is never among them (`ps` shows arguments to everyone): see [`secret_env`] and
 /// [`secret_stdin`].
 pub fn arguments(

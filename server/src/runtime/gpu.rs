@@ -1,5 +1,14 @@
-//! GPUs: detected through NVML where present, else the declared ones; and the env that
-//! binds an editor to its slice.
+//! GPUs: detected through NVML where present, else the declared ones; the env that binds an editor
+//! to its slice; and, locally, each editor's GPU work.
+//!
+//! Sampling ([`NvmlSampler`], [`usage_by_editor`]): NVML lists each card's compute processes with
+//! their memory, and keeps a short history of per-process SM utilization; each sample asks only for
+//! the history since the previous one, so a burst between two samples still counts. A process
+//! belongs to the editor whose leader is its nearest ancestor in `/proc` (Jupyter starts kernels in
+//! sessions of their own, so the process group is not enough). Without an NVIDIA driver the sampler
+//! is absent and editors report no GPU use; a declared GPU is never read, so the usage page shows
+//! its sessions as "not measured". On Kubernetes the readings come from HAMi's metrics instead
+//! (`runtime::kube::metrics`).
 
 use crate::config::Config;
 use app::domain::pool::GpuSpec;

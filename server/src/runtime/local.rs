@@ -1,6 +1,41 @@
-//! Editors as local processes: one process group each, listening on a Unix socket in the
-//! session's run directory (marimo, which has none, on a free port of 127.0.0.1), logs in the data
-//! directory, a workspace directory per user kept across sessions.
+//! Editors as local processes: one process group each, listening on a Unix socket in the session's
+//! run directory (marimo, which has none, on a free port of 127.0.0.1), logs in the data directory,
+//! a workspace directory per user kept across sessions.
+//!
+//! Start: the run directory `data/run/<id>/` is mode 0700 and the socket 0600, so no other local
+//! account can connect (a data directory too deep for a socket's 107 bytes gets ports instead). The
+//! editor gets its base URL `/s/<id>/`, a random secret (`runtime::editors`), `HOME` = the user's
+//! workspace under `data/workspaces/`, the slice's GPU environment and its log in
+//! `data/logs/<id>.log`. `wait_ready` probes every 25 ms until a 2xx, and fails fast, with the
+//! log's last 20 lines, when the process exits or the timeout passes. Stop: SIGTERM to the group,
+//! then after 5 s SIGKILL to the group and to every process that was below the editor when the stop
+//! began, since Jupyter starts kernels in sessions of their own.
+//!
+//! A pre-started editor starts on an empty home behind a workspace link. `bind_workspace` copies
+//! into the user's workspace what the editor made there and the user lacks (Jupyter's notebook
+//! secret, say), then swaps the link for one to the user's workspace with `rename(2)`, which
+//! JupyterLab, marimo and code-server all follow (tested with each in
+//! `server/tests/it/editors.rs`). Its working directory is its run directory, since a process's
+//! working directory would stay the deleted empty one.
+//!
+//! Restarts: the handle (pid, the process's start time from `/proc/<pid>/stat`, socket, log) is
+//! stored by the service and also written to `data/run/<id>/handle.json`, so an editor started by a
+//! server that died before recording it is still found: `sweep` stops every editor whose handle no
+//! live session or ready pre-started editor owns. A re-adopted editor must be the same process: the
+//! same pid with the same start time. A stopped editor's run directory is renamed at once and
+//! deleted in the background, since its caches may be large, and a pre-started editor's link and
+//! empty home go with it; the log stays. CPU use is summed over each editor's whole process tree
+//! (`runtime::procfs`), GPU use comes from NVML (`runtime::gpu`).
+//!
+//! Isolation, as it stands: editors run as the server's own OS account, so a user's code can read
+//! what that account can: other workspaces under `data/workspaces`, the SQLite file, other editors'
+//! environments under `/proc`. This runtime is for one machine shared by people who trust each
+//! other (a team's workstation, a demo, CI); the boundary between untrusted users is the `kube`
+//! runtime (a namespace per user, NetworkPolicy, restricted pods). Running each user's editors
+//! under an OS account of their own, as JupyterHub's LocalProcessSpawner does, is the step being
+//! worked on. Editors are also served from the same origin as the dashboard (as JupyterHub's
+//! default): a user's own editor can act as that user in their browser. Per-session origins would
+//! remove that, and are a deployment option for later.
 
 use super::{EditorLaunch, Running, Runtime, RuntimeError};
 use crate::runtime::editors;

@@ -23,7 +23,7 @@ pub struct EditorLaunch {
     pub session_id: String,
     pub user_name: String,
     pub editor: EditorKind,
-    /// "/s/<id>/": the proxy prefix the editor serves under.
+    /// `/s/<id>/`: the proxy prefix the editor serves under.
     pub base_path: String,
     /// GPU binding for the slice, as environment (the local runtime's way).
     pub env: Vec<(String, String)>,

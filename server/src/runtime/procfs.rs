@@ -1,5 +1,10 @@
-//! The local machine's processes, from /proc: which editor each belongs to and how much CPU
-//! each editor's processes use. Pure where it can be; the reading is at the edge.
+//! The local machine's processes, from /proc: which editor each belongs to and how much CPU each
+//! editor's processes use. Pure where it can be; the reading is at the edge.
+//!
+//! This is how the idle reaper sees an unattended job in marimo or code-server, which expose no
+//! busy state over HTTP: the CPU time of each editor's whole process tree is summed between two
+//! samples, where an idle editor server uses well under 5 % of a core and a running job a whole
+//! one, against `idle.busy_cpu_percent` (20 by default).
 
 use std::collections::HashMap;
 
@@ -91,7 +96,7 @@ pub fn read_processes() -> Vec<ProcStat> {
         .collect()
 }
 
-/// /proc/<pid>/stat: after the command name (which may hold spaces and parentheses) come the
+/// `/proc/<pid>/stat`: after the command name (which may hold spaces and parentheses) come the
 /// state, the parent, …, utime (14), stime (15), cutime (16), cstime (17).
 pub fn parse_stat(pid: u32, stat: &str) -> Option<ProcStat> {
     let after_name = &stat[stat.rfind(')')? + 1..];

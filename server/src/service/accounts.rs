@@ -1,5 +1,42 @@
 //! Accounts and sign-in: local passwords, single sign-on, sign-in sessions, API tokens and the
 //! confirmations that making a token or entering the admin pages takes.
+//!
+//! API tokens (`gsb_…`) are kept as SHA-256 hashes with a label, their scopes and an optional
+//! expiry (1 to 365 days). Their owner makes, lists and revokes them (`/api/v1/tokens`, the tokens
+//! page, or `server token create|list|revoke`); a revoked token is refused at once, and editor
+//! connections opened with it close (`forget_user` tells them). What a new token may carry is
+//! `app::domain::scope::grant`'s rule: at most its maker's scopes, expiring no later than the
+//! maker's own token, and `admin` only on an admin's, when asked for.
+//!
+//! Confirmations exist because editors are served from our origin: a script in an editor's page can
+//! send requests with the browser's cookie, and same-origin requests carry nothing (no header, no
+//! referrer) that such a script cannot send too.
+//! - Making a token with a browser's sign-in rather than a token takes the password as well
+//!   ([`Accounts::confirm_token_maker`], for the REST API and the tokens page alike). An account
+//!   without a password (single sign-on) confirms at the provider instead:
+//!   `/auth/oidc/login?confirm=true` asks it for `prompt=login` and `max_age=0`, the ID token's
+//!   `auth_time` must be from after the request, and the browser's session then keeps the
+//!   confirmation, good for five minutes.
+//! - A browser's sign-in never carries the scope `admin` by itself: it gets it for 15 minutes
+//!   (`auth::ADMIN_CONFIRMATION_MS`) after the person confirmed, by their password on the admin
+//!   page ([`Accounts::confirm_admin`], kept in the sign-in session) or by that fresh sign-in at
+//!   the provider. The cached sign-in is dropped at confirmation, and the window is checked on each
+//!   use, not when cached. Making a token with the password counts as a confirmation for that
+//!   request, so an admin can make an `admin` token. A new sign-in drops the session's
+//!   confirmations.
+//! - Wrong passwords at either count against the same per-name limit as sign-ins (a script in an
+//!   editor's page could otherwise guess at full speed) and are audited (`confirm.failed`).
+//!
+//! What this does not stop: a script in an editor's page of an admin who confirmed acts as that
+//! admin for the rest of the window. Serving editors from an origin of their own is the fix, and is
+//! not built.
+//!
+//! Single sign-on accounts are found by `<issuer>|<sub>` (`users.oidc_subject`), never by name: a
+//! first sign-in makes the account when the name is free and is refused when a local account has it
+//! (two first sign-ins at once both find the account one of them made). An admin lets an identity
+//! into an existing account with `server user link NAME 'ISSUER|SUBJECT'`. With `oidc.admin_groups`
+//! the role follows the provider's groups at every sign-in (audited, cached sign-ins forgotten).
+//! Every sign-in cycles the session's id.
 
 use super::Accounts;
 use crate::identity::auth::{self, USER_KEY};

@@ -1,7 +1,58 @@
-//! What admins do: see every user, session and slot and the audit log; change roles, lock
-//! accounts, grant credits, stop anyone's session. Every function checks the role and the
-//! scope `admin` itself, so the pages and the REST API refuse alike; every change is audited
-//! with the admin who made it.
+//! What admins do: see every user, session and slot, the usage and the audit log; change roles,
+//! lock accounts, grant credits, set quotas, stop anyone's session, enter a user's editor. Every
+//! function checks the role and the scope `admin` itself ([`require_admin`]), so the pages
+//! (`/admin`, `app::ui::admin`) and the REST API (`/api/v1/admin/…`) refuse alike; the page is for
+//! display, never the check. A browser's sign-in carries `admin` only for 15 minutes after its
+//! person confirmed (`service::accounts`). Every change is audited with the acting admin
+//! (`user.role`, `user.lock`, `user.unlock`, `credits.grant`, `quota.set`, `session.stop`,
+//! `session.access`); the audit log shows the actor's and the target user's names, read for the
+//! page's ids in one query.
+//!
+//! Tables: the query string or the server function's arguments become a `Listing` of checked values
+//! (`app::domain::listing`: a page within bounds, a sort column from a closed enum, a filter from a
+//! closed set, search text bounded and without control characters), which the store
+//! (`store/admin.rs`) turns into SQL from fixed fragments and bound values only. The search is
+//! `LOWER(column) LIKE $n ESCAPE '\'` with `%`, `_` and `\` escaped and the text lowercased as that
+//! database's `LOWER` does: all of Unicode on PostgreSQL, ASCII only on SQLite, so "Émile" finds
+//! Émile on both, but on SQLite a differently cased non-ASCII letter does not match. Names sort by
+//! `LOWER(name)`, with `COLLATE "C"` on PostgreSQL, whose default collation follows the server's
+//! locale. A page's count is a second `COUNT(*)` under the same conditions.
+//!
+//! Changes: an admin cannot demote or lock themselves, nor the last unlocked admin. The store
+//! counts the admins inside the change's transaction, their rows locked on PostgreSQL, so two
+//! admins demoting each other at once take turns and one stays; the command line and the provider's
+//! groups are exempt, being how an operator recovers. A demotion takes `admin` off the user's
+//! tokens, so a later promotion does not revive them; a change of role or lock drops the user's
+//! cached sign-ins, so it applies to their next request. Taking credits back stops at zero inside
+//! the grant's transaction (the same user lock as launches), so it cannot race a launch into a
+//! negative balance. An admin's stop ends the session with the reason `admin`, and the user's page
+//! says who stopped it.
+//!
+//! Entering a user's editor is an explicit, audited choice; being an admin opens nothing at the
+//! proxy. [`Admin::admin_open_editor`] (`POST /api/v1/admin/sessions/{id}/access`, "Enter editor"
+//! on the Sessions tab) writes a grant for that admin and session (`editor_grants`, migration 0009)
+//! that lasts 15 minutes (`EDITOR_ACCESS_MINUTES`), with its `session.access` audit line, against
+//! the user, in the same transaction; a session that is not running is refused (409). The proxy
+//! honours it ([`Admin::admin_entry`]) only for a caller who is not the owner, is an admin, carries
+//! `admin` now and came with a bearer token. Never with the browser's cookie: editors share our
+//! origin, so the user's editor page, whose code the user controls (an extension in their workspace
+//! will do), would run in the admin's browser with the admin's sign-in and could call the admin API
+//! as them. Serving editors from origins of their own would lift that, and is not built. The grant
+//! lives in the database, so every replica honours it. The admin's WebSocket closes when the grant
+//! ends or their credential stops standing for an admin; their traffic never counts as the
+//! session's activity; and the owner's view carries `admin_access` (the admin's name, until when)
+//! while a grant runs.
+//!
+//! Usage and cost come from what the product records anyway: the sessions there during the period,
+//! their ready time clipped to it (up to now for running ones; weighted by slice size for
+//! GiB-hours; `CASE` rather than `GREATEST`/`MAX`, which the two databases spell apart), the
+//! ledger's charges in the period, and the running sums the sampler adds to each session at every
+//! reading (readings, utilization and memory; migration 0007), so averages need no table of
+//! samples. A GPU that is never read shows "not measured" rather than zero. Settings are read-only
+//! (`config::settings`): the loaded configuration and what the server found at start (GPUs,
+//! enforcement, editors), the database named by its kind and the provider by issuer and client, so
+//! no secret reaches the page (a unit test looks for them). Changing them stays a file edit and a
+//! restart, where a mistake is refused at start with the key's name.
 
 use super::{Accounts, Admin};
 use crate::store::StoreError;

@@ -1,6 +1,44 @@
-//! The promotion path: a user marks a file of their workspace; it is copied aside at once (so
-//! that what an admin approves is what is pushed), approved where the configuration asks for
-//! it, then pushed to the production registry as an OCI artifact with its provenance.
+//! The promotion path: a user marks a file of their workspace from a running session (`POST
+//! /api/v1/sessions/{id}/promotions`, or "Promote" in the session's toolbar); it is copied aside at
+//! once, approved by an admin where `promotion.require_approval` asks for it (the default), then
+//! pushed to the production registry as an OCI artifact with its provenance ([`crate::registry`]).
+//!
+//! - What is approved is what is pushed: the request copies the file to `data_dir/promotions/<id>`,
+//!   hashing it on the way; the row records the SHA-256 and size, and the push uploads the copy, so
+//!   editing the file afterwards changes nothing. The copy is deleted once pushed or rejected. At
+//!   most 10 promotions per user may wait at once, and files are capped (`promotion.max_file_mib`),
+//!   since each holds disk.
+//! - Paths cannot leave the workspace: `app::domain::promotion` accepts only relative paths of
+//!   normal parts. The file is opened with `O_NOFOLLOW` (a link at the last step is refused) and
+//!   `O_NONBLOCK` (a FIFO cannot hang the request), and the path the kernel actually opened, read
+//!   back from `/proc/self/fd`, must lie inside the canonical workspace, so a link earlier in the
+//!   path, even one swapped in between check and open, cannot reach the server's own files. Only
+//!   regular files are copied.
+//! - Names are the user's own: the repository is `<repository_prefix><user>/<name>`, with the
+//!   user's name made into one path component one-to-one ([`repository_component`]). A lossy
+//!   mapping would have let "Alice" write into alice's repositories. So no user can overwrite
+//!   another's artifacts, and the registry account needs push rights below the prefix only. Names
+//!   and tags follow the distribution spec's grammar and are checked before anything is copied.
+//! - States (`pending → approved → pushing → pushed`, or `rejected`, or `failed → approved` on
+//!   retry) are `app::domain::promotion`'s. Each change is one conditional `UPDATE … WHERE state IN
+//!   (…)` with its audit line in the same transaction, so two admins deciding at once, or two
+//!   servers claiming one push, cannot both win. A push is claimed with a time, which a running
+//!   upload renews each minute; one silent for an hour (its server died) is taken over by whichever
+//!   server looks next. Every server looks at start and then each minute, so approved pushes
+//!   survive a restart.
+//! - Who may: the session's owner (scope `sessions`) requests; the owner or an admin reads, others
+//!   get 404; only admins (`require_admin`) decide. Audited: `promotion.request`, `.approve`,
+//!   `.reject`, `.retry`, `.push`, `.fail`. Without a registry configured, a request is a 503
+//!   naming `promotion.registry`.
+//!
+//! Limits: the kube runtime keeps workspaces in volumes the server does not mount, so there a
+//! request answers that it cannot read them yet (reading through a short-lived pod would be the
+//! next step). The copies live on the requesting server's disk: with several replicas
+//! `data_dir/promotions` must be shared, or the push fails on another with "the copy is gone". The
+//! limit of 10 is checked before the copy, not under a lock, so requests sent at once can pass it
+//! together. A hard link in the workspace to a file the server can read passes the check; on one
+//! machine editors run as the server's own account anyway (`runtime::local`), so that is no new
+//! power.
 
 use super::Promotions;
 use crate::registry::{Artifact, Registry};

@@ -1,6 +1,28 @@
-//! Sessions from launch to end: the catalog and prices, the dashboard, launching (a warm editor,
-//! a cold slot or the queue), the views of a session, stopping and settling, recovery after a
-//! restart.
+//! Sessions from launch to end: the catalog and prices, the dashboard, launching (a warm editor, a
+//! cold slot or the queue), the views of a session, stopping and settling. Recovery after a restart
+//! is `service::guard`'s.
+//!
+//! A launch is validated against the catalog (`domain::launch::validate`: installed editors, slice
+//! sizes of the pool, duration limits, approved images; a 400 naming the choices), then runs in a
+//! task on the main runtime (`Core::spawn`), so a client that disconnects cannot leave it half
+//! done; `Store::launch` decides the place in one transaction (403 `quota_exceeded` or 402 with the
+//! numbers). A cold slot's editor starts in the background: `Runtime::start`, `wait_ready`, then
+//! `ready`, when the clock starts (`ends_at`). Every step is a row in `session_events` and is
+//! published to the live stream (`GET /api/v1/sessions/<id>/events`). The server driving a launch
+//! marks it (`sessions.driver`), so that another server starting up leaves it alone. Once shutdown
+//! has begun, a launch is refused with 503 ("the server is restarting").
+//!
+//! `stop_session` takes any session to its end, and is idempotent: `begin_stop` (→ `stopping`, or
+//! straight to `ended` when nothing runs), `Runtime::stop`, then `finish` (→ `ended`: the slot
+//! freed, the hold released, the minutes used since ready charged, rounded up), and a wake of the
+//! queue's dispatcher. A launch that failed costs nothing, even when it failed after a pre-started
+//! editor was handed over (`EndReason::charges_time`). The route is dropped before and after, since
+//! a proxy request may cache it while the stop runs. At shutdown, with `sessions.stop_on_shutdown`
+//! (on by default, as JupyterHub's `cleanup_servers`), every editor is stopped, so none is
+//! orphaned, and queued sessions keep their place; with it off, editors keep running and the next
+//! start re-adopts them.
+//!
+//! Another user's session looks exactly like a missing one (`owned_record`).
 
 use super::{Core, Images, Sessions};
 use crate::runtime::{EditorLaunch, gpu};

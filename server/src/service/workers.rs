@@ -1,6 +1,22 @@
-//! The server's own work, beside the requests: one tick loop (activity, samples, the reaper,
-//! stale routes, the kube reconciler, promotions, sweeps), the instance lease, the warm-pool
+//! The server's own work, beside the requests: one tick loop, the instance lease, the warm-pool
 //! keeper and the queue's dispatcher; and the order in which they wind down at shutdown.
+//!
+//! The tick runs every `idle.reaper_period_ms` (5 s by default), the first a period after start,
+//! since start-up recovered the sessions itself. In order: the proxy's activity is written, so the
+//! reaper judges on what the proxy saw up to now; the sampler starts every `idle.sample_seconds`;
+//! the reaper passes; stale routes are dropped; with `runtime = "kube"` the reconciler passes every
+//! 15 s; promotions waiting to be pushed are looked for at once and then each minute; every 10 s
+//! progress channels nobody listens to and idle editor connections that ended are dropped; every
+//! hour expired sign-ins are deleted.
+//!
+//! Shutdown ([`Workers::wind_down`], before the connections drain): the guard closes (launches are
+//! refused with 503, no warm editor starts, the queue is not dispatched), and the warm-pool keeper
+//! is awaited, so no editor starts afterwards or is left half-started without a record; activity is
+//! written; with `sessions.stop_on_shutdown` every live session but the queued ones is stopped
+//! (`admin`, unused credits refunded); the warm editors are stopped and waited for; the instance
+//! lease is given up, so the next server need not wait for it to run out; and last the shutdown
+//! signal, so open progress streams show the end before they close. The listener then gives
+//! requests in flight 10 s to finish.
 
 use super::{Access, Guard, Promotions, Service};
 use crate::config::RuntimeKind;

@@ -1,6 +1,36 @@
-//! The integration tests, one binary (crates.io's `src/tests/`): a server through a real
-//! listener, real editors, a real registry and OpenID Connect provider, a scripted Kubernetes
-//! API. Shared set-up is in [`common`].
+//! The integration tests, one binary (crates.io's `src/tests/`: one link per change instead of
+//! nine): a server through a real listener, real editors, a real registry and OpenID Connect
+//! provider, a scripted Kubernetes API. Shared set-up is in [`common`].
+//!
+//! - `admin`: the admin API and server functions: who may use them, bad paging and filters as 400s,
+//!   grants, locks, roles, quotas, stops, usage, approved images, editor entry by a token's grant
+//!   only, the audit trail.
+//! - `api`: the REST API and the proxy with a stand-in editor: input, credits, owner checks,
+//!   streaming, WebSocket, SSE, restarts, locks closing WebSockets, confined cookies, a hung
+//!   editor's 504, sign-in throttling, stale routes, token scopes, the connection caps.
+//! - `cli`: the command line: the first run's admin, environment over file, tokens, locks seen by a
+//!   running server, `migrate`.
+//! - `editors`: real JupyterLab, marimo and code-server through the local runtime: a kernel over
+//!   the proxied WebSocket, direct access refused, workspaces, re-adoption, shutdown cleanup, warm
+//!   editors taken over.
+//! - `faults`: clients that hang up in the middle of a write, and what must still work after.
+//! - `guardrails`: the reaper (idle, busy kernels and CPU jobs, the open-tab policy, crashes,
+//!   downtime), the queue, overdue launches and stops, two servers on one database, the warm pool,
+//!   quotas and extensions.
+//! - `kube`: a scripted API server asserting every request, a stateful fake one through the real
+//!   service and store, HAMi metrics, and a real cluster with `KUBECONFIG` and
+//!   `SANDBOX_KUBE_E2E=1`.
+//! - `oidc`: single sign-on against a real `oidc-provider` (npm): the code flow, roles from groups,
+//!   refusals.
+//! - `promotion`: against Debian's `docker-registry` on loopback: refusals, approval, the artifact
+//!   read back byte for byte, a failed push retried.
+//! - `router`: the HTTP surface in-process through the per-connection `Front` (`oneshot`): errors,
+//!   redirects, cookies, server functions' statuses, cross-site refusals.
+//!
+//! Elsewhere: `cargo test -p app` (the domain); unit tests beside the code, among them
+//! `server/src/store/tests*.rs` on SQLite and, with `DATABASE_URL`, PostgreSQL (concurrent
+//! launches, races, the allocator against the domain's rule); `end2end/` (Chromium through the
+//! whole product).
 
 mod common;
 

@@ -1,10 +1,15 @@
-//! The admin pages: users (roles, locks, credits), every session, the pool per GPU, usage and
-//! cost, promotions to approve, the audit log, the settings. Tables page, sort and filter on the
-//! server; where the table is (tab, page, sort, search) lives in the address, so a reload or a
-//! shared link shows the same rows.
+//! The admin pages: users (roles, locks, credits), every session, the pool per GPU, usage and cost,
+//! promotions to approve, the audit log, the settings. Tables page, sort and filter on the server;
+//! where the table is (tab, page, sort, search) lives in the address, so a reload or a shared link
+//! shows the same rows.
 //!
-//! `mod.rs` holds the page, its tabs and the links between them; `table.rs` the widgets every
-//! table shares; each tab has a file of its own, which imports these two and never another tab.
+//! The address is kept by links and a plain GET search form, so the page works before its script
+//! has loaded. The tables' server functions take JSON: a table asked for with every default is an
+//! empty form, which the form encoding cannot tell from a missing argument. The page is for display
+//! only; the server checks every request.
+//!
+//! `mod.rs` holds the page, its tabs and the links between them; `table.rs` the widgets every table
+//! shares; each tab has a file of its own, which imports these two and never another tab.
 
 mod audit;
 mod images;

@@ -1,17 +1,58 @@
-//! Editors as pods in a Kubernetes cluster with HAMi: one namespace per user, one pod per
-//! session, GPU slices as HAMi resources.
+//! Editors as pods in a Kubernetes cluster with HAMi on its GPU nodes (`runtime = "kube"`): one
+//! namespace per user, one pod per session, GPU slices as HAMi resources. The API server is reached
+//! with kube-rs, the client only (no watcher runtime, websockets or OAuth compiled in; rustls for
+//! TLS).
 //!
-//! - [`names`]: DNS-1123 names for any user name, deterministic per user and session.
+//! - [`names`]: DNS-1123 names for any user name, deterministic per user and session; an altered
+//!   name ends in `--` and 10 hex digits of its SHA-256, so distinct users share a namespace only
+//!   on a 40-bit hash collision.
 //! - [`objects`]: pure builders of every object written (golden-tested).
 //! - [`hami`]: HAMi's admission rules, checked on every pod before it is sent.
 //! - [`pods`]: reading a pod's progress, failure reason and HAMi placement.
 //! - [`metrics`]: GPU use per pod from HAMi's monitor or Prometheus.
 //! - [`reconcile`]: keeps the database and the cluster in step (orphans, lost pods, placement).
 //!
-//! Writes are idempotent: server-side apply under our field manager for the per-user objects
-//! and the token Secret, create-or-409 for the workspace volume and the pod, deterministic
-//! names throughout. Waits look at the one pod, then watch it (a field selector on its name)
-//! under a timeout, watching anew when a watch ends.
+//! Writes are idempotent. The per-user objects and the token Secret are written by server-side
+//! apply under our field manager with `force`, so a changed configuration (a larger quota) reaches
+//! existing users on their next launch. The workspace volume and the pod are created, a 409 meaning
+//! "already there": a volume cannot shrink or change class, so it is never re-applied, and a pod's
+//! name is its session's. Every name is deterministic, so concurrent launches of one user converge
+//! on one set of objects.
+//!
+//! The proxy goes straight to the pod's IP and editor port (`Running.upstream`), presenting the
+//! token as it does locally; no Service is needed. The handle stored in the database is JSON,
+//! `{"namespace", "pod", "secret", "node"?, "gpus"?}` ([`PodHandle`]).
+//!
+//! Waits: `start` applies the objects, checks the pod against HAMi's rules, creates it and waits
+//! until it has an address; `wait_ready` waits for its Ready condition. A wait looks at the pod
+//! once (GET), then watches that one pod (`fieldSelector=metadata.name=…`) from the version it saw,
+//! so it wakes on the change itself; when a watch ends (the API server's timeout, a restart, 410
+//! Gone) it looks again and watches anew, and where watching is refused it looks every second. The
+//! scheduler's grace period (20 s) and the overall timeout are timers beside the watch.
+//!
+//! Failures are sentences: an `Unschedulable` pod fails with the scheduler's message ("0/3 nodes
+//! are available: 3 Insufficient nvidia.com/gpumem") after the grace period, unless a preemption is
+//! under way (a nominated node: a warm placeholder is being evicted); image pull failures,
+//! container config errors, `CrashLoopBackOff` (with the last 20 lines of the previous container's
+//! log), an ended pod and the timeout each say so. API refusals too: an exceeded quota keeps
+//! Kubernetes' own text, 422 and 400 say what was rejected and why, a refused permission says an
+//! administrator must grant it, no answer says to try later. A start that fails deletes its pod and
+//! Secret itself (the service refunds and ends the session); `stop` deletes the pod and the Secret
+//! (404 is fine), never the namespace or the workspace. `is_alive` is "the pod exists and has not
+//! ended", and says alive when the API server does not answer, so a restart during an outage does
+//! not end every session: the reconciler ends the ones really gone.
+//!
+//! Editors are not pre-started here: warm capacity is placeholder pods (`deploy/`) that session
+//! pods preempt.
+//!
+//! Limits: the workspace is ReadWriteOnce, so two sessions of one user on different nodes cannot
+//! both mount it unless the storage class is ReadWriteMany-capable (`kube.storage_class`). The
+//! NetworkPolicy's ipBlock rules are IPv4, and whether an ipBlock matches pod IPs is up to the
+//! network plugin, which must enforce NetworkPolicy; the kubelet's readiness probes come from the
+//! node, which common plugins (Calico, Cilium) admit whatever the policy says.
+//! `nvidia.com/use-gpuuuid` is set only when the allocator knows a real card's UUID (NVML on the
+//! server); with declared GPUs HAMi picks the card, and the reconciler records which and moves the
+//! slot there. The server does not mount the workspaces, so promotion cannot read them here yet.
 
 pub mod hami;
 pub mod metrics;

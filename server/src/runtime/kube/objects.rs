@@ -1,8 +1,31 @@
-//! Pure builders of every object the kube runtime writes: no client, no I/O, golden-tested.
+//! Pure builders of every object the kube runtime writes: no client, no I/O, each golden-tested
+//! against `server/tests/golden/kube/`.
 //!
-//! Per user (created on the first launch, kept across sessions): the namespace, a token-less
-//! ServiceAccount, the ResourceQuota, the LimitRange, the NetworkPolicy and the workspace volume.
-//! Per session: the Secret with the editor's token and the pod.
+//! Per user, created on the first launch and kept across sessions, in the namespace
+//! `<namespace_prefix><user label>`:
+//! - the Namespace, labelled `app.kubernetes.io/managed-by: gpu-sandbox` and `gpu-sandbox/user`,
+//!   with the restricted Pod Security Standard enforced;
+//! - a ServiceAccount `editor` with `automountServiceAccountToken: false` and no permissions;
+//! - a ResourceQuota on `pods`, `requests.storage`, `persistentvolumeclaims` and
+//!   `limits.nvidia.com/gpumem`;
+//! - a LimitRange: CPU and memory defaults and ceilings;
+//! - a NetworkPolicy: ingress only from `server_namespace` to the editor port; egress only to DNS
+//!   in kube-system and to public addresses (0.0.0.0/0 but the private, link-local/metadata and
+//!   CGNAT ranges), so no other user's pods, no nodes, no cloud metadata service;
+//! - the workspace volume (PVC).
+//!
+//! Per session: a Secret `session-<id>-token` with the editor's token, and the pod `session-<id>`:
+//! the launch's approved image or the editor's configured one, running the editor program itself on
+//! `0.0.0.0:<editor_port>` under the session's base path; HAMi resources in limits only
+//! (`nvidia.com/gpu: 1`, `nvidia.com/gpumem: <MiB>`, `nvidia.com/gpucores: <%>`), and
+//! `nvidia.com/use-gpuuuid` when the allocator chose a card; the session PriorityClass
+//! (`kube.session_priority_class`); non-root (1000:100, fsGroup 100), no privilege escalation, all
+//! capabilities dropped, RuntimeDefault seccomp, a read-only root filesystem with HOME on the
+//! workspace volume (`/workspace`) and `/tmp` an emptyDir; a readiness probe on a path each editor
+//! answers without its token (Jupyter's `<base>api`, marimo's `<base>health`, code-server's
+//! `/healthz`). The token reaches the editor from the Secret only (`JUPYTER_TOKEN` /
+//! `HASHED_PASSWORD` by `secretKeyRef`, marimo's token file as a mounted Secret volume), never in
+//! the pod spec or the arguments.
 
 use super::names::{self, *};
 use crate::config::kube::KubeConfig;

@@ -1,22 +1,29 @@
-//! Keeps the database and the cluster in step, every few seconds, on any number of replicas.
+//! Keeps the database and the cluster in step, on any number of replicas: the background tick runs
+//! a pass every 15 s when `runtime = "kube"`.
 //!
-//! [`diff`] is pure: live sessions from the database and our session pods from the cluster in,
-//! actions out:
+//! [`diff`] is pure: live sessions from the database and our session pods from the cluster (by
+//! label) in, actions out:
 //! - a pod whose session is ended or unknown is an orphan: delete it (and its Secret);
-//! - a ready session whose pod is gone, or has ended (evicted, failed), is lost: end it with
-//!   reason `lost` through the service's own stop path, which settles the credits (the hold is
-//!   refunded, used minutes charged) and publishes the end;
-//! - where HAMi placed a pod (its `hami.io/vgpu-node` and `hami.io/vgpu-devices-allocated`
-//!   annotations) is recorded in the session's runtime handle, so the node and card of every
-//!   session can be seen; where HAMi chose another card than our slot's, the session moves to a
-//!   free slot of its size on that card, so the pool shows what each card really holds.
+//! - a ready session whose pod is gone, or has ended (evicted, failed), is lost: end it with reason
+//!   `lost` through the service's own stop path, which settles the credits (the hold is refunded,
+//!   used minutes charged) and publishes the end;
+//! - where HAMi placed a pod (its `hami.io/vgpu-node`, and the card UUIDs of
+//!   `hami.io/vgpu-devices-allocated`, `UUID,NVIDIA,MiB,cores:` per device) is recorded in the
+//!   session's runtime handle by compare-and-set, so the node and card of every session can be
+//!   seen;
+//! - where HAMi put a one-card pod on another card than its slot's, the session moves to a free
+//!   slot of its size on that card (`Store::move_to_gpu`, one transaction), so the pool shows what
+//!   each card really holds. "No free slot" is logged as a disagreement between the books and HAMi;
+//!   an unknown card is left alone. The slots in the database stay the accounting unit; declaring
+//!   `pool.gpus` by card UUID is what lets them follow HAMi.
 //!
-//! `service::reconcile::run_once` lists the pods first and reads the database second: a pod created after the
-//! list cannot be mistaken for an orphan (its session is older than the pod), and a session
-//! whose pod is missing from the list is ended only after a second, direct look at its pod.
+//! `service::reconcile::run_once` lists the pods first and reads the database second: a pod created
+//! after the list cannot be mistaken for an orphan (its session is older than the pod), and a
+//! session whose pod is missing from the list is ended only after a second, direct look at its pod.
 //! Every action is idempotent (a delete of what is gone is fine, ending an ended session is a
-//! no-op). On PostgreSQL one replica runs a pass at a time (a transaction-scoped advisory lock);
-//! SQLite means one server process.
+//! no-op). On PostgreSQL a pass holds a transaction-scoped advisory lock
+//! (`pg_try_advisory_xact_lock`): another replica skips the pass, and however the pass ends, the
+//! lock goes with the transaction. SQLite means one server process.
 
 use super::{PodHandle, pods};
 use app::domain::session::SessionState;
