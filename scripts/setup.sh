@@ -50,6 +50,12 @@ if [ ! -x "$TOOLS/build/node_modules/.bin/wasm-opt" ]; then
     || echo "warning: binaryen install failed; release builds need wasm-opt"
 fi
 
+# --- Sandboxes: bubblewrap (each editor's own files, processes and network), pasta (its way out,
+# without this machine's own services), socat (marimo's socket), setpriv (util-linux) -------------
+if ! command -v bwrap >/dev/null || ! command -v pasta >/dev/null || ! command -v socat >/dev/null; then
+  apt_install bubblewrap passt socat || echo "warning: no sandbox tools; editors will not be isolated (one user at most)"
+fi
+
 # --- Editors ----------------------------------------------------------------------------------
 if [ ! -x "$TOOLS/venv/bin/jupyter-lab" ] || [ ! -x "$TOOLS/venv/bin/marimo" ]; then
   say "installing JupyterLab and marimo into $TOOLS/venv"

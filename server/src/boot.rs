@@ -27,10 +27,7 @@ pub async fn open_service(config: config::Config) -> anyhow_lite::Result<Arc<Ser
     let (gpus, enforcement) = runtime::gpu::discover(&config);
     let service = match config.runtime {
         config::RuntimeKind::Local => {
-            let local = runtime::LocalRuntime::new(
-                runtime::ToolPaths::from_config(&config.editors),
-                &config.data_dir,
-            );
+            let local = runtime::LocalRuntime::from_config(&config);
             Service::new(config, store, Arc::new(local), gpus, enforcement)
         }
         // In the cluster: its service account; outside: KUBECONFIG or ~/.kube/config.

@@ -3,6 +3,7 @@
 //! Nested keys use `__` in the environment: `SANDBOX_CREDITS__INITIAL_GRANT=50`.
 
 pub mod kube;
+pub mod local;
 pub mod oidc;
 pub mod promotion;
 pub mod settings;
@@ -39,11 +40,16 @@ pub struct Config {
     pub proxy: ProxyConfig,
     /// Where editors run: "local" processes or "kube" pods.
     pub runtime: RuntimeKind,
+    /// How the local runtime keeps editors apart.
+    pub local: local::LocalConfig,
     pub kube: KubeConfig,
     /// Sign-in with an OpenID Connect provider, besides local accounts.
     pub oidc: Option<oidc::OidcConfig>,
     /// Pushing users' files to the production registry.
     pub promotion: promotion::PromotionConfig,
+    /// The file this configuration was read from, if any (hidden from editors).
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
 }
 
 /// Per-user limits; admins override them per user (`server quota set`).
@@ -286,6 +292,8 @@ impl Default for Config {
             kube: KubeConfig::default(),
             oidc: None,
             promotion: promotion::PromotionConfig::default(),
+            local: local::LocalConfig::default(),
+            source: None,
         }
     }
 }
@@ -323,7 +331,7 @@ impl Config {
                 .split("__")
                 .map(|key| key.as_str().to_ascii_lowercase().into()),
         );
-        let config: Config = figment.extract().map_err(|e| {
+        let mut config: Config = figment.extract().map_err(|e| {
             let key = e.path.join(".");
             let key = if key.is_empty() {
                 String::new()
@@ -333,6 +341,7 @@ impl Config {
             ConfigError(format!("{key}{}", e.kind))
         })?;
         config.validate()?;
+        config.source = file.map(|f| std::fs::canonicalize(f).unwrap_or_else(|_| f.to_path_buf()));
         Ok(config)
     }
 
@@ -584,6 +593,9 @@ impl Config {
         }
         if let Some((key, why)) = self.promotion.problem() {
             return bad(&format!("promotion.{key}"), why);
+        }
+        if let Some((key, why)) = self.local.problem() {
+            return bad(&format!("local.{key}"), why);
         }
         Ok(())
     }

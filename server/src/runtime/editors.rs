@@ -118,6 +118,8 @@ pub fn arguments(
                 unreachable!("marimo listens on TCP only (see listens_on_unix_socket)")
             };
             vec![
+                // Quiet: marimo otherwise prints its URL with the access token into its log.
+                s("-q"),
                 s("edit"),
                 s("--headless"),
                 format!("--host={host}"),

@@ -111,6 +111,33 @@ struct Handle {
     /// A pre-started editor's workspace link (see [`LocalRuntime::binding_of`]).
     #[serde(default)]
     binding: Option<PathBuf>,
+    /// The editor's sandbox, when it runs in one.
+    #[serde(default)]
+    sandbox: Option<SandboxHandle>,
+}
+
+/// What a sandboxed editor leaves to find and end it by.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct SandboxHandle {
+    /// The sandbox's first process (PID 1 inside): when it ends, everything inside ends.
+    init: i32,
+    init_started: Option<u64>,
+    /// The session's cgroup, where the server may make them.
+    #[serde(default)]
+    cgroup: Option<super::cgroup::Group>,
+    /// The `pasta` process that gives the sandbox its network.
+    #[serde(default)]
+    egress: Option<(i32, Option<u64>)>,
+    /// A pre-started editor's home, a mount point the workspace is mounted on.
+    #[serde(default)]
+    slot: Option<PathBuf>,
+}
+
+impl SandboxHandle {
+    fn init_alive(&self) -> bool {
+        process_alive(self.init)
+            && (self.init_started.is_none() || process_start_time(self.init) == self.init_started)
+    }
 }
 
 /// A stopped editor's run directory, on its way out.
@@ -138,6 +165,12 @@ impl Handle {
         } else if let Some(socket) = &self.socket {
             let _ = tokio::fs::remove_file(socket).await;
         }
+        if let Some(slot) = self.sandbox.as_ref().and_then(|s| s.slot.clone()) {
+            let _ = tokio::task::spawn_blocking(move || super::sandbox::release_slot(&slot)).await;
+        }
+        if let Some(group) = self.sandbox.as_ref().and_then(|s| s.cgroup.clone()) {
+            group.remove();
+        }
         if let Some(link) = &self.binding {
             // remove_file on a link removes the link, never what it points at.
             let _ = tokio::fs::remove_file(link).await;
@@ -146,8 +179,16 @@ impl Handle {
         }
     }
 
-    /// Our editor still runs: the pid exists and is the same process we started.
+    /// Our editor still runs: the pid exists and is the same process we started; in a sandbox,
+    /// something of its session still runs (a dead editor's leftover, which nobody reaps, is
+    /// not counted: an exited process leaves its cgroup).
     fn alive(&self) -> bool {
+        if let Some(sandbox) = &self.sandbox {
+            return match &sandbox.cgroup {
+                Some(group) => group.is_populated() && sandbox.init_alive(),
+                None => sandbox.init_alive(),
+            };
+        }
         process_alive(self.pid)
             && (self.started.is_none() || process_start_time(self.pid) == self.started)
     }
@@ -160,9 +201,49 @@ pub struct LocalRuntime {
     nvml: std::sync::OnceLock<Option<std::sync::Arc<crate::runtime::gpu::NvmlSampler>>>,
     /// Each editor's CPU ticks at the previous [`Runtime::cpu_load`], and when.
     cpu_seen: std::sync::Mutex<std::collections::HashMap<String, (Instant, u64)>>,
+    /// The sandbox every editor runs in, or why there is none.
+    sandbox: Result<super::sandbox::Sandbox, String>,
 }
 
+/// Where a sandboxed editor's home is, inside.
+const HOME_INSIDE: &str = "/home/user";
+
+/// Where a sandboxed editor's run directory is, inside: nothing of the data directory's path
+/// shows.
+const RUN_INSIDE: &str = "/run/editor";
+
+/// The port marimo listens on inside its own network namespace, behind its socket's relay.
+const MARIMO_PORT: u16 = 2718;
+
 impl LocalRuntime {
+    /// The runtime `config` asks for: a sandbox per editor unless `local.isolation = "none"`,
+    /// or where this machine cannot make one (then it says why, and serves one user at most).
+    pub fn from_config(config: &crate::config::Config) -> LocalRuntime {
+        let tools = ToolPaths::from_config(&config.editors);
+        let sandbox = match config.local.isolation {
+            crate::config::local::Isolation::None => Err("local.isolation is \"none\"".to_string()),
+            crate::config::local::Isolation::Sandbox => {
+                let programs: Vec<&Path> = EditorKind::ALL
+                    .iter()
+                    .map(|e| tools.program(*e))
+                    .filter(|p| p.exists())
+                    .collect();
+                super::sandbox::Sandbox::prepare(config, &programs)
+            }
+        };
+        match &sandbox {
+            Ok(sandbox) => {
+                tracing::info!(isolation = %sandbox.describe(), "editors run in sandboxes")
+            }
+            Err(why) => tracing::warn!(%why, "editors are not isolated from each other"),
+        }
+        LocalRuntime {
+            sandbox,
+            ..LocalRuntime::new(tools, &config.data_dir)
+        }
+    }
+
+    /// Editors as the server's own processes, without a sandbox.
     pub fn new(tools: ToolPaths, data_dir: &Path) -> LocalRuntime {
         for editor in EditorKind::ALL {
             let program = tools.program(editor);
@@ -172,7 +253,7 @@ impl LocalRuntime {
         }
         let data_dir = absolute(data_dir);
         let sample = data_dir.join("run").join("0".repeat(20));
-        if socket_path(EditorKind::JupyterLab, &sample).is_none() {
+        if socket_path(EditorKind::JupyterLab, &sample, false).is_none() {
             tracing::warn!(data_dir = %data_dir.display(), "the data directory's path is too long for Unix sockets; editors listen on ports of 127.0.0.1 instead");
         }
         LocalRuntime {
@@ -180,7 +261,12 @@ impl LocalRuntime {
             data_dir,
             nvml: std::sync::OnceLock::new(),
             cpu_seen: Default::default(),
+            sandbox: Err("not asked for".into()),
         }
+    }
+
+    fn sandbox(&self) -> Option<&super::sandbox::Sandbox> {
+        self.sandbox.as_ref().ok()
     }
 
     fn workspace_of(&self, user_name: &str) -> PathBuf {
@@ -191,6 +277,12 @@ impl LocalRuntime {
     /// takes the editor over. Editors keep the path, not its target, so files appear on rebinding.
     fn binding_of(&self, launch_id: &str) -> PathBuf {
         self.data_dir.join("bind").join(safe_name(launch_id))
+    }
+
+    /// A sandboxed pre-started editor's home: a folder of its own, made a mount point that the
+    /// user's workspace is mounted on when a launch takes the editor.
+    fn slot_of(&self, launch_id: &str) -> PathBuf {
+        self.data_dir.join("slots").join(safe_name(launch_id))
     }
 
     fn unbound_workspace(&self, launch_id: &str) -> std::io::Result<PathBuf> {
@@ -261,9 +353,70 @@ pub fn safe_name(name: &str) -> String {
 
 /// Where the editor listens, if on a Unix socket. A socket's path has room for 107 bytes
 /// (`sun_path` holds 108 with the final NUL); a deeper data directory gets a port instead.
-fn socket_path(editor: EditorKind, run_dir: &Path) -> Option<PathBuf> {
+/// In a sandbox every editor answers on a socket (marimo through a relay).
+fn socket_path(editor: EditorKind, run_dir: &Path, sandboxed: bool) -> Option<PathBuf> {
     let socket = run_dir.join("editor.sock");
-    (editors::listens_on_unix_socket(editor) && socket.as_os_str().len() <= 107).then_some(socket)
+    ((sandboxed || editors::listens_on_unix_socket(editor)) && socket.as_os_str().len() <= 107)
+        .then_some(socket)
+}
+
+/// Where a user's own packages go (`pip install` in a terminal or a notebook), in their home.
+const USER_PACKAGES: &str = ".local/lib/python-packages";
+
+/// Makes `dir` and everything in it owned by `uid`:`gid`, once: a workspace whose top is owned
+/// so already is left alone (links are changed, never followed).
+fn chown_tree_once(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if std::fs::symlink_metadata(dir)?.uid() == uid {
+        return Ok(());
+    }
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        std::os::unix::fs::lchown(&path, Some(uid), Some(gid))?;
+        if std::fs::symlink_metadata(&path)?.is_dir() {
+            for entry in std::fs::read_dir(&path)? {
+                pending.push(entry?.path());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `words` as one line for `sh -c`, each single-quoted.
+fn shell_words(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|w| format!("'{}'", w.replace('\'', "'\\''")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Gives the sandbox whose first process is `init` the outside world (`pasta`); the pasta
+/// process's pid and start time, to end it with the editor.
+fn start_egress(
+    pasta: &Path,
+    init: i32,
+    forward: Option<u16>,
+    root: bool,
+) -> Option<(i32, Option<u64>)> {
+    let args = super::sandbox::egress_arguments(init as u32, forward, root);
+    match std::process::Command::new(pasta)
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    {
+        Ok(mut child) => {
+            let pid = child.id() as i32;
+            std::thread::spawn(move || child.wait());
+            Some((pid, process_start_time(pid)))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "starting pasta; the editor has no network");
+            None
+        }
+    }
 }
 
 fn free_port() -> std::io::Result<u16> {
@@ -334,7 +487,61 @@ async fn stop_editor(handle: &Handle) {
     handle.tidy().await;
 }
 
+/// Ends a sandboxed editor: SIGTERM to what runs inside (the editor and its kernels), five
+/// seconds to finish, then everything of its session at once (its cgroup, or the sandbox's first
+/// process, whose end ends every process in its namespace), and its network.
+async fn end_sandbox(handle: &Handle, sandbox: &SandboxHandle) {
+    if sandbox.init_alive() {
+        let init = sandbox.init as u32;
+        let inside = tokio::task::spawn_blocking(move || descendants(init))
+            .await
+            .unwrap_or_default();
+        for (pid, started) in &inside {
+            if process_start_time(*pid as i32) == Some(*started) {
+                // SAFETY: a signal to a process of this editor's own sandbox (same pid, same start).
+                unsafe {
+                    libc::kill(*pid as i32, libc::SIGTERM);
+                }
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while sandbox.init_alive() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    match &sandbox.cgroup {
+        Some(group) => {
+            group.kill();
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while group.is_populated() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        None if sandbox.init_alive() => {
+            // SAFETY: the sandbox's first process, checked by its start time above.
+            unsafe {
+                libc::kill(sandbox.init, libc::SIGKILL);
+            }
+        }
+        None => {}
+    }
+    if let Some((pid, started)) = sandbox.egress
+        && process_alive(pid)
+        && (started.is_none() || process_start_time(pid) == started)
+    {
+        // SAFETY: the pasta process this editor's start made (same pid, same start).
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+    }
+    signal_group(handle.pid, libc::SIGKILL);
+    tracing::info!(pid = handle.pid, "sandboxed editor stopped");
+}
+
 async fn end_processes(handle: &Handle) {
+    if let Some(sandbox) = &handle.sandbox {
+        return end_sandbox(handle, sandbox).await;
+    }
     if process_alive(handle.pid) && !handle.alive() {
         // The pid now belongs to another process: ours is long gone, leave this one alone.
         return;
@@ -397,7 +604,11 @@ impl Runtime for LocalRuntime {
                 launch.editor.label()
             )));
         }
-        let workspace = if launch.prestart {
+        let sandbox = self.sandbox();
+        let prestart_slot = launch.prestart && sandbox.is_some();
+        let workspace = if prestart_slot {
+            self.slot_of(&launch.session_id)
+        } else if launch.prestart {
             self.unbound_workspace(&launch.session_id)?
         } else {
             self.workspace_of(&launch.user_name)
@@ -407,19 +618,67 @@ impl Runtime for LocalRuntime {
         for dir in [&workspace, &run_dir, &log_dir] {
             tokio::fs::create_dir_all(dir).await?;
         }
-        // The editor's socket, runtime files and caches are the server user's alone.
+        // The editor's socket, runtime files and caches are the editor's alone.
         tokio::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o700)).await?;
+        let account = sandbox.and_then(|s| s.account);
+        if let Some((uid, gid)) = account {
+            let (run, home) = (run_dir.clone(), workspace.clone());
+            tokio::task::spawn_blocking(move || {
+                chown_tree_once(&home, uid, gid)?;
+                std::os::unix::fs::chown(&run, Some(uid), Some(gid))
+            })
+            .await
+            .map_err(|e| RuntimeError::Io(std::io::Error::other(e)))??;
+        }
+        if prestart_slot {
+            let slot = workspace.clone();
+            tokio::task::spawn_blocking(move || super::sandbox::share_slot(&slot))
+                .await
+                .map_err(|e| RuntimeError::Io(std::io::Error::other(e)))??;
+        }
+        let home = if sandbox.is_some() {
+            PathBuf::from(HOME_INSIDE)
+        } else {
+            workspace.clone()
+        };
         let log_path = log_dir.join(format!("{}.log", launch.session_id));
         let log = std::fs::File::create(&log_path)?;
-        let socket = socket_path(launch.editor, &run_dir);
-        let (port, upstream, listen) = match &socket {
-            Some(socket) => {
+        let run_inside = if sandbox.is_some() {
+            PathBuf::from(RUN_INSIDE)
+        } else {
+            run_dir.clone()
+        };
+        let socket = socket_path(launch.editor, &run_dir, sandbox.is_some());
+        if sandbox.is_some() && socket.is_none() {
+            return Err(RuntimeError::Unavailable(
+                "the data directory's path is too long for an editor's socket".into(),
+            ));
+        }
+        let socket_inside = run_inside.join("editor.sock");
+        let (port, upstream, listen) = match (&socket, sandbox) {
+            // In its own network namespace marimo's port is its own: the relay's socket is the
+            // way in, and no other account can bind the port first.
+            (Some(socket), Some(_)) if !editors::listens_on_unix_socket(launch.editor) => {
+                let _ = tokio::fs::remove_file(socket).await;
+                let upstream = format!("{}{}", crate::net::upstream::UNIX_PREFIX, socket.display());
+                let listen = editors::Listen::Tcp {
+                    host: "127.0.0.1",
+                    port: MARIMO_PORT,
+                };
+                (0, upstream, listen)
+            }
+            (Some(socket), _) => {
                 // Left by an editor that was killed; the new one could not bind over it.
                 let _ = tokio::fs::remove_file(socket).await;
                 let upstream = format!("{}{}", crate::net::upstream::UNIX_PREFIX, socket.display());
-                (0, upstream, editors::Listen::Unix(socket))
+                let inside = if sandbox.is_some() {
+                    &socket_inside
+                } else {
+                    socket
+                };
+                (0, upstream, editors::Listen::Unix(inside))
             }
-            None => {
+            (None, _) => {
                 let port = free_port()?;
                 let listen = editors::Listen::Tcp {
                     host: "127.0.0.1",
@@ -437,11 +696,96 @@ impl Runtime for LocalRuntime {
             launch.editor,
             listen,
             &launch.base_path,
-            &workspace.to_string_lossy(),
+            &home.to_string_lossy(),
             "-",
         );
         let stdin_secret = editors::secret_stdin(launch.editor, &secret);
-        let mut command = tokio::process::Command::new(program);
+        // A pre-started editor's home is mounted over later (or a link swapped), and a
+        // process's working directory would stay what was there before: its run directory lasts.
+        let workdir = if launch.prestart {
+            run_inside.clone()
+        } else {
+            home.clone()
+        };
+        let mut editor_command: Vec<std::ffi::OsString> = vec![program.as_os_str().into()];
+        editor_command.extend(args.iter().map(Into::into));
+        let group = match sandbox.and_then(|s| s.cgroups.as_ref()) {
+            Some(layout) => {
+                let resources = sandbox.map(|s| s.local.resources(launch.slice.memory_mib));
+                let limits = resources.map(|r| super::cgroup::Limits {
+                    memory_mib: r.memory_mib,
+                    cpu_millis: (r.cpus * 1000.0).round() as u64,
+                    pids: r.pids,
+                });
+                let (layout, name) = (layout.clone(), launch.session_id.clone());
+                let made = tokio::task::spawn_blocking(move || match limits {
+                    Some(limits) => layout.create(&name, &limits).map(Some),
+                    None => Ok(None),
+                })
+                .await
+                .map_err(|e| RuntimeError::Io(std::io::Error::other(e)))?;
+                made?
+            }
+            None => None,
+        };
+        let (program_to_run, full_args, info) = match sandbox {
+            Some(sandbox) => {
+                if !editors::listens_on_unix_socket(launch.editor)
+                    && let Some(socat) = &sandbox.tools.socat
+                {
+                    let relay = super::sandbox::relay_command(socat, &socket_inside, MARIMO_PORT);
+                    let relay: Vec<String> = relay
+                        .iter()
+                        .map(|a| a.to_string_lossy().into_owned())
+                        .collect();
+                    let script = format!("{} </dev/null & exec \"$0\" \"$@\"", shell_words(&relay));
+                    let mut wrapped: Vec<std::ffi::OsString> =
+                        vec!["/bin/sh".into(), "-c".into(), script.into()];
+                    wrapped.extend(editor_command);
+                    editor_command = wrapped;
+                }
+                if let Some(preload) = &sandbox.preload
+                    && !launch.slice_devices().is_empty()
+                {
+                    tokio::fs::write(
+                        super::sandbox::preload_file(&run_dir),
+                        format!("{}\n", preload.display()),
+                    )
+                    .await?;
+                }
+                let devices = launch.slice_devices();
+                let spec = super::sandbox::Spec {
+                    system: &sandbox.system,
+                    tools: &sandbox.tool_dirs,
+                    hidden: &sandbox.hidden,
+                    home: &workspace,
+                    home_inside: Path::new(HOME_INSIDE),
+                    run_dir: &run_dir,
+                    run_inside: &run_inside,
+                    devices: &devices,
+                    preload: sandbox.preload.as_deref().filter(|_| !devices.is_empty()),
+                    account,
+                    workdir: &workdir,
+                    command: &editor_command,
+                };
+                let mut args = vec![
+                    std::ffi::OsString::from("--info-fd"),
+                    super::sandbox::INFO_FD.to_string().into(),
+                ];
+                args.extend(super::sandbox::arguments(&spec, &sandbox.tools));
+                let bwrap = sandbox.tools.bwrap.clone().expect("a sandbox has bwrap");
+                (bwrap, args, Some(super::sandbox::info_pipe()?))
+            }
+            None => (program.to_path_buf(), editor_command[1..].to_vec(), None),
+        };
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            // Where to look first when an editor does not start (no secret is on a command line).
+            let line: Vec<String> = std::iter::once(program_to_run.to_string_lossy().into_owned())
+                .chain(full_args.iter().map(|a| a.to_string_lossy().into_owned()))
+                .collect();
+            tracing::debug!(session = %launch.session_id, command = %shell_words(&line), "starting an editor");
+        }
+        let mut command = tokio::process::Command::new(&program_to_run);
         command
             .env_clear()
             .envs(
@@ -449,20 +793,20 @@ impl Runtime for LocalRuntime {
                     .iter()
                     .filter_map(|k| std::env::var(k).ok().map(|v| (*k, v))),
             )
-            .args(&args)
-            // A pre-started editor's workspace is a link that a user's workspace replaces later,
-            // and a process's working directory is what the link pointed to then: it would be
-            // left in a deleted directory (kernels then fail to start). Its run directory lasts.
-            .current_dir(if launch.prestart {
+            .args(&full_args)
+            .current_dir(if sandbox.is_some() {
                 &run_dir
             } else {
-                &workspace
+                &workdir
             })
-            .env("HOME", &workspace)
-            .env("JUPYTER_RUNTIME_DIR", run_dir.join("jupyter"))
-            .env("XDG_CACHE_HOME", run_dir.join("cache"))
-            .env("XDG_DATA_HOME", workspace.join(".local/share"))
-            .env("XDG_CONFIG_HOME", workspace.join(".config"))
+            .env("HOME", &home)
+            .env("JUPYTER_RUNTIME_DIR", run_inside.join("jupyter"))
+            .env("XDG_CACHE_HOME", run_inside.join("cache"))
+            .env("XDG_DATA_HOME", home.join(".local/share"))
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            // A user's `pip install` goes into their own workspace, not the editors' tooling.
+            .env("PIP_TARGET", home.join(USER_PACKAGES))
+            .env("PYTHONPATH", home.join(USER_PACKAGES))
             .env("PYTHONUNBUFFERED", "1")
             .envs(launch.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .envs(editors::secret_env(launch.editor, &secret))
@@ -475,7 +819,44 @@ impl Runtime for LocalRuntime {
             .stderr(log)
             .process_group(0)
             .kill_on_drop(false);
-        let mut child = command.spawn()?;
+        let procs_files = group.as_ref().map(|g| g.procs_files()).unwrap_or_default();
+        let info_write = info.as_ref().map(|(_, write)| {
+            use std::os::fd::AsRawFd;
+            write.as_raw_fd()
+        });
+        // The server's own umask (077) would make the folders bwrap creates inside (`/root`
+        // above a tool folder, say) unreadable to the editor's account; what the editor writes
+        // stays in its home, which is its alone.
+        let umask = if sandbox.is_some() { 0o022 } else { 0o077 };
+        // SAFETY: between fork and exec this only writes to cgroup files and duplicates a
+        // descriptor, through async-signal-safe calls on memory made before the fork.
+        unsafe {
+            command.pre_exec(move || {
+                libc::umask(umask);
+                super::cgroup::join_self(&procs_files)?;
+                if let Some(fd) = info_write
+                    && libc::dup2(fd, super::sandbox::INFO_FD) < 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let spawned = command.spawn();
+        let (info_read, info_write) = match info {
+            Some((read, write)) => (Some(read), Some(write)),
+            None => (None, None),
+        };
+        drop(info_write);
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                if let Some(group) = &group {
+                    group.remove();
+                }
+                return Err(e.into());
+            }
+        };
         let pid = child.id().map(|p| p as i32).unwrap_or(0);
         if let (Some(secret), Some(mut stdin)) = (stdin_secret, child.stdin.take()) {
             use tokio::io::AsyncWriteExt;
@@ -486,7 +867,43 @@ impl Runtime for LocalRuntime {
         tokio::spawn(async move {
             let _ = child.wait().await;
         });
-        tracing::info!(session = %launch.session_id, editor = %launch.editor, pid, %upstream, "editor started");
+        let sandbox_handle = match (sandbox, info_read) {
+            (Some(sandbox), Some(read)) => {
+                let init = tokio::time::timeout(
+                    Duration::from_secs(10),
+                    tokio::task::spawn_blocking(move || super::sandbox::read_child_pid(read)),
+                )
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .flatten();
+                let Some(init) = init else {
+                    if let Some(group) = &group {
+                        group.kill();
+                        group.remove();
+                    }
+                    return Err(RuntimeError::Failed {
+                        message: "the editor's sandbox could not be made".into(),
+                        log_tail: log_tail(&log_path, 20),
+                    });
+                };
+                let egress = match (sandbox.local.network, &sandbox.tools.pasta) {
+                    (crate::config::local::Network::Egress, Some(pasta)) => {
+                        start_egress(pasta, init, sandbox.forward, sandbox.tools.root)
+                    }
+                    _ => None,
+                };
+                Some(SandboxHandle {
+                    init,
+                    init_started: process_start_time(init),
+                    cgroup: group,
+                    egress,
+                    slot: prestart_slot.then(|| workspace.clone()),
+                })
+            }
+            _ => None,
+        };
+        tracing::info!(session = %launch.session_id, editor = %launch.editor, pid, %upstream, sandboxed = sandbox_handle.is_some(), "editor started");
         let handle = serde_json::to_string(&Handle {
             pid,
             port,
@@ -494,7 +911,9 @@ impl Runtime for LocalRuntime {
             log: log_path,
             started: process_start_time(pid),
             run_dir: Some(run_dir.clone()),
-            binding: launch.prestart.then(|| self.binding_of(&launch.session_id)),
+            binding: (launch.prestart && !prestart_slot)
+                .then(|| self.binding_of(&launch.session_id)),
+            sandbox: sandbox_handle,
         })
         .map_err(|e| RuntimeError::Handle(e.to_string()))?;
         // Only a safety net for the next start: the editor runs, and the caller gets its handle,
@@ -549,13 +968,39 @@ impl Runtime for LocalRuntime {
         }
     }
 
+    fn isolation(&self) -> Result<String, String> {
+        match &self.sandbox {
+            Ok(sandbox) => Ok(sandbox.describe()),
+            Err(why) => Err(format!(
+                "editors run as the server's own account and can read each other's files ({why})"
+            )),
+        }
+    }
+
     fn prestarts_editors(&self) -> bool {
-        true
+        // A sandboxed editor gets its user's workspace by a mount, which takes root.
+        self.sandbox().is_none_or(|s| s.tools.root)
     }
 
     async fn bind_workspace(&self, launch_id: &str, user_name: &str) -> Result<(), RuntimeError> {
         let workspace = self.workspace_of(user_name);
         tokio::fs::create_dir_all(&workspace).await?;
+        if let Some(sandbox) = self.sandbox() {
+            let slot = self.slot_of(launch_id);
+            let account = sandbox.account;
+            return tokio::task::spawn_blocking(move || {
+                // What the editor made in its empty home at start (Jupyter's notebook secret,
+                // say) is found under the same paths afterwards, unless the user has their own.
+                copy_missing(&slot, &workspace)?;
+                if let Some((uid, gid)) = account {
+                    chown_tree_once(&workspace, uid, gid)?;
+                }
+                super::sandbox::mount_into(&workspace, &slot)
+            })
+            .await
+            .map_err(|e| RuntimeError::Io(std::io::Error::other(e)))?
+            .map_err(RuntimeError::Io);
+        }
         let link = self.binding_of(launch_id);
         // What the editor made in its empty home at start (Jupyter's notebook secret, say) is
         // found under the same paths after the swap, unless the user has their own.
@@ -624,6 +1069,35 @@ impl Runtime for LocalRuntime {
                 }
                 _ => {
                     let _ = tokio::fs::remove_file(&file).await;
+                }
+            }
+        }
+        // Sessions' groups and slots no handle named (a server that died mid-start).
+        if let Some(sandbox) = self.sandbox() {
+            if let Some(layout) = &sandbox.cgroups {
+                for name in layout.groups() {
+                    if owned.contains(&name) {
+                        continue;
+                    }
+                    let group = layout.group(&name);
+                    if group.is_populated() {
+                        tracing::warn!(launch = %name, "ending a sandbox that no session owns");
+                        group.kill();
+                        stopped += 1;
+                    }
+                    group.remove();
+                }
+            }
+            if let Ok(mut slots) = tokio::fs::read_dir(self.data_dir.join("slots")).await {
+                while let Ok(Some(slot)) = slots.next_entry().await {
+                    let name = slot.file_name().to_string_lossy().into_owned();
+                    if !owned.iter().any(|id| safe_name(id) == name) {
+                        let path = slot.path();
+                        let _ = tokio::task::spawn_blocking(move || {
+                            super::sandbox::release_slot(&path)
+                        })
+                        .await;
+                    }
                 }
             }
         }
@@ -762,6 +1236,7 @@ mod tests {
             started: process_start_time(pid as i32),
             run_dir: None,
             binding: None,
+            sandbox: None,
         })
         .unwrap()
     }
@@ -997,6 +1472,7 @@ mod tests {
             started,
             run_dir: None,
             binding: None,
+            sandbox: None,
         };
         assert!(ours.alive());
         let other = Handle {
@@ -1010,20 +1486,25 @@ mod tests {
     fn editors_listen_on_a_socket_where_its_path_fits() {
         let run = Path::new("/var/lib/sandbox/run/abc");
         assert_eq!(
-            socket_path(EditorKind::JupyterLab, run),
+            socket_path(EditorKind::JupyterLab, run, false),
             Some(run.join("editor.sock"))
         );
-        assert!(socket_path(EditorKind::CodeServer, run).is_some());
+        assert!(socket_path(EditorKind::CodeServer, run, false).is_some());
         assert_eq!(
-            socket_path(EditorKind::Marimo, run),
+            socket_path(EditorKind::Marimo, run, false),
             None,
             "marimo has no socket option"
         );
+        assert_eq!(
+            socket_path(EditorKind::Marimo, run, true),
+            Some(run.join("editor.sock")),
+            "in a sandbox, through its relay"
+        );
         let deep = Path::new("/").join("d".repeat(95));
         assert_eq!(deep.join("editor.sock").as_os_str().len(), 108);
-        assert_eq!(socket_path(EditorKind::JupyterLab, &deep), None);
+        assert_eq!(socket_path(EditorKind::JupyterLab, &deep, false), None);
         let fits = Path::new("/").join("d".repeat(94));
-        assert!(socket_path(EditorKind::JupyterLab, &fits).is_some());
+        assert!(socket_path(EditorKind::JupyterLab, &fits, false).is_some());
     }
 
     #[test]

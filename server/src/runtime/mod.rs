@@ -3,11 +3,13 @@
 //! May import: `config`, `net`, `util`, `app::domain`.
 
 pub mod activity;
+pub mod cgroup;
 pub mod editors;
 pub mod gpu;
 pub mod kube;
 mod local;
 pub mod procfs;
+pub mod sandbox;
 
 pub use crate::config::RuntimeKind;
 pub use gpu::GpuUsage;
@@ -33,6 +35,32 @@ pub struct EditorLaunch {
     pub prestart: bool,
     /// An approved image chosen at launch (kube); None: the configured image for the editor.
     pub image: Option<String>,
+}
+
+impl EditorLaunch {
+    /// The device nodes of the slice's card (and NVIDIA's control devices), by the CUDA index
+    /// its environment binds (`CUDA_VISIBLE_DEVICES`, numbered as the driver's nodes with
+    /// `CUDA_DEVICE_ORDER=PCI_BUS_ID`); none for a slice without a card.
+    pub fn slice_devices(&self) -> Vec<std::path::PathBuf> {
+        let card = self
+            .env
+            .iter()
+            .find(|(k, _)| k == "CUDA_VISIBLE_DEVICES")
+            .and_then(|(_, v)| v.parse::<u32>().ok());
+        match card {
+            Some(index) => [
+                format!("/dev/nvidia{index}"),
+                "/dev/nvidiactl".into(),
+                "/dev/nvidia-uvm".into(),
+                "/dev/nvidia-uvm-tools".into(),
+                "/dev/nvidia-modeset".into(),
+            ]
+            .into_iter()
+            .map(std::path::PathBuf::from)
+            .collect(),
+            None => Vec::new(),
+        }
+    }
 }
 
 /// Which share of which card a session holds.
@@ -153,6 +181,10 @@ pub trait Runtime: Send + Sync + 'static {
     async fn cpu_load(&self, handles: &[String]) -> std::collections::HashMap<String, f64> {
         let _ = handles;
         std::collections::HashMap::new()
+    }
+    /// How editors are kept apart from each other and from the server, or why they are not.
+    fn isolation(&self) -> Result<String, String> {
+        Ok("a namespace per user, restricted pods".into())
     }
     /// Whether launches may choose among approved images (a runtime that runs images).
     fn runs_images(&self) -> bool {

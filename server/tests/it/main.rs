@@ -40,6 +40,7 @@ mod cli;
 mod editors;
 mod faults;
 mod guardrails;
+mod isolation;
 mod kube;
 mod oidc;
 mod promotion;

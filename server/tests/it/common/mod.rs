@@ -11,7 +11,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use server::config::Config;
-use server::runtime::{EditorLaunch, LocalRuntime, Running, Runtime, RuntimeError, ToolPaths};
+use server::runtime::{EditorLaunch, LocalRuntime, Running, Runtime, RuntimeError};
 use server::service::Service;
 use server::store::Store;
 use server::util::ManualClock;
@@ -156,12 +156,8 @@ impl TestApp {
                 kube as Arc<dyn Runtime>,
             ),
             Runtimes::Any(runtime) => {
-                let runtime = runtime.unwrap_or_else(|| {
-                    Arc::new(LocalRuntime::new(
-                        ToolPaths::from_config(&config.editors),
-                        &config.data_dir,
-                    ))
-                });
+                let runtime =
+                    runtime.unwrap_or_else(|| Arc::new(LocalRuntime::from_config(&config)));
                 let service = Service::new(
                     config,
                     store.clone(),

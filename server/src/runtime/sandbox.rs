@@ -1,0 +1,802 @@
+//! Every local editor in a sandbox of its own: Debian's bubblewrap (`bwrap`), the tool Flatpak
+//! runs its applications in. Chosen over writing the namespaces ourselves (a setuid-free,
+//! well-reviewed launcher that sets up mount, PID, network, IPC and UTS namespaces and a minimal
+//! `/dev` in one exec) and over containers (podman cannot run here, and an OCI image per editor
+//! would not be the editors `scripts/setup.sh` installs).
+//!
+//! What an editor sees: the system read-only (`/usr`, `/etc`, the editors' tooling, each at its
+//! own path), its home (the user's workspace, or a pre-started editor's empty slot), its own run
+//! directory (socket, runtime files, caches), a private `/tmp`, its own `/proc` and a minimal
+//! `/dev` (plus its slice's GPU only). Never the data directory, another workspace, the server's
+//! configuration, or another process. As root the editor runs as an unprivileged account of its
+//! own (`setpriv`: no capabilities, `no_new_privs`); otherwise in a user namespace of the
+//! server's account. Its network is a namespace of its own: loopback only, or, with egress on,
+//! `pasta` (Debian's passt) gives it the outside through the server's sockets with the host's
+//! loopback unmapped, so neither the database nor another editor is reachable; the product's own
+//! address is forwarded in. An editor that listens only on TCP (marimo) is reached through a Unix
+//! socket in its run directory that `socat` forwards inside the sandbox, so no other account
+//! can bind its port first.
+
+use super::cgroup;
+use crate::config::Config;
+use crate::config::local::{LocalConfig, Network};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// What this machine offers for sandboxes, found once at start.
+#[derive(Clone, Debug, Default)]
+pub struct Tools {
+    pub bwrap: Option<PathBuf>,
+    pub setpriv: Option<PathBuf>,
+    pub pasta: Option<PathBuf>,
+    pub socat: Option<PathBuf>,
+    /// The server runs as root: editors get accounts of their own.
+    pub root: bool,
+}
+
+impl Tools {
+    pub fn find() -> Tools {
+        Tools {
+            bwrap: which("bwrap"),
+            setpriv: which("setpriv"),
+            pasta: which("pasta"),
+            socat: which("socat"),
+            // SAFETY: geteuid only reads this process's effective user id.
+            root: unsafe { libc::geteuid() } == 0,
+        }
+    }
+
+    /// Why no sandbox can be made here, if none can.
+    pub fn missing(&self) -> Option<String> {
+        if self.bwrap.is_none() {
+            return Some("bubblewrap (bwrap) is not installed".into());
+        }
+        if self.root && self.setpriv.is_none() {
+            return Some("setpriv (util-linux) is not installed".into());
+        }
+        None
+    }
+}
+
+/// A program on `PATH`, or in the usual system folders.
+fn which(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/bin", "/usr/sbin", "/bin", "/sbin"].map(PathBuf::from))
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+}
+
+/// One editor's sandbox.
+#[derive(Clone, Debug)]
+pub struct Spec<'a> {
+    /// The folders of the system, read-only at their own paths (`/usr`, `/etc`, `/opt`).
+    pub system: &'a [PathBuf],
+    /// The editors' tooling (the venv, the Python it points at, the npm prefix), read-only.
+    pub tools: &'a [PathBuf],
+    /// Files inside those folders that the editor must not read (the server's configuration):
+    /// an empty file is mounted over each.
+    pub hidden: &'a [PathBuf],
+    /// The folder the editor's home is mounted from (the workspace, or a pre-started editor's
+    /// slot that the workspace is later mounted on).
+    pub home: &'a Path,
+    /// Where the home appears inside.
+    pub home_inside: &'a Path,
+    /// The editor's run directory, read-write.
+    pub run_dir: &'a Path,
+    /// Where the run directory appears inside.
+    pub run_inside: &'a Path,
+    /// Device nodes the editor may use (its slice's GPU and NVIDIA's control devices).
+    pub devices: &'a [PathBuf],
+    /// A library every program in the sandbox preloads (HAMi-core), through its own
+    /// `/etc/ld.so.preload`: unsetting `LD_PRELOAD` does not escape it.
+    pub preload: Option<&'a Path>,
+    /// As root: the account the editor runs as.
+    pub account: Option<(u32, u32)>,
+    /// Where the editor starts (its home, or its run directory for a pre-started editor,
+    /// whose home is mounted over later).
+    pub workdir: &'a Path,
+    /// The editor's own command line.
+    pub command: &'a [OsString],
+}
+
+/// Where a file with one preloaded library's path is written for the sandbox's
+/// `/etc/ld.so.preload` (in the run directory, read-only inside).
+pub fn preload_file(run_dir: &Path) -> PathBuf {
+    run_dir.join("ld.so.preload")
+}
+
+/// The `bwrap` command line (after the program) for `spec`, with the editor's command last.
+pub fn arguments(spec: &Spec<'_>, tools: &Tools) -> Vec<OsString> {
+    let mut args = Args::default();
+    if !tools.root {
+        args.push(["--unshare-user"]);
+    }
+    args.push([
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        // A terminal's input cannot be pushed back to the server's (TIOCSTI).
+        "--new-session",
+        "--hostname",
+        "sandbox",
+    ]);
+    // First, so that nothing mounted below them later is hidden (tooling under /tmp, say): a
+    // private /tmp and /dev/shm (marimo's multiprocessing needs one), open to the editor's
+    // account like the host's.
+    args.push(["--dev", "/dev", "--proc", "/proc"]);
+    args.push([
+        "--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm",
+    ]);
+    args.push(["--tmpfs", "/run"]);
+    for dir in spec.system.iter().chain(spec.tools) {
+        if dir.exists() {
+            args.open_parents(dir, spec.system);
+            args.paths("--ro-bind", dir, dir);
+        }
+    }
+    // Merged /usr: the old top-level folders are links into it.
+    for (link, target) in [
+        ("/bin", "usr/bin"),
+        ("/sbin", "usr/sbin"),
+        ("/lib", "usr/lib"),
+        ("/lib64", "usr/lib64"),
+    ] {
+        if Path::new(link).is_symlink() {
+            args.push(["--symlink", target, link]);
+        } else if Path::new(link).is_dir() {
+            args.push(["--ro-bind", link, link]);
+        }
+    }
+    for file in spec.hidden {
+        if file.exists() {
+            args.paths("--ro-bind", Path::new("/dev/null"), file);
+        }
+    }
+    args.open_parents(spec.run_inside, spec.system);
+    args.paths("--bind", spec.run_dir, spec.run_inside);
+    args.open_parents(spec.home_inside, spec.system);
+    args.paths("--bind", spec.home, spec.home_inside);
+    for device in spec.devices {
+        if device.exists() {
+            args.paths("--dev-bind", device, device);
+        }
+    }
+    if spec.preload.is_some() {
+        args.paths(
+            "--ro-bind",
+            &preload_file(spec.run_dir),
+            Path::new("/etc/ld.so.preload"),
+        );
+    }
+    args.push(["--chdir"]);
+    args.0.push(spec.workdir.into());
+    args.push(["--"]);
+    if let (true, Some((uid, gid)), Some(setpriv)) = (tools.root, spec.account, &tools.setpriv) {
+        args.0.push(setpriv.into());
+        args.push(["--reuid", &uid.to_string(), "--regid", &gid.to_string()]);
+        args.push([
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        ]);
+    }
+    args.0.extend(spec.command.iter().cloned());
+    args.0
+}
+
+/// bwrap's arguments as they are made.
+#[derive(Default)]
+struct Args(Vec<OsString>, Vec<PathBuf>);
+
+impl Args {
+    fn push<const N: usize>(&mut self, items: [&str; N]) {
+        self.0.extend(items.map(OsString::from));
+    }
+
+    fn paths(&mut self, option: &str, from: &Path, to: &Path) {
+        self.0.extend([option.into(), from.into(), to.into()]);
+    }
+
+    /// bwrap makes the folders above a mount point 0700, which the editor's account could not
+    /// pass through: each is made open first, once.
+    fn open_parents(&mut self, dest: &Path, system: &[PathBuf]) {
+        let mut above: Vec<&Path> = dest
+            .ancestors()
+            .skip(1)
+            .filter(|a| a.parent().is_some())
+            .collect();
+        above.reverse();
+        for folder in above {
+            if !self.1.iter().any(|m| m == folder) && !system.iter().any(|s| folder.starts_with(s))
+            {
+                self.1.push(folder.to_path_buf());
+                self.0.extend([
+                    "--perms".into(),
+                    "0755".into(),
+                    "--dir".into(),
+                    folder.into(),
+                ]);
+            }
+        }
+    }
+}
+
+/// The `pasta` command line that gives the network namespace of process `pid` the outside
+/// world, with the host's loopback left out, and forwards `forward` (the product's own port on
+/// the host's loopback) in.
+pub fn egress_arguments(pid: u32, forward: Option<u16>, root: bool) -> Vec<String> {
+    let mut args = vec![
+        // In the foreground: its pid is the one to end with the editor.
+        "--foreground".to_string(),
+        "--config-net".to_string(),
+        "--no-map-gw".to_string(),
+        "--quiet".to_string(),
+        "-t".to_string(),
+        "none".to_string(),
+        "-u".to_string(),
+        "none".to_string(),
+        "-U".to_string(),
+        "none".to_string(),
+        "-T".to_string(),
+        forward.map_or("none".to_string(), |port| port.to_string()),
+    ];
+    if root {
+        // pasta drops to "nobody" before it opens the namespace, which root made; it joins the
+        // network namespace alone.
+        args.extend([
+            "--runas".to_string(),
+            "0:0".to_string(),
+            "--netns".to_string(),
+            format!("/proc/{pid}/ns/net"),
+        ]);
+    } else {
+        // The sandbox's own user namespace, which the server's account owns.
+        args.push(pid.to_string());
+    }
+    args
+}
+
+/// The command that listens on `socket` inside the sandbox and forwards each connection to
+/// `port` of the sandbox's own loopback, beside an editor that listens only on TCP.
+pub fn relay_command(socat: &Path, socket: &Path, port: u16) -> Vec<OsString> {
+    vec![
+        socat.as_os_str().to_os_string(),
+        format!(
+            "UNIX-LISTEN:{},fork,mode=600,unlink-early",
+            socket.display()
+        )
+        .into(),
+        format!("TCP:127.0.0.1:{port}").into(),
+    ]
+}
+
+/// Everything the local runtime needs to sandbox its editors, found and checked once at start.
+#[derive(Clone, Debug)]
+pub struct Sandbox {
+    pub tools: Tools,
+    /// System folders shown read-only.
+    pub system: Vec<PathBuf>,
+    /// The editors' tooling, shown read-only.
+    pub tool_dirs: Vec<PathBuf>,
+    /// Files that would show through those folders and must not (the configuration file).
+    pub hidden: Vec<PathBuf>,
+    /// Where the sessions' cgroups go; None where this server may not make them.
+    pub cgroups: Option<cgroup::Layout>,
+    pub network: Network,
+    /// The product's own port on the host's loopback, forwarded into each sandbox.
+    pub forward: Option<u16>,
+    pub local: LocalConfig,
+    /// As root: the account editors run as.
+    pub account: Option<(u32, u32)>,
+    /// HAMi-core, preloaded in every sandbox with a GPU.
+    pub preload: Option<PathBuf>,
+}
+
+impl Sandbox {
+    /// The sandbox for editors run by `programs`, or why none can be made here.
+    pub fn prepare(config: &Config, programs: &[&Path]) -> Result<Sandbox, String> {
+        let data_dir =
+            std::fs::canonicalize(&config.data_dir).unwrap_or_else(|_| config.data_dir.clone());
+        let tools = Tools::find();
+        if let Some(missing) = tools.missing() {
+            return Err(missing);
+        }
+        let mut tool_dirs: Vec<PathBuf> = Vec::new();
+        for program in programs {
+            for dir in tooling_of(program) {
+                if !tool_dirs.iter().any(|d| dir.starts_with(d)) {
+                    tool_dirs.retain(|d| !d.starts_with(&dir));
+                    tool_dirs.push(dir);
+                }
+            }
+        }
+        let preload = (!config.pool.hami_core_library.is_empty())
+            .then(|| PathBuf::from(&config.pool.hami_core_library));
+        if let Some(dir) = preload.as_ref().and_then(|p| p.parent()) {
+            tool_dirs.push(dir.to_path_buf());
+        }
+        let listen = config.listen_addr();
+        let sandbox = Sandbox {
+            cgroups: if tools.root {
+                cgroup::Layout::detect(&cgroup::parent_name(&data_dir))
+            } else {
+                None
+            },
+            account: tools
+                .root
+                .then_some((config.local.editor_uid, config.local.editor_uid)),
+            tools,
+            system: ["/usr", "/etc", "/opt/conda"]
+                .into_iter()
+                .map(PathBuf::from)
+                .filter(|p| p.exists())
+                .collect(),
+            tool_dirs,
+            hidden: config.source.iter().cloned().collect(),
+            network: config.local.network,
+            forward: listen.ip().is_loopback().then(|| listen.port()),
+            local: config.local.clone(),
+            preload,
+        };
+        sandbox.check()?;
+        Ok(sandbox)
+    }
+
+    /// Runs a sandbox once, so a machine that cannot (no user namespaces, say) says so at start
+    /// rather than at a user's first launch.
+    fn check(&self) -> Result<(), String> {
+        let probe = tempfile_dir()?;
+        let command = [OsString::from("/bin/true")];
+        let spec = Spec {
+            system: &self.system,
+            tools: &[],
+            hidden: &[],
+            home: &probe,
+            home_inside: Path::new("/home/user"),
+            run_dir: &probe,
+            run_inside: Path::new("/run/editor"),
+            devices: &[],
+            preload: None,
+            account: self.account,
+            workdir: Path::new("/"),
+            command: &command,
+        };
+        let bwrap = self.tools.bwrap.as_ref().expect("found");
+        let out = std::process::Command::new(bwrap)
+            .args(arguments(&spec, &self.tools))
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| format!("bubblewrap did not run: {e}"));
+        let _ = std::fs::remove_dir_all(&probe);
+        let out = out?;
+        if !out.status.success() {
+            return Err(format!(
+                "bubblewrap cannot make a sandbox here: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(())
+    }
+
+    /// What the sandbox is, for the admin's settings page.
+    pub fn describe(&self) -> String {
+        let mut parts = vec![
+            "a sandbox per editor (bubblewrap: its own files, processes and network)".to_string(),
+        ];
+        parts.push(match self.account {
+            Some((uid, _)) => format!("editors run as uid {uid}, without privileges"),
+            None => "editors run in a user namespace of the server's account".to_string(),
+        });
+        parts.push(match (&self.cgroups, &self.local) {
+            (Some(_), local) => format!(
+                "limits per session: {} MiB of memory, {} CPUs, {} processes",
+                local.memory_mib, local.cpus, local.pids
+            ),
+            (None, _) => {
+                "no memory, CPU or process limits (the server may not make cgroups)".to_string()
+            }
+        });
+        parts.push(match (self.network, &self.tools.pasta) {
+            (Network::Egress, Some(_)) => {
+                "network: the outside world, not this machine".to_string()
+            }
+            (Network::Egress, None) => "network: none (pasta is not installed)".to_string(),
+            (Network::None, _) => "network: none".to_string(),
+        });
+        parts.join("; ")
+    }
+}
+
+/// A fresh, empty, private folder.
+fn tempfile_dir() -> Result<PathBuf, String> {
+    let dir = std::env::temp_dir().join(format!(
+        "gsb-probe-{}-{}",
+        std::process::id(),
+        crate::util::new_id()
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("a folder for the sandbox check: {e}"))?;
+    Ok(dir)
+}
+
+/// The folders an editor's program needs: its virtualenv and the Python that made it, or its
+/// npm prefix and the node that runs it, each outside the system folders.
+pub fn tooling_of(program: &Path) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    let system = |p: &Path| p.starts_with("/usr") || p.starts_with("/etc");
+    let venv = program
+        .ancestors()
+        .find(|dir| dir.join("pyvenv.cfg").is_file());
+    if let Some(venv) = venv {
+        dirs.push(venv.to_path_buf());
+        let home = std::fs::read_to_string(venv.join("pyvenv.cfg"))
+            .ok()
+            .and_then(|cfg| {
+                cfg.lines().find_map(|l| {
+                    l.strip_prefix("home")
+                        .map(|v| v.trim_start_matches([' ', '=']).trim().to_string())
+                })
+            })
+            .map(PathBuf::from);
+        if let Some(prefix) = home
+            .and_then(|bin| std::fs::canonicalize(bin).ok())
+            .and_then(|bin| bin.parent().map(Path::to_path_buf))
+            .filter(|p| !system(p))
+        {
+            dirs.push(prefix);
+        }
+        return dirs;
+    }
+    let npm = program
+        .ancestors()
+        .find(|dir| dir.file_name().is_some_and(|n| n == "node_modules"))
+        .and_then(Path::parent);
+    match npm {
+        Some(prefix) => dirs.push(prefix.to_path_buf()),
+        None => dirs.extend(program.parent().map(Path::to_path_buf)),
+    }
+    if let Some(prefix) = which("node")
+        .and_then(|node| std::fs::canonicalize(node).ok())
+        .and_then(|node| node.parent()?.parent().map(Path::to_path_buf))
+        .filter(|p| !system(p))
+    {
+        dirs.push(prefix);
+    }
+    dirs
+}
+
+fn c_path(path: &Path) -> std::io::Result<std::ffi::CString> {
+    std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(std::io::Error::other)
+}
+
+/// Makes `slot` (a pre-started editor's home) a mount point whose later mounts reach the
+/// sandboxes it is bound into: a bind onto itself, made shared.
+pub fn share_slot(slot: &Path) -> std::io::Result<()> {
+    let target = c_path(slot)?;
+    // SAFETY: mount with valid C strings for paths and null for what MS_BIND and MS_SHARED ignore.
+    unsafe {
+        if libc::mount(
+            target.as_ptr(),
+            target.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::mount(
+            std::ptr::null(),
+            target.as_ptr(),
+            std::ptr::null(),
+            libc::MS_SHARED,
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Mounts `workspace` over `slot`: the sandbox the slot was bound into sees it from now on.
+pub fn mount_into(workspace: &Path, slot: &Path) -> std::io::Result<()> {
+    let (source, target) = (c_path(workspace)?, c_path(slot)?);
+    // SAFETY: mount with valid C strings; MS_BIND ignores the type and data.
+    if unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    } != 0
+    {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Unmounts whatever is mounted at `slot` (the workspace, then the slot's own bind) and
+/// removes the slot with what the editor made in it; a slot still mounted is left alone, so a
+/// workspace can never be deleted through it.
+pub fn release_slot(slot: &Path) {
+    if let Ok(target) = c_path(slot) {
+        while is_mount_point(slot) {
+            // SAFETY: umount2 of a valid C string path; MNT_DETACH lets open files finish.
+            if unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) } != 0 {
+                tracing::warn!(slot = %slot.display(), error = %std::io::Error::last_os_error(), "unmounting a pre-started editor's home");
+                return;
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(slot);
+}
+
+/// Whether something is mounted at `path` (`/proc/self/mountinfo`, whose paths escape spaces
+/// and the like as octal).
+pub fn is_mount_point(path: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let wanted = path.to_string_lossy();
+    info.lines().any(|line| {
+        line.split(' ')
+            .nth(4)
+            .is_some_and(|point| unescape_mount_path(point) == wanted)
+    })
+}
+
+fn unescape_mount_path(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\'
+            && i + 3 < bytes.len()
+            && let Ok(code) = u8::from_str_radix(&text[i + 1..i + 4], 8)
+        {
+            out.push(code);
+            i += 4;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A pipe for bwrap's `--info-fd`: (read end, write end), both closed on exec; the child's
+/// copy of the write end becomes its descriptor 3.
+pub fn info_pipe() -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors this function then owns.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just made and belong to nobody else.
+    Ok(unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    })
+}
+
+/// The descriptor bwrap's `--info-fd` names, in the child.
+pub const INFO_FD: i32 = 3;
+
+/// The host pid of the sandbox's first process, from what bwrap wrote on its info pipe (it
+/// writes once the sandbox is made; a sandbox that failed closes the pipe without a word).
+pub fn read_child_pid(read: std::os::fd::OwnedFd) -> Option<i32> {
+    use std::io::Read;
+    let mut file = std::fs::File::from(read);
+    let mut text = String::new();
+    let mut buf = [0u8; 512];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                text.push_str(&String::from_utf8_lossy(&buf[..n]));
+                if text.contains('}') {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+    }
+    serde_json::from_str::<serde_json::Value>(&text)
+        .ok()?
+        .get("child-pid")?
+        .as_i64()
+        .map(|pid| pid as i32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tools(root: bool) -> Tools {
+        Tools {
+            bwrap: Some("/usr/bin/bwrap".into()),
+            setpriv: Some("/usr/bin/setpriv".into()),
+            pasta: Some("/usr/bin/pasta".into()),
+            socat: Some("/usr/bin/socat".into()),
+            root,
+        }
+    }
+
+    fn text(args: &[OsString]) -> String {
+        args.iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn an_editor_sees_its_home_its_run_directory_and_a_read_only_system_and_nothing_else() {
+        let run = tempfile::tempdir().unwrap();
+        let home = tempfile::tempdir().unwrap();
+        let command = ["jupyter-lab".into()];
+        let spec = Spec {
+            system: &["/usr".into(), "/etc".into()],
+            tools: &[],
+            hidden: &[],
+            home: home.path(),
+            home_inside: Path::new("/home/user"),
+            run_dir: run.path(),
+            run_inside: Path::new("/run/editor"),
+            devices: &[],
+            preload: None,
+            account: Some((200_001, 200_001)),
+            workdir: Path::new("/home/user"),
+            command: &command,
+        };
+        let args = text(&arguments(&spec, &tools(true)));
+        assert!(
+            args.contains("--unshare-pid --unshare-net --unshare-ipc"),
+            "{args}"
+        );
+        assert!(
+            args.contains("--ro-bind /usr /usr --ro-bind /etc /etc"),
+            "{args}"
+        );
+        assert!(args.contains(&format!("--bind {} /home/user", home.path().display())));
+        let run = run.path().display();
+        assert!(
+            args.contains(&format!("--bind {run} /run/editor")),
+            "{args}"
+        );
+        assert!(args.contains("--perms 1777 --tmpfs /tmp"), "{args}");
+        // The only writable mounts are the run directory and the home.
+        assert_eq!(args.matches("--bind ").count(), 2, "{args}");
+        assert!(
+            args.ends_with("--reuid 200001 --regid 200001 --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs -- jupyter-lab"),
+            "{args}"
+        );
+        assert!(
+            !args.contains("--unshare-user"),
+            "root makes the namespaces itself"
+        );
+    }
+
+    #[test]
+    fn without_root_the_sandbox_is_a_user_namespace_of_the_servers_account() {
+        let command = ["marimo".into()];
+        let spec = Spec {
+            system: &[],
+            tools: &[],
+            hidden: &[],
+            home: Path::new("/nonexistent/home"),
+            home_inside: Path::new("/home/user"),
+            run_dir: Path::new("/nonexistent/run"),
+            run_inside: Path::new("/run/editor"),
+            devices: &[],
+            preload: None,
+            account: Some((200_001, 200_001)),
+            workdir: Path::new("/home/user"),
+            command: &command,
+        };
+        let args = text(&arguments(&spec, &tools(false)));
+        assert!(args.starts_with("--unshare-user"), "{args}");
+        assert!(!args.contains("setpriv"), "{args}");
+        assert!(args.ends_with("-- marimo"), "{args}");
+    }
+
+    #[test]
+    fn only_the_slices_card_is_visible_and_its_limiter_is_preloaded_for_every_program() {
+        let devices = tempfile::tempdir().unwrap();
+        let card = devices.path().join("nvidia1");
+        let control = devices.path().join("nvidiactl");
+        std::fs::write(&card, "").unwrap();
+        std::fs::write(&control, "").unwrap();
+        let command = ["jupyter-lab".into()];
+        let run = Path::new("/srv/run/s1");
+        let spec = Spec {
+            system: &[],
+            tools: &[],
+            hidden: &[],
+            home: Path::new("/srv/ws"),
+            home_inside: Path::new("/home/user"),
+            run_dir: run,
+            run_inside: Path::new("/run/editor"),
+            devices: &[
+                card.clone(),
+                control.clone(),
+                devices.path().join("missing"),
+            ],
+            preload: Some(Path::new("/opt/hami/libvgpu.so")),
+            account: None,
+            workdir: Path::new("/home/user"),
+            command: &command,
+        };
+        let args = text(&arguments(&spec, &tools(true)));
+        assert!(
+            args.contains(&format!("--dev-bind {0} {0}", card.display())),
+            "{args}"
+        );
+        assert!(args.contains(&format!("--dev-bind {0} {0}", control.display())));
+        assert!(!args.contains("missing"), "{args}");
+        assert!(
+            args.contains("--ro-bind /srv/run/s1/ld.so.preload /etc/ld.so.preload"),
+            "{args}"
+        );
+    }
+
+    #[test]
+    fn the_servers_configuration_is_hidden_where_the_system_would_show_it() {
+        let etc = tempfile::tempdir().unwrap();
+        let config = etc.path().join("sandbox.toml");
+        std::fs::write(&config, "secret").unwrap();
+        let command = ["x".into()];
+        let spec = Spec {
+            system: &[etc.path().to_path_buf()],
+            tools: &[],
+            hidden: std::slice::from_ref(&config),
+            home: Path::new("/h"),
+            home_inside: Path::new("/home/user"),
+            run_dir: Path::new("/r"),
+            run_inside: Path::new("/run/editor"),
+            devices: &[],
+            preload: None,
+            account: None,
+            workdir: Path::new("/home/user"),
+            command: &command,
+        };
+        let args = text(&arguments(&spec, &tools(false)));
+        assert!(
+            args.contains(&format!("--ro-bind /dev/null {}", config.display())),
+            "{args}"
+        );
+    }
+
+    #[test]
+    fn mount_paths_read_as_the_kernel_escapes_them() {
+        assert_eq!(unescape_mount_path("/srv/my\\040data"), "/srv/my data");
+        assert_eq!(unescape_mount_path("/plain"), "/plain");
+        assert!(is_mount_point(Path::new("/proc")));
+        assert!(!is_mount_point(Path::new("/proc/self")));
+    }
+
+    #[test]
+    fn egress_leaves_the_hosts_loopback_out_and_forwards_only_the_products_port() {
+        let args = egress_arguments(4242, Some(3000), true).join(" ");
+        assert!(args.contains("--no-map-gw"), "{args}");
+        assert!(args.contains("-T 3000"), "{args}");
+        assert!(args.contains("-t none -u none -U none"), "{args}");
+        assert!(args.ends_with("--netns /proc/4242/ns/net"), "{args}");
+        assert!(
+            egress_arguments(1, None, true)
+                .join(" ")
+                .contains("-T none")
+        );
+        assert!(egress_arguments(7, None, false).join(" ").ends_with(" 7"));
+    }
+}

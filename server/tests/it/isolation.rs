@@ -1,0 +1,316 @@
+//! One user attacks another from inside her own editor, on the local runtime: code run in her
+//! real JupyterLab kernel, through the proxy, tries to read another user's workspace, the data
+//! directory and the database, to see, read and signal other processes, to reach another
+//! editor's socket and the database server's port, and to escape her memory and process limits.
+//! With the sandbox (the default) every attempt fails; with `local.isolation = "none"` the same
+//! attempts succeed, so the suite can fail.
+
+use crate::common::TestApp;
+use futures_util::{SinkExt, StreamExt};
+use http::{Method, StatusCode};
+use serde_json::{Value, json};
+use std::time::Duration;
+use tokio_tungstenite::tungstenite::Message;
+
+/// Runs `code` in a new kernel of the session's JupyterLab, through the proxy; what it printed.
+async fn run_python(app: &TestApp, token: &str, id: &str, code: &str) -> String {
+    let kernel = app
+        .call(
+            Method::POST,
+            &format!("/s/{id}/api/kernels"),
+            Some(token),
+            Some(json!({ "name": "python3" })),
+        )
+        .await;
+    kernel.assert_status(StatusCode::CREATED);
+    let kernel_id = kernel.json()["id"].as_str().unwrap().to_string();
+    let mut socket = app
+        .websocket(&format!("/s/{id}/api/kernels/{kernel_id}/channels"), token)
+        .await
+        .expect("kernel websocket");
+    let request = json!({
+        "header": { "msg_id": "attack", "username": "test", "session": "attack", "msg_type": "execute_request", "version": "5.3", "date": "2026-01-01T00:00:00Z" },
+        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+        "content": { "code": code, "silent": false, "store_history": false, "user_expressions": {}, "allow_stdin": false, "stop_on_error": true }
+    });
+    socket
+        .send(Message::text(request.to_string()))
+        .await
+        .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(120), async {
+        let mut out = String::new();
+        while let Some(message) = socket.next().await {
+            let Ok(Message::Text(text)) = message else {
+                continue;
+            };
+            let msg: Value = serde_json::from_str(&text).unwrap();
+            let kind = msg["header"]["msg_type"].as_str().unwrap_or_default();
+            if msg["parent_header"]["msg_id"] != "attack" {
+                continue;
+            }
+            match kind {
+                "stream" => out.push_str(msg["content"]["text"].as_str().unwrap_or_default()),
+                "error" => panic!("the kernel failed: {}", msg["content"]),
+                "execute_reply" => return out,
+                _ => {}
+            }
+        }
+        out
+    })
+    .await
+    .expect("the kernel answers within two minutes");
+    socket.close(None).await.ok();
+    out
+}
+
+/// Each attempt, by name: whether it succeeded, and what it got or why it failed.
+const ATTACK: &str = r#"
+import json, os, socket
+results = {}
+def attempt(name, act):
+    try:
+        got = act()
+        results[name] = [True, str(got)[:200]]
+    except BaseException as e:
+        results[name] = [False, type(e).__name__ + ": " + str(e)[:200]]
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read(64)
+
+def connect_unix(path):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(3)
+    s.connect(path)
+    return "connected"
+
+def connect_tcp(port):
+    socket.create_connection(("127.0.0.1", port), timeout=3).close()
+    return "connected"
+
+attempt("read another user's workspace", lambda: read(OTHER_FILE))
+attempt("list the workspaces", lambda: os.listdir(WORKSPACES))
+attempt("read the database", lambda: read(DATABASE))
+attempt("list the data directory", lambda: os.listdir(DATA_DIR))
+attempt("read the server's environment", lambda: read(f"/proc/{SERVER_PID}/environ"))
+attempt("see another editor's process", lambda: read(f"/proc/{OTHER_PID}/cmdline"))
+attempt("signal another editor", lambda: os.kill(OTHER_PID, 0))
+attempt("connect to another editor's socket", lambda: connect_unix(OTHER_SOCKET))
+attempt("connect to the database server", lambda: connect_tcp(DB_PORT))
+attempt("write another user's workspace", lambda: open(OTHER_DIR + "/planted.txt", "w").write("x"))
+print(json.dumps(results))
+"#;
+
+/// The attack, as run from `attacker`'s kernel against `victim`'s session, and its results.
+async fn attack(app: &TestApp, attacker: (&str, &str), victim: (&str, &str)) -> Value {
+    let (attacker_token, attacker_session) = attacker;
+    let (victim_name, victim_session) = victim;
+    let data_dir = std::fs::canonicalize(app.dir.path()).unwrap();
+    let workspaces = data_dir.join("workspaces");
+    let victim_dir = workspaces.join(victim_name);
+    std::fs::create_dir_all(&victim_dir).unwrap();
+    let secret = victim_dir.join("secret.txt");
+    std::fs::write(&secret, "the victim's own").unwrap();
+    let handle: Value =
+        serde_json::from_str(&app.record(victim_session).await.runtime_handle.unwrap()).unwrap();
+    // A listener standing in for the database server, on this machine's loopback.
+    let database = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let prelude = format!(
+        "OTHER_FILE = {:?}\nOTHER_DIR = {:?}\nWORKSPACES = {:?}\nDATABASE = {:?}\nDATA_DIR = {:?}\nSERVER_PID = {}\nOTHER_PID = {}\nOTHER_SOCKET = {:?}\nDB_PORT = {}\n",
+        secret.display().to_string(),
+        victim_dir.display().to_string(),
+        workspaces.display().to_string(),
+        data_dir.join("sandbox.db").display().to_string(),
+        data_dir.display().to_string(),
+        std::process::id(),
+        handle["pid"],
+        handle["socket"].as_str().unwrap_or_default(),
+        database.local_addr().unwrap().port(),
+    );
+    let printed = run_python(
+        app,
+        attacker_token,
+        attacker_session,
+        &format!("{prelude}{ATTACK}"),
+    )
+    .await;
+    let line = printed
+        .lines()
+        .last()
+        .unwrap_or_else(|| panic!("the attack printed nothing: {printed}"));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {printed}"))
+}
+
+/// Alice and Bob, each with a JupyterLab: (Alice's token, her session, Bob's token, his).
+async fn two_users(app: &TestApp) -> (String, String, String, String) {
+    let (_, alice) = app.user("alice").await;
+    let (_, bob) = app.user("bob").await;
+    let bobs = app.launch_ready(&bob, "jupyterlab").await;
+    let alices = app.launch_ready(&alice, "jupyterlab").await;
+    (alice, alices, bob, bobs)
+}
+
+#[tokio::test]
+async fn from_her_own_kernel_a_user_reaches_nothing_that_is_not_hers() {
+    let app = TestApp::start(None).await;
+    assert!(
+        app.runtime.isolation().is_ok(),
+        "the local runtime sandboxes by default: {:?}",
+        app.runtime.isolation()
+    );
+    let (alice, alices, _, bobs) = two_users(&app).await;
+    let results = attack(&app, (&alice, &alices), ("bob", &bobs)).await;
+    let succeeded: Vec<&String> = results
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, r)| r[0] == true)
+        .map(|(name, _)| name)
+        .collect();
+    assert!(succeeded.is_empty(), "{succeeded:?} succeeded: {results:#}");
+    assert_eq!(results.as_object().unwrap().len(), 10, "{results:#}");
+    assert!(
+        !app.dir.path().join("workspaces/bob/planted.txt").exists(),
+        "nothing was written into another workspace"
+    );
+    // The attacker's own files are hers, and her editor still works.
+    let own = run_python(
+        &app,
+        &alice,
+        &alices,
+        "import os\nopen('mine.txt','w').write('ok')\nprint(sorted(os.listdir('.')), os.environ['HOME'])",
+    )
+    .await;
+    assert!(own.contains("mine.txt"), "{own}");
+    assert_eq!(
+        std::fs::read_to_string(app.dir.path().join("workspaces/alice/mine.txt")).unwrap(),
+        "ok"
+    );
+}
+
+#[tokio::test]
+async fn without_the_sandbox_the_same_attempts_succeed() {
+    let app = TestApp::start_with(None, |c| {
+        c.local.isolation = server::config::local::Isolation::None;
+    })
+    .await;
+    assert!(app.runtime.isolation().is_err());
+    let (alice, alices, _, bobs) = two_users(&app).await;
+    let results = attack(&app, (&alice, &alices), ("bob", &bobs)).await;
+    for name in [
+        "read another user's workspace",
+        "list the data directory",
+        "read the database",
+        "see another editor's process",
+        "signal another editor",
+    ] {
+        assert_eq!(results[name][0], true, "{name}: {results:#}");
+    }
+}
+
+#[tokio::test]
+async fn a_kernel_past_its_memory_or_process_limit_is_stopped_and_every_other_editor_answers() {
+    let app = TestApp::start_with(None, |c| {
+        c.local.memory_mib = 400;
+        c.local.pids = 96;
+    })
+    .await;
+    let (alice, alices, bob, bobs) = two_users(&app).await;
+    if app
+        .runtime
+        .isolation()
+        .is_ok_and(|d| d.contains("no memory"))
+    {
+        eprintln!("skipped: this server may not make cgroups (not root?)");
+        return;
+    }
+    let greedy = run_python(
+        &app,
+        &alice,
+        &alices,
+        "import subprocess, sys\nr = subprocess.run([sys.executable, '-c', 'x = bytearray(900 * 1024 * 1024)\\nfor i in range(0, len(x), 4096): x[i] = 1\\nprint(\"kept it\")'], capture_output=True)\nprint('exit', r.returncode, r.stdout)",
+    )
+    .await;
+    assert!(
+        greedy.contains("exit -9") && !greedy.contains("kept it"),
+        "the allocation past the limit was killed: {greedy}"
+    );
+    let bomb = run_python(
+        &app,
+        &alice,
+        &alices,
+        "import subprocess\nr = subprocess.run(['sh', '-c', 'n=0; while [ $n -lt 400 ]; do sleep 5 & n=$((n+1)); done; wait'], capture_output=True, timeout=90)\nprint('forks refused:', b'fork' in r.stderr.lower() or r.returncode != 0)",
+    )
+    .await;
+    assert!(bomb.contains("forks refused: True"), "{bomb}");
+    // The other user's editor, and the server, answer as before.
+    app.get(&format!("/s/{bobs}/api/status"), Some(&alice))
+        .await
+        .assert_status(StatusCode::NOT_FOUND);
+    app.get(&format!("/s/{bobs}/api/status"), Some(&bob))
+        .await
+        .assert_status(StatusCode::OK);
+    app.get("/api/v1/health", None)
+        .await
+        .assert_status(StatusCode::OK);
+}
+
+#[tokio::test]
+async fn what_one_user_left_in_a_pre_started_editor_never_reaches_the_next() {
+    let app = TestApp::start_with(None, |c| {
+        c.pool.warm = vec![server::config::WarmTarget {
+            editor: "jupyterlab".into(),
+            slice_mib: 8192,
+            count: 1,
+        }];
+    })
+    .await;
+    if !app.runtime.prestarts_editors() {
+        eprintln!("skipped: sandboxed editors are pre-started only by a server running as root");
+        return;
+    }
+    let warm_ready = || async {
+        tokio::time::timeout(Duration::from_secs(120), async {
+            loop {
+                let warm = app.store.warm_editors().await.unwrap();
+                if warm.iter().any(|w| w.ready) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await
+        .expect("a pre-started editor within two minutes")
+    };
+    warm_ready().await;
+    let (_, alice) = app.user("alice").await;
+    let first = app.launch_id(&alice, "jupyterlab").await;
+    let shown = run_python(
+        &app,
+        &alice,
+        &first,
+        "import os\nopen('/tmp/left-in-tmp', 'w').write('x')\nopen('left-at-home', 'w').write('x')\nprint(sorted(os.listdir('/tmp')))",
+    )
+    .await;
+    assert!(shown.contains("left-in-tmp"), "{shown}");
+    app.delete(&format!("/api/v1/sessions/{first}"), Some(&alice))
+        .await
+        .assert_status(StatusCode::OK);
+    app.wait_for(&alice, &first, |v| v["state"] == "ended")
+        .await;
+    warm_ready().await;
+    let (_, bob) = app.user("bob").await;
+    let second = app.launch_id(&bob, "jupyterlab").await;
+    assert_ne!(first, second, "an editor serves one session");
+    let seen = run_python(
+        &app,
+        &bob,
+        &second,
+        "import os\nprint(sorted(os.listdir('/tmp')), sorted(os.listdir('.')))",
+    )
+    .await;
+    assert!(
+        !seen.contains("left-in-tmp") && !seen.contains("left-at-home"),
+        "the next user saw what the first left: {seen}"
+    );
+}
