@@ -174,6 +174,9 @@ pub struct Dashboard {
     pub quota: QuotaView,
     /// "not enforced", "enforced by HAMi-core", …
     pub enforcement: String,
+    /// Set when editors on this server are not kept apart: what every page then says.
+    #[serde(default)]
+    pub isolation_warning: Option<String>,
     /// Approved images a launch may name (Kubernetes only; empty on the local runtime).
     #[serde(default)]
     pub images: Vec<ImageView>,

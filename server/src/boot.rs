@@ -2,7 +2,7 @@
 //! May import any folder of the crate.
 
 use crate::config;
-use crate::runtime;
+use crate::runtime::{self, Runtime};
 use crate::service::Service;
 use crate::store;
 use std::sync::Arc;
@@ -28,6 +28,24 @@ pub async fn open_service(config: config::Config) -> anyhow_lite::Result<Arc<Ser
     let service = match config.runtime {
         config::RuntimeKind::Local => {
             let local = runtime::LocalRuntime::from_config(&config);
+            // Without a sandbox a terminal can unset LD_PRELOAD: HAMi-core is then no limit.
+            let (gpus, enforcement) = match local.isolation() {
+                Ok(_) => (gpus, enforcement),
+                Err(_) if enforcement != runtime::gpu::Enforcement::None => {
+                    tracing::warn!(
+                        "HAMi-core is configured, but editors run unsandboxed: slices are not enforced"
+                    );
+                    let gpus = gpus
+                        .into_iter()
+                        .map(|g| app::domain::pool::GpuSpec {
+                            enforced: false,
+                            ..g
+                        })
+                        .collect();
+                    (gpus, runtime::gpu::Enforcement::None)
+                }
+                Err(_) => (gpus, enforcement),
+            };
             Service::new(config, store, Arc::new(local), gpus, enforcement)
         }
         // In the cluster: its service account; outside: KUBECONFIG or ~/.kube/config.
@@ -55,6 +73,11 @@ pub async fn build_service(config: config::Config) -> anyhow_lite::Result<Arc<Se
         .sync_pool()
         .await
         .map_err(anyhow_lite::wrap("pool"))?;
+    service
+        .guard
+        .refuse_unisolated_accounts()
+        .await
+        .map_err(anyhow_lite::Error)?;
     // Alive before recovering, so that no other server takes this one's launches for orphans.
     service.guard.keep_alive().await;
     service

@@ -39,6 +39,7 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
         quota,
         enforcement,
         images,
+        isolation_warning,
     } = data;
     let live: Vec<SessionView> = sessions
         .iter()
@@ -85,6 +86,14 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
     view! {
         <Header viewer credits />
         <main class="dashboard">
+            {isolation_warning
+                .map(|warning| {
+                    view! {
+                        <p class="banner warn" role="alert" data-testid="isolation-warning">
+                            {warning}
+                        </p>
+                    }
+                })}
             <section class="card launch-card" aria-labelledby="launch-title">
                 <h2 id="launch-title">"Launch a workspace"</h2>
                 {quota

@@ -53,6 +53,8 @@ pub struct SliceResources {
 pub struct LocalConfig {
     pub isolation: Isolation,
     pub network: Network,
+    /// bubblewrap's program; empty: found on `PATH`.
+    pub bwrap: String,
     /// As root: the account editors run as (its group has the same number); never a real
     /// account of the machine.
     pub editor_uid: u32,
@@ -68,6 +70,7 @@ impl Default for LocalConfig {
         LocalConfig {
             isolation: Isolation::Sandbox,
             network: Network::Egress,
+            bwrap: String::new(),
             editor_uid: 61_000,
             memory_mib: 16_384,
             cpus: 2.0,

@@ -32,6 +32,7 @@ pub fn settings(
     gpus: &[app::domain::pool::GpuSpec],
     enforcement: &str,
     editors: &[(EditorKind, Result<(), String>)],
+    isolation: &Result<String, String>,
 ) -> Vec<SettingsSection> {
     use app::domain::pool::format_mib;
     let database = config.database_url();
@@ -64,6 +65,13 @@ pub fn settings(
                     };
                     (kind.label(), state)
                 })
+                .chain(std::iter::once((
+                    "Isolation",
+                    match isolation {
+                        Ok(how) => how.clone(),
+                        Err(why) => format!("none: {why}"),
+                    },
+                )))
                 .collect(),
         ),
         section(
@@ -295,7 +303,8 @@ mod tests {
             (EditorKind::JupyterLab, Ok(())),
             (EditorKind::Marimo, Err("not installed".to_string())),
         ];
-        let sections = settings(&config, &[gpu], "not enforced", &editors);
+        let isolation = Ok("a sandbox per editor".to_string());
+        let sections = settings(&config, &[gpu], "not enforced", &editors, &isolation);
         let json = serde_json::to_string(&sections).unwrap();
         assert!(
             !json.contains("hunter2")
@@ -317,6 +326,7 @@ mod tests {
         );
         assert_eq!(value("Editors", "marimo"), "unavailable: not installed");
         assert_eq!(value("Editors", "JupyterLab"), "available");
+        assert_eq!(value("Editors", "Isolation"), "a sandbox per editor");
         assert!(
             value("Pool", "GPUs").contains("virtual-0 (Virtual, 48 GB"),
             "{json}"

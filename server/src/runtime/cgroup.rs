@@ -165,6 +165,13 @@ impl Layout {
         Ok(group)
     }
 
+    /// Removes the parent folder, once no session's group is left in it.
+    pub fn remove_parent(&self) {
+        for dir in self.dirs() {
+            let _ = std::fs::remove_dir(dir.join(&self.parent));
+        }
+    }
+
     /// The groups under the parent folder (sessions a previous server left).
     pub fn groups(&self) -> Vec<String> {
         let Some(first) = self.dirs().first().map(|d| d.join(&self.parent)) else {

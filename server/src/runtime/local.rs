@@ -392,21 +392,31 @@ fn shell_words(words: &[String]) -> String {
 }
 
 /// Gives the sandbox whose first process is `init` the outside world (`pasta`); the pasta
-/// process's pid and start time, to end it with the editor.
+/// process's pid and start time, to end it with the editor. It runs in the session's cgroup
+/// (`procs_files`), so that ending the session's group ends it too, however the editor ended.
 fn start_egress(
     pasta: &Path,
     init: i32,
     forward: Option<u16>,
     root: bool,
+    log: &std::fs::File,
+    procs_files: Vec<std::ffi::CString>,
 ) -> Option<(i32, Option<u64>)> {
+    use std::os::unix::process::CommandExt;
     let args = super::sandbox::egress_arguments(init as u32, forward, root);
-    match std::process::Command::new(pasta)
+    let log = log.try_clone().map_or(Stdio::null(), Stdio::from);
+    let mut command = std::process::Command::new(pasta);
+    command
         .args(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-    {
+        .stderr(log);
+    // SAFETY: between fork and exec this only writes to cgroup files, through
+    // async-signal-safe calls on memory made before the fork.
+    unsafe {
+        command.pre_exec(move || super::cgroup::join_self(&procs_files));
+    }
+    match command.spawn() {
         Ok(mut child) => {
             let pid = child.id() as i32;
             std::thread::spawn(move || child.wait());
@@ -416,6 +426,24 @@ fn start_egress(
             tracing::warn!(error = %e, "starting pasta; the editor has no network");
             None
         }
+    }
+}
+
+/// Waits (a few seconds at most) until the sandbox's first process has dropped its
+/// capabilities: until then the kernel refuses a less privileged process (pasta, which drops
+/// its own before it joins) a look at its namespaces.
+fn settle(init: i32) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let status = std::fs::read_to_string(format!("/proc/{init}/status")).unwrap_or_default();
+        let effective = status
+            .lines()
+            .find_map(|line| line.strip_prefix("CapEff:"))
+            .map(|caps| caps.trim().trim_start_matches('0').is_empty());
+        if effective != Some(false) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -785,6 +813,7 @@ impl Runtime for LocalRuntime {
                 .collect();
             tracing::debug!(session = %launch.session_id, command = %shell_words(&line), "starting an editor");
         }
+        let egress_log = log.try_clone()?;
         let mut command = tokio::process::Command::new(&program_to_run);
         command
             .env_clear()
@@ -889,7 +918,17 @@ impl Runtime for LocalRuntime {
                 };
                 let egress = match (sandbox.local.network, &sandbox.tools.pasta) {
                     (crate::config::local::Network::Egress, Some(pasta)) => {
-                        start_egress(pasta, init, sandbox.forward, sandbox.tools.root)
+                        let (pasta, forward, root) =
+                            (pasta.clone(), sandbox.forward, sandbox.tools.root);
+                        let procs_files =
+                            group.as_ref().map(|g| g.procs_files()).unwrap_or_default();
+                        tokio::task::spawn_blocking(move || {
+                            settle(init);
+                            start_egress(&pasta, init, forward, root, &egress_log, procs_files)
+                        })
+                        .await
+                        .ok()
+                        .flatten()
                     }
                     _ => None,
                 };

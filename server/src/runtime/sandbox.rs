@@ -120,6 +120,9 @@ pub fn arguments(spec: &Spec<'_>, tools: &Tools) -> Vec<OsString> {
         "--unshare-cgroup-try",
         // A terminal's input cannot be pushed back to the server's (TIOCSTI).
         "--new-session",
+        // The outer bwrap is the handle's pid: when it dies, so does everything inside, as a
+        // crashed editor would, rather than an editor nobody watches.
+        "--die-with-parent",
         "--hostname",
         "sandbox",
     ]);
@@ -233,9 +236,10 @@ pub fn egress_arguments(pid: u32, forward: Option<u16>, root: bool) -> Vec<Strin
     let mut args = vec![
         // In the foreground: its pid is the one to end with the editor.
         "--foreground".to_string(),
+        // Only its warnings reach the editor's log: the user reads its tail when a launch fails.
+        "--quiet".to_string(),
         "--config-net".to_string(),
         "--no-map-gw".to_string(),
-        "--quiet".to_string(),
         "-t".to_string(),
         "none".to_string(),
         "-u".to_string(),
@@ -302,7 +306,10 @@ impl Sandbox {
     pub fn prepare(config: &Config, programs: &[&Path]) -> Result<Sandbox, String> {
         let data_dir =
             std::fs::canonicalize(&config.data_dir).unwrap_or_else(|_| config.data_dir.clone());
-        let tools = Tools::find();
+        let mut tools = Tools::find();
+        if !config.local.bwrap.is_empty() {
+            tools.bwrap = Some(PathBuf::from(&config.local.bwrap)).filter(|p| p.is_file());
+        }
         if let Some(missing) = tools.missing() {
             return Err(missing);
         }

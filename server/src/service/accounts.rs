@@ -82,6 +82,7 @@ impl Accounts {
         actor: Option<&str>,
     ) -> Result<UserRecord, AppError> {
         let name = accounts::checked_user_name(name).map_err(AppError::Invalid)?;
+        self.check_one_account_unisolated().await?;
         if let Some(password) = password {
             accounts::check_password(password).map_err(AppError::Invalid)?;
         }
@@ -194,6 +195,7 @@ impl Accounts {
             None => {
                 let name =
                     accounts::checked_user_name(&identity.name).map_err(AppError::Invalid)?;
+                self.check_one_account_unisolated().await?;
                 // Never by name: a provider's user named like a local account (the first
                 // admin, say) must not become it. The name's uniqueness refuses that.
                 match self

@@ -218,6 +218,7 @@ impl Admin {
             &self.gpus,
             &self.enforcement.describe(),
             &self.runtime.availability(),
+            &self.runtime.isolation(),
         ))
     }
 

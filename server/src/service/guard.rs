@@ -311,6 +311,22 @@ impl Guard {
     /// After a restart: re-adopt editors that still answer, end the rest with a refund. Queued
     /// sessions keep their place in line (they have no editor yet, so nothing of theirs was
     /// lost), unless the pool no longer has their size.
+    /// At start: where editors cannot be kept apart although a sandbox is wanted, a database
+    /// of several accounts is refused (they would read each other's files).
+    pub async fn refuse_unisolated_accounts(&self) -> Result<(), String> {
+        let wanted = self.config.runtime == crate::config::RuntimeKind::Local
+            && self.config.local.isolation == crate::config::local::Isolation::Sandbox;
+        if let (true, Err(why)) = (wanted, self.runtime.isolation()) {
+            let accounts = self.store.count_users().await.map_err(|e| e.to_string())?;
+            if accounts > 1 {
+                return Err(format!(
+                    "this machine cannot keep editors apart ({why}), and the database has {accounts} accounts: install bubblewrap (scripts/setup.sh), or set local.isolation = \"none\" to let them share the server's account"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     pub async fn recover(&self) -> Result<(), StoreError> {
         let mut owned = std::collections::HashSet::new();
         let catalog = self.catalog(&self.store.pool().await?);

@@ -39,6 +39,29 @@ use std::sync::Arc;
 use std::time::Duration;
 
 impl Core {
+    /// What every page says when editors are not kept apart (no sandbox on this machine, or
+    /// `local.isolation = "none"`).
+    pub(in crate::service) fn isolation_warning(&self) -> Option<String> {
+        self.runtime.isolation().err().map(|_| {
+            "Editors on this server are not isolated from each other: code another user runs can read your files.".to_string()
+        })
+    }
+
+    /// Where a sandbox is wanted and none can be made, the server serves one account: refuses
+    /// to make a second.
+    pub(in crate::service) async fn check_one_account_unisolated(&self) -> Result<(), AppError> {
+        let wanted = self.config.runtime == crate::config::RuntimeKind::Local
+            && self.config.local.isolation == crate::config::local::Isolation::Sandbox;
+        if let (true, Err(why)) = (wanted, self.runtime.isolation())
+            && self.store.count_users().await? >= 1
+        {
+            return Err(AppError::Unavailable(format!(
+                "this server cannot keep editors apart ({why}), so it serves one account: install bubblewrap (scripts/setup.sh), or set local.isolation = \"none\" to let accounts share it anyway"
+            )));
+        }
+        Ok(())
+    }
+
     pub(in crate::service) fn catalog(
         &self,
         pool: &[(crate::store::GpuRecord, Vec<crate::store::SlotRecord>)],
@@ -535,6 +558,7 @@ impl Sessions {
                 .collect(),
             quota: self.quota(viewer).await?,
             enforcement: self.enforcement.describe(),
+            isolation_warning: self.isolation_warning(),
         })
     }
 

@@ -28,6 +28,33 @@ async fn run_python(app: &TestApp, token: &str, id: &str, code: &str) -> String 
         .websocket(&format!("/s/{id}/api/kernels/{kernel_id}/channels"), token)
         .await
         .expect("kernel websocket");
+    // A request sent before the kernel listens can be lost: ask for its info until it answers.
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let hello = json!({
+                "header": { "msg_id": "hello", "username": "test", "session": "attack", "msg_type": "kernel_info_request", "version": "5.3", "date": "2026-01-01T00:00:00Z" },
+                "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [], "content": {}
+            });
+            socket.send(Message::text(hello.to_string())).await.unwrap();
+            let answered = tokio::time::timeout(Duration::from_secs(2), async {
+                while let Some(Ok(message)) = socket.next().await {
+                    if let Message::Text(text) = message {
+                        let msg: Value = serde_json::from_str(&text).unwrap();
+                        if msg["header"]["msg_type"] == "kernel_info_reply" {
+                            return true;
+                        }
+                    }
+                }
+                false
+            })
+            .await;
+            if answered == Ok(true) {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("the kernel answers its info within a minute");
     let request = json!({
         "header": { "msg_id": "attack", "username": "test", "session": "attack", "msg_type": "execute_request", "version": "5.3", "date": "2026-01-01T00:00:00Z" },
         "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
@@ -50,7 +77,10 @@ async fn run_python(app: &TestApp, token: &str, id: &str, code: &str) -> String 
             }
             match kind {
                 "stream" => out.push_str(msg["content"]["text"].as_str().unwrap_or_default()),
-                "error" => panic!("the kernel failed: {}", msg["content"]),
+                "error" => panic!(
+                    "the kernel failed: {}: {}",
+                    msg["content"]["ename"], msg["content"]["evalue"]
+                ),
                 "execute_reply" => return out,
                 _ => {}
             }
@@ -173,6 +203,31 @@ async fn from_her_own_kernel_a_user_reaches_nothing_that_is_not_hers() {
         !app.dir.path().join("workspaces/bob/planted.txt").exists(),
         "nothing was written into another workspace"
     );
+    // What is hers to reach she reaches: this server's API, and the outside world.
+    let api = run_python(
+        &app,
+        &alice,
+        &alices,
+        &format!(
+            "import urllib.request\nprint(urllib.request.urlopen('http://{}/api/v1/health', timeout=10).status)",
+            app.addr
+        ),
+    )
+    .await;
+    assert_eq!(api.trim(), "200", "the product's own API from inside");
+    // The outside world, wherever this machine itself reaches it (a package index, here).
+    if let Some((host, port)) = reachable_from_here() {
+        let reached = run_python(
+            &app,
+            &alice,
+            &alices,
+            &format!("import socket\nsocket.create_connection(('{host}', {port}), timeout=10).close()\nprint('reached')"),
+        )
+        .await;
+        assert_eq!(reached.trim(), "reached", "egress to {host}:{port}");
+    } else {
+        eprintln!("this machine reaches no package index: egress from inside not checked");
+    }
     // The attacker's own files are hers, and her editor still works.
     let own = run_python(
         &app,
@@ -185,6 +240,100 @@ async fn from_her_own_kernel_a_user_reaches_nothing_that_is_not_hers() {
     assert_eq!(
         std::fs::read_to_string(app.dir.path().join("workspaces/alice/mine.txt")).unwrap(),
         "ok"
+    );
+}
+
+/// A host on the internet this machine itself reaches, if any: what the sandbox must reach too.
+/// (This machine's own address is no test: inside, pasta gives the sandbox that same address.)
+fn reachable_from_here() -> Option<(&'static str, u16)> {
+    use std::net::ToSocketAddrs;
+    ["pypi.org", "crates.io"].into_iter().find_map(|host| {
+        let address = (host, 443).to_socket_addrs().ok()?.next()?;
+        std::net::TcpStream::connect_timeout(&address, Duration::from_secs(5)).ok()?;
+        Some((host, 443))
+    })
+}
+
+#[tokio::test]
+async fn stopping_a_session_ends_what_its_editor_started_even_a_detached_job() {
+    let app = TestApp::start(None).await;
+    let (alice, alices, _, _) = two_users(&app).await;
+    let marker = format!("301.{}", std::process::id());
+    run_python(
+        &app,
+        &alice,
+        &alices,
+        &format!("import subprocess\nsubprocess.run(['setsid', '-f', 'sleep', '{marker}'])\nprint('detached')"),
+    )
+    .await;
+    let running = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|p| std::fs::read(p.path().join("cmdline")).ok())
+            .any(|cmdline| String::from_utf8_lossy(&cmdline).contains(&marker))
+    };
+    assert!(running(), "the detached job runs while the session does");
+    app.delete(&format!("/api/v1/sessions/{alices}"), Some(&alice))
+        .await
+        .assert_status(StatusCode::OK);
+    app.wait_for(&alice, &alices, |v| v["state"] == "ended")
+        .await;
+    assert!(!running(), "the detached job outlived its session");
+}
+
+#[tokio::test]
+async fn no_editor_writes_its_secret_into_its_log() {
+    let app = TestApp::start(None).await;
+    let (_, token) = app.user("logs").await;
+    for editor in ["jupyterlab", "marimo", "code-server"] {
+        let id = app.launch_ready(&token, editor).await;
+        let secret = app.record(&id).await.editor_token.unwrap();
+        let log = std::fs::read_to_string(app.dir.path().join(format!("logs/{id}.log"))).unwrap();
+        assert!(!log.contains(&secret), "{editor} logged its secret:\n{log}");
+        app.delete(&format!("/api/v1/sessions/{id}"), Some(&token))
+            .await
+            .assert_status(StatusCode::OK);
+    }
+}
+
+#[tokio::test]
+async fn a_server_that_cannot_sandbox_serves_one_account_and_says_so() {
+    let app = TestApp::start_with(None, |c| c.local.bwrap = "/nonexistent/bwrap".into()).await;
+    let why = app.runtime.isolation().unwrap_err();
+    assert!(why.contains("bubblewrap"), "{why}");
+    let (solo, _) = app.user("solo").await;
+    let viewer = app
+        .store
+        .user_by_id(&solo)
+        .await
+        .unwrap()
+        .unwrap()
+        .viewer(app::domain::scope::Scopes::ALL);
+    let dashboard = app.service.sessions.dashboard(&viewer).await.unwrap();
+    assert!(
+        dashboard
+            .isolation_warning
+            .is_some_and(|w| w.contains("not isolated")),
+        "the dashboard says so"
+    );
+    let refused = app
+        .service
+        .accounts
+        .create_user("second", Some("password123"), app::model::Role::User, None)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.status(), 503, "{refused}");
+    assert!(refused.to_string().contains("local.isolation"), "{refused}");
+    // A database that has several accounts already is refused at start.
+    app.store
+        .create_user("legacy", None, app::model::Role::User, 0, None)
+        .await
+        .unwrap();
+    let start = app.service.guard.refuse_unisolated_accounts().await;
+    assert!(
+        start.is_err_and(|e| e.contains("2 accounts")),
+        "refused at start"
     );
 }
 

@@ -135,6 +135,12 @@ impl TestApp {
         config.pool.detect_nvidia = false;
         // Tests that want pre-started editors ask for them.
         config.pool.warm.clear();
+        // Bound first: the configuration names the address the server really has (a sandbox
+        // forwards it in).
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        config.listen = listener.local_addr().unwrap().to_string();
         adjust(&mut config);
         config.validate().expect("test config");
         let store = Store::connect(&config.database_url()).await.expect("store");
@@ -170,9 +176,6 @@ impl TestApp {
         };
         let service = Arc::new(service);
         service.guard.sync_pool().await.expect("pool");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let running = service.clone();
@@ -732,12 +735,14 @@ fn fake_editor(
 
 impl Drop for TestApp {
     /// A test that panicked never called `stop`: end the editors it started anyway (every one
-    /// runs in a workspace under this app's data directory), so no process outlives the test.
+    /// runs in a workspace under this app's data directory, or in a sandbox whose command line
+    /// names it, in a cgroup of its own), so no process outlives the test.
     fn drop(&mut self) {
         if self.server.is_none() {
             return;
         }
         let root = self.dir.path().to_path_buf();
+        let named = root.to_string_lossy().into_owned();
         let Ok(entries) = std::fs::read_dir("/proc") else {
             return;
         };
@@ -745,14 +750,30 @@ impl Drop for TestApp {
             let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
                 continue;
             };
-            if std::fs::read_link(entry.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(&root))
-            {
+            let in_workspace = std::fs::read_link(entry.path().join("cwd"))
+                .is_ok_and(|cwd| cwd.starts_with(&root));
+            let names_it = std::fs::read(entry.path().join("cmdline"))
+                .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(&named));
+            if (in_workspace || names_it) && pid != std::process::id() as i32 {
                 // SAFETY: only signals, to processes of this test's own data directory.
                 unsafe {
                     libc::killpg(pid, libc::SIGKILL);
                     libc::kill(pid, libc::SIGKILL);
                 }
             }
+        }
+        let groups = server::runtime::cgroup::parent_name(&root);
+        if let Some(layout) = server::runtime::cgroup::Layout::detect(&groups) {
+            for name in layout.groups() {
+                let group = layout.group(&name);
+                group.kill();
+                let deadline = std::time::Instant::now() + Duration::from_secs(2);
+                while group.is_populated() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                group.remove();
+            }
+            layout.remove_parent();
         }
     }
 }
