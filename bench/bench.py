@@ -9,7 +9,7 @@ Environment (set by run.sh):
   CHP_BIN        configurable-http-proxy     BENCH_OUT  where results and logs go
   BENCH_PYTHON   a Python with websockets, psutil (the stand-in WebSocket editor uses it)
   HUB_VENV       JupyterHub 6.1.1 + JupyterLab, spawned beside the warm launches (empty: skipped)
-Knobs: BENCH_ONLY=cold,memory,http,ws,kernel,warm  BENCH_COLD_N=10  BENCH_CS_N (code-server; default
+Knobs: BENCH_ONLY=cold,memory,http,ws,kernel,warm,sandbox  BENCH_SANDBOX_N=8  BENCH_COLD_N=10  BENCH_CS_N (code-server; default
 BENCH_COLD_N)  BENCH_ROUNDS=3 (HTTP)  BENCH_WRK_DUR=10s  BENCH_WS_ROUNDS=9  BENCH_WS_N=2000
        BENCH_WS_BLOCK=100  BENCH_KERNEL_N=500  BENCH_KERNEL_ROUNDS=4
        BENCH_NGINX_PROXY=1 (nginx as a reverse proxy: the floor for any proxy here)
@@ -187,7 +187,7 @@ def clean_env():
 
 
 class Server:
-    def __init__(self, name, editor_env=None, warm="[]"):
+    def __init__(self, name, editor_env=None, warm="[]", extra=""):
         self.name = name
         self.dir = os.path.join(WORK, name)
         os.makedirs(os.path.join(self.dir, "data"), exist_ok=True)
@@ -227,6 +227,7 @@ name = "virtual-0"
 model = "Virtual"
 memory_mib = 98304
 slice_mib = {SLICE}
+{extra}
 """)
         self.env = clean_env()
         self.env.update(editor_env or {})
@@ -932,6 +933,13 @@ def summary_table(results):
                      f"alone {s['direct_median_s']:.2f} s: {diff:+.2f} s (pairs {s['median_pair_diff_s']:+.2f} s)",
                      "<= +0.20 s", verdict(diff <= 0.2),
                      f"alone {peer_alone[editor]:.2f} s" + ("; hub 3.50 s" if editor == "jupyterlab" else "")))
+    for editor, s in results.get("sandbox", {}).get("summary", {}).items():
+        rows.append((f"sandbox: cold launch {editor}", f"{s['cold_on_p50_s']:.2f} s",
+                     f"off {s['cold_off_p50_s']:.2f} s: {s['cold_added_ms']:+.0f} ms", "<= +30 ms",
+                     verdict(s["cold_added_ms"] <= 30), ""))
+        rows.append((f"sandbox: warm launch {editor}", f"{s['warm_on_p50_s'] * 1000:.0f} ms",
+                     f"off {s['warm_off_p50_s'] * 1000:.0f} ms", "p50 <= 50 ms",
+                     verdict(s["warm_on_p50_s"] <= 0.05), ""))
     h = results.get("http", {}).get("summary")
     if h:
         per = h["ours_over_direct_per_round"]
@@ -1187,6 +1195,67 @@ def bench_warm(results):
             f"cold p50 {s['cold_p50_s']:.3f} s p95 {s['cold_p95_s']:.3f} s{hub_part} | warm misses {s['misses']}")
 
 
+def bench_sandbox(results):
+    """Cold and warm launches with the sandbox on and off, side by side: four servers, rotated."""
+    avail = [e for e, p in PROGRAMS.items() if os.path.exists(p)]
+    warm_cfg = "[" + ", ".join(f'{{ editor = "{e}", slice_mib = {SLICE}, count = 1 }}' for e in avail) + "]"
+    off = '[local]\nisolation = "none"'
+    servers = {
+        ("cold", "on"): Server("sb-cold-on").start(),
+        ("cold", "off"): Server("sb-cold-off", extra=off).start(),
+        ("warm", "on"): Server("sb-warm-on", warm=warm_cfg).start(),
+        ("warm", "off"): Server("sb-warm-off", warm=warm_cfg, extra=off).start(),
+    }
+    n = int(os.environ.get("BENCH_SANDBOX_N", 8))
+    runs = {e: {f"{k}_{v}": [] for k, v in servers} for e in avail}
+
+    def has_warm(server, editor):
+        return any(size["slice_mib"] == SLICE and any(e == editor and c > 0 for e, c in size["warm"])
+                   for size in server.api("GET", "/pool"))
+
+    def launch(key, editor):
+        server = servers[key]
+        if key[0] == "warm":
+            deadline = now() + 300
+            while not has_warm(server, editor):
+                if now() > deadline:
+                    raise RuntimeError(f"no warm {editor} after 300 s (see {server.logf.name})")
+                time.sleep(0.05)
+            time.sleep(0.5)
+        t0 = now()
+        view = server.launch(editor)
+        t1 = server.wait_session(view["id"], proxied_path(editor))
+        if key[0] == "warm" and view["state"] != "ready":
+            raise RuntimeError(f"a warm launch of {editor} was not ready at once")
+        server.stop_session(view["id"])
+        return t1 - t0
+
+    try:
+        # One launch of each, not counted: the first start fills the page cache.
+        for editor in avail:
+            launch(("cold", "on"), editor)
+            launch(("cold", "off"), editor)
+        keys = list(servers)
+        for i in range(n):
+            for editor in avail:
+                order = keys[i % len(keys):] + keys[:i % len(keys)]
+                for key in order:
+                    runs[editor][f"{key[0]}_{key[1]}"].append(launch(key, editor))
+                line = "  ".join(f"{k} {runs[editor][k][-1]:.3f} s" for k in sorted(runs[editor]))
+                log(f"  run {i + 1:2d} {editor:12s} {line}  (load {loadavg()})")
+    finally:
+        for server in servers.values():
+            server.stop()
+    summary = {}
+    for editor, r in runs.items():
+        summary[editor] = {f"{k}_p50_s": pct(v, 0.5) for k, v in r.items()}
+        summary[editor]["cold_added_ms"] = 1000 * (pct(r["cold_on"], 0.5) - pct(r["cold_off"], 0.5))
+        log(f"  {editor:12s} cold on {pct(r['cold_on'], 0.5):.3f} s off {pct(r['cold_off'], 0.5):.3f} s "
+            f"(added {summary[editor]['cold_added_ms']:+.0f} ms) | warm on {pct(r['warm_on'], 0.5):.3f} s "
+            f"off {pct(r['warm_off'], 0.5):.3f} s")
+    results["sandbox"] = {"n": n, "runs": runs, "summary": summary}
+
+
 def main():
     os.makedirs(LOGS, exist_ok=True)
     os.makedirs(WORK, exist_ok=True)
@@ -1201,6 +1270,9 @@ def main():
         if "warm" in ONLY:
             log("== 5. warm launch (pre-started editor) vs cold launch, alternating")
             bench_warm(results)
+        if "sandbox" in ONLY:
+            log("== 8. the sandbox: cold and warm launches with it on and off, rotated")
+            bench_sandbox(results)
         if ONLY & {"memory", "http", "ws"}:
             log("== 2-4. memory, HTTP throughput, WebSocket round trips (stand-in editors)")
             bench_standins(results)

@@ -72,6 +72,10 @@ pub struct SliceOption {
     pub warm: Vec<(EditorKind, u32)>,
     /// Launches waiting for this size.
     pub queued: u32,
+    /// The memory and CPU a session of this size gets beside its GPU, where they are limited
+    /// (e.g. "16 GB RAM · 2 CPUs").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -144,6 +148,10 @@ pub struct SessionView {
     /// An admin let into this editor now (audited), so that its owner knows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin_access: Option<AdminAccessNote>,
+    /// Set once a process of the session outgrew its memory and was stopped: what the user is
+    /// told about it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_note: Option<String>,
 }
 
 /// Who may reach a user's editor besides them, and until when.

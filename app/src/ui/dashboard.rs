@@ -351,6 +351,9 @@ fn LaunchForm(
                                     format!("{} of {} free", s.free, s.total)
                                 },
                             ];
+                            if let Some(resources) = &s.resources {
+                                notes.insert(0, resources.clone());
+                            }
                             let warm: u32 = s.warm.iter().map(|(_, n)| n).sum();
                             if warm > 0 {
                                 notes.push(format!("{warm} ready instantly"));

@@ -184,6 +184,17 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                             }
                         })
                 }}
+                {move || {
+                    session
+                        .with(|s| s.memory_note.clone())
+                        .map(|note| {
+                            view! {
+                                <span class="banner warn" role="alert" data-testid="memory-note">
+                                    {note}
+                                </span>
+                            }
+                        })
+                }}
                 <span class="spacer"></span>
                 {move || {
                     let (ready, warn) = session.with(|s| {
@@ -371,6 +382,7 @@ mod tests {
             gpu_used_mib: None,
             steps: vec![],
             admin_access: None,
+            memory_note: None,
         };
         apply_step(&mut s, step(1, SessionState::Starting, false));
         apply_step(&mut s, step(1, SessionState::Starting, false));

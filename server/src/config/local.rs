@@ -55,9 +55,15 @@ pub struct LocalConfig {
     pub network: Network,
     /// bubblewrap's program; empty: found on `PATH`.
     pub bwrap: String,
-    /// As root: the account editors run as (its group has the same number); never a real
-    /// account of the machine.
+    /// As root: the first of the accounts editors run as, `editor_uids` of them (each group
+    /// has its account's number): one per user, owning their workspace, and a spare one per
+    /// pre-started editor until its session ends. Never real accounts of the machine.
     pub editor_uid: u32,
+    pub editor_uids: u32,
+    /// As root: each workspace is a file system of its own (an ext4 image on a loop device),
+    /// sized by its user's disk quota, so a write past the quota fails; false, or where the
+    /// machine has no loop devices: a folder, whose size is checked at launch.
+    pub workspace_disks: bool,
     /// Every session's resources, unless its slice size has its own below.
     pub memory_mib: u64,
     pub cpus: f64,
@@ -72,6 +78,8 @@ impl Default for LocalConfig {
             network: Network::Egress,
             bwrap: String::new(),
             editor_uid: 61_000,
+            editor_uids: 10_000,
+            workspace_disks: true,
             memory_mib: 16_384,
             cpus: 2.0,
             pids: 2_048,
@@ -105,6 +113,17 @@ impl LocalConfig {
             return bad(
                 "editor_uid".into(),
                 "must be an unprivileged account, 1 to 4294967293",
+            );
+        }
+        if self.editor_uids < 2
+            || self
+                .editor_uid
+                .checked_add(self.editor_uids)
+                .is_none_or(|end| end >= u32::MAX - 1)
+        {
+            return bad(
+                "editor_uids".into(),
+                "must be at least 2, and editor_uid + editor_uids below 4294967294",
             );
         }
         let check = |at: String, memory: u64, cpus: f64, pids: u64| {
@@ -159,6 +178,11 @@ mod tests {
         };
         assert_eq!(with(&|_| {}), None);
         assert_eq!(with(&|c| c.editor_uid = 0), Some("editor_uid".into()));
+        assert_eq!(with(&|c| c.editor_uids = 1), Some("editor_uids".into()));
+        assert_eq!(
+            with(&|c| c.editor_uids = u32::MAX - 61_000),
+            Some("editor_uids".into())
+        );
         assert_eq!(with(&|c| c.memory_mib = 1), Some("memory_mib".into()));
         assert_eq!(with(&|c| c.cpus = f64::NAN), Some("cpus".into()));
         assert_eq!(with(&|c| c.pids = 2), Some("pids".into()));

@@ -27,15 +27,15 @@
 //! empty home go with it; the log stays. CPU use is summed over each editor's whole process tree
 //! (`runtime::procfs`), GPU use comes from NVML (`runtime::gpu`).
 //!
-//! Isolation, as it stands: editors run as the server's own OS account, so a user's code can read
-//! what that account can: other workspaces under `data/workspaces`, the SQLite file, other editors'
-//! environments under `/proc`. This runtime is for one machine shared by people who trust each
-//! other (a team's workstation, a demo, CI); the boundary between untrusted users is the `kube`
-//! runtime (a namespace per user, NetworkPolicy, restricted pods). Running each user's editors
-//! under an OS account of their own, as JupyterHub's LocalProcessSpawner does, is the step being
-//! worked on. Editors are also served from the same origin as the dashboard (as JupyterHub's
-//! default): a user's own editor can act as that user in their browser. Per-session origins would
-//! remove that, and are a deployment option for later.
+//! Isolation: by default every editor runs in a sandbox of its own (`runtime::sandbox`), as
+//! root under an account of its user's (`runtime::accounts`; a pre-started editor under a
+//! spare one, its user's workspace shown to it through an idmapped mount, `runtime::idmap`),
+//! in a cgroup of its session, with its workspace a file system sized by its quota
+//! (`runtime::disk`). Without a sandbox editors run as the server's own account and can read
+//! what it can: where none can be made the server serves one account only, and with
+//! `local.isolation = "none"` an administrator accepts that for all; every page then says so. Editors are served
+//! from the same origin as the dashboard (as JupyterHub's default): a user's own editor can act
+//! as that user in their browser; per-session origins would remove that.
 
 use super::{EditorLaunch, Running, Runtime, RuntimeError};
 use crate::runtime::editors;
@@ -131,6 +131,9 @@ struct SandboxHandle {
     /// A pre-started editor's home, a mount point the workspace is mounted on.
     #[serde(default)]
     slot: Option<PathBuf>,
+    /// The spare account a pre-started editor runs as, given back when it stops.
+    #[serde(default)]
+    lent: Option<u32>,
 }
 
 impl SandboxHandle {
@@ -233,6 +236,9 @@ impl LocalRuntime {
         };
         match &sandbox {
             Ok(sandbox) => {
+                if let Ok(disks) = &sandbox.disks {
+                    disks.mount_all(&absolute(&config.data_dir).join("workspaces"));
+                }
                 tracing::info!(isolation = %sandbox.describe(), "editors run in sandboxes")
             }
             Err(why) => tracing::warn!(%why, "editors are not isolated from each other"),
@@ -269,8 +275,12 @@ impl LocalRuntime {
         self.sandbox.as_ref().ok()
     }
 
+    fn workspaces_dir(&self) -> PathBuf {
+        self.data_dir.join("workspaces")
+    }
+
     fn workspace_of(&self, user_name: &str) -> PathBuf {
-        self.data_dir.join("workspaces").join(safe_name(user_name))
+        self.workspaces_dir().join(safe_name(user_name))
     }
 
     /// A pre-started editor's workspace: a link that points at an empty directory until a user
@@ -309,7 +319,11 @@ impl LocalRuntime {
 
 /// Copies into `to` what `from` holds and `to` lacks, directories merged, nothing overwritten;
 /// links are left out. A missing `from` copies nothing.
-fn copy_missing(from: &Path, to: &Path) -> std::io::Result<()> {
+fn copy_missing(from: &Path, to: &Path, owner: Option<u32>) -> std::io::Result<()> {
+    let own = |path: &Path| match owner {
+        Some(uid) => std::os::unix::fs::lchown(path, Some(uid), Some(uid)),
+        None => Ok(()),
+    };
     let entries = match std::fs::read_dir(from) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -321,15 +335,16 @@ fn copy_missing(from: &Path, to: &Path) -> std::io::Result<()> {
         let target = to.join(entry.file_name());
         if kind.is_dir() {
             match std::fs::create_dir(&target) {
-                Ok(()) => {}
+                Ok(()) => own(&target)?,
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(e),
             }
             if target.is_dir() {
-                copy_missing(&entry.path(), &target)?;
+                copy_missing(&entry.path(), &target, owner)?;
             }
         } else if kind.is_file() && std::fs::symlink_metadata(&target).is_err() {
             std::fs::copy(entry.path(), &target)?;
+            own(&target)?;
         }
     }
     Ok(())
@@ -363,23 +378,24 @@ fn socket_path(editor: EditorKind, run_dir: &Path, sandboxed: bool) -> Option<Pa
 /// Where a user's own packages go (`pip install` in a terminal or a notebook), in their home.
 const USER_PACKAGES: &str = ".local/lib/python-packages";
 
-/// Makes `dir` and everything in it owned by `uid`:`gid`, once: a workspace whose top is owned
-/// so already is left alone (links are changed, never followed).
-fn chown_tree_once(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    if std::fs::symlink_metadata(dir)?.uid() == uid {
-        return Ok(());
+/// The account of the user whose workspace is `workspace`, with the workspace made a file
+/// system of `disk_mib` where this machine can (a folder, checked at launch, where it cannot).
+fn own_workspace(
+    accounts: &super::accounts::Accounts,
+    disks: Option<&super::disk::Disks>,
+    workspaces: &Path,
+    workspace: &Path,
+    disk_mib: u64,
+) -> std::io::Result<u32> {
+    let uid = accounts.of_workspace(workspaces, workspace)?;
+    let Some(disks) = disks.filter(|_| disk_mib > 0) else {
+        return Ok(uid);
+    };
+    if let Err(e) = disks.ensure(workspace, disk_mib, uid) {
+        tracing::warn!(workspace = %workspace.display(), error = %e, "the workspace stays a folder: its quota is checked at launch only");
     }
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(path) = pending.pop() {
-        std::os::unix::fs::lchown(&path, Some(uid), Some(gid))?;
-        if std::fs::symlink_metadata(&path)?.is_dir() {
-            for entry in std::fs::read_dir(&path)? {
-                pending.push(entry?.path());
-            }
-        }
-    }
-    Ok(())
+    // A file system made earlier has its own owner: the account is whoever owns it now.
+    accounts.of_workspace(workspaces, workspace)
 }
 
 /// `words` as one line for `sh -c`, each single-quoted.
@@ -648,16 +664,30 @@ impl Runtime for LocalRuntime {
         }
         // The editor's socket, runtime files and caches are the editor's alone.
         tokio::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o700)).await?;
-        let account = sandbox.and_then(|s| s.account);
-        if let Some((uid, gid)) = account {
-            let (run, home) = (run_dir.clone(), workspace.clone());
-            tokio::task::spawn_blocking(move || {
-                chown_tree_once(&home, uid, gid)?;
-                std::os::unix::fs::chown(&run, Some(uid), Some(gid))
-            })
-            .await
-            .map_err(|e| RuntimeError::Io(std::io::Error::other(e)))??;
-        }
+        let accounts = sandbox.and_then(|s| s.accounts.clone());
+        let disks = sandbox.and_then(|s| s.disks.as_ref().ok().cloned());
+        let account = match accounts {
+            Some(accounts) => {
+                let (run, home, workspaces) =
+                    (run_dir.clone(), workspace.clone(), self.workspaces_dir());
+                let (prestart, disk_mib) = (prestart_slot, launch.disk_mib);
+                let uid = tokio::task::spawn_blocking(move || {
+                    let uid = if prestart {
+                        let uid = accounts.lend(&workspaces)?;
+                        std::os::unix::fs::chown(&home, Some(uid), Some(uid))?;
+                        uid
+                    } else {
+                        own_workspace(&accounts, disks.as_ref(), &workspaces, &home, disk_mib)?
+                    };
+                    std::os::unix::fs::chown(&run, Some(uid), Some(uid))?;
+                    Ok::<_, std::io::Error>(uid)
+                })
+                .await
+                .map_err(|e| RuntimeError::Io(std::io::Error::other(e)))??;
+                Some((uid, uid))
+            }
+            None => None,
+        };
         if prestart_slot {
             let slot = workspace.clone();
             tokio::task::spawn_blocking(move || super::sandbox::share_slot(&slot))
@@ -938,6 +968,7 @@ impl Runtime for LocalRuntime {
                     cgroup: group,
                     egress,
                     slot: prestart_slot.then(|| workspace.clone()),
+                    lent: account.map(|(uid, _)| uid).filter(|_| prestart_slot),
                 })
             }
             _ => None,
@@ -1021,20 +1052,40 @@ impl Runtime for LocalRuntime {
         self.sandbox().is_none_or(|s| s.tools.root)
     }
 
-    async fn bind_workspace(&self, launch_id: &str, user_name: &str) -> Result<(), RuntimeError> {
+    async fn bind_workspace(
+        &self,
+        launch_id: &str,
+        user_name: &str,
+        disk_mib: u64,
+    ) -> Result<(), RuntimeError> {
         let workspace = self.workspace_of(user_name);
         tokio::fs::create_dir_all(&workspace).await?;
         if let Some(sandbox) = self.sandbox() {
             let slot = self.slot_of(launch_id);
-            let account = sandbox.account;
+            let accounts = sandbox.accounts.clone();
+            let disks = sandbox.disks.as_ref().ok().cloned();
+            let workspaces = self.workspaces_dir();
             return tokio::task::spawn_blocking(move || {
+                use std::os::unix::fs::MetadataExt;
+                let spare = std::fs::metadata(&slot)?.uid();
+                let owner = match &accounts {
+                    Some(accounts) => Some(own_workspace(
+                        accounts,
+                        disks.as_ref(),
+                        &workspaces,
+                        &workspace,
+                        disk_mib,
+                    )?),
+                    None => None,
+                };
                 // What the editor made in its empty home at start (Jupyter's notebook secret,
                 // say) is found under the same paths afterwards, unless the user has their own.
-                copy_missing(&slot, &workspace)?;
-                if let Some((uid, gid)) = account {
-                    chown_tree_once(&workspace, uid, gid)?;
+                copy_missing(&slot, &workspace, owner)?;
+                match owner {
+                    // The user's files, shown to the editor's spare account as its own.
+                    Some(owner) => super::idmap::mount_as(&workspace, &slot, owner, spare),
+                    None => super::sandbox::mount_into(&workspace, &slot),
                 }
-                super::sandbox::mount_into(&workspace, &slot)
             })
             .await
             .map_err(|e| RuntimeError::Io(std::io::Error::other(e)))?
@@ -1045,7 +1096,7 @@ impl Runtime for LocalRuntime {
         // found under the same paths after the swap, unless the user has their own.
         let made = link.with_extension("empty");
         let into = workspace.clone();
-        tokio::task::spawn_blocking(move || copy_missing(&made, &into))
+        tokio::task::spawn_blocking(move || copy_missing(&made, &into, None))
             .await
             .map_err(|e| RuntimeError::Io(std::io::Error::other(e)))??;
         let staged = link.with_extension("next");
@@ -1073,6 +1124,12 @@ impl Runtime for LocalRuntime {
         let handle: Handle =
             serde_json::from_str(handle).map_err(|e| RuntimeError::Handle(e.to_string()))?;
         stop_editor(&handle).await;
+        let lent = handle.sandbox.as_ref().and_then(|s| s.lent);
+        if let (Some(uid), Some(accounts)) =
+            (lent, self.sandbox().and_then(|s| s.accounts.as_ref()))
+        {
+            accounts.give_back(uid);
+        }
         Ok(())
     }
 
@@ -1147,6 +1204,20 @@ impl Runtime for LocalRuntime {
         serde_json::from_str::<Handle>(handle)
             .map(|h| h.alive())
             .unwrap_or(false)
+    }
+
+    fn session_resources(&self, slice_mib: u64) -> Option<(u64, f64)> {
+        let sandbox = self.sandbox().filter(|s| s.cgroups.is_some())?;
+        let resources = sandbox.local.resources(slice_mib);
+        Some((resources.memory_mib, resources.cpus))
+    }
+
+    async fn memory_kills(&self, handle: &str) -> Option<u64> {
+        let handle = serde_json::from_str::<Handle>(handle).ok()?;
+        let group = handle.sandbox?.cgroup?;
+        tokio::task::spawn_blocking(move || group.oom_kills())
+            .await
+            .ok()
     }
 
     async fn gpu_usage(
@@ -1257,12 +1328,12 @@ mod tests {
         std::fs::write(to.path().join("settings.json"), "user's").unwrap();
         std::os::unix::fs::symlink("/etc", from.path().join("link")).unwrap();
 
-        copy_missing(from.path(), to.path()).unwrap();
+        copy_missing(from.path(), to.path(), None).unwrap();
         let read = |p: &str| std::fs::read_to_string(to.path().join(p)).unwrap();
         assert_eq!(read(".local/share/jupyter/notebook_secret"), "new");
         assert_eq!(read("settings.json"), "user's");
         assert!(std::fs::symlink_metadata(to.path().join("link")).is_err());
-        copy_missing(&from.path().join("gone"), to.path()).unwrap();
+        copy_missing(&from.path().join("gone"), to.path(), None).unwrap();
     }
 
     /// A handle for a process this test started, as `start` would record it.
@@ -1457,7 +1528,7 @@ mod tests {
             handle.binding = Some(link.clone());
             handle.log = log.clone();
             if taken {
-                runtime.bind_workspace(launch, "alice").await.unwrap();
+                runtime.bind_workspace(launch, "alice", 0).await.unwrap();
             }
             runtime
                 .stop(&serde_json::to_string(&handle).unwrap())

@@ -2,10 +2,13 @@
 //! started and asked about its activity ([`editors`], [`activity`]) and the GPUs ([`gpu`]).
 //! May import: `config`, `net`, `util`, `app::domain`.
 
+pub mod accounts;
 pub mod activity;
 pub mod cgroup;
+pub mod disk;
 pub mod editors;
 pub mod gpu;
+pub mod idmap;
 pub mod kube;
 mod local;
 pub mod procfs;
@@ -35,6 +38,8 @@ pub struct EditorLaunch {
     pub prestart: bool,
     /// An approved image chosen at launch (kube); None: the configured image for the editor.
     pub image: Option<String>,
+    /// The user's disk quota for their workspace, in MiB (0 for a pre-started editor).
+    pub disk_mib: u64,
 }
 
 impl EditorLaunch {
@@ -151,9 +156,15 @@ pub trait Runtime: Send + Sync + 'static {
     fn prestarts_editors(&self) -> bool {
         false
     }
-    /// Gives a pre-started editor (`launch_id` = its session id) the user's workspace.
-    async fn bind_workspace(&self, launch_id: &str, user_name: &str) -> Result<(), RuntimeError> {
-        let _ = (launch_id, user_name);
+    /// Gives a pre-started editor (`launch_id` = its session id) the user's workspace, whose
+    /// quota is `disk_mib`.
+    async fn bind_workspace(
+        &self,
+        launch_id: &str,
+        user_name: &str,
+        disk_mib: u64,
+    ) -> Result<(), RuntimeError> {
+        let _ = (launch_id, user_name, disk_mib);
         Err(RuntimeError::Unavailable(
             "this runtime does not pre-start editors".into(),
         ))
@@ -181,6 +192,18 @@ pub trait Runtime: Send + Sync + 'static {
     async fn cpu_load(&self, handles: &[String]) -> std::collections::HashMap<String, f64> {
         let _ = handles;
         std::collections::HashMap::new()
+    }
+    /// The memory (MiB) and CPU cores a session of `slice_mib` gets beside its GPU, where this
+    /// runtime limits them.
+    fn session_resources(&self, slice_mib: u64) -> Option<(u64, f64)> {
+        let _ = slice_mib;
+        None
+    }
+    /// How many times a process of the editor was stopped for outgrowing its session's
+    /// memory, where the runtime can tell.
+    async fn memory_kills(&self, handle: &str) -> Option<u64> {
+        let _ = handle;
+        None
     }
     /// How editors are kept apart from each other and from the server, or why they are not.
     fn isolation(&self) -> Result<String, String> {

@@ -59,7 +59,7 @@ impl Tools {
 }
 
 /// A program on `PATH`, or in the usual system folders.
-fn which(program: &str) -> Option<PathBuf> {
+pub fn which(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain(["/usr/bin", "/usr/sbin", "/bin", "/sbin"].map(PathBuf::from))
@@ -295,8 +295,10 @@ pub struct Sandbox {
     /// The product's own port on the host's loopback, forwarded into each sandbox.
     pub forward: Option<u16>,
     pub local: LocalConfig,
-    /// As root: the account editors run as.
-    pub account: Option<(u32, u32)>,
+    /// As root: the accounts editors run as, one per user and a spare per pre-started editor.
+    pub accounts: Option<std::sync::Arc<super::accounts::Accounts>>,
+    /// As root, with loop devices: a file system per workspace, sized by its quota.
+    pub disks: Result<super::disk::Disks, String>,
     /// HAMi-core, preloaded in every sandbox with a GPU.
     pub preload: Option<PathBuf>,
 }
@@ -334,9 +336,17 @@ impl Sandbox {
             } else {
                 None
             },
-            account: tools
-                .root
-                .then_some((config.local.editor_uid, config.local.editor_uid)),
+            accounts: tools.root.then(|| {
+                std::sync::Arc::new(super::accounts::Accounts::new(
+                    config.local.editor_uid,
+                    config.local.editor_uids,
+                ))
+            }),
+            disks: if config.local.workspace_disks {
+                super::disk::Disks::detect(&data_dir, tools.root)
+            } else {
+                Err("local.workspace_disks is false".into())
+            },
             tools,
             system: ["/usr", "/etc", "/opt/conda"]
                 .into_iter()
@@ -369,7 +379,10 @@ impl Sandbox {
             run_inside: Path::new("/run/editor"),
             devices: &[],
             preload: None,
-            account: self.account,
+            account: self
+                .accounts
+                .as_ref()
+                .map(|_| (self.local.editor_uid, self.local.editor_uid)),
             workdir: Path::new("/"),
             command: &command,
         };
@@ -395,9 +408,14 @@ impl Sandbox {
         let mut parts = vec![
             "a sandbox per editor (bubblewrap: its own files, processes and network)".to_string(),
         ];
-        parts.push(match self.account {
-            Some((uid, _)) => format!("editors run as uid {uid}, without privileges"),
+        parts.push(match &self.accounts {
+            Some(accounts) => accounts.describe(),
             None => "editors run in a user namespace of the server's account".to_string(),
+        });
+        parts.push(match &self.disks {
+            Ok(_) => "each workspace a file system of its own, sized by its user's disk quota"
+                .to_string(),
+            Err(why) => format!("workspace disk quotas checked at launch only ({why})"),
         });
         parts.push(match (&self.cgroups, &self.local) {
             (Some(_), local) => format!(

@@ -218,6 +218,7 @@ impl Core {
             },
             prestart: true,
             image: None,
+            disk_mib: 0,
         };
         let timeout = Duration::from_secs(self.config.sessions.ready_timeout_seconds);
         let running = match self.runtime.start(&launch).await {

@@ -120,7 +120,12 @@ impl Core {
         match launched.placement {
             Placement::Warm(warm) => {
                 // Bound before anyone has the address: the page opens on the user's own files.
-                if let Err(e) = self.runtime.bind_workspace(&warm.id, &viewer.name).await {
+                let disk_mib = self.disk_quota(&viewer.id).await;
+                if let Err(e) = self
+                    .runtime
+                    .bind_workspace(&warm.id, &viewer.name, disk_mib)
+                    .await
+                {
                     tracing::warn!(session = %id, error = %e, "binding the workspace");
                     self.stop_session(&id, EndReason::Failed, Some(&e.user_message()))
                         .await;
@@ -148,6 +153,26 @@ impl Core {
             }
         }
         self.view(&id).await
+    }
+
+    /// "16 GB RAM · 2 CPUs": what a session of `slice_mib` gets beside its GPU, where limited.
+    fn resources_label(&self, slice_mib: u64) -> Option<String> {
+        let (memory_mib, cpus) = self.runtime.session_resources(slice_mib)?;
+        let cores = if cpus == 1.0 { "CPU" } else { "CPUs" };
+        Some(format!("{} RAM · {cpus} {cores}", format_mib(memory_mib)))
+    }
+
+    /// The user's workspace quota in MiB (the default where their overrides cannot be read).
+    pub(in crate::service) async fn disk_quota(&self, user_id: &str) -> u64 {
+        let overrides = self
+            .store
+            .quota_overrides(user_id)
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(user = user_id, error = %e, "reading quota overrides");
+                Default::default()
+            });
+        self.config.default_limits().with(&overrides).max_disk_mib
     }
 
     /// Marks this server as the one driving `session_id`'s launch. Until it is marked, a server
@@ -204,6 +229,7 @@ impl Core {
             },
             prestart: false,
             image: record.image.clone(),
+            disk_mib: self.disk_quota(&record.user_id).await,
         };
         self.step(
             session_id,
@@ -359,6 +385,13 @@ impl Core {
             None
         };
         let mut view = self.session_view(&record, steps, position);
+        if record.state == SessionState::Ready
+            && let Some(handle) = &record.runtime_handle
+            && let Some(kills) = self.runtime.memory_kills(handle).await.filter(|k| *k > 0)
+        {
+            let memory = self.config.local.resources(record.slice_mib).memory_mib;
+            view.memory_note = Some(memory_note(memory, kills));
+        }
         if record.state.is_live() {
             view.admin_access = self
                 .store
@@ -404,6 +437,7 @@ impl Core {
             gpu_used_mib: record.gpu_used_mib,
             steps,
             admin_access: None,
+            memory_note: None,
         }
     }
 
@@ -479,6 +513,7 @@ impl Sessions {
                         .iter()
                         .filter(|(_, s, b, _)| *s == slice_mib && !b)
                         .count() as u32,
+                    resources: self.resources_label(slice_mib),
                 }
             })
             .collect();
@@ -502,6 +537,7 @@ impl Sessions {
                     .iter()
                     .filter(|(_, s, b, _)| *s == memory_mib && *b)
                     .count() as u32,
+                resources: self.resources_label(memory_mib),
             });
         }
         let sessions = self.store.sessions_of(&viewer.id, 20).await?;
@@ -632,4 +668,16 @@ impl Sessions {
         let steps = self.store.steps(id).await?;
         Ok(steps.into_iter().filter(|s| s.seq > after).collect())
     }
+}
+
+/// What a user is told once a process of their session outgrew its memory.
+fn memory_note(memory_mib: u64, kills: u64) -> String {
+    let times = match kills {
+        1 => String::new(),
+        n => format!(" ({n} times)"),
+    };
+    format!(
+        "A process of this session (a kernel, say) used more than the session's {} of memory and was stopped{times}. Restart it with less data in memory, or launch with a larger slice.",
+        format_mib(memory_mib)
+    )
 }

@@ -373,6 +373,9 @@ async fn a_kernel_past_its_memory_or_process_limit_is_stopped_and_every_other_ed
         eprintln!("skipped: this server may not make cgroups (not root?)");
         return;
     }
+    // The launch form says what a session gets beside its GPU.
+    let pool = app.get("/api/v1/pool", Some(&alice)).await.json();
+    assert_eq!(pool[0]["resources"], "400 MB RAM · 2 CPUs", "{pool}");
     let greedy = run_python(
         &app,
         &alice,
@@ -384,6 +387,18 @@ async fn a_kernel_past_its_memory_or_process_limit_is_stopped_and_every_other_ed
         greedy.contains("exit -9") && !greedy.contains("kept it"),
         "the allocation past the limit was killed: {greedy}"
     );
+    // Its user is told, on the session's page (the heartbeat brings it): and the other is not.
+    let told = app
+        .get(&format!("/api/v1/sessions/{alices}"), Some(&alice))
+        .await
+        .json();
+    let note = told["memory_note"].as_str().unwrap_or_default();
+    assert!(note.contains("more than the session's 400 MB"), "{told}");
+    let other = app
+        .get(&format!("/api/v1/sessions/{bobs}"), Some(&bob))
+        .await
+        .json();
+    assert!(other["memory_note"].is_null(), "{other}");
     let bomb = run_python(
         &app,
         &alice,
@@ -402,6 +417,175 @@ async fn a_kernel_past_its_memory_or_process_limit_is_stopped_and_every_other_ed
     app.get("/api/v1/health", None)
         .await
         .assert_status(StatusCode::OK);
+}
+
+#[tokio::test]
+async fn each_user_has_an_account_of_their_own_and_a_write_past_the_quota_fails() {
+    let app = TestApp::start_with(None, |c| c.quotas.max_disk_mib = 64).await;
+    let described = app.runtime.isolation().unwrap_or_default();
+    if !described.contains("an account of their own") {
+        eprintln!("skipped: editors get accounts of their own only from a server running as root");
+        return;
+    }
+    let (alice, alices, bob, bobs) = two_users(&app).await;
+    let fill = "import os, errno\nprint('uid', os.getuid())\ntry:\n    with open(os.path.expanduser('~/big.bin'), 'wb') as f:\n        for _ in range(100):\n            f.write(b'x' * (1024 * 1024))\n            f.flush()\n            os.fsync(f.fileno())\n    print('wrote 100 MB')\nexcept OSError as e:\n    print('refused', errno.errorcode.get(e.errno))\nos.remove(os.path.expanduser('~/big.bin'))";
+    let hers = run_python(&app, &alice, &alices, fill).await;
+    let his = run_python(&app, &bob, &bobs, "import os\nprint('uid', os.getuid())").await;
+    let uid = |printed: &str| -> u32 {
+        printed
+            .lines()
+            .find_map(|l| l.strip_prefix("uid "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no uid in {printed}"))
+    };
+    let (a, b) = (uid(&hers), uid(&his));
+    assert_ne!(a, b, "two users, two accounts");
+    for id in [a, b] {
+        assert!(
+            (61_000..71_000).contains(&id),
+            "{id} is of the configured range"
+        );
+    }
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let workspace = std::fs::metadata(app.dir.path().join("workspaces/alice")).unwrap();
+    assert_eq!(workspace.uid(), a, "her workspace is her account's");
+    assert_eq!(workspace.permissions().mode() & 0o777, 0o700);
+    if described.contains("file system of its own") {
+        assert!(hers.contains("refused ENOSPC"), "{hers}");
+    } else {
+        eprintln!("no loop devices here: the quota is checked at launch only ({described})");
+    }
+}
+
+/// The processes below `init` (a sandbox's first process), as the host numbers them.
+fn tree_of(init: i32) -> Vec<i32> {
+    let parents: Vec<(i32, i32)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let ppid = stat[stat.rfind(')')? + 2..]
+                .split(' ')
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    let mut tree = vec![init];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(
+            parents
+                .iter()
+                .filter(|(_, p)| *p == parent)
+                .map(|(c, _)| *c),
+        );
+        i += 1;
+    }
+    tree.split_off(1)
+}
+
+/// marimo and code-server are sandboxed as JupyterLab is: each of their processes, looked at
+/// from the host, has no privileges, runs as its user's account and sees none of the data
+/// directory, another workspace or the server's processes.
+#[tokio::test]
+async fn marimo_and_code_server_run_in_the_same_sandbox() {
+    for program in ["venv/bin/marimo", "npm/node_modules/.bin/code-server"] {
+        assert!(
+            crate::common::tools_dir().join(program).exists(),
+            "{program} is not installed; run scripts/setup.sh"
+        );
+    }
+    let app = TestApp::start(None).await;
+    if !app
+        .runtime
+        .isolation()
+        .unwrap_or_default()
+        .contains("an account of their own")
+    {
+        eprintln!("skipped: the whole check takes a server running as root");
+        return;
+    }
+    let (_, alice) = app.user("alice").await;
+    let (_, bob) = app.user("bob").await;
+    std::fs::create_dir_all(app.dir.path().join("workspaces/bob")).unwrap();
+    let data_dir = std::fs::canonicalize(app.dir.path()).unwrap();
+    let server_binary = std::fs::read_link("/proc/self/exe").unwrap();
+    for (token, editor) in [(&alice, "marimo"), (&bob, "code-server")] {
+        let id = app.launch_ready(token, editor).await;
+        let handle: Value =
+            serde_json::from_str(&app.record(&id).await.runtime_handle.unwrap()).unwrap();
+        let init = handle["sandbox"]["init"].as_i64().unwrap() as i32;
+        let tree = tree_of(init);
+        assert!(
+            !tree.is_empty(),
+            "{editor} runs below its sandbox's first process"
+        );
+        let owner = if editor == "marimo" { "alice" } else { "bob" };
+        let other = if editor == "marimo" { "bob" } else { "alice" };
+        for pid in tree {
+            let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+                continue; // gone meanwhile
+            };
+            let field = |name: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(|v| v.trim().to_string())
+                    .unwrap_or_default()
+            };
+            let name = field("Name:");
+            if name == "pasta" || name.starts_with("pasta") {
+                continue;
+            }
+            assert_eq!(field("NoNewPrivs:"), "1", "{editor} {name}: {status}");
+            assert_eq!(field("CapEff:"), "0000000000000000", "{editor} {name}");
+            let uid: u32 = field("Uid:")
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(
+                (61_000..71_000).contains(&uid),
+                "{editor} {name} runs as {uid}"
+            );
+            let root = format!("/proc/{pid}/root");
+            let seen = |path: &std::path::Path| {
+                std::fs::symlink_metadata(format!("{root}{}", path.display())).is_ok()
+            };
+            assert!(
+                !seen(&data_dir.join("sandbox.db")),
+                "{editor} sees the database"
+            );
+            assert!(
+                !seen(&data_dir.join("workspaces").join(other)),
+                "{editor} sees {other}'s workspace"
+            );
+            assert!(
+                !seen(&data_dir.join("workspaces").join(owner)),
+                "{editor} sees the data directory"
+            );
+            assert!(
+                seen(std::path::Path::new("/home/user")),
+                "{editor} has its home"
+            );
+            let processes: Vec<String> = std::fs::read_dir(format!("{root}/proc"))
+                .unwrap()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+                .filter_map(|e| std::fs::read_link(e.path().join("exe")).ok())
+                .map(|exe| exe.display().to_string())
+                .collect();
+            assert!(
+                !processes.contains(&server_binary.display().to_string()),
+                "{editor} sees the server's process: {processes:?}"
+            );
+        }
+    }
 }
 
 #[tokio::test]
@@ -438,10 +622,26 @@ async fn what_one_user_left_in_a_pre_started_editor_never_reaches_the_next() {
         &app,
         &alice,
         &first,
-        "import os\nopen('/tmp/left-in-tmp', 'w').write('x')\nopen('left-at-home', 'w').write('x')\nprint(sorted(os.listdir('/tmp')))",
+        "import os\nopen('/tmp/left-in-tmp', 'w').write('x')\nopen('left-at-home', 'w').write('x')\nopen(os.path.expanduser('~/mine.txt'), 'w').write('hers')\nprint('uid', os.getuid(), 'sees', os.stat(os.path.expanduser('~/mine.txt')).st_uid)\nprint(sorted(os.listdir('/tmp')))",
     )
     .await;
     assert!(shown.contains("left-in-tmp"), "{shown}");
+    // The editor runs as a spare account and sees her files as its own; on disk they are hers.
+    use std::os::unix::fs::MetadataExt;
+    let workspace = app.dir.path().join("workspaces/alice");
+    let on_disk = std::fs::metadata(workspace.join("mine.txt")).unwrap().uid();
+    assert_eq!(
+        on_disk,
+        std::fs::metadata(&workspace).unwrap().uid(),
+        "{shown}"
+    );
+    let (editor, sees) = shown
+        .lines()
+        .find_map(|l| l.strip_prefix("uid "))
+        .and_then(|l| l.split_once(" sees "))
+        .unwrap_or_else(|| panic!("{shown}"));
+    assert_eq!(editor, sees, "{shown}");
+    assert_ne!(editor, on_disk.to_string(), "{shown}");
     app.delete(&format!("/api/v1/sessions/{first}"), Some(&alice))
         .await
         .assert_status(StatusCode::OK);

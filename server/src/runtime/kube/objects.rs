@@ -551,6 +551,7 @@ pub(crate) mod tests {
             },
             prestart: false,
             image: None,
+            disk_mib: 0,
         }
     }
 

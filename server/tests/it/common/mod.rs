@@ -16,7 +16,7 @@ use server::service::Service;
 use server::store::Store;
 use server::util::ManualClock;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -552,7 +552,12 @@ impl Runtime for FakeRuntime {
         self.prestart
     }
 
-    async fn bind_workspace(&self, launch_id: &str, user_name: &str) -> Result<(), RuntimeError> {
+    async fn bind_workspace(
+        &self,
+        launch_id: &str,
+        user_name: &str,
+        _disk_mib: u64,
+    ) -> Result<(), RuntimeError> {
         if self.fail_bind {
             // After the hand-over's clock started, as a real bind would: time passed is not charged.
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -738,9 +743,40 @@ impl Drop for TestApp {
     /// runs in a workspace under this app's data directory, or in a sandbox whose command line
     /// names it, in a cgroup of its own), so no process outlives the test.
     fn drop(&mut self) {
-        if self.server.is_none() {
-            return;
+        if self.server.is_some() {
+            self.end_what_it_started();
         }
+        unmount_under(self.dir.path());
+    }
+}
+
+/// Unmounts what is mounted under `root`, deepest first: workspaces' file systems, pre-started
+/// editors' homes (a folder still mounted would outlive the test's data directory).
+fn unmount_under(root: &Path) {
+    let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    let mut points: Vec<PathBuf> = info
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|point| PathBuf::from(point.replace("\\040", " ")))
+        .filter(|point| point.starts_with(&root))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.as_os_str().len()));
+    for point in points {
+        let Ok(path) = std::ffi::CString::new(point.as_os_str().as_encoded_bytes()) else {
+            continue;
+        };
+        // SAFETY: umount2 of a valid C string path under this test's own data directory.
+        unsafe {
+            libc::umount2(path.as_ptr(), libc::MNT_DETACH);
+        }
+    }
+}
+
+impl TestApp {
+    fn end_what_it_started(&mut self) {
         let root = self.dir.path().to_path_buf();
         let named = root.to_string_lossy().into_owned();
         let Ok(entries) = std::fs::read_dir("/proc") else {
