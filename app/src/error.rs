@@ -32,6 +32,10 @@ pub enum AppError {
     QuotaExceeded(String),
     #[error("{0}")]
     Unavailable(String),
+    /// The database does not answer: a quick refusal rather than a hang, so that users and load
+    /// balancers know to retry.
+    #[error("the database is unreachable; try again in a moment")]
+    DatabaseUnavailable,
     /// Too many attempts (failed sign-ins); the message says when to try again.
     #[error("{0}")]
     RateLimited(String),
@@ -56,6 +60,7 @@ impl AppError {
             Self::InsufficientCredits(_) => "insufficient_credits",
             Self::QuotaExceeded(_) => "quota_exceeded",
             Self::Unavailable(_) => "unavailable",
+            Self::DatabaseUnavailable => "database_unavailable",
             Self::RateLimited(_) => "rate_limited",
             Self::Internal => "internal",
             Self::Transport(_) => "transport",
@@ -71,7 +76,7 @@ impl AppError {
             Self::TooLarge(_) => 413,
             Self::Conflict(_) => 409,
             Self::InsufficientCredits(_) => 402,
-            Self::Unavailable(_) => 503,
+            Self::Unavailable(_) | Self::DatabaseUnavailable => 503,
             Self::RateLimited(_) => 429,
             Self::Internal | Self::Transport(_) => 500,
         }
@@ -110,12 +115,27 @@ impl leptos::server_fn::error::FromServerFnError for AppError {
         use leptos::server_fn::error::ServerFnErrorErr;
         match value {
             // On the server: a call whose fields are missing or malformed is bad input.
-            ServerFnErrorErr::Args(e) => {
-                AppError::Invalid(format!("the request's fields are malformed: {e}"))
-            }
+            // The parser's words may quote the input: shown short.
+            ServerFnErrorErr::Args(e) => AppError::Invalid(format!(
+                "the request's fields are malformed: {}",
+                crate::domain::encode::shown_up_to(&e, 200)
+            )),
             ServerFnErrorErr::MissingArg(name) => {
                 AppError::Invalid(format!("the request lacks the field `{name}`"))
             }
+            // A body the server cannot decode (not UTF-8, not the encoding it names) is the
+            // caller's; in the browser the same error means our answer was unreadable.
+            #[cfg(feature = "ssr")]
+            ServerFnErrorErr::Deserialization(e) if e.contains("length limit exceeded") => {
+                AppError::TooLarge(
+                    "the request's body is larger than the 2 MiB a call may send".into(),
+                )
+            }
+            #[cfg(feature = "ssr")]
+            ServerFnErrorErr::Deserialization(e) => AppError::Invalid(format!(
+                "the request's body cannot be read: {}",
+                crate::domain::encode::shown_up_to(&e, 200)
+            )),
             other => AppError::Transport(other.to_string()),
         }
     }

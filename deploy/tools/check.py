@@ -153,6 +153,9 @@ def chart_rules(docs: list[dict], namespace: str, values: dict) -> list[str]:
         get = c.get(probe, {}).get("httpGet", {})
         if get.get("port") != "http" or not get.get("path", "").startswith("/"):
             problems.append(f"server {probe} is not an HTTP GET on the http port")
+    liveness = c.get("livenessProbe", {}).get("httpGet", {}).get("path")
+    if liveness == c.get("readinessProbe", {}).get("httpGet", {}).get("path"):
+        problems.append("liveness probes the readiness route: a database outage would restart every replica")
     if c["args"] != ["serve", "--config", "/etc/gpu-sandbox/config.toml"]:
         problems.append(f"server args {c['args']}")
     env = {e["name"]: e for e in c.get("env", [])}

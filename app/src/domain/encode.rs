@@ -39,9 +39,48 @@ pub fn percent_encode(text: &str, alphabet: Alphabet) -> String {
     out
 }
 
+/// A user's input as a message quotes it back: at most `SHOWN_CHARS` characters (then `…`),
+/// control and bidirectional characters escaped, so an answer never echoes a long input or
+/// reads as something it is not.
+pub fn shown(input: &str) -> String {
+    shown_up_to(input, SHOWN_CHARS)
+}
+
+/// [`shown`], keeping up to `chars` characters: for a parser's sentence that quotes an input.
+pub fn shown_up_to(input: &str, chars: usize) -> String {
+    let mut out = String::new();
+    for (i, c) in input.chars().enumerate() {
+        if i == chars {
+            out.push('…');
+            break;
+        }
+        if c.is_control()
+            || ('\u{202a}'..='\u{202e}').contains(&c)
+            || ('\u{2066}'..='\u{2069}').contains(&c)
+        {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// How much of an input [`shown`] keeps.
+pub const SHOWN_CHARS: usize = 40;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_input_is_shown_short_and_plain() {
+        assert_eq!(shown("emacs"), "emacs");
+        let long = "x".repeat(70_000);
+        assert_eq!(shown(&long).chars().count(), SHOWN_CHARS + 1);
+        assert!(shown(&long).ends_with('…'));
+        assert_eq!(shown("a\nb\u{202e}c"), "a\\u{a}b\\u{202e}c");
+    }
 
     #[test]
     fn letters_digits_and_the_unreserved_marks_are_kept() {

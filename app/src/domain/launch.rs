@@ -104,7 +104,7 @@ pub fn validate(req: &LaunchRequest, catalog: &Catalog) -> Result<ValidLaunch, S
     let editor = EditorKind::parse(req.editor.trim()).ok_or_else(|| {
         format!(
             "unknown editor '{}'; choose one of: {}",
-            req.editor,
+            super::encode::shown(&req.editor),
             known.join(", ")
         )
     })?;

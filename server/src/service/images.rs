@@ -106,7 +106,7 @@ impl Images {
         let editor = EditorKind::parse(new.editor.trim()).ok_or_else(|| {
             AppError::Invalid(format!(
                 "unknown editor `{}`; images run one of: {}",
-                new.editor,
+                app::domain::encode::shown(&new.editor),
                 EditorKind::ALL.map(EditorKind::as_str).join(", ")
             ))
         })?;

@@ -29,6 +29,9 @@ use events::EventHub;
 use routes::RouteTable;
 use std::sync::Arc;
 
+/// How long the readiness check waits for the database.
+const READY_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl From<StoreError> for AppError {
     fn from(error: StoreError) -> AppError {
         match error {
@@ -49,6 +52,10 @@ impl From<StoreError> for AppError {
             StoreError::Transition(_) | StoreError::Conflict => AppError::Conflict(
                 "the session changed meanwhile; reload to see where it is".into(),
             ),
+            other if other.is_unreachable() => {
+                tracing::warn!(error = %other, "the database is unreachable");
+                AppError::DatabaseUnavailable
+            }
             other => {
                 tracing::error!(error = %other, "store");
                 AppError::Internal
@@ -274,9 +281,15 @@ impl Service {
     }
 
     /// Whether the server can serve: its database answers.
+    /// Whether this server can serve: its database answers, within a second.
     pub async fn ready(&self) -> Result<(), AppError> {
-        self.core.store.count_users().await?;
-        Ok(())
+        match tokio::time::timeout(READY_WITHIN, self.core.store.count_users()).await {
+            Ok(answer) => answer.map(|_| ()).map_err(AppError::from),
+            Err(_) => {
+                tracing::warn!("the database did not answer the readiness check within a second");
+                Err(AppError::DatabaseUnavailable)
+            }
+        }
     }
 
     /// Flips to true when the server begins to shut down; long streams end on it.

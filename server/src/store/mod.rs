@@ -66,6 +66,35 @@ pub enum StoreError {
     LastAdmin,
 }
 
+/// How long a query waits for a connection before the database counts as unreachable.
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+
+impl StoreError {
+    /// The database did not answer (down, refusing connections, every connection stuck):
+    /// not a fault of the request.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            StoreError::Db(
+                sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::Io(_)
+                | sqlx::Error::Tls(_)
+                | sqlx::Error::WorkerCrashed,
+            ) => true,
+            StoreError::Db(sqlx::Error::Database(e)) => {
+                let code = e.code().unwrap_or_default();
+                // PostgreSQL's connection exceptions (08…), operator intervention (57…: shut
+                // down, restarting), too many connections, and a database closed to them.
+                code.starts_with("08")
+                    || code.starts_with("57")
+                    || code == "53300"
+                    || (code == "55000" && e.message().contains("accepting connections"))
+            }
+            _ => false,
+        }
+    }
+}
+
 /// Maps a unique violation to `Duplicate(what)` by constraint name, never by message text.
 fn on_unique(err: sqlx::Error, constraint: &str, what: &'static str) -> StoreError {
     if let sqlx::Error::Database(db) = &err {
@@ -105,7 +134,8 @@ impl Store {
         };
         let options = AnyPoolOptions::new()
             .max_connections(if kind == DbKind::Sqlite { 8 } else { 16 })
-            .acquire_timeout(Duration::from_secs(10));
+            // Short: a database that is down is answered with a 503 in seconds, not a hang.
+            .acquire_timeout(ACQUIRE_TIMEOUT);
         let options = if kind == DbKind::Sqlite {
             options.after_connect(|conn, _| {
                 Box::pin(async move {

@@ -1354,3 +1354,102 @@ async fn the_database_holds_no_sign_in_that_signs_anyone_in() {
         me(key).await.assert_status(StatusCode::UNAUTHORIZED);
     }
 }
+
+/// A server function called with what its arguments cannot be read from: a 400 (413 for a body
+/// past the limit) in a short message that does not echo the input, for anyone; nothing written.
+#[tokio::test]
+async fn server_functions_answer_bad_input_with_400_or_413() {
+    use leptos::server_fn::ServerFn;
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (user_id, _) = app.user("uma").await;
+    let cookie = app.sign_in_cookie("uma").await;
+    let call = |path: &'static str, kind: &'static str, body: Vec<u8>, signed_in: bool| {
+        let mut request = Request::post(app.url(path))
+            .header("accept", "application/json")
+            .header("content-type", kind);
+        if signed_in {
+            request = request.header("cookie", format!("sandbox_session={cookie}"));
+        }
+        let request = request.body(Full::new(bytes::Bytes::from(body))).unwrap();
+        app.send(request)
+    };
+    let form = "application/x-www-form-urlencoded";
+    let json_kind = "application/json";
+    let launch = <app::api::Launch as ServerFn>::PATH;
+    let users = <app::api::AdminUsers as ServerFn>::PATH;
+    let long = "x".repeat(70_000);
+    let cases: Vec<(&str, &str, Vec<u8>, StatusCode)> = vec![
+        (
+            launch,
+            form,
+            b"editor=jupyterlab".to_vec(),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            launch,
+            form,
+            b"slice_mib=abc&editor=x".to_vec(),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            launch,
+            form,
+            format!("editor={long}&slice_mib=8192&duration_minutes=30").into_bytes(),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            launch,
+            form,
+            vec![0xff, 0xfe, 0x3d, 0x80],
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            users,
+            json_kind,
+            b"{not json".to_vec(),
+            StatusCode::BAD_REQUEST,
+        ),
+        (users, json_kind, b"[]".to_vec(), StatusCode::BAD_REQUEST),
+        (users, json_kind, vec![0xff; 16], StatusCode::BAD_REQUEST),
+        (
+            launch,
+            form,
+            vec![b'a'; 3 * 1024 * 1024],
+            StatusCode::PAYLOAD_TOO_LARGE,
+        ),
+    ];
+    for signed_in in [true, false] {
+        for (path, kind, body, want) in &cases {
+            // Well-formed, anonymous: refused for that, before anything reads the editor.
+            let well_formed = body.len() == 70_042;
+            let want = if well_formed && !signed_in {
+                &StatusCode::UNAUTHORIZED
+            } else {
+                want
+            };
+            let answer = call(path, kind, body.clone(), signed_in).await;
+            let shown =
+                String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)]).into_owned();
+            assert_eq!(
+                answer.status,
+                *want,
+                "{path} {kind} ({} bytes, signed in: {signed_in}): {shown}",
+                body.len()
+            );
+            assert!(
+                answer.body.len() < 1024,
+                "{path}: the answer echoes its input ({} bytes)",
+                answer.body.len()
+            );
+            let error: serde_json::Value = serde_json::from_slice(&answer.body)
+                .unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {shown}"));
+            assert!(error["error"].is_string(), "{error}");
+        }
+    }
+    assert_eq!(
+        session_count(&app, &user_id).await,
+        0,
+        "nothing was launched"
+    );
+    app.stop().await;
+}

@@ -84,3 +84,78 @@ async fn writes_survive_clients_that_hang_up_in_the_middle_of_one() {
     let tokens = app.store.tokens_of(&user_id).await.unwrap();
     assert_eq!(tokens.len(), labels.len());
 }
+
+/// A PostgreSQL database that stops taking connections (as in an outage: every connection
+/// dropped, new ones refused): readiness and every route that needs it answer 503
+/// `database_unavailable` instead of hanging into a 500, liveness stays 200, and all heals
+/// once the database is back.
+#[tokio::test]
+async fn a_database_outage_answers_503_and_heals() {
+    use sqlx::{Connection, Executor};
+    let admin_url = match std::env::var("DATABASE_URL") {
+        Ok(url) if url.starts_with("postgres") => url,
+        _ => {
+            eprintln!("skipped: DATABASE_URL (postgres://...) is not set");
+            return;
+        }
+    };
+    let db = format!("outage_{}", std::process::id());
+    let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
+    admin
+        .execute(format!("DROP DATABASE IF EXISTS {db}").as_str())
+        .await
+        .unwrap();
+    admin
+        .execute(format!("CREATE DATABASE {db}").as_str())
+        .await
+        .unwrap();
+    let (base, _) = admin_url.rsplit_once('/').unwrap();
+    let url = format!("{base}/{db}");
+    let app = TestApp::start_with(Some(FakeRuntime::new()), |c| c.database_url = url).await;
+    let (_, token) = app.user("olga").await;
+    app.get("/readyz", None).await.assert_status(StatusCode::OK);
+
+    let outage = |allow: bool| format!("ALTER DATABASE {db} ALLOW_CONNECTIONS {allow}");
+    admin.execute(outage(false).as_str()).await.unwrap();
+    admin
+        .execute(
+            format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{db}'"
+            )
+            .as_str(),
+        )
+        .await
+        .unwrap();
+    for (path, who) in [
+        ("/readyz", None),
+        ("/api/v1/health", None),
+        ("/api/v1/me", Some(token.as_str())),
+        ("/api/v1/sessions", Some(token.as_str())),
+    ] {
+        let answer = app.get(path, who).await;
+        answer.assert_status(StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(answer.json()["error"], "database_unavailable", "{path}");
+    }
+    let launch = app.launch(&token, "jupyterlab", 30).await;
+    launch.assert_status(StatusCode::SERVICE_UNAVAILABLE);
+    app.get("/livez", None).await.assert_status(StatusCode::OK);
+
+    admin.execute(outage(true).as_str()).await.unwrap();
+    let healed = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if app.get("/readyz", None).await.status == StatusCode::OK {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert!(healed.is_ok(), "ready again once the database is back");
+    app.get("/api/v1/me", Some(&token))
+        .await
+        .assert_status(StatusCode::OK);
+    app.stop().await;
+    let _ = admin
+        .execute(format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)").as_str())
+        .await;
+}

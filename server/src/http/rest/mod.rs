@@ -146,7 +146,17 @@ pub fn router() -> Router<AppState> {
             )
         })
         .layer(axum::extract::DefaultBodyLimit::max(16 * 1024));
-    Router::new().nest("/api/v1", v1)
+    Router::new()
+        .nest("/api/v1", v1)
+        // Kubernetes' probes: alive while the process serves (a database outage must not
+        // restart every replica), ready while the database answers.
+        .route("/livez", get(livez))
+        .route("/readyz", get(health))
+}
+
+/// For liveness probes: the process serves, whatever the database does.
+async fn livez() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "alive" }))
 }
 
 /// For load balancers and probes: answers when the database does.
