@@ -320,6 +320,13 @@ slice_mib = {SLICE}
                 pass
         self.proc = None
         self.logf.close()
+        # Workspaces are file systems of their own (as root): unmounted, deepest first, so the
+        # scratch directory can be removed and no loop device is left behind.
+        real = os.path.realpath(self.data)
+        with open("/proc/self/mountinfo") as f:
+            points = [line.split()[4] for line in f if line.split()[4].startswith(real + "/")]
+        for point in sorted(points, key=len, reverse=True):
+            subprocess.run(["umount", "-l", point], capture_output=True)
         if os.path.islink(self.data):
             os.unlink(self.data)
 

@@ -31,6 +31,11 @@ cleanup() {
     kill -TERM "$SERVER" 2>/dev/null || true
     wait "$SERVER" 2>/dev/null || true
   fi
+  # Workspaces are file systems of their own (as root): unmounted, deepest first, before removal.
+  local real
+  real=$(realpath "$DATA")
+  awk -v dir="$real/" 'index($5, dir) == 1 { print $5 }' /proc/self/mountinfo | sort -r |
+    while read -r point; do umount -l "$point" 2>/dev/null || true; done
   rm -rf "$DATA"
 }
 trap cleanup EXIT

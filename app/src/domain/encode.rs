@@ -54,10 +54,8 @@ pub fn shown_up_to(input: &str, chars: usize) -> String {
             out.push('…');
             break;
         }
-        if c.is_control()
-            || ('\u{202a}'..='\u{202e}').contains(&c)
-            || ('\u{2066}'..='\u{2069}').contains(&c)
-        {
+        let invisible = matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}');
+        if c.is_control() || invisible {
             out.extend(c.escape_unicode());
         } else {
             out.push(c);

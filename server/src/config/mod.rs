@@ -81,6 +81,13 @@ pub struct ProxyConfig {
     /// How many client connections, WebSockets included, the server holds at once; 0 (the
     /// default): half the process's open-file limit, since each may also hold one to an editor.
     pub max_connections: u64,
+    /// How many of those one client address may hold; 0 (the default): a quarter of them, so
+    /// that one client cannot take the server from everyone else.
+    pub max_connections_per_client: u64,
+    /// How long a request's body may take to arrive, from its head, on our own routes (pages,
+    /// server functions, the API: none takes a large body); past it the client gets 408
+    /// (seconds). Uploads to an editor stream as long as they last.
+    pub body_timeout_seconds: u64,
     /// How many threads serve client connections, each with a runtime of its own; 0 (the
     /// default): one per core.
     pub serving_threads: u64,
@@ -285,6 +292,8 @@ impl Default for Config {
                 header_timeout_seconds: 30,
                 answer_timeout_seconds: 120,
                 max_connections: 0,
+                max_connections_per_client: 0,
+                body_timeout_seconds: 30,
                 serving_threads: 0,
                 max_websockets_per_session: 64,
             },
@@ -429,6 +438,12 @@ impl Config {
                 "must be at most 1000000 (0: half the open-file limit)".into(),
             );
         }
+        if self.proxy.max_connections_per_client > 1_000_000 {
+            return bad(
+                "proxy.max_connections_per_client",
+                "must be at most 1000000 (0: a quarter of proxy.max_connections)".into(),
+            );
+        }
         if self.proxy.serving_threads > 1024 {
             return bad(
                 "proxy.serving_threads",
@@ -443,6 +458,10 @@ impl Config {
             (
                 "proxy.answer_timeout_seconds",
                 self.proxy.answer_timeout_seconds,
+            ),
+            (
+                "proxy.body_timeout_seconds",
+                self.proxy.body_timeout_seconds,
             ),
         ] {
             if !(1..=86_400).contains(&value) {

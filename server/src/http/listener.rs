@@ -11,6 +11,9 @@
 //!   may open one to an editor too. A connection's place is an `Arc`'d semaphore permit that the
 //!   WebSocket relay it may become keeps until the relay ends, so WebSockets count too (and the
 //!   proxy holds one session to `proxy.max_websockets_per_session` of them).
+//! - One client address holds at most `proxy.max_connections_per_client` of them (a quarter by
+//!   default): a client that opens connections and trickles their bodies cannot take the cap
+//!   from everyone else; past its share its new connections are closed at once.
 //! - Accepted sockets get `TCP_NODELAY` and TCP keepalive (probes after a minute idle, every 15 s,
 //!   8 of them), so a client that vanished (a laptop closed on an open WebSocket) gives its place
 //!   back within minutes.
@@ -43,6 +46,10 @@ pub(crate) async fn serve_connections(
             app.state.service.config().proxy.header_timeout_seconds,
         ));
     let cap = connection_cap(app.state.service.config().proxy.max_connections);
+    let per_client = Arc::new(PerClient::new(per_client_cap(
+        app.state.service.config().proxy.max_connections_per_client,
+        cap,
+    )));
     let serving_threads = serving::thread_count(app.state.service.config().proxy.serving_threads);
     let open = Arc::new(tokio::sync::Semaphore::new(cap));
     let (draining, drain) = tokio::sync::watch::channel(false);
@@ -72,12 +79,22 @@ pub(crate) async fn serve_connections(
                 }
             },
         };
+        // One client's share: past it, its new connections are closed at once, and its
+        // place under the cap goes back.
+        let Some(client) = per_client.enter(peer.ip()) else {
+            drop(tcp);
+            continue;
+        };
         // Small writes (WebSocket frames, short responses) go out at once.
         let _ = tcp.set_nodelay(true);
         keep_alive(&tcp);
         // Off this runtime's driver, to be watched by the serving thread's.
         let Ok(tcp) = tcp.into_std() else { continue };
-        let front = app.front_holding(peer.ip(), Some(Arc::new(permit)));
+        let slot = super::Slot {
+            _permit: permit,
+            _client: client,
+        };
+        let front = app.front_holding(peer.ip(), Some(Arc::new(slot)));
         let http = http.clone();
         let mut drain = drain.clone();
         serving::spawn(serving_threads, async move {
@@ -106,6 +123,60 @@ pub(crate) async fn serve_connections(
         .is_err()
     {
         tracing::warn!("requests still open after {DRAIN_TIMEOUT:?}; closing them");
+    }
+}
+
+/// Connections each client address holds, under a cap of its own.
+pub(crate) struct PerClient {
+    cap: u32,
+    open: std::sync::Mutex<crate::util::FastMap<std::net::IpAddr, u32>>,
+}
+
+/// One connection's count at its client's address, given back when dropped.
+pub(crate) struct ClientPlace {
+    clients: Arc<PerClient>,
+    address: std::net::IpAddr,
+}
+
+impl PerClient {
+    fn new(cap: usize) -> PerClient {
+        PerClient {
+            cap: u32::try_from(cap).unwrap_or(u32::MAX),
+            open: Default::default(),
+        }
+    }
+
+    fn enter(self: &Arc<Self>, address: std::net::IpAddr) -> Option<ClientPlace> {
+        let mut open = self.open.lock().expect("per-client counts");
+        let count = open.entry(address).or_insert(0);
+        if *count >= self.cap {
+            return None;
+        }
+        *count += 1;
+        Some(ClientPlace {
+            clients: self.clone(),
+            address,
+        })
+    }
+}
+
+impl Drop for ClientPlace {
+    fn drop(&mut self) {
+        let mut open = self.clients.open.lock().expect("per-client counts");
+        if let Some(count) = open.get_mut(&self.address) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.address);
+            }
+        }
+    }
+}
+
+/// One client address's share of `cap`: `configured`, or else a quarter (at least 16).
+fn per_client_cap(configured: u64, cap: usize) -> usize {
+    match configured {
+        0 => (cap / 4).max(16).min(cap),
+        n => usize::try_from(n).unwrap_or(usize::MAX).min(cap),
     }
 }
 

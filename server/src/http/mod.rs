@@ -18,7 +18,9 @@
 //! not parse included, so it reads the `AppError` back from such an answer and gives it its own
 //! status; and `refuse_cross_site`, which refuses with 403 `cross_site` any state-changing request
 //! that a browser sent from another origin, on every page, server function and REST route. Reads
-//! pass.
+//! pass. Every answer of the router carries `own_page_headers`: no framing by anyone
+//! (`X-Frame-Options: DENY`, `frame-ancestors 'none'`), `nosniff`, `Referrer-Policy:
+//! same-origin` and a Content-Security-Policy for our pages.
 
 pub mod listener;
 pub mod pages;
@@ -98,6 +100,7 @@ impl App {
         Front(Arc::new(Connection {
             state: self.state.clone(),
             router: self.router.clone(),
+            client,
             forwarded_for: http::HeaderValue::from_str(&client.to_string()).ok(),
             answer: deadline::Deadline::unset(),
             slot,
@@ -111,9 +114,14 @@ impl App {
 #[derive(Clone)]
 pub struct Front(Arc<Connection>);
 
+/// The client's address, on every request the router sees (sign-in counts failures by it).
+#[derive(Clone, Copy, Debug)]
+pub struct ClientAddr(pub std::net::IpAddr);
+
 struct Connection {
     state: AppState,
     router: Router,
+    client: std::net::IpAddr,
     forwarded_for: Option<http::HeaderValue>,
     /// How long the editor may take to answer this connection's request in flight.
     answer: deadline::Deadline,
@@ -123,7 +131,13 @@ struct Connection {
 
 /// A client connection's place under the connection cap: given back when the connection and
 /// the WebSocket relay it may have become have both ended.
-pub type ConnectionSlot = Arc<tokio::sync::OwnedSemaphorePermit>;
+pub type ConnectionSlot = Arc<Slot>;
+
+/// What a connection holds while it lasts: its place under the cap and under its client's.
+pub struct Slot {
+    pub(crate) _permit: tokio::sync::OwnedSemaphorePermit,
+    pub(crate) _client: listener::ClientPlace,
+}
 
 type FrontFuture = std::pin::Pin<
     Box<dyn Future<Output = Result<axum::response::Response, std::convert::Infallible>> + Send>,
@@ -192,7 +206,7 @@ impl Front {
         })
     }
 
-    fn route(&self, request: axum::extract::Request) -> FrontFuture {
+    fn route(&self, mut request: axum::extract::Request) -> FrontFuture {
         if request.uri().path().starts_with("/s/") {
             let connection = self.0.clone();
             Box::pin(async move {
@@ -204,6 +218,7 @@ impl Front {
                 Ok(proxy::handle(&connection.state, client, request).await)
             })
         } else {
+            request.extensions_mut().insert(ClientAddr(self.0.client));
             Box::pin(tower::ServiceExt::oneshot(self.0.router.clone(), request))
         }
     }
@@ -302,11 +317,108 @@ fn router(state: AppState, service: Arc<Service>) -> Router {
         ))
         .merge(rest::router())
         .merge(sign_in::router());
+    let body_state = state.clone();
     Router::new()
         .merge(pages.layer(sessions))
+        .layer(axum::middleware::from_fn_with_state(
+            body_state,
+            read_body_in_time,
+        ))
         .layer(axum::middleware::from_fn(server_fn_error_status))
         .layer(axum::middleware::from_fn(refuse_cross_site))
+        .layer(axum::middleware::from_fn(own_page_headers))
         .with_state(state)
+}
+
+/// The largest body our own routes read (the server functions' limit); the API's is smaller.
+const MAX_OWN_BODY: usize = 2 * 1024 * 1024;
+
+/// A request's body must arrive within `proxy.body_timeout_seconds` of its head (none of our
+/// own routes takes a large one): a client that trickles one byte at a time cannot hold its
+/// connection, and gets 408; one past [`MAX_OWN_BODY`] gets 413. Either way the connection
+/// closes (the body was not read to its end).
+async fn read_body_in_time(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use http_body::Body as _;
+    if request.body().is_end_stream() {
+        return next.run(request).await;
+    }
+    let refuse = |status: StatusCode, code: &str, message: &str| {
+        (
+            status,
+            axum::Json(serde_json::json!({ "error": code, "message": message })),
+        )
+            .into_response()
+    };
+    let too_large = || {
+        refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            "the request's body is larger than 2 MiB",
+        )
+    };
+    let within = std::time::Duration::from_secs(state.service.config().proxy.body_timeout_seconds);
+    let (parts, body) = request.into_parts();
+    match tokio::time::timeout(within, axum::body::to_bytes(body, MAX_OWN_BODY)).await {
+        Ok(Ok(bytes)) => {
+            let request = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
+            next.run(request).await
+        }
+        Ok(Err(e)) if e.to_string().contains("length limit") => too_large(),
+        Ok(Err(_)) => refuse(
+            StatusCode::BAD_REQUEST,
+            "invalid",
+            "the request's body could not be read",
+        ),
+        Err(_) => refuse(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "the request's body did not arrive in time",
+        ),
+    }
+}
+
+/// Our pages may be framed by nobody (an editor's answers, which our page frames, have their
+/// own through the proxy): no other site can overlay them to steal a click.
+const OWN_PAGE_HEADERS: [(http::HeaderName, http::HeaderValue); 4] = [
+    (
+        http::header::X_FRAME_OPTIONS,
+        http::HeaderValue::from_static("DENY"),
+    ),
+    (
+        http::header::X_CONTENT_TYPE_OPTIONS,
+        http::HeaderValue::from_static("nosniff"),
+    ),
+    (
+        http::header::REFERRER_POLICY,
+        http::HeaderValue::from_static("same-origin"),
+    ),
+    (
+        http::header::CONTENT_SECURITY_POLICY,
+        // Leptos' hydration starts from an inline module script, hence 'unsafe-inline' for
+        // scripts; the wasm bundle needs 'wasm-unsafe-eval'; editors open in frames of our own.
+        http::HeaderValue::from_static(
+            "default-src 'self'; script-src 'self' 'unsafe-inline' 'wasm-unsafe-eval'; \
+             style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; \
+             frame-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; \
+             frame-ancestors 'none'",
+        ),
+    ),
+];
+
+async fn own_page_headers(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    for (name, value) in OWN_PAGE_HEADERS {
+        headers.entry(name).or_insert(value);
+    }
+    response
 }
 
 /// Server functions answer every error they return with 500, including bad arguments, which

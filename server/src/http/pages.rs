@@ -62,6 +62,7 @@ impl app::api::Backend for PagesBackend {
                 auth::session_cookie(&request.headers),
                 name,
                 password,
+                request.extensions.get::<super::ClientAddr>().map(|c| c.0),
             )
             .await
     }

@@ -40,6 +40,7 @@ use app::domain::scope::{Scope, Scopes};
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use http::HeaderMap;
+use std::net::IpAddr;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -128,42 +129,116 @@ pub async fn check_password(password: String, hash: Option<String>) -> bool {
     .unwrap_or(false)
 }
 
-/// Failed sign-ins by user name: a name that failed [`SignInThrottle::MAX_FAILURES`] times
-/// within [`SignInThrottle::WINDOW`] is refused until the window ends, before any password is
-/// checked; signing in clears it. Names that exist and names that do not are counted alike,
-/// so the refusal says nothing about which names exist. Per server process.
+/// Failed sign-ins, counted three ways so that nobody can keep another out and no client can
+/// guess at speed: per (name, client address), [`SignInThrottle::PER_PAIR`] failures within
+/// [`SignInThrottle::WINDOW`] refuse that client that name until the window ends; per client,
+/// [`SignInThrottle::PER_CLIENT`] across names refuse it every name (one password tried on many
+/// names); per name, [`SignInThrottle::PER_NAME`] within [`SignInThrottle::NAME_WINDOW`] refuse
+/// the name to every client that has failed it, while a client that has not still signs in. Each
+/// refusal comes before any password is checked; names that exist and names that do not are
+/// counted alike, so a refusal says nothing about which exist. Per server process.
 #[derive(Default)]
 pub struct SignInThrottle {
-    failures: Mutex<FastMap<String, (u32, Instant)>>,
+    counts: Mutex<Counts>,
 }
 
+#[derive(Default)]
+struct Counts {
+    pairs: FastMap<(String, IpAddr), Window>,
+    clients: FastMap<IpAddr, Window>,
+    names: FastMap<String, Window>,
+}
+
+#[derive(Clone, Copy)]
+struct Window {
+    failures: u32,
+    since: Instant,
+}
+
+impl Window {
+    /// This key's count at `now`: a new one once `length` has passed.
+    fn at(slot: &mut Window, now: Instant, length: Duration) -> &mut Window {
+        if now >= slot.since + length {
+            *slot = Window {
+                failures: 0,
+                since: now,
+            };
+        }
+        slot
+    }
+}
+
+/// The address of a caller the server cannot name (a test, the command line).
+const NO_ADDRESS: IpAddr = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+
 impl SignInThrottle {
-    pub const MAX_FAILURES: u32 = 5;
+    pub const PER_PAIR: u32 = 5;
+    pub const PER_CLIENT: u32 = 30;
     pub const WINDOW: Duration = Duration::from_secs(60);
-    /// Names kept before old windows are swept out.
+    pub const PER_NAME: u32 = 100;
+    pub const NAME_WINDOW: Duration = Duration::from_secs(15 * 60);
+    /// Keys kept before old windows are swept out.
     const SWEEP_AT: usize = 10_000;
 
-    /// An attempt to sign in as `name`: refused with how long to wait, or counted as a failure
-    /// until [`SignInThrottle::succeeded`] says otherwise (so attempts sent all at once count
-    /// too). One lock for both, so no two attempts slip through on the same count.
-    pub fn attempt(&self, name: &str, now: Instant) -> Result<(), Duration> {
-        let mut failures = self.failures.lock().expect("sign-in throttle");
-        if failures.len() >= Self::SWEEP_AT {
-            failures.retain(|_, (_, since)| now < *since + Self::WINDOW);
+    /// An attempt to sign in as `name` from `client`: refused with how long to wait, or
+    /// counted as a failure until [`SignInThrottle::succeeded`] says otherwise (so attempts
+    /// sent all at once count too). One lock for all, so no two slip through on one count.
+    pub fn attempt(
+        &self,
+        name: &str,
+        client: Option<IpAddr>,
+        now: Instant,
+    ) -> Result<(), Duration> {
+        let client = client.unwrap_or(NO_ADDRESS);
+        let mut counts = self.counts.lock().expect("sign-in throttle");
+        let Counts {
+            pairs,
+            clients,
+            names,
+        } = &mut *counts;
+        if pairs.len() + clients.len() + names.len() >= Self::SWEEP_AT {
+            pairs.retain(|_, w| now < w.since + Self::WINDOW);
+            clients.retain(|_, w| now < w.since + Self::WINDOW);
+            names.retain(|_, w| now < w.since + Self::NAME_WINDOW);
         }
-        let entry = failures.entry(name.to_string()).or_insert((0, now));
-        if now >= entry.1 + Self::WINDOW {
-            *entry = (0, now);
+        let fresh = Window {
+            failures: 0,
+            since: now,
+        };
+        let pair = pairs.entry((name.to_string(), client)).or_insert(fresh);
+        let pair = Window::at(pair, now, Self::WINDOW);
+        let by_client = Window::at(clients.entry(client).or_insert(fresh), now, Self::WINDOW);
+        let by_name = Window::at(
+            names.entry(name.to_string()).or_insert(fresh),
+            now,
+            Self::NAME_WINDOW,
+        );
+        if pair.failures >= Self::PER_PAIR {
+            return Err(pair.since + Self::WINDOW - now);
         }
-        if entry.0 >= Self::MAX_FAILURES {
-            return Err(entry.1 + Self::WINDOW - now);
+        if by_client.failures >= Self::PER_CLIENT {
+            return Err(by_client.since + Self::WINDOW - now);
         }
-        entry.0 += 1;
+        if by_name.failures >= Self::PER_NAME && pair.failures > 0 {
+            return Err(by_name.since + Self::NAME_WINDOW - now);
+        }
+        pair.failures += 1;
+        by_client.failures += 1;
+        by_name.failures += 1;
         Ok(())
     }
 
-    pub fn succeeded(&self, name: &str) {
-        self.failures.lock().expect("sign-in throttle").remove(name);
+    /// `name` signed in from `client`: this attempt was no failure, and the pair starts over.
+    pub fn succeeded(&self, name: &str, client: Option<IpAddr>) {
+        let client = client.unwrap_or(NO_ADDRESS);
+        let mut counts = self.counts.lock().expect("sign-in throttle");
+        counts.pairs.remove(&(name.to_string(), client));
+        if let Some(w) = counts.clients.get_mut(&client) {
+            w.failures = w.failures.saturating_sub(1);
+        }
+        if let Some(w) = counts.names.get_mut(name) {
+            w.failures = w.failures.saturating_sub(1);
+        }
     }
 }
 
@@ -509,31 +584,85 @@ mod tests {
     }
 
     #[test]
-    fn a_name_waits_after_five_failures_until_its_window_ends() {
+    fn a_client_waits_after_five_failures_of_a_name_and_another_client_does_not() {
         let throttle = SignInThrottle::default();
+        let (a, b) = (
+            Some("10.0.0.1".parse().unwrap()),
+            Some("10.0.0.2".parse().unwrap()),
+        );
         let start = Instant::now();
-        for i in 0..SignInThrottle::MAX_FAILURES {
+        for i in 0..SignInThrottle::PER_PAIR {
             let at = start + Duration::from_secs(u64::from(i));
-            assert_eq!(throttle.attempt("pat", at), Ok(()), "attempt {i}");
+            assert_eq!(throttle.attempt("pat", a, at), Ok(()), "attempt {i}");
         }
         let later = start + Duration::from_secs(20);
-        assert_eq!(throttle.attempt("pat", later), Err(Duration::from_secs(40)));
         assert_eq!(
-            throttle.attempt("quin", later),
+            throttle.attempt("pat", a, later),
+            Err(Duration::from_secs(40))
+        );
+        assert_eq!(
+            throttle.attempt("pat", b, later),
+            Ok(()),
+            "the owner, elsewhere, signs in"
+        );
+        throttle.succeeded("pat", b);
+        assert_eq!(
+            throttle.attempt("quin", a, later),
             Ok(()),
             "other names are free"
         );
         // The window over, a new count begins.
         let next = start + SignInThrottle::WINDOW;
-        for _ in 0..SignInThrottle::MAX_FAILURES {
-            assert_eq!(throttle.attempt("pat", next), Ok(()));
+        for _ in 0..SignInThrottle::PER_PAIR {
+            assert_eq!(throttle.attempt("pat", a, next), Ok(()));
         }
-        assert!(throttle.attempt("pat", next).is_err());
-        throttle.succeeded("pat");
+        assert!(throttle.attempt("pat", a, next).is_err());
+        throttle.succeeded("pat", a);
         assert_eq!(
-            throttle.attempt("pat", next),
+            throttle.attempt("pat", a, next),
             Ok(()),
             "signing in clears it"
+        );
+    }
+
+    #[test]
+    fn one_client_trying_many_names_is_stopped() {
+        let throttle = SignInThrottle::default();
+        let a = Some("10.0.0.1".parse().unwrap());
+        let now = Instant::now();
+        for i in 0..SignInThrottle::PER_CLIENT {
+            assert_eq!(throttle.attempt(&format!("user{i}"), a, now), Ok(()));
+        }
+        assert!(throttle.attempt("one-more", a, now).is_err());
+        assert_eq!(
+            throttle.attempt("one-more", Some("10.0.0.9".parse().unwrap()), now),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn a_name_failed_from_everywhere_is_refused_to_those_that_failed_it_only() {
+        let throttle = SignInThrottle::default();
+        let now = Instant::now();
+        for i in 0..SignInThrottle::PER_NAME {
+            let client = Some(std::net::IpAddr::from([
+                10,
+                1,
+                (i / 256) as u8,
+                (i % 256) as u8,
+            ]));
+            assert_eq!(throttle.attempt("root", client, now), Ok(()));
+        }
+        let failed_before = Some(std::net::IpAddr::from([10, 1, 0, 0]));
+        assert_eq!(
+            throttle.attempt("root", failed_before, now),
+            Err(SignInThrottle::NAME_WINDOW)
+        );
+        let new_client = Some("10.9.9.9".parse().unwrap());
+        assert_eq!(
+            throttle.attempt("root", new_client, now),
+            Ok(()),
+            "a client that has not failed"
         );
     }
 

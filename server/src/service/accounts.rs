@@ -42,6 +42,7 @@ use super::Accounts;
 use crate::identity::auth::{self, USER_KEY};
 use crate::store::{StoreError, TokenRecord, UserRecord};
 use app::domain::accounts;
+use app::domain::encode;
 use app::domain::scope::{self, Grant, Grantor, Scope, Scopes};
 use app::error::AppError;
 use app::model::*;
@@ -121,7 +122,7 @@ impl Accounts {
         name: &str,
         password: &str,
     ) -> Result<Viewer, AppError> {
-        self.sign_in_with_password(session, None, name, password)
+        self.sign_in_with_password(session, None, name, password, None)
             .await
     }
 
@@ -133,8 +134,11 @@ impl Accounts {
         cookie: Option<&str>,
         name: &str,
         password: &str,
+        client: Option<std::net::IpAddr>,
     ) -> Result<Viewer, AppError> {
-        let viewer = self.check_password_sign_in(session, name, password).await?;
+        let viewer = self
+            .check_password_sign_in(session, name, password, client)
+            .await?;
         if let Some(cookie) = cookie {
             self.auth.forget_cookie(cookie);
         }
@@ -146,14 +150,18 @@ impl Accounts {
         session: &tower_sessions::Session,
         name: &str,
         password: &str,
+        client: Option<std::net::IpAddr>,
     ) -> Result<Viewer, AppError> {
         let failed = || {
             AppError::SignInFailed("Wrong user name or password, or the account is locked.".into())
         };
         let name = accounts::sign_in_name(name);
-        if let Err(wait) = self.sign_ins.attempt(name, std::time::Instant::now()) {
+        if let Err(wait) = self
+            .sign_ins
+            .attempt(name, client, std::time::Instant::now())
+        {
             return Err(AppError::RateLimited(format!(
-                "Too many failed sign-ins for this name. Try again in {} seconds.",
+                "Too many failed sign-ins from here. Try again in {} seconds.",
                 wait.as_secs().max(1)
             )));
         }
@@ -163,14 +171,18 @@ impl Accounts {
         let user = match user {
             Some(user) if ok && !user.locked => user,
             _ => {
-                let _ = self
-                    .store
-                    .audit(None, "login.failed", &format!("user:{name}"), "")
-                    .await;
+                // A name nobody has is recorded as unknown, and shown plainly: a name with a
+                // newline or a direction override must not read as another entry.
+                let target = match (&user, accounts::checked_user_name(name)) {
+                    (Some(user), _) => format!("user:{}", user.name),
+                    (None, Ok(name)) => format!("unknown:{}", encode::shown_up_to(name, 64)),
+                    (None, Err(_)) => format!("unknown:{}", encode::shown(name)),
+                };
+                let _ = self.store.audit(None, "login.failed", &target, "").await;
                 return Err(failed());
             }
         };
-        self.sign_ins.succeeded(name);
+        self.sign_ins.succeeded(name, client);
         self.begin_session(session, &user, "password").await
     }
 
@@ -424,9 +436,9 @@ impl Accounts {
                 };
                 // The sign-in's limit on guesses holds here too: a script in an editor's page
                 // sends the cookie, and could otherwise guess the password at full speed.
-                if let Err(wait) = self
-                    .sign_ins
-                    .attempt(&viewer.name, std::time::Instant::now())
+                if let Err(wait) =
+                    self.sign_ins
+                        .attempt(&viewer.name, None, std::time::Instant::now())
                 {
                     return Err(AppError::RateLimited(format!(
                         "Too many wrong passwords. Try again in {} seconds.",
@@ -434,7 +446,7 @@ impl Accounts {
                     )));
                 }
                 if auth::check_password(password.to_string(), hash).await {
-                    self.sign_ins.succeeded(&viewer.name);
+                    self.sign_ins.succeeded(&viewer.name, None);
                     Ok(())
                 } else {
                     let _ = self

@@ -52,12 +52,49 @@ use app::model::{PromotionView, Viewer};
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// A push silent this long is taken over by whichever server looks next (its server died).
 const STALE_PUSH_MS: i64 = 60 * 60 * 1000;
 /// Promotions one user may have waiting (pending, approved, pushing or failed) at once: each
 /// holds a copy of its file on the server's disk.
 const MAX_WAITING: usize = 10;
+
+/// Each user's staging lock on this server; an entry goes when nobody holds or waits for it.
+fn staging_lock(user_id: &str) -> StagingGuard {
+    let mut locks = STAGING.lock().unwrap_or_else(|e| e.into_inner());
+    let lock = locks.entry(user_id.to_string()).or_default().clone();
+    StagingGuard {
+        user_id: user_id.to_string(),
+        lock,
+    }
+}
+
+static STAGING: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+> = std::sync::LazyLock::new(Default::default);
+
+struct StagingGuard {
+    user_id: String,
+    lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl std::ops::Deref for StagingGuard {
+    type Target = tokio::sync::Mutex<()>;
+    fn deref(&self) -> &Self::Target {
+        &self.lock
+    }
+}
+
+impl Drop for StagingGuard {
+    fn drop(&mut self) {
+        let mut locks = STAGING.lock().unwrap_or_else(|e| e.into_inner());
+        // Ours and the map's: nobody else holds or waits for it.
+        if Arc::strong_count(&self.lock) == 2 {
+            locks.remove(&self.user_id);
+        }
+    }
+}
 /// The longest reason an admin may give.
 const MAX_MESSAGE_CHARS: usize = 500;
 
@@ -222,6 +259,10 @@ impl Promotions {
                     .into(),
             )
         })?;
+        // One copy at a time per user on this server: requests at once do not each stage a
+        // file of up to `max_file_mib` before the count refuses all but a few.
+        let staging = staging_lock(&viewer.id);
+        let _staging = staging.lock().await;
         let waiting = self
             .store
             .promotions_of(&viewer.id, 200)
@@ -275,7 +316,16 @@ impl Promotions {
                 .unwrap_or_else(|| self.runtime.editor_image(session.editor)),
             state,
         };
-        if let Err(e) = self.store.insert_promotion(&record).await {
+        let disk_mib = self
+            .config
+            .default_limits()
+            .with(&self.store.quota_overrides(&viewer.id).await?)
+            .max_disk_mib;
+        let limit = crate::store::WaitingLimit {
+            count: MAX_WAITING as u64,
+            bytes: disk_mib.saturating_mul(1024 * 1024),
+        };
+        if let Err(e) = self.store.insert_promotion(&record, limit).await {
             let _ = tokio::fs::remove_file(&into).await;
             return Err(e.into());
         }

@@ -18,7 +18,7 @@ pub use crate::util::{new_id, now_ms};
 pub use guardrails::{Dispatched, GpuSample, LaunchPlan, Launched, Placement, queue_message};
 pub use http_sessions::HttpSessionStore;
 pub use kube::{ReconcileLock, SlotMove};
-pub use promotions::NewPromotion;
+pub use promotions::{NewPromotion, WaitingLimit};
 pub use records::{
     AuditEntry, GpuRecord, LedgerEntry, SessionRecord, SlotRecord, TokenOwner, TokenRecord,
     UserRecord, WarmRecord,

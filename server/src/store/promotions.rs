@@ -60,11 +60,51 @@ fn target(id: &str) -> String {
     format!("promotion:{id}")
 }
 
+/// What one user's promotions may hold at once before they are pushed or rejected: a count,
+/// and the bytes of their copies, which lie on the server's own disk.
+#[derive(Clone, Copy, Debug)]
+pub struct WaitingLimit {
+    pub count: u64,
+    pub bytes: u64,
+}
+
+impl WaitingLimit {
+    /// A limit nothing reaches, for tests of the states.
+    pub const NONE: WaitingLimit = WaitingLimit {
+        count: u64::MAX,
+        bytes: u64::MAX,
+    };
+}
+
 impl Store {
-    /// Records a request, audited as the user's.
-    pub async fn insert_promotion(&self, p: &NewPromotion) -> Result<()> {
+    /// Records a request, audited as the user's: counted against `limit` under the user's lock,
+    /// so that requests at once cannot all pass a count each made before the others wrote.
+    pub async fn insert_promotion(&self, p: &NewPromotion, limit: WaitingLimit) -> Result<()> {
         let now = self.now();
         let mut w = self.begin_write().await?;
+        self.lock_user(&mut w, &p.user_id).await?;
+        let waiting = sqlx::query(
+            "SELECT COUNT(*) AS n, CAST(COALESCE(SUM(size_bytes), 0) AS BIGINT) AS bytes
+             FROM promotions WHERE user_id = $1 AND state NOT IN ('pushed', 'rejected')",
+        )
+        .bind(&p.user_id)
+        .fetch_one(&mut *w.tx)
+        .await?;
+        let count = waiting.try_get::<i64, _>("n")? as u64;
+        let bytes = waiting.try_get::<i64, _>("bytes")? as u64;
+        if count >= limit.count {
+            return Err(StoreError::Quota(format!(
+                "you have {count} promotions waiting; at most {} may wait at once",
+                limit.count
+            )));
+        }
+        if bytes.saturating_add(p.size_bytes) > limit.bytes {
+            return Err(StoreError::Quota(format!(
+                "the files waiting for promotion would take {} MiB with this one, more than your workspace's {} MiB",
+                (bytes + p.size_bytes).div_ceil(1024 * 1024),
+                limit.bytes / (1024 * 1024)
+            )));
+        }
         sqlx::query(
             "INSERT INTO promotions (id, user_id, session_id, path, repository, tag, media_type,
                 size_bytes, sha256, image, state, requested_at)

@@ -30,11 +30,17 @@ async fn decisions_and_pushes_happen_once(store: Store) {
         .unwrap();
     let (session, _) = store.create_session(launch(&alice.id, 0)).await.unwrap();
     store
-        .insert_promotion(&new("p1", &alice.id, &session.id, PromotionState::Pending))
+        .insert_promotion(
+            &new("p1", &alice.id, &session.id, PromotionState::Pending),
+            WaitingLimit::NONE,
+        )
         .await
         .unwrap();
     store
-        .insert_promotion(&new("p2", &alice.id, &session.id, PromotionState::Approved))
+        .insert_promotion(
+            &new("p2", &alice.id, &session.id, PromotionState::Approved),
+            WaitingLimit::NONE,
+        )
         .await
         .unwrap();
 
@@ -153,7 +159,7 @@ async fn promotions_list_per_user_and_for_admins(store: Store) {
         ("b1", &bob.id, &sb.id, PromotionState::Pending),
     ] {
         store
-            .insert_promotion(&new(id, who, session, state))
+            .insert_promotion(&new(id, who, session, state), WaitingLimit::NONE)
             .await
             .unwrap();
     }

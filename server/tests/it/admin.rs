@@ -937,3 +937,40 @@ async fn admins_add_and_retire_approved_images() {
         );
     }
 }
+
+/// A failed sign-in as a name with a newline and a direction override is recorded as an
+/// unknown name, escaped: it cannot read as an admin's entry. A failed sign-in of a real user
+/// still names them.
+#[tokio::test]
+async fn a_forged_name_in_a_failed_sign_in_is_recorded_as_unknown_and_escaped() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (_, root) = admin(&app, "root", Scopes::ALL).await;
+    app.user("bob").await;
+    let forged = "mallory\n2026-12-02 root role.change user:bob admin\u{202e}";
+    let encoded: String = forged.bytes().map(|b| format!("%{b:02X}")).collect();
+    app.sign_in(&encoded, "wrong-password").await;
+    app.sign_in("bob", "wrong-password").await;
+    let log = app
+        .get("/api/v1/admin/audit?q=login.failed", Some(&root))
+        .await
+        .json();
+    let targets: Vec<String> = log["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["action"] == "login.failed")
+        .map(|l| l["target"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(targets.len(), 2, "{log}");
+    let unknown = targets
+        .iter()
+        .find(|t| t.starts_with("unknown:"))
+        .expect("unknown");
+    assert!(
+        !unknown.contains('\n') && !unknown.contains('\u{202e}'),
+        "{unknown:?}"
+    );
+    assert!(unknown.contains("mallory\\u{a}"), "{unknown:?}");
+    assert!(targets.contains(&"user:bob".to_string()), "{targets:?}");
+    app.stop().await;
+}

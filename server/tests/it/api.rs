@@ -113,8 +113,15 @@ async fn bad_launches_get_clear_errors_and_write_nothing() {
     let response = app.send(request).await;
     assert_eq!(response.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(response.json()["error"], "too_large");
-    // The rest of the body is left unread, so the connection closes: the answer says so, and
-    // the client's next request goes on a new one.
+    // Past what any of our routes reads, the rest of the body is left unread, so the
+    // connection closes: the answer says so, and the client's next request goes on a new one.
+    let request = Request::post(app.url("/api/v1/sessions"))
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(Full::new(vec![b' '; 3 * 1024 * 1024].into()))
+        .unwrap();
+    let response = app.send(request).await;
+    assert_eq!(response.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(response.headers["connection"], "close");
     // A session id that is not text: the same JSON error as any bad input.
     let response = app.get("/api/v1/sessions/%FF", Some(&token)).await;
@@ -409,8 +416,8 @@ async fn a_connection_that_sends_no_request_is_closed() {
     app.stop().await;
 }
 
-/// Five failed sign-ins for a name make it wait a minute, whether or not the name exists;
-/// other names sign in as before.
+/// Five failed sign-ins for a name from one address make that address wait a minute for it,
+/// whether or not the name exists; other names, and the name from elsewhere, sign in as before.
 #[tokio::test]
 async fn repeated_failed_sign_ins_make_the_name_wait() {
     let app = TestApp::start(Some(FakeRuntime::new())).await;
@@ -438,6 +445,11 @@ async fn repeated_failed_sign_ins_make_the_name_wait() {
     attempt("quin", "password123")
         .await
         .assert_status(StatusCode::OK);
+    // The owner, from another address, is not kept out by what this one did.
+    assert_eq!(
+        sign_in_from(&app, [127, 0, 0, 2], "pat", "password123").await,
+        StatusCode::OK
+    );
     // Sent all at once, guesses are counted all the same: five are checked, the rest wait.
     app.user("ray").await;
     let at_once =
@@ -452,6 +464,40 @@ async fn repeated_failed_sign_ins_make_the_name_wait() {
         .filter(|r| r.status == StatusCode::TOO_MANY_REQUESTS)
         .count();
     assert_eq!((checked, refused), (5, 5));
+    app.stop().await;
+}
+
+/// A password sign-in sent from `from` (an address of the loopback), its status.
+async fn sign_in_from(app: &TestApp, from: [u8; 4], name: &str, password: &str) -> StatusCode {
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_local_address(Some(std::net::IpAddr::from(from)));
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, Full<bytes::Bytes>>(connector);
+    let request = Request::post(app.url(<app::api::Login as leptos::server_fn::ServerFn>::PATH))
+        .header("accept", "application/json")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(Full::new(format!("name={name}&password={password}").into()))
+        .unwrap();
+    client.request(request).await.expect("sign-in").status()
+}
+
+/// One client trying a password on many names is stopped, whoever it tries next.
+#[tokio::test]
+async fn one_client_cannot_try_a_password_across_many_names() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    app.user("sue").await;
+    for i in 0..server::auth::SignInThrottle::PER_CLIENT {
+        let status = sign_in_from(&app, [127, 0, 0, 3], &format!("guess{i}"), "Summer2026!").await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "attempt {i}");
+    }
+    assert_eq!(
+        sign_in_from(&app, [127, 0, 0, 3], "sue", "password123").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        sign_in_from(&app, [127, 0, 0, 4], "sue", "password123").await,
+        StatusCode::OK
+    );
     app.stop().await;
 }
 
@@ -1450,6 +1496,46 @@ async fn server_functions_answer_bad_input_with_400_or_413() {
         session_count(&app, &user_id).await,
         0,
         "nothing was launched"
+    );
+    app.stop().await;
+}
+
+/// Our own pages, server functions and API answers can be framed by no site; an editor's
+/// answers through the proxy stay framable by our page alone.
+#[tokio::test]
+async fn our_pages_carry_the_framing_and_content_headers() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (_, token) = app.user("fay").await;
+    for path in [
+        "/",
+        "/login",
+        "/tokens",
+        "/admin",
+        "/api/v1/health",
+        "/no-such-page",
+    ] {
+        let answer = app.get(path, None).await;
+        let header = |name: &str| {
+            answer
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert_eq!(header("x-frame-options"), "DENY", "{path}");
+        assert_eq!(header("x-content-type-options"), "nosniff", "{path}");
+        assert_eq!(header("referrer-policy"), "same-origin", "{path}");
+        let csp = header("content-security-policy");
+        assert!(csp.contains("frame-ancestors 'none'"), "{path}: {csp}");
+        assert!(csp.contains("object-src 'none'"), "{path}: {csp}");
+    }
+    let id = app.launch_ready(&token, "marimo").await;
+    let proxied = app.get(&format!("/s/{id}/"), Some(&token)).await;
+    assert_eq!(
+        proxied.headers.get("x-frame-options").unwrap(),
+        "SAMEORIGIN",
+        "an editor is framed by our page"
     );
     app.stop().await;
 }

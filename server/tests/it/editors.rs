@@ -42,6 +42,24 @@ async fn jupyterlab_runs_a_kernel_through_the_proxy() {
     let lab = app.get(&format!("/s/{id}/lab"), Some(&owner)).await;
     assert_eq!(lab.status, StatusCode::OK);
     assert!(String::from_utf8_lossy(&lab.body).contains("JupyterLab"));
+    // The page a browser loads quotes no secret of the editor's (its page config would).
+    let secret = app.record(&id).await.editor_token.expect("a token");
+    let page = app
+        .send(
+            http::Request::get(app.url(&format!("/s/{id}/lab")))
+                .header("authorization", format!("Bearer {owner}"))
+                .header("accept", "text/html,application/xhtml+xml")
+                .header("accept-encoding", "gzip, br")
+                .body(http_body_util::Full::new(bytes::Bytes::new()))
+                .unwrap(),
+        )
+        .await;
+    let page_text = String::from_utf8_lossy(&page.body);
+    assert!(page_text.contains("jupyter-config-data"), "{page_text}");
+    assert!(
+        !page_text.contains(&secret),
+        "the editor's token is on its page"
+    );
     // Only our own pages may frame it.
     assert_eq!(lab.headers["x-frame-options"], "SAMEORIGIN");
     assert!(

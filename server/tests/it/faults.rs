@@ -159,3 +159,69 @@ async fn a_database_outage_answers_503_and_heals() {
         .execute(format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)").as_str())
         .await;
 }
+
+/// The head of a write whose body never comes (`Content-Length` promised, one byte sent).
+const TRICKLED_SIGN_IN: &[u8] = b"POST /api/v1/tokens HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: 100000\r\n\r\nn";
+
+/// A client from `address` (of the loopback) connected to the app.
+async fn connect_from(app: &TestApp, address: [u8; 4]) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(std::net::SocketAddr::from((address, 0)))
+        .unwrap();
+    socket.connect(app.addr).await.unwrap()
+}
+
+/// Whether the server closed `tcp` (end of stream or reset) within `within`.
+async fn closed_within(tcp: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 256];
+    matches!(
+        tokio::time::timeout(within, tcp.read(&mut buf)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+/// A body that trickles in is answered 408 once it is late; one client's many connections stop
+/// at its share of the cap, while everyone else is served.
+#[tokio::test]
+async fn slow_bodies_time_out_and_one_client_cannot_take_every_connection() {
+    use tokio::io::AsyncReadExt;
+    let app = TestApp::start_with(Some(FakeRuntime::new()), |c| {
+        c.proxy.max_connections = 64;
+        c.proxy.max_connections_per_client = 8;
+        c.proxy.body_timeout_seconds = 3;
+    })
+    .await;
+    let mut slow = connect_from(&app, [127, 0, 0, 1]).await;
+    slow.write_all(TRICKLED_SIGN_IN).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(30), slow.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the connection is answered and closed");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("request_timeout"), "{answer}");
+
+    let mut flood = Vec::new();
+    for _ in 0..20 {
+        let mut tcp = connect_from(&app, [127, 0, 0, 5]).await;
+        let _ = tcp.write_all(TRICKLED_SIGN_IN).await;
+        flood.push(tcp);
+    }
+    let mut closed = 0;
+    for tcp in &mut flood {
+        if closed_within(tcp, Duration::from_millis(500)).await {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 12, "eight held, the rest closed at once");
+    app.get("/api/v1/health", None)
+        .await
+        .assert_status(StatusCode::OK);
+    let mut other = connect_from(&app, [127, 0, 0, 6]).await;
+    assert!(
+        !closed_within(&mut other, Duration::from_millis(300)).await,
+        "another client is let in"
+    );
+    app.stop().await;
+}

@@ -81,7 +81,9 @@ async fn run_python(app: &TestApp, token: &str, id: &str, code: &str) -> String 
                     "the kernel failed: {}: {}",
                     msg["content"]["ename"], msg["content"]["evalue"]
                 ),
-                "execute_reply" => return out,
+                // The last word on a request: every output of it came before (an
+                // `execute_reply` on the shell channel may overtake its outputs on iopub).
+                "status" if msg["content"]["execution_state"] == "idle" => return out,
                 _ => {}
             }
         }

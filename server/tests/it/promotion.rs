@@ -511,3 +511,65 @@ async fn without_a_registry_promotion_says_it_is_not_set_up() {
     );
     app.stop().await;
 }
+
+/// Forty requests at once by one user, against a limit of ten waiting and a disk quota that
+/// holds three of the copies: the limits hold however the requests interleave, and the copies
+/// of the refused are gone.
+#[tokio::test]
+async fn promotions_at_once_cannot_pass_the_waiting_limit_or_the_disk_quota() {
+    let registry = Registry::start().await;
+    let workspaces = tempfile::tempdir().unwrap();
+    let app = promotion_app(&registry, workspaces.path()).await;
+    let (alice_id, alice) = app.user("alice").await;
+    let session = app.launch_ready(&alice, "jupyterlab").await;
+    let ws = workspaces.path().join("alice");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("small.bin"), vec![1u8; 1024]).unwrap();
+    let requests = (0..40).map(|i| {
+        let body = json!({ "path": "small.bin", "name": format!("m{i}") });
+        promote(&app, alice.clone(), session.clone(), body)
+    });
+    let answers = futures_util::future::join_all(requests).await;
+    let accepted = answers
+        .iter()
+        .filter(|a| a.status == StatusCode::CREATED)
+        .count();
+    assert_eq!(accepted, 10, "ten may wait at once");
+    for refused in answers.iter().filter(|a| a.status != StatusCode::CREATED) {
+        refused.assert_status(StatusCode::FORBIDDEN);
+    }
+    let staged = std::fs::read_dir(app.dir.path().join("promotions"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(staged, 10, "only the accepted keep a copy");
+
+    // Copies count against the disk quota: 3 MiB of copies into a 2 MiB quota is refused.
+    let (bob_id, bob) = app.user("bob").await;
+    let two_mib = app::domain::quota::Overrides {
+        max_disk_mib: Some(2),
+        ..Default::default()
+    };
+    app.store.set_quota(&bob_id, &two_mib, None).await.unwrap();
+    let bobs = app.launch_ready(&bob, "jupyterlab").await;
+    let bob_ws = workspaces.path().join("bob");
+    std::fs::create_dir_all(&bob_ws).unwrap();
+    std::fs::write(bob_ws.join("big.bin"), vec![2u8; 1024 * 1024 + 1]).unwrap();
+    let mut answers = Vec::new();
+    for i in 0..3 {
+        let body = json!({ "path": "big.bin", "name": format!("b{i}") });
+        answers.push(promote(&app, bob.clone(), bobs.clone(), body).await.status);
+    }
+    assert_eq!(
+        answers,
+        [
+            StatusCode::CREATED,
+            StatusCode::FORBIDDEN,
+            StatusCode::FORBIDDEN
+        ],
+        "a 1 MiB copy fits a 2 MiB quota once"
+    );
+    assert_eq!(
+        app.store.promotions_of(&alice_id, 100).await.unwrap().len(),
+        10
+    );
+}

@@ -219,6 +219,12 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
         .then(|| crate::identity::auth::Credential::of(req.headers()))
         .flatten();
     let (mut parts, body) = req.into_parts();
+    // A page the browser navigates to may quote the editor's secret (JupyterLab's page config
+    // does): asked for uncompressed, to be read and scrubbed on its way back.
+    let secret = editor_secret(&route.credential).filter(|_| is_navigation(&parts.headers));
+    if secret.is_some() {
+        parts.headers.remove(header::ACCEPT_ENCODING);
+    }
     let upgrade_to = parts.headers.get(header::UPGRADE).cloned();
     strip_hop_by_hop(&mut parts.headers);
     strip_our_credentials(&mut parts.headers, by_token);
@@ -357,7 +363,80 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
     parts
         .headers
         .append(header::CONTENT_SECURITY_POLICY, FRAME_ANCESTORS_SELF);
+    let body = match secret {
+        Some(secret) if is_plain_html(&parts.headers) => {
+            // The browser is signed in to us; the editor's own secret is no business of its.
+            let Ok(page) = axum::body::to_bytes(body, MAX_SCRUBBED_PAGE).await else {
+                return json_error(
+                    StatusCode::BAD_GATEWAY,
+                    "editor_unreachable",
+                    "the editor's page could not be read",
+                );
+            };
+            parts.headers.remove(header::CONTENT_LENGTH);
+            Body::from(scrub(&page, secret.as_bytes()))
+        }
+        _ => body,
+    };
     Response::from_parts(parts, body)
+}
+
+/// The largest editor page read whole to take its secret out; a larger one is refused.
+const MAX_SCRUBBED_PAGE: usize = 8 * 1024 * 1024;
+
+/// The secret an editor's credential carries, where it is one a page could quote (a token).
+fn editor_secret(credential: &crate::service::routes::EditorCredential) -> Option<String> {
+    match credential {
+        crate::service::routes::EditorCredential::Header(_, value) => value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("token "))
+            .filter(|secret| secret.len() >= 16)
+            .map(str::to_string),
+        _ => None,
+    }
+}
+
+/// A browser's page load (it accepts HTML), not a script's call.
+fn is_navigation(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.contains("text/html"))
+}
+
+fn is_plain_html(headers: &http::HeaderMap) -> bool {
+    let html = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|kind| kind.starts_with("text/html"));
+    html && !headers.contains_key(header::CONTENT_ENCODING)
+}
+
+/// `page` with every occurrence of `secret` taken out.
+fn scrub(page: &[u8], secret: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(page.len());
+    let mut rest = page;
+    while let Some(at) = rest.windows(secret.len()).position(|w| w == secret) {
+        out.extend_from_slice(&rest[..at]);
+        rest = &rest[at + secret.len()..];
+    }
+    out.extend_from_slice(rest);
+    out
+}
+
+#[cfg(test)]
+mod scrub_tests {
+    #[test]
+    fn every_copy_of_the_secret_goes_and_nothing_else() {
+        let page = br#"<script id="jupyter-config-data">{"token": "s3cr3t-s3cr3t-s3cr3t", "x": "s3cr3t-s3cr3t-s3cr3t"}</script>"#;
+        let scrubbed = super::scrub(page, b"s3cr3t-s3cr3t-s3cr3t");
+        assert_eq!(
+            scrubbed,
+            br#"<script id="jupyter-config-data">{"token": "", "x": ""}</script>"#
+        );
+        assert_eq!(super::scrub(b"plain", b"s3cr3t-s3cr3t-s3cr3t"), b"plain");
+    }
 }
 
 /// The request's target at the editor: the same path and query (the editor knows its base URL),

@@ -410,7 +410,7 @@ impl TestApp {
     }
 
     /// Shuts the server down; returns its data directory, deleted when dropped.
-    pub async fn stop(mut self) -> tempfile::TempDir {
+    pub async fn stop(mut self) -> StoppedData {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
@@ -420,7 +420,26 @@ impl TestApp {
                 .expect("the server shuts down in time")
                 .expect("the server task");
         }
-        std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir"))
+        StoppedData(std::mem::replace(
+            &mut self.dir,
+            tempfile::tempdir().expect("temp dir"),
+        ))
+    }
+}
+
+/// A stopped server's data directory, deleted when dropped, what is mounted in it (workspaces'
+/// file systems) unmounted first.
+pub struct StoppedData(tempfile::TempDir);
+
+impl StoppedData {
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for StoppedData {
+    fn drop(&mut self) {
+        unmount_under(self.0.path());
     }
 }
 
