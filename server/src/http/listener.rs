@@ -91,8 +91,8 @@ pub(crate) async fn serve_connections(
         // Off this runtime's driver, to be watched by the serving thread's.
         let Ok(tcp) = tcp.into_std() else { continue };
         let slot = super::Slot {
-            _permit: permit,
             _client: client,
+            _permit: permit,
         };
         let front = app.front_holding(peer.ip(), Some(Arc::new(slot)));
         let http = http.clone();

@@ -133,10 +133,12 @@ struct Connection {
 /// the WebSocket relay it may have become have both ended.
 pub type ConnectionSlot = Arc<Slot>;
 
-/// What a connection holds while it lasts: its place under the cap and under its client's.
+/// What a connection holds while it lasts: its place under its client's cap and under the
+/// server's. Fields drop in order: the client's place goes first, so that the connection the
+/// freed permit lets in never finds its client's count still full.
 pub struct Slot {
-    pub(crate) _permit: tokio::sync::OwnedSemaphorePermit,
     pub(crate) _client: listener::ClientPlace,
+    pub(crate) _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 type FrontFuture = std::pin::Pin<
