@@ -469,9 +469,20 @@ fn free_port() -> std::io::Result<u16> {
 }
 
 fn process_alive(pid: i32) -> bool {
-    // Signal 0 checks existence; a zombie would still count, but we reap our children.
     // SAFETY: kill with signal 0 sends nothing; it only asks whether the process exists.
-    pid > 0 && unsafe { libc::kill(pid, 0) } == 0
+    pid > 0 && unsafe { libc::kill(pid, 0) } == 0 && !exited(pid)
+}
+
+/// The process has exited and waits for its parent to reap it (after a restart its parent is
+/// whoever adopted it, which may never reap): dead, though its pid still answers a signal.
+fn exited(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat[stat.rfind(')')? + 1..].trim_start().chars().next()?;
+            Some(matches!(state, 'Z' | 'X'))
+        })
+        .unwrap_or(false)
 }
 
 /// Field 22 of /proc/<pid>/stat: when the process started, in clock ticks since boot.
@@ -1590,6 +1601,32 @@ mod tests {
             ..ours
         };
         assert!(!other.alive(), "same pid, different start time");
+    }
+
+    #[test]
+    fn an_editor_that_exited_unreaped_is_not_alive() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        let started = process_start_time(pid);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !exited(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let handle = Handle {
+            pid,
+            port: 1,
+            socket: None,
+            log: PathBuf::new(),
+            started,
+            run_dir: None,
+            binding: None,
+            sandbox: None,
+        };
+        // Its pid still answers signal 0, as a zombie's does.
+        // SAFETY: signal 0 to our own unreaped child sends nothing.
+        assert_eq!(unsafe { libc::kill(pid, 0) }, 0);
+        assert!(!handle.alive(), "an unreaped editor counts as gone");
+        child.wait().unwrap();
     }
 
     #[test]
