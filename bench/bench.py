@@ -668,8 +668,11 @@ def bench_standins(results):
     os.chmod(ws_editor, 0o755)
     # The echo stands in for marimo (TCP to the editor) and for code-server (a Unix socket, as
     # JupyterLab's kernels also use).
+    # Unsandboxed: the stand-ins are reached directly too (their port and socket), which a
+    # sandbox's own network and files would hide; the proxy's path is the same either way.
     env = {"SANDBOX_EDITORS__JUPYTERLAB": os.path.join(HERE, "standins/nginx-editor.sh"),
-           "SANDBOX_EDITORS__MARIMO": ws_editor, "SANDBOX_EDITORS__CODE_SERVER": ws_editor}
+           "SANDBOX_EDITORS__MARIMO": ws_editor, "SANDBOX_EDITORS__CODE_SERVER": ws_editor,
+           "SANDBOX_LOCAL__ISOLATION": "none"}
     server = Server("standins", env).start()
     chp = floor = unpolled_server = None
     try:
