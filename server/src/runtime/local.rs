@@ -1580,13 +1580,10 @@ mod tests {
         assert_eq!(safe_name(""), "~");
     }
 
-    #[test]
-    fn a_reused_pid_is_not_our_editor() {
-        let me = std::process::id() as i32;
-        let started = process_start_time(me);
-        assert!(started.is_some());
-        let ours = Handle {
-            pid: me,
+    /// The handle of an unsandboxed editor that is only a process.
+    fn plain_handle(pid: i32, started: Option<u64>) -> Handle {
+        Handle {
+            pid,
             port: 1,
             socket: None,
             log: PathBuf::new(),
@@ -1594,7 +1591,15 @@ mod tests {
             run_dir: None,
             binding: None,
             sandbox: None,
-        };
+        }
+    }
+
+    #[test]
+    fn a_reused_pid_is_not_our_editor() {
+        let me = std::process::id() as i32;
+        let started = process_start_time(me);
+        assert!(started.is_some());
+        let ours = plain_handle(me, started);
         assert!(ours.alive());
         let other = Handle {
             started: started.map(|s| s + 1),
@@ -1608,20 +1613,12 @@ mod tests {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id() as i32;
         let started = process_start_time(pid);
-        let deadline = Instant::now() + Duration::from_secs(10);
+        // However busy the machine, `true` ends: wait for it, with a ceiling only against a hang.
+        let deadline = Instant::now() + Duration::from_secs(120);
         while !exited(pid) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
-        let handle = Handle {
-            pid,
-            port: 1,
-            socket: None,
-            log: PathBuf::new(),
-            started,
-            run_dir: None,
-            binding: None,
-            sandbox: None,
-        };
+        let handle = plain_handle(pid, started);
         // Its pid still answers signal 0, as a zombie's does.
         // SAFETY: signal 0 to our own unreaped child sends nothing.
         assert_eq!(unsafe { libc::kill(pid, 0) }, 0);

@@ -565,6 +565,21 @@ pub fn release_slot(slot: &Path) {
 
 /// Whether something is mounted at `path` (`/proc/self/mountinfo`, whose paths escape spaces
 /// and the like as octal).
+/// Every mount point at or below `root`, deepest first (the order to unmount them in).
+pub fn mount_points_under(root: &Path) -> Vec<PathBuf> {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let mut points: Vec<PathBuf> = info
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|point| PathBuf::from(unescape_mount_path(point)))
+        .filter(|point| point.starts_with(root))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.as_os_str().len()));
+    points
+}
+
 pub fn is_mount_point(path: &Path) -> bool {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return false;

@@ -221,7 +221,9 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
     let (mut parts, body) = req.into_parts();
     // A page the browser navigates to may quote the editor's secret (JupyterLab's page config
     // does): asked for uncompressed, to be read and scrubbed on its way back.
-    let secret = editor_secret(&route.credential).filter(|_| is_navigation(&parts.headers));
+    let secret = is_navigation(&parts.headers)
+        .then(|| editor_secret(&route.credential))
+        .flatten();
     if secret.is_some() {
         parts.headers.remove(header::ACCEPT_ENCODING);
     }

@@ -773,17 +773,7 @@ impl Drop for TestApp {
 /// editors' homes (a folder still mounted would outlive the test's data directory).
 fn unmount_under(root: &Path) {
     let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return;
-    };
-    let mut points: Vec<PathBuf> = info
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(|point| PathBuf::from(point.replace("\\040", " ")))
-        .filter(|point| point.starts_with(&root))
-        .collect();
-    points.sort_by_key(|p| std::cmp::Reverse(p.as_os_str().len()));
-    for point in points {
+    for point in server::runtime::sandbox::mount_points_under(&root) {
         let Ok(path) = std::ffi::CString::new(point.as_os_str().as_encoded_bytes()) else {
             continue;
         };
