@@ -66,8 +66,10 @@ pub enum StoreError {
     LastAdmin,
 }
 
-/// How long a query waits for a connection before the database counts as unreachable.
-pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a query waits for a connection before the database counts as unreachable. Not
+/// shorter: a busy machine can take seconds to open a connection, and that is no outage. A
+/// database that refuses connections is told at once; readiness waits one second at most.
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl StoreError {
     /// The database did not answer (down, refusing connections, every connection stuck):
@@ -134,7 +136,7 @@ impl Store {
         };
         let options = AnyPoolOptions::new()
             .max_connections(if kind == DbKind::Sqlite { 8 } else { 16 })
-            // Short: a database that is down is answered with a 503 in seconds, not a hang.
+            // Past it, a 503 `database_unavailable` rather than a 500.
             .acquire_timeout(ACQUIRE_TIMEOUT);
         let options = if kind == DbKind::Sqlite {
             options.after_connect(|conn, _| {
