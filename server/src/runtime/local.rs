@@ -659,6 +659,7 @@ impl Runtime for LocalRuntime {
                 launch.editor.label()
             )));
         }
+        let began = Instant::now();
         let sandbox = self.sandbox();
         let prestart_slot = launch.prestart && sandbox.is_some();
         let workspace = if prestart_slot {
@@ -890,6 +891,7 @@ impl Runtime for LocalRuntime {
             .process_group(0)
             .kill_on_drop(false);
         let procs_files = group.as_ref().map(|g| g.procs_files()).unwrap_or_default();
+        let prepared = began.elapsed();
         let info_write = info.as_ref().map(|(_, write)| {
             use std::os::fd::AsRawFd;
             write.as_raw_fd()
@@ -947,6 +949,7 @@ impl Runtime for LocalRuntime {
                 .ok()
                 .and_then(Result::ok)
                 .flatten();
+                let sandboxed_in = began.elapsed();
                 let Some(init) = init else {
                     if let Some(group) = &group {
                         group.kill();
@@ -965,6 +968,10 @@ impl Runtime for LocalRuntime {
                             group.as_ref().map(|g| g.procs_files()).unwrap_or_default();
                         tokio::task::spawn_blocking(move || {
                             settle(init);
+                            tracing::debug!(
+                                settled_ms = began.elapsed().as_millis() as u64,
+                                "sandbox settled"
+                            );
                             start_egress(&pasta, init, forward, root, &egress_log, procs_files)
                         })
                         .await
@@ -973,6 +980,7 @@ impl Runtime for LocalRuntime {
                     }
                     _ => None,
                 };
+                tracing::debug!(session = %launch.session_id, sandbox_ms = sandboxed_in.as_millis() as u64, "sandbox made");
                 Some(SandboxHandle {
                     init,
                     init_started: process_start_time(init),
@@ -984,7 +992,7 @@ impl Runtime for LocalRuntime {
             }
             _ => None,
         };
-        tracing::info!(session = %launch.session_id, editor = %launch.editor, pid, %upstream, sandboxed = sandbox_handle.is_some(), "editor started");
+        tracing::info!(session = %launch.session_id, editor = %launch.editor, pid, %upstream, sandboxed = sandbox_handle.is_some(), prepared_ms = prepared.as_millis() as u64, started_ms = began.elapsed().as_millis() as u64, "editor started");
         let handle = serde_json::to_string(&Handle {
             pid,
             port,
@@ -1023,7 +1031,10 @@ impl Runtime for LocalRuntime {
         let mut last_status = None;
         loop {
             match Self::probe(&running.upstream, &path, &auth).await {
-                Some(status) if (200..300).contains(&status) => return Ok(()),
+                Some(status) if (200..300).contains(&status) => {
+                    tracing::info!(session = %launch.session_id, ready_ms = started.elapsed().as_millis() as u64, "editor answered");
+                    return Ok(());
+                }
                 other => last_status = other.or(last_status),
             }
             if !handle.alive() {
