@@ -17,7 +17,9 @@ import yaml
 
 WORKLOADS = {"Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job", "Pod"}
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass",
-                  "CustomResourceDefinition", "PersistentVolume", "StorageClass", "Node"}
+                  "CustomResourceDefinition", "PersistentVolume", "StorageClass", "Node",
+                  "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+WRITES = {"create", "patch", "update", "delete", "deletecollection", "*"}
 # What the kube runtime may do; anything beyond it is a finding (see templates/rbac.yaml).
 RBAC_VERBS = {"get", "list", "watch", "create", "patch", "delete"}
 RBAC_RESOURCES = {"namespaces", "resourcequotas", "limitranges", "networkpolicies", "serviceaccounts",
@@ -62,12 +64,47 @@ def rbac(role: dict) -> list[str]:
             problems.append(f"{where(role)}: API groups {sorted(groups)}")
         if "namespaces" in res and "delete" in verbs:
             problems.append(f"{where(role)}: may delete namespaces")
+        if "secrets" in res and verbs & {"get", "list", "watch"} and role.get("kind") == "ClusterRole":
+            problems.append(f"{where(role)}: reads Secrets (every Secret of the cluster, once bound cluster-wide)")
+    return problems
+
+
+def confined(docs: list[dict]) -> list[str]:
+    """A ServiceAccount bound cluster-wide to writes is held to its namespaces by an admission policy."""
+    problems = []
+    roles = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "ClusterRole"}
+    policies = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "ValidatingAdmissionPolicy"}
+    denying = {d["spec"].get("policyName") for d in docs
+               if d.get("kind") == "ValidatingAdmissionPolicyBinding"
+               and "Deny" in d.get("spec", {}).get("validationActions", [])}
+    for binding in (d for d in docs if d.get("kind") == "ClusterRoleBinding"):
+        role = roles.get(binding.get("roleRef", {}).get("name"))
+        if role is None:
+            continue
+        writes = {r for rule in role.get("rules", []) if set(rule.get("verbs", [])) & WRITES
+                  for r in rule.get("resources", [])}
+        if not writes:
+            continue
+        for subject in binding.get("subjects", []):
+            if subject.get("kind") != "ServiceAccount":
+                continue
+            user = f"system:serviceaccount:{subject.get('namespace')}:{subject.get('name')}"
+            covered = set()
+            for name, p in policies.items():
+                conditions = " ".join(c.get("expression", "") for c in p["spec"].get("matchConditions", []))
+                if name in denying and f'"{user}"' in conditions and p["spec"].get("validations"):
+                    for rule in p["spec"].get("matchConstraints", {}).get("resourceRules", []):
+                        if {"CREATE", "UPDATE", "DELETE"} <= set(rule.get("operations", [])):
+                            covered |= set(rule.get("resources", []))
+            if writes - covered:
+                problems.append(f"{where(binding)}: {user} writes {sorted(writes - covered)} cluster-wide "
+                                "without a ValidatingAdmissionPolicy (with a Deny binding) confining it")
     return problems
 
 
 def policy(docs: list[dict]) -> list[str]:
     """The "restricted" Pod Security Standard plus our own: resources, pinned images, namespaces, RBAC."""
-    problems = []
+    problems = confined(docs)
     seen = set()
     for doc in docs:
         w = where(doc)
@@ -211,10 +248,60 @@ def chart_rules(docs: list[dict], namespace: str, values: dict) -> list[str]:
         if obj and not sel.items() <= labels.items():
             problems.append(f"{where(obj)} does not select the server's pods")
 
+    problems += admission_cases(by_kind.get("ValidatingAdmissionPolicy", []), kube.get("namespace_prefix", ""))
+
     for ing in by_kind.get("Ingress", []):
         if ing["metadata"].get("annotations", {}).get("nginx.ingress.kubernetes.io/proxy-body-size") != "0":
             problems.append(f"{where(ing)}: upload size is limited")
 
+    return problems
+
+
+def admission_cases(policies: list[dict], prefix: str) -> list[str]:
+    """The confining policy, evaluated (cel-python) on the requests the server makes and on ones it must not."""
+    import celpy
+
+    if len(policies) != 1:
+        return [f"expected one ValidatingAdmissionPolicy, found {len(policies)}"]
+    spec = policies[0]["spec"]
+    env = celpy.Environment()
+
+    def evaluate(expression: str, activation: dict):
+        return env.program(env.compile(expression)).evaluate(celpy.json_to_cel(activation))
+
+    ours = {"app.kubernetes.io/managed-by": "gpu-sandbox"}
+    user_ns = {"metadata": {"name": f"{prefix}alice", "labels": ours}}
+    foreign_ns = {"metadata": {"name": "kube-system", "labels": {}}}
+    lookalike = {"metadata": {"name": f"{prefix}team", "labels": {}}}
+    obj = {"metadata": {"name": "x"}}
+    cases = [  # (what, resource, operation, object, oldObject, namespaceObject, allowed)
+        ("a user namespace created", "namespaces", "CREATE", user_ns, None, None, True),
+        ("a user namespace applied again", "namespaces", "UPDATE", user_ns, user_ns, None, True),
+        ("a pod in a user namespace", "pods", "CREATE", obj, None, user_ns, True),
+        ("a token Secret deleted in a user namespace", "secrets", "DELETE", None, obj, user_ns, True),
+        ("kube-system labelled as ours", "namespaces", "CREATE", {"metadata": {"name": "kube-system", "labels": ours}}, None, None, False),
+        ("a namespace with our prefix made by someone else, taken over", "namespaces", "UPDATE",
+         {"metadata": {"name": f"{prefix}team", "labels": ours}}, lookalike, None, False),
+        ("a Secret in kube-system", "secrets", "UPDATE", obj, obj, foreign_ns, False),
+        ("a pod in a namespace with our prefix but not ours", "pods", "CREATE", obj, None, lookalike, False),
+    ]
+    account = spec["matchConditions"][0]["expression"].split('"')[1]
+    problems = []
+    for what, resource, operation, new, old, namespace, allowed in cases:
+        activation = {"request": {"resource": {"resource": resource}, "operation": operation,
+                                  "userInfo": {"username": account}},
+                      "object": new, "oldObject": old, "namespaceObject": namespace}
+        try:
+            activation["variables"] = {v["name"]: evaluate(v["expression"], activation)
+                                       for v in spec.get("variables", [])}
+            verdict = all(bool(evaluate(v["expression"], activation)) for v in spec["validations"])
+        except Exception as e:  # an error is a denial under failurePolicy Fail
+            verdict = f"error: {e}" if allowed else False
+        if verdict is not allowed:
+            problems.append(f"admission policy: {what}: {'allowed' if verdict is True else verdict}, "
+                            f"should be {'allowed' if allowed else 'denied'}")
+    if spec.get("failurePolicy") != "Fail":
+        problems.append("admission policy: failurePolicy is not Fail")
     return problems
 
 

@@ -10,8 +10,9 @@
 //!   `limits.nvidia.com/gpumem`;
 //! - a LimitRange: CPU and memory defaults and ceilings;
 //! - a NetworkPolicy: ingress only from `server_namespace` to the editor port; egress only to DNS
-//!   in kube-system and to public addresses (0.0.0.0/0 but the private, link-local/metadata and
-//!   CGNAT ranges), so no other user's pods, no nodes, no cloud metadata service;
+//!   in kube-system and to public addresses (0.0.0.0/0 but `kube.egress_deny`: by default the
+//!   private, link-local/metadata and CGNAT ranges and Azure's WireServer), so no other user's
+//!   pods, no nodes, no cloud metadata service;
 //! - the workspace volume (PVC).
 //!
 //! Per session: a Secret `session-<id>-token` with the editor's token, and the pod `session-<id>`:
@@ -68,16 +69,6 @@ const MAX_CPU: &str = "8";
 const MAX_MEMORY: &str = "32Gi";
 /// Scratch space (/tmp, caches): node disk, bounded.
 const TMP_SIZE: &str = "4Gi";
-
-/// Ranges a session pod must not reach: private networks (other pods, nodes, the server's own
-/// database), link-local (cloud metadata at 169.254.169.254) and carrier-grade NAT.
-pub const DENIED_EGRESS: [&str; 5] = [
-    "10.0.0.0/8",
-    "172.16.0.0/12",
-    "192.168.0.0/16",
-    "169.254.0.0/16",
-    "100.64.0.0/10",
-];
 
 /// What the per-user builders need to know about one user.
 #[derive(Clone, Debug)]
@@ -233,7 +224,7 @@ impl<'a> UserPlan<'a> {
                         to: Some(vec![NetworkPolicyPeer {
                             ip_block: Some(IPBlock {
                                 cidr: "0.0.0.0/0".into(),
-                                except: Some(DENIED_EGRESS.iter().map(|s| s.to_string()).collect()),
+                                except: Some(self.config.egress_deny.clone()),
                             }),
                             ..NetworkPolicyPeer::default()
                         }]),
@@ -570,6 +561,38 @@ pub(crate) mod tests {
         golden("network_policy", plan.network_policy());
         golden("workspace_pvc", plan.workspace_pvc());
         assert!(super::super::hami::quota_violations(&plan.resource_quota()).is_empty());
+    }
+
+    #[test]
+    fn egress_is_denied_to_the_configured_ranges_and_by_default_to_azures_wireserver() {
+        let denied = |config: &KubeConfig| {
+            let policy =
+                serde_json::to_value(UserPlan::new(config, "bob").network_policy()).unwrap();
+            policy["spec"]["egress"][1]["to"][0]["ipBlock"]["except"].clone()
+        };
+        let defaults = denied(&KubeConfig::default());
+        assert!(
+            defaults
+                .as_array()
+                .unwrap()
+                .contains(&"168.63.129.16/32".into()),
+            "{defaults}"
+        );
+        assert!(
+            defaults
+                .as_array()
+                .unwrap()
+                .contains(&"169.254.0.0/16".into()),
+            "{defaults}"
+        );
+        let config = KubeConfig {
+            egress_deny: vec!["203.0.113.0/24".into(), "198.51.100.7/32".into()],
+            ..KubeConfig::default()
+        };
+        assert_eq!(
+            denied(&config),
+            serde_json::json!(["203.0.113.0/24", "198.51.100.7/32"])
+        );
     }
 
     #[test]
