@@ -29,8 +29,11 @@ pub struct Config {
     pub database_url: String,
     /// Built pages, scripts and styles (cargo-leptos's site root).
     pub site_root: PathBuf,
-    /// Cookies only over HTTPS; turn on behind TLS.
+    /// Cookies only over HTTPS (Secure, `__Host-` name, HSTS); turn on behind TLS.
     pub secure_cookies: bool,
+    /// Accepts plain HTTP on an address other machines reach (a lab network without TLS), where
+    /// sign-in cookies travel in clear; without it such a `listen` needs `secure_cookies`.
+    pub insecure_http: bool,
     pub credits: CreditsConfig,
     pub sessions: SessionsConfig,
     pub editors: EditorsConfig,
@@ -237,6 +240,7 @@ impl Default for Config {
             database_url: String::new(),
             site_root: PathBuf::from("target/site"),
             secure_cookies: false,
+            insecure_http: false,
             credits: CreditsConfig {
                 initial_grant: "100".into(),
             },
@@ -357,10 +361,20 @@ impl Config {
     /// Checks what serde cannot: ranges, addresses, amounts, sizes the pool has.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |key: &str, why: String| Err(ConfigError(format!("key `{key}`: {why}")));
-        if self.listen.parse::<SocketAddr>().is_err() {
+        let Ok(listen) = self.listen.parse::<SocketAddr>() else {
             return bad(
                 "listen",
                 format!("'{}' is not an address like 127.0.0.1:3000", self.listen),
+            );
+        };
+        if !listen.ip().is_loopback() && !self.secure_cookies && !self.insecure_http {
+            return bad(
+                "secure_cookies",
+                format!(
+                    "listening on {listen}, which other machines reach, would send sign-in cookies over \
+                     plain HTTP: put TLS in front and set secure_cookies = true, or set \
+                     insecure_http = true to accept cookies in clear"
+                ),
             );
         }
         // Amounts: none below zero (a negative price would pay users to launch), none so large
@@ -770,6 +784,29 @@ mod tests {
                 .to_string()
                 .contains("`listen`")
         );
+    }
+
+    #[test]
+    fn plain_http_to_other_machines_needs_secure_cookies_or_a_yes() {
+        let on = |listen: &str, secure_cookies: bool, insecure_http: bool| Config {
+            listen: listen.into(),
+            secure_cookies,
+            insecure_http,
+            ..Config::default()
+        };
+        let err = on("0.0.0.0:3000", false, false)
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`secure_cookies`") && err.contains("insecure_http"),
+            "{err}"
+        );
+        assert!(on("192.0.2.7:3000", false, false).validate().is_err());
+        assert!(on("0.0.0.0:3000", true, false).validate().is_ok());
+        assert!(on("0.0.0.0:3000", false, true).validate().is_ok());
+        assert!(on("127.0.0.1:3000", false, false).validate().is_ok());
+        assert!(on("[::1]:3000", false, false).validate().is_ok());
     }
 
     /// Values serde accepts but that would make sessions free, end them at once, or mean

@@ -20,7 +20,8 @@
 //! that a browser sent from another origin, on every page, server function and REST route. Reads
 //! pass. Every answer of the router carries `own_page_headers`: no framing by anyone
 //! (`X-Frame-Options: DENY`, `frame-ancestors 'none'`), `nosniff`, `Referrer-Policy:
-//! same-origin` and a Content-Security-Policy for our pages.
+//! same-origin` and a Content-Security-Policy for our pages; behind TLS (`secure_cookies`) also
+//! `Strict-Transport-Security`, and the sign-in cookie is then `__Host-sandbox_session`, Secure.
 
 pub mod listener;
 pub mod pages;
@@ -247,7 +248,7 @@ pub(crate) async fn request_auth<'a>(
         by_token: auth::bearer_token(headers).is_some(),
         sso_confirmed_at,
         session,
-        cookie: auth::session_cookie(headers),
+        cookie: service.accounts.session_cookie(headers),
     })
 }
 
@@ -300,7 +301,7 @@ fn router_state(service: &Arc<Service>) -> AppState {
 
 fn router(state: AppState, service: Arc<Service>) -> Router {
     let sessions = SessionManagerLayer::new(service.sign_in_sessions())
-        .with_name(auth::SESSION_COOKIE)
+        .with_name(auth::session_cookie_name(service.config().secure_cookies))
         .with_http_only(true)
         .with_same_site(tower_sessions::cookie::SameSite::Lax)
         .with_secure(service.config().secure_cookies)
@@ -321,15 +322,49 @@ fn router(state: AppState, service: Arc<Service>) -> Router {
         .merge(sign_in::router());
     let body_state = state.clone();
     Router::new()
-        .merge(pages.layer(sessions))
+        .merge(
+            pages
+                .layer(axum::middleware::from_fn_with_state(
+                    state.clone(),
+                    extend_used_sign_in,
+                ))
+                .layer(sessions),
+        )
         .layer(axum::middleware::from_fn_with_state(
             body_state,
             read_body_in_time,
         ))
         .layer(axum::middleware::from_fn(server_fn_error_status))
         .layer(axum::middleware::from_fn(refuse_cross_site))
-        .layer(axum::middleware::from_fn(own_page_headers))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            own_page_headers,
+        ))
         .with_state(state)
+}
+
+/// A sign-in lasts [`auth::SIGN_IN_IDLE_DAYS`] from its last use: a request of a browser whose
+/// sign-in was last extended over an hour ago writes the time into its session, which the
+/// session layer then saves with a new end and sends again as a cookie with a new lifetime.
+async fn extend_used_sign_in(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let service = &state.service;
+    let stale = match service.accounts.caller(request.headers()).await {
+        Ok(Some(caller)) => caller
+            .sign_in_expires_at
+            .is_some_and(|end| auth::sign_in_wants_extending(end, service.now())),
+        _ => false,
+    };
+    if stale
+        && let Some(session) = request.extensions().get::<tower_sessions::Session>()
+        && let Err(e) = session.insert(auth::SEEN_KEY, service.now()).await
+    {
+        tracing::warn!(error = %e, "noting a sign-in's use");
+    }
+    next.run(request).await
 }
 
 /// The largest body our own routes read (the server functions' limit); the API's is smaller.
@@ -411,7 +446,12 @@ const OWN_PAGE_HEADERS: [(http::HeaderName, http::HeaderValue); 4] = [
     ),
 ];
 
+/// Behind TLS (`secure_cookies`) browsers are told to come back over HTTPS only, for a year:
+/// a later plain-HTTP link cannot be used to strip TLS from a sign-in.
+const HSTS: http::HeaderValue = http::HeaderValue::from_static("max-age=31536000");
+
 async fn own_page_headers(
+    axum::extract::State(state): axum::extract::State<AppState>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
@@ -419,6 +459,9 @@ async fn own_page_headers(
     let headers = response.headers_mut();
     for (name, value) in OWN_PAGE_HEADERS {
         headers.entry(name).or_insert(value);
+    }
+    if state.service.config().secure_cookies {
+        headers.insert(http::header::STRICT_TRANSPORT_SECURITY, HSTS);
     }
     response
 }

@@ -1,7 +1,6 @@
 //! The pages' door: the server functions of `app::api` reach the service through
 //! [`PagesBackend`], the `Backend` they get from context.
 
-use crate::identity::auth;
 use crate::service::accounts::RequestAuth;
 use crate::service::{NewToken, Service};
 use app::domain::launch::LaunchRequest;
@@ -59,7 +58,7 @@ impl app::api::Backend for PagesBackend {
             .accounts
             .sign_in_with_password(
                 session(request)?,
-                auth::session_cookie(&request.headers),
+                self.0.accounts.session_cookie(&request.headers),
                 name,
                 password,
                 request.extensions.get::<super::ClientAddr>().map(|c| c.0),
@@ -70,7 +69,10 @@ impl app::api::Backend for PagesBackend {
     async fn logout(&self, request: &http::request::Parts) -> Result<(), AppError> {
         self.0
             .accounts
-            .logout(session(request)?, auth::session_cookie(&request.headers))
+            .logout(
+                session(request)?,
+                self.0.accounts.session_cookie(&request.headers),
+            )
             .await
     }
 

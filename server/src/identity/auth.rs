@@ -2,8 +2,8 @@
 //! passwords with argon2, and the request checks every door shares.
 //!
 //! Sign-ins are tower-sessions records in the main database (`http_sessions`), cookie
-//! `sandbox_session`: HttpOnly, SameSite=Lax, Secure when `secure_cookies` is set (the layer is
-//! built in `http`). The id is cycled at sign-in. A sign-in ends after [`SIGN_IN_IDLE_DAYS`] (7)
+//! `sandbox_session`: HttpOnly, SameSite=Lax; when `secure_cookies` is set, Secure and named
+//! `__Host-sandbox_session` (the layer is built in `http`). The id is cycled at sign-in. A sign-in ends after [`SIGN_IN_IDLE_DAYS`] (7)
 //! unused and after [`SIGN_IN_MAX_DAYS`] (14) however busy, so a single sign-on account that the
 //! provider has removed, or moved out of the admin group, does not live on here: its next sign-in
 //! asks the provider again.
@@ -47,6 +47,25 @@ use std::time::{Duration, Instant};
 use tower_sessions::SessionStore;
 
 pub const SESSION_COOKIE: &str = "sandbox_session";
+/// The cookie's name when cookies are Secure: a browser keeps a `__Host-` cookie only if it was
+/// set over HTTPS by this host, for path `/`, so a sibling subdomain or a plain-HTTP answer cannot
+/// plant a sign-in of its choosing (session fixation).
+pub const SECURE_SESSION_COOKIE: &str = "__Host-sandbox_session";
+
+/// The sign-in cookie's name under `secure_cookies`.
+pub fn session_cookie_name(secure: bool) -> &'static str {
+    if secure {
+        SECURE_SESSION_COOKIE
+    } else {
+        SESSION_COOKIE
+    }
+}
+
+/// Whether a cookie of this name is our sign-in (under either setting): never an editor's to
+/// read or set.
+pub fn is_session_cookie(name: &str) -> bool {
+    name == SESSION_COOKIE || name == SECURE_SESSION_COOKIE
+}
 pub const USER_KEY: &str = "user_id";
 /// When this browser last confirmed who it is at the identity provider (ms), in its session.
 pub const SSO_CONFIRMED_KEY: &str = "sso_confirmed_at";
@@ -65,6 +84,16 @@ pub const ADMIN_CONFIRMATION_MS: i64 = app::domain::scope::ADMIN_CONFIRMATION_MI
 
 /// How long a sign-in lasts without use.
 pub const SIGN_IN_IDLE_DAYS: i64 = 7;
+/// The session key a page or API request writes, at most hourly, so that using a sign-in moves
+/// its end (tower-sessions saves, and so extends, a session only when it changed).
+pub const SEEN_KEY: &str = "seen_at";
+const SEEN_EVERY_MS: i64 = 3600 * 1000;
+
+/// Whether a sign-in that ends at `expires_at` was last extended more than an hour before `now`
+/// (ms): its use now should be written down.
+pub fn sign_in_wants_extending(expires_at: i64, now: i64) -> bool {
+    expires_at - now < SIGN_IN_IDLE_DAYS * 24 * 3600 * 1000 - SEEN_EVERY_MS
+}
 /// How long a sign-in lasts however much it is used (JupyterHub's cookie lasts 14 days too):
 /// then the person signs in again, so a single sign-on account the provider has since removed
 /// or moved out of the admin group does not live on here.
@@ -289,15 +318,15 @@ pub fn drop_unreadable_cookies(headers: &mut HeaderMap) {
     }
 }
 
-/// The session cookie's value in a request, if any.
-pub fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+/// The value of the session cookie called `name` in a request, if any.
+pub fn session_cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
         .get_all(http::header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == SESSION_COOKIE)
+        .find(|(cookie, _)| *cookie == name)
         .map(|(_, value)| value)
 }
 
@@ -346,6 +375,8 @@ pub struct Caller {
     pub admin_until: Option<i64>,
     /// The request carried one of our API tokens (else a browser's sign-in).
     pub by_token: bool,
+    /// When the browser's sign-in ends unless it is used again (ms).
+    pub sign_in_expires_at: Option<i64>,
 }
 
 impl Caller {
@@ -369,6 +400,8 @@ impl Caller {
 pub struct Authenticator {
     store: Store,
     sessions: HttpSessionStore,
+    /// The sign-in cookie's name ([`session_cookie_name`]).
+    pub cookie_name: &'static str,
     cache: Mutex<FastMap<String, (Arc<Caller>, Instant)>>,
     /// Counts forgets (logout, a locked user), so that a lookup that was already under way
     /// when one happened does not put back what was just forgotten.
@@ -401,8 +434,8 @@ impl Credential {
         }
     }
 
-    pub fn of(headers: &HeaderMap) -> Option<Credential> {
-        let (key, is_token) = credential_key(headers)?;
+    pub fn of(headers: &HeaderMap, cookie_name: &str) -> Option<Credential> {
+        let (key, is_token) = credential_key(headers, cookie_name)?;
         Some(Credential {
             key: key.to_string(),
             is_token,
@@ -411,18 +444,19 @@ impl Credential {
 }
 
 /// The bearer token, or else our session cookie: (its value, whether it is a token).
-fn credential_key(headers: &HeaderMap) -> Option<(&str, bool)> {
+fn credential_key<'a>(headers: &'a HeaderMap, cookie_name: &str) -> Option<(&'a str, bool)> {
     match bearer_token(headers) {
         Some(token) => Some((token, true)),
-        None => session_cookie(headers).map(|cookie| (cookie, false)),
+        None => session_cookie(headers, cookie_name).map(|cookie| (cookie, false)),
     }
 }
 
 impl Authenticator {
-    pub fn new(store: Store, sessions: HttpSessionStore) -> Authenticator {
+    pub fn new(store: Store, sessions: HttpSessionStore, secure_cookies: bool) -> Authenticator {
         Authenticator {
             store,
             sessions,
+            cookie_name: session_cookie_name(secure_cookies),
             cache: Mutex::new(FastMap::default()),
             forgets: std::sync::atomic::AtomicU64::new(0),
             forgotten: tokio::sync::broadcast::Sender::new(64),
@@ -432,7 +466,7 @@ impl Authenticator {
     /// The caller behind a request's bearer token or session cookie; locked users count as
     /// nobody.
     pub async fn caller(&self, headers: &HeaderMap) -> Result<Option<Arc<Caller>>, StoreError> {
-        match credential_key(headers) {
+        match credential_key(headers, self.cookie_name) {
             Some((key, is_token)) => self.resolve(key, is_token).await,
             None => Ok(None),
         }
@@ -473,16 +507,18 @@ impl Authenticator {
                     token_expires_at: owner.expires_at,
                     admin_until: None,
                     by_token: true,
+                    sign_in_expires_at: None,
                 })
         } else {
             self.user_of_cookie(key)
                 .await?
-                .map(|(user, confirmed_at)| Caller {
+                .map(|(user, confirmed_at, expires_at)| Caller {
                     user,
                     scopes: Scopes::ALL.without(Scope::Admin),
                     token_expires_at: None,
                     admin_until: confirmed_at.map(|at| at + ADMIN_CONFIRMATION_MS),
                     by_token: false,
+                    sign_in_expires_at: Some(expires_at),
                 })
         };
         let user = caller.filter(|c| !c.user.locked).map(Arc::new);
@@ -515,11 +551,12 @@ impl Authenticator {
             .map(|(user, _)| user.clone())
     }
 
-    /// The cookie's user, and when the person last confirmed who they are in it.
+    /// The cookie's user, when the person last confirmed who they are in it, and when the
+    /// sign-in ends unless used (ms).
     async fn user_of_cookie(
         &self,
         cookie: &str,
-    ) -> Result<Option<(UserRecord, Option<i64>)>, StoreError> {
+    ) -> Result<Option<(UserRecord, Option<i64>, i64)>, StoreError> {
         let Ok(id) = tower_sessions::session::Id::from_str(cookie) else {
             return Ok(None);
         };
@@ -537,12 +574,13 @@ impl Authenticator {
             .iter()
             .filter_map(|key| record.data.get(*key).and_then(|v| v.as_i64()))
             .max();
+        let expires_at = record.expiry_date.unix_timestamp() * 1000;
         match record.data.get(USER_KEY).and_then(|v| v.as_str()) {
             Some(user_id) => Ok(self
                 .store
                 .user_by_id(user_id)
                 .await?
-                .map(|user| (user, confirmed_at))),
+                .map(|user| (user, confirmed_at, expires_at))),
             None => Ok(None),
         }
     }
@@ -570,6 +608,18 @@ impl Authenticator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_used_sign_in_is_extended_at_most_hourly() {
+        let (hour, day) = (3600 * 1000, 24 * 3600 * 1000);
+        let now = 100 * day;
+        // Just saved: seven days ahead.
+        assert!(!sign_in_wants_extending(now + 7 * day, now));
+        assert!(!sign_in_wants_extending(now + 7 * day - hour + 1, now));
+        // Saved more than an hour ago, or days ago.
+        assert!(sign_in_wants_extending(now + 7 * day - hour - 1, now));
+        assert!(sign_in_wants_extending(now + day, now));
+    }
 
     #[test]
     fn a_sign_in_lives_fourteen_days_at_most() {
@@ -720,9 +770,20 @@ mod tests {
             "cookie",
             "_xsrf=abc; sandbox_session=XYZ; other=1".parse().unwrap(),
         );
-        assert_eq!(session_cookie(&headers), Some("XYZ"));
+        assert_eq!(session_cookie(&headers, SESSION_COOKIE), Some("XYZ"));
+        assert_eq!(session_cookie(&headers, SECURE_SESSION_COOKIE), None);
         headers.insert("cookie", "sandbox_sessionx=1".parse().unwrap());
-        assert_eq!(session_cookie(&headers), None);
+        assert_eq!(session_cookie(&headers, SESSION_COOKIE), None);
+        headers.insert(
+            "cookie",
+            "sandbox_session=PLAIN; __Host-sandbox_session=HOST"
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(
+            session_cookie(&headers, SECURE_SESSION_COOKIE),
+            Some("HOST")
+        );
     }
 
     #[test]

@@ -502,6 +502,17 @@ pub struct RequestAuth<'a> {
 }
 
 impl Accounts {
+    /// The sign-in cookie's value, when the request sent one (by its name under this
+    /// configuration).
+    pub fn session_cookie<'a>(&self, headers: &'a http::HeaderMap) -> Option<&'a str> {
+        auth::session_cookie(headers, self.auth.cookie_name)
+    }
+
+    /// A request's credential, kept to look at again while a WebSocket it opened lasts.
+    pub fn credential(&self, headers: &http::HeaderMap) -> Option<auth::Credential> {
+        auth::Credential::of(headers, self.auth.cookie_name)
+    }
+
     /// Who a request's credential (a sign-in cookie or a bearer token) stands for.
     pub async fn caller(
         &self,

@@ -123,7 +123,7 @@ impl Core {
                 )
             }),
             oidc: config.oidc.clone().map(crate::identity::oidc::Oidc::new),
-            auth: Authenticator::new(store.clone(), sessions),
+            auth: Authenticator::new(store.clone(), sessions, config.secure_cookies),
             prices: config.price_list(),
             config,
             store,

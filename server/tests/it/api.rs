@@ -1366,6 +1366,129 @@ async fn a_sign_in_ends_after_its_longest_life_however_busy() {
     me(fresh).await.assert_status(StatusCode::OK);
 }
 
+/// "Seven days unused" is what happens: a request moves a sign-in's end (in the database and
+/// in the browser's cookie), while one nobody uses ends seven days after its last use.
+#[tokio::test]
+async fn a_used_sign_in_lasts_seven_days_from_its_last_use() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (pia, _) = app.user("pia").await;
+    let cookie = app.sign_in_cookie("pia").await;
+    let key = server::store::HttpSessionStore::key_of(&cookie);
+    let ends = || app.sql_i64("SELECT expires_at FROM http_sessions WHERE id = $1", &key);
+    let now_s = || server::store::now_ms() / 1000;
+    let week_s = server::auth::SIGN_IN_IDLE_DAYS * 24 * 3600;
+    // Last extended six days ago: one day left.
+    app.sql(
+        &format!(
+            "UPDATE http_sessions SET expires_at = {} WHERE id = $1",
+            now_s() + 24 * 3600
+        ),
+        &key,
+    )
+    .await;
+    app.service.accounts.forget_user(&pia);
+    let me = Request::get(app.url("/api/v1/me"))
+        .header("cookie", format!("sandbox_session={cookie}"))
+        .body(Full::default())
+        .unwrap();
+    let answer = app.send(me).await;
+    answer.assert_status(StatusCode::OK);
+    let end = ends().await;
+    assert!(
+        (week_s - 60..=week_s + 60).contains(&(end - now_s())),
+        "a used sign-in ends a week from now, not in {} s",
+        end - now_s()
+    );
+    // The browser is told the cookie's new lifetime, under the same id.
+    let set = answer
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("sandbox_session="))
+        .expect("the cookie is sent again")
+        .to_string();
+    assert_eq!(answer.session_cookie().as_deref(), Some(cookie.as_str()));
+    let max_age: i64 = set
+        .split(';')
+        .find_map(|a| a.trim().strip_prefix("Max-Age="))
+        .expect("Max-Age")
+        .parse()
+        .unwrap();
+    assert!((week_s - 60..=week_s).contains(&max_age), "{set}");
+    // One whose end has passed signs nobody in.
+    app.sql(
+        &format!(
+            "UPDATE http_sessions SET expires_at = {} WHERE id = $1",
+            now_s() - 1
+        ),
+        &key,
+    )
+    .await;
+    app.service.accounts.forget_user(&pia);
+    let me = Request::get(app.url("/api/v1/me"))
+        .header("cookie", format!("sandbox_session={cookie}"))
+        .body(Full::default())
+        .unwrap();
+    app.send(me).await.assert_status(StatusCode::UNAUTHORIZED);
+}
+
+/// Behind TLS the sign-in cookie is Secure and `__Host-` (a plain-HTTP answer or a sibling
+/// subdomain cannot plant one), the plain name no longer signs anyone in, and every page tells
+/// the browser to stay on HTTPS.
+#[tokio::test]
+async fn secure_cookies_are_host_cookies_and_pages_ask_for_https() {
+    let app = TestApp::start_with(Some(FakeRuntime::new()), |c| c.secure_cookies = true).await;
+    app.user("sol").await;
+    let answer = app.sign_in("sol", "password123").await;
+    let set = answer
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("__Host-sandbox_session="))
+        .unwrap_or_else(|| panic!("a __Host- cookie: {:?}", answer.headers))
+        .to_string();
+    let attributes: Vec<&str> = set.split(';').map(str::trim).collect();
+    assert!(attributes.contains(&"Secure"), "{set}");
+    assert!(attributes.contains(&"Path=/"), "{set}");
+    assert!(!set.contains("Domain"), "{set}");
+    let value = attributes[0].split_once('=').unwrap().1.to_string();
+    let me = |name: &str| {
+        Request::get(app.url("/api/v1/me"))
+            .header("cookie", format!("{name}={value}"))
+            .body(Full::default())
+            .unwrap()
+    };
+    let signed_in = app.send(me("__Host-sandbox_session")).await;
+    signed_in.assert_status(StatusCode::OK);
+    assert_eq!(
+        signed_in.headers.get("strict-transport-security").unwrap(),
+        "max-age=31536000"
+    );
+    app.send(me("sandbox_session"))
+        .await
+        .assert_status(StatusCode::UNAUTHORIZED);
+    let login = app
+        .send(
+            Request::get(app.url("/login"))
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await;
+    assert!(login.headers.contains_key("strict-transport-security"));
+    // Without TLS, no such promise.
+    let plain = TestApp::start(Some(FakeRuntime::new())).await;
+    let login = plain
+        .send(
+            Request::get(plain.url("/login"))
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await;
+    assert!(!login.headers.contains_key("strict-transport-security"));
+}
+
 #[tokio::test]
 async fn the_database_holds_no_sign_in_that_signs_anyone_in() {
     let app = TestApp::start(Some(FakeRuntime::new())).await;

@@ -1,7 +1,7 @@
 //! Header rewriting on the way to an editor and back.
 //!
 //! On the way in: hop-by-hop headers go, with those `Connection` names; our own credentials go (the
-//! `sandbox_session` cookie, and our bearer token when the request came with one); the editor's
+//! sign-in cookie (`sandbox_session` or `__Host-sandbox_session`), and our bearer token when the request came with one); the editor's
 //! credential comes in, and a cookie of the editor's credential's name that the browser sent
 //! (code-server's) is replaced by ours, since editors read the first one.
 //!
@@ -98,7 +98,7 @@ pub(super) fn is_upgrade(headers: &HeaderMap) -> bool {
 /// (`by_token`), our bearer token are removed.
 pub(super) fn strip_our_credentials(headers: &mut HeaderMap, by_token: bool) {
     if headers.contains_key(header::COOKIE) {
-        let kept = cookies_but(headers, crate::identity::auth::SESSION_COOKIE).join("; ");
+        let kept = cookies_but(headers, crate::identity::auth::is_session_cookie).join("; ");
         set_cookie_header(headers, &kept);
     }
     if by_token {
@@ -106,8 +106,8 @@ pub(super) fn strip_our_credentials(headers: &mut HeaderMap, by_token: bool) {
     }
 }
 
-/// The request's cookies (`name=value` pairs) other than those named `name`.
-pub(super) fn cookies_but<'a>(headers: &'a HeaderMap, name: &str) -> Vec<&'a str> {
+/// The request's cookies (`name=value` pairs) other than those whose name `dropped` picks.
+pub(super) fn cookies_but(headers: &HeaderMap, dropped: impl Fn(&str) -> bool) -> Vec<&str> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -115,7 +115,7 @@ pub(super) fn cookies_but<'a>(headers: &'a HeaderMap, name: &str) -> Vec<&'a str
         .flat_map(|v| v.split(';'))
         .map(str::trim)
         .filter(|pair| {
-            !pair.is_empty() && pair.split_once('=').map_or(*pair, |(n, _)| n).trim() != name
+            !pair.is_empty() && !dropped(pair.split_once('=').map_or(*pair, |(n, _)| n).trim())
         })
         .collect()
 }
@@ -160,7 +160,7 @@ pub(super) fn confined_cookie(value: &[u8], prefix: &str, strip_prefix: bool) ->
     let mut parts = value.split(';').map(str::trim);
     let pair = parts.next()?;
     let name = pair.split_once('=').map_or(pair, |(name, _)| name).trim();
-    if name.is_empty() || name == crate::identity::auth::SESSION_COOKIE {
+    if name.is_empty() || crate::identity::auth::is_session_cookie(name) {
         return None;
     }
     let mut out = vec![pair.to_string()];
@@ -203,7 +203,7 @@ pub(super) fn add_editor_auth(headers: &mut HeaderMap, credential: &EditorCreden
         EditorCredential::Cookie(name, pair) => {
             // A cookie of that name the browser holds would come first, and editors read the
             // first one: it goes.
-            let mut cookies = cookies_but(headers, name);
+            let mut cookies = cookies_but(headers, |cookie| cookie == *name);
             cookies.push(pair.to_str().unwrap_or_default());
             let cookies = cookies.join("; ");
             set_cookie_header(headers, &cookies);
@@ -262,6 +262,10 @@ mod tests {
         assert_eq!(confined("sandbox_session=x; Path=/", false), None);
         assert_eq!(confined(" sandbox_session = x", true), None);
         assert_eq!(
+            confined("__Host-sandbox_session=x; Path=/; Secure", false),
+            None
+        );
+        assert_eq!(
             confined("a=1; Domain=example.com; Path=/; Secure", false).unwrap(),
             "a=1; Secure; Path=/s/abc/"
         );
@@ -299,7 +303,9 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(
             "cookie",
-            "_xsrf=1; sandbox_session=SECRET; b=2".parse().unwrap(),
+            "_xsrf=1; sandbox_session=SECRET; b=2; __Host-sandbox_session=SECRET"
+                .parse()
+                .unwrap(),
         );
         h.insert("authorization", "Bearer gsb_abc".parse().unwrap());
         strip_our_credentials(&mut h, true);

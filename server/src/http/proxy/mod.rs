@@ -216,7 +216,7 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     // An upgraded connection outlives this request: it is checked again while it lasts.
     let credential = upgrade
-        .then(|| crate::identity::auth::Credential::of(req.headers()))
+        .then(|| state.service.accounts.credential(req.headers()))
         .flatten();
     let (mut parts, body) = req.into_parts();
     // A page the browser navigates to may quote the editor's secret (JupyterLab's page config

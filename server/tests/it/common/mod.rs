@@ -270,6 +270,21 @@ impl TestApp {
         pool.close().await;
     }
 
+    /// One number from the server's database (`$1` bound to `id`).
+    pub async fn sql_i64(&self, statement: &str, id: &str) -> i64 {
+        sqlx::any::install_default_drivers();
+        let pool = sqlx::AnyPool::connect(&self.service.config().database_url())
+            .await
+            .expect("database");
+        let value = sqlx::query_scalar::<_, i64>(statement)
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .expect("sql");
+        pool.close().await;
+        value
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
