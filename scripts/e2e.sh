@@ -73,6 +73,8 @@ client_secret = "sandbox-secret"
 redirect_url = "http://127.0.0.1:$PORT/auth/oidc/callback"
 display_name = "Test IdP"
 scopes = ["openid", "profile", "groups"]
+# The test provider's names are fixed by the provider, not typed by its users.
+username_claim = "preferred_username"
 admin_groups = ["gpu-admins"]
 
 [promotion]

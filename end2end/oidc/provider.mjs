@@ -8,15 +8,17 @@
 // Client `sandbox` / secret `sandbox-secret`, PKCE required. Its sign-in step asks nobody: it
 // signs in the account last named by `POST /test/next-account` (body: the account id), "olga"
 // until then, and grants what the client asked for. Accounts: olga (group gpu-admins), omar (no
-// groups), admin (a name the product's own first account has). Prints "ready PORT" once it listens.
+// groups), admin (a name the product's own first account has), eve (an unverified address, omar's). Prints "ready PORT" once it listens.
 import http from 'node:http';
 import Provider from 'oidc-provider';
 
 const [port, ...redirectUris] = process.argv.slice(2);
 const accounts = {
-  olga: { preferred_username: 'olga', name: 'Olga', email: 'olga@example.test', groups: ['gpu-admins', 'staff'] },
-  omar: { preferred_username: 'omar', name: 'Omar', email: 'omar@example.test', groups: ['staff'] },
+  olga: { preferred_username: 'olga', name: 'Olga', email: 'olga@example.test', email_verified: true, groups: ['gpu-admins', 'staff'] },
+  omar: { preferred_username: 'omar', name: 'Omar', email: 'omar@example.test', email_verified: true, groups: ['staff'] },
   admin: { preferred_username: 'admin', name: 'Not the admin', groups: [] },
+  // Typed a colleague's address, which the provider never verified.
+  eve: { preferred_username: 'eve', name: 'Eve', email: 'omar@example.test', email_verified: false, groups: [] },
 };
 let nextAccount = 'olga';
 
@@ -36,7 +38,7 @@ const configure = (issuer) => new Provider(issuer, {
   claims: {
     openid: ['sub'],
     profile: ['preferred_username', 'name'],
-    email: ['email'],
+    email: ['email', 'email_verified'],
     groups: ['groups'],
   },
   features: { devInteractions: { enabled: false } },

@@ -102,6 +102,9 @@ fn sso_message(code: &str) -> &'static str {
         "expired" => "That sign-in took too long or was started elsewhere. Please try again.",
         "taken" => "Your single sign-on name belongs to another account here. Ask an admin.",
         "no-name" => "The identity provider did not send a usable user name. Ask an admin.",
+        "unverified" => {
+            "Your email address is not verified at the identity provider. Verify it there, then sign in again."
+        }
         "locked" => "This account is locked.",
         "unavailable" => {
             "The identity provider cannot be reached. Try again, or use a local account."
@@ -122,6 +125,7 @@ mod tests {
             "expired",
             "taken",
             "no-name",
+            "unverified",
             "locked",
             "unavailable",
             "off",

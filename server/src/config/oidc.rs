@@ -21,9 +21,17 @@ pub struct OidcConfig {
     pub display_name: String,
     #[serde(default = "default_scopes")]
     pub scopes: Vec<String>,
-    /// The claim that names the account.
+    /// The claim that names the account at its first sign-in. It must be one people cannot set
+    /// to a colleague's name at the provider: `email` (the default) counts only when the
+    /// provider says `email_verified`; `preferred_username` is safe only where the provider
+    /// manages it (many let people edit it). Accounts are found by the provider's subject, so
+    /// a later change of the claim renames nothing.
     #[serde(default = "default_username_claim")]
     pub username_claim: String,
+    /// Accepts an `email` claim the provider has not marked `email_verified` (providers that
+    /// never send that claim, e.g. Microsoft Entra ID, for addresses it manages itself).
+    #[serde(default)]
+    pub allow_unverified_email: bool,
     /// The claim that lists the person's groups.
     #[serde(default = "default_groups_claim")]
     pub groups_claim: String,
@@ -42,7 +50,7 @@ pub(crate) fn default_scopes() -> Vec<String> {
 }
 
 pub(crate) fn default_username_claim() -> String {
-    "preferred_username".into()
+    "email".into()
 }
 
 pub(crate) fn default_groups_claim() -> String {

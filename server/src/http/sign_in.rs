@@ -131,6 +131,10 @@ async fn callback(
             tracing::warn!(%why, "an OpenID Connect sign-in without a usable name");
             return back_to_sign_in("no-name");
         }
+        Err(e @ OidcError::UnverifiedEmail(_)) => {
+            tracing::info!(error = %e, "an OpenID Connect sign-in refused");
+            return back_to_sign_in("unverified");
+        }
         Err(e) => {
             tracing::error!(error = %e, "an OpenID Connect sign-in failed");
             return back_to_sign_in("failed");

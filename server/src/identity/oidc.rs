@@ -17,7 +17,8 @@
 //! of clock leeway) and nonce (OpenID Connect Core 3.1.3.7), and for a confirmation an `auth_time`
 //! from after the request. Claims the ID token lacks are filled in from userinfo when it is about
 //! the same subject. The identity is `<issuer>|<sub>`; the name and groups come from the configured
-//! claims, and with `oidc.admin_groups` the groups decide the role ([`role_of`]).
+//! claims (an `email` only when `email_verified`), and with `oidc.admin_groups` the groups decide
+//! the role ([`role_of`]).
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -56,6 +57,9 @@ pub enum OidcError {
     /// The claims lack what names the account.
     #[error("{0}")]
     Claims(String),
+    /// The account would be named by an email address the provider has not verified.
+    #[error("the identity provider has not verified the email address {0}")]
+    UnverifiedEmail(String),
 }
 
 /// What the browser must bring back: kept in its (pre-sign-in) session between the two steps.
@@ -624,6 +628,13 @@ fn identity(
                 config.username_claim
             ))
         })?;
+    // An address nobody verified is one anybody could type: a colleague's, before they come.
+    if config.username_claim == "email"
+        && !config.allow_unverified_email
+        && claims.get("email_verified").and_then(Value::as_bool) != Some(true)
+    {
+        return Err(OidcError::UnverifiedEmail(name.to_string()));
+    }
     let groups = match claims.get(&config.groups_claim) {
         Some(Value::Array(groups)) => groups
             .iter()
@@ -683,7 +694,8 @@ mod tests {
             redirect_url: "https://gpu.example/auth/oidc/callback".into(),
             display_name: default_display_name(),
             scopes: default_scopes(),
-            username_claim: default_username_claim(),
+            username_claim: "preferred_username".into(),
+            allow_unverified_email: false,
             groups_claim: default_groups_claim(),
             admin_groups: vec!["gpu-admins".into()],
         }
@@ -838,6 +850,36 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("preferred_username"), "{err}");
+    }
+
+    #[test]
+    fn an_email_names_an_account_only_once_the_provider_verified_it() {
+        let config = OidcConfig {
+            username_claim: default_username_claim(),
+            ..config()
+        };
+        assert_eq!(config.username_claim, "email", "the default");
+        let with = |verified: Value| {
+            let claims =
+                json!({ "sub": "u1", "email": "bob@example.test", "email_verified": verified });
+            identity(claims.as_object().unwrap(), "https://id.example", &config)
+        };
+        assert_eq!(with(json!(true)).unwrap().name, "bob@example.test");
+        for unverified in [json!(false), json!("true"), Value::Null] {
+            let err = with(unverified.clone()).unwrap_err().to_string();
+            assert!(err.contains("not verified"), "{unverified}: {err}");
+            assert!(matches!(
+                with(unverified.clone()),
+                Err(OidcError::UnverifiedEmail(_))
+            ));
+        }
+        let trusting = OidcConfig {
+            allow_unverified_email: true,
+            ..config.clone()
+        };
+        let claims = json!({ "sub": "u1", "email": "bob@example.test" });
+        let who = identity(claims.as_object().unwrap(), "https://id.example", &trusting).unwrap();
+        assert_eq!(who.name, "bob@example.test");
     }
 
     #[test]

@@ -67,6 +67,7 @@ impl Provider {
             display_name: "Test IdP".into(),
             scopes: ["openid", "profile", "groups"].map(String::from).into(),
             username_claim: "preferred_username".into(),
+            allow_unverified_email: false,
             groups_claim: "groups".into(),
             admin_groups: vec!["gpu-admins".into()],
         }
@@ -358,6 +359,41 @@ async fn an_answer_that_is_not_for_this_browser_signs_nobody_in() {
     assert_eq!(location(&outside), "/");
     assert_eq!(me(&app, &cookies).await.json()["name"], "omar");
     app.stop().await;
+}
+
+/// By default an account is named by its email, and only by one the provider verified: a person
+/// who typed a colleague's address at the provider does not take the colleague's name here.
+#[tokio::test]
+async fn an_unverified_email_names_no_account() {
+    let provider = Provider::start().await;
+    let config = OidcConfig {
+        scopes: ["openid", "profile", "email", "groups"]
+            .map(String::from)
+            .into(),
+        // The default (the unit tests check it is).
+        username_claim: "email".into(),
+        ..provider.config()
+    };
+    let app = TestApp::start_with(Some(FakeRuntime::new()), |c| c.oidc = Some(config)).await;
+    let (answer, _) = round_trip(&app, &provider, "eve").await;
+    assert_eq!(location(&answer), "/login?sso=unverified");
+    assert!(
+        app.store
+            .user_by_name("omar@example.test")
+            .await
+            .unwrap()
+            .is_none(),
+        "nobody got omar's address as a name"
+    );
+    let page = app.get("/login?sso=unverified", None).await;
+    assert!(
+        String::from_utf8_lossy(&page.body).contains("not verified at the identity provider"),
+        "the page says why"
+    );
+    // The colleague, whose address the provider verified, gets it.
+    let (answer, cookies) = round_trip(&app, &provider, "omar").await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER);
+    assert_eq!(me(&app, &cookies).await.json()["name"], "omar@example.test");
 }
 
 #[tokio::test]
