@@ -14,6 +14,10 @@
 //! - One client address holds at most `proxy.max_connections_per_client` of them (a quarter by
 //!   default): a client that opens connections and trickles their bodies cannot take the cap
 //!   from everyone else; past its share its new connections are closed at once.
+//! - A tenth of the cap is kept for signed-in traffic: once the rest is taken (a flood from many
+//!   addresses), a new connection gets a kept place only to present a request head within
+//!   [`RESERVED_HEADER_TIMEOUT`] whose sign-in cookie or token stands for someone (health probes
+//!   too); anything else is answered 503 `busy` and closed (`http::Front`).
 //! - Accepted sockets get `TCP_NODELAY` and TCP keepalive (probes after a minute idle, every 15 s,
 //!   8 of them), so a client that vanished (a laptop closed on an open WebSocket) gives its place
 //!   back within minutes.
@@ -45,20 +49,31 @@ pub(crate) async fn serve_connections(
         .header_read_timeout(Duration::from_secs(
             app.state.service.config().proxy.header_timeout_seconds,
         ));
+    // A browser sends its whole request head at once: on a kept place, a head that trickles
+    // in is a flood's.
+    let mut reserved_http = http.clone();
+    reserved_http.header_read_timeout(RESERVED_HEADER_TIMEOUT.min(Duration::from_secs(
+        app.state.service.config().proxy.header_timeout_seconds,
+    )));
     let cap = connection_cap(app.state.service.config().proxy.max_connections);
+    let kept = kept_for_signed_in(cap);
     let per_client = Arc::new(PerClient::new(per_client_cap(
         app.state.service.config().proxy.max_connections_per_client,
         cap,
     )));
     let serving_threads = serving::thread_count(app.state.service.config().proxy.serving_threads);
-    let open = Arc::new(tokio::sync::Semaphore::new(cap));
+    let open = Arc::new(tokio::sync::Semaphore::new(cap - kept));
+    let reserve = Arc::new(tokio::sync::Semaphore::new(kept));
     let (draining, drain) = tokio::sync::watch::channel(false);
     let mut stop = std::pin::pin!(stop);
     loop {
-        let permit = tokio::select! {
+        let (permit, reserved) = tokio::select! {
             biased;
             () = &mut stop => break,
-            permit = open.clone().acquire_owned() => permit.expect("the semaphore stays open"),
+            permit = open.clone().acquire_owned() => (permit.expect("the semaphore stays open"), false),
+            permit = reserve.clone().acquire_owned(), if kept > 0 => {
+                (permit.expect("the semaphore stays open"), true)
+            }
         };
         let (tcp, peer) = tokio::select! {
             biased;
@@ -93,9 +108,14 @@ pub(crate) async fn serve_connections(
         let slot = super::Slot {
             _client: client,
             _permit: permit,
+            reserved,
         };
         let front = app.front_holding(peer.ip(), Some(Arc::new(slot)));
-        let http = http.clone();
+        let http = if reserved {
+            reserved_http.clone()
+        } else {
+            http.clone()
+        };
         let mut drain = drain.clone();
         serving::spawn(serving_threads, async move {
             let Ok(tcp) = tokio::net::TcpStream::from_std(tcp) else {
@@ -117,11 +137,12 @@ pub(crate) async fn serve_connections(
     drop(listener);
     draining.send_replace(true);
     // Each connection gives its permit back when it closes.
-    let all = u32::try_from(cap).unwrap_or(u32::MAX);
-    if tokio::time::timeout(DRAIN_TIMEOUT, open.acquire_many(all))
-        .await
-        .is_err()
-    {
+    let all = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    let drained = async {
+        let _ = open.acquire_many(all(cap - kept)).await;
+        let _ = reserve.acquire_many(all(kept)).await;
+    };
+    if tokio::time::timeout(DRAIN_TIMEOUT, drained).await.is_err() {
         tracing::warn!("requests still open after {DRAIN_TIMEOUT:?}; closing them");
     }
 }
@@ -173,6 +194,14 @@ impl Drop for ClientPlace {
 }
 
 /// One client address's share of `cap`: `configured`, or else a quarter (at least 16).
+/// How long a connection on a kept place may take to send its request head.
+pub(crate) const RESERVED_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The places kept for signed-in traffic: a tenth of the cap (none under ten).
+fn kept_for_signed_in(cap: usize) -> usize {
+    cap / 10
+}
+
 fn per_client_cap(configured: u64, cap: usize) -> usize {
     match configured {
         0 => (cap / 4).max(16).min(cap),

@@ -140,6 +140,9 @@ pub type ConnectionSlot = Arc<Slot>;
 pub struct Slot {
     pub(crate) _client: listener::ClientPlace,
     pub(crate) _permit: tokio::sync::OwnedSemaphorePermit,
+    /// The place is one of those kept for signed-in traffic (the rest were taken): its
+    /// requests must carry a credential (see [`listener`]).
+    pub(crate) reserved: bool,
 }
 
 type FrontFuture = std::pin::Pin<
@@ -177,10 +180,50 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Front {
 impl Front {
     fn serve(&self, mut request: axum::extract::Request) -> FrontFuture {
         auth::drop_unreadable_cookies(request.headers_mut());
+        if self.0.slot.as_ref().is_some_and(|slot| slot.reserved) && !is_probe(&request) {
+            return self.serve_signed_in_only(request);
+        }
+        self.serve_checked(request)
+    }
+
+    fn serve_checked(&self, request: axum::extract::Request) -> FrontFuture {
         if !http_body::Body::is_end_stream(request.body()) {
             return self.serve_with_body(request);
         }
         self.route(request)
+    }
+
+    /// On a place kept for signed-in traffic, only a request whose sign-in or token stands for
+    /// someone is served; anyone else hears 503 and the place goes back.
+    fn serve_signed_in_only(&self, request: axum::extract::Request) -> FrontFuture {
+        let front = self.clone();
+        Box::pin(async move {
+            let signed_in = front
+                .0
+                .state
+                .service
+                .accounts
+                .caller(request.headers())
+                .await
+                .is_ok_and(|caller| caller.is_some());
+            if signed_in {
+                return front.serve_checked(request).await;
+            }
+            let mut busy = (
+                StatusCode::SERVICE_UNAVAILABLE,
+                axum::Json(serde_json::json!({
+                    "error": "busy",
+                    "message": "the server is at its connection limit; signed-in requests are still served",
+                })),
+            )
+                .into_response();
+            busy.headers_mut().insert(http::header::CONNECTION, CLOSE);
+            busy.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("5"),
+            );
+            Ok(busy)
+        })
     }
 
     /// A request with a body that is answered before the body was read to its end (refused,
@@ -253,6 +296,16 @@ pub(crate) async fn request_auth<'a>(
 }
 
 const CLOSE: http::HeaderValue = http::HeaderValue::from_static("close");
+
+/// Health and probe routes, answered on any connection (an orchestrator's probe carries no
+/// credential, and a full server must still say it is alive).
+fn is_probe(request: &axum::extract::Request) -> bool {
+    request.method() == http::Method::GET
+        && matches!(
+            request.uri().path(),
+            "/livez" | "/readyz" | "/api/v1/health"
+        )
+}
 
 /// A request body whose reading is watched: `seen` is told of each poll's outcome, and whether
 /// the body has then reached its end.

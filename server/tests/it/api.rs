@@ -387,6 +387,20 @@ async fn the_editor_cannot_reach_beyond_its_session() {
         );
     }
 
+    // One that stops arriving is the client's: 408, after the answer timeout from its last byte.
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stalled = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+        let head = format!(
+            "POST /s/{id}/upload HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Length: 5\r\n\r\nx"
+        );
+        stalled.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        let _ = stalled.read_to_string(&mut answer).await;
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("request_timeout"), "{answer}");
+    }
+
     let hung = app.get(&format!("/s/{id}/hang"), Some(&token)).await;
     hung.assert_status(StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(hung.json()["error"], "editor_timeout");

@@ -181,6 +181,69 @@ async fn all_it_says(tcp: &mut tokio::net::TcpStream) -> String {
     String::from_utf8_lossy(&said).into_owned()
 }
 
+/// What one request on a fresh connection from `address` gets, read to the connection's end.
+async fn ask_from(app: &TestApp, address: [u8; 4], request: &str) -> String {
+    let mut tcp = connect_from(app, address).await;
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    all_it_says(&mut tcp).await
+}
+
+/// A flood from many addresses that takes every ordinary place still leaves a tenth of the cap
+/// to people signed in (and to health probes); anyone else is told 503 at once, and a kept place
+/// is not held by a request head that trickles in.
+#[tokio::test]
+async fn a_share_of_the_connections_is_kept_for_signed_in_people() {
+    let app = TestApp::start_with(Some(FakeRuntime::new()), |c| {
+        c.proxy.max_connections = 20;
+        c.proxy.max_connections_per_client = 20;
+        // The flood's bodies never finish while the test runs, however busy the machine.
+        c.proxy.body_timeout_seconds = 600;
+    })
+    .await;
+    let (_, token) = app.user("kim").await;
+    // 18 ordinary places (the cap less its tenth), taken from two addresses.
+    let mut flood = Vec::new();
+    for i in 0..18 {
+        let mut tcp = connect_from(&app, [127, 0, 0, 20 + (i % 2)]).await;
+        let _ = tcp.write_all(TRICKLED_SIGN_IN).await;
+        flood.push(tcp);
+    }
+    let me = |auth: &str| {
+        format!("GET /api/v1/me HTTP/1.1\r\nhost: x\r\n{auth}connection: close\r\n\r\n")
+    };
+    let stranger = ask_from(&app, [127, 0, 0, 30], &me("")).await;
+    assert!(stranger.starts_with("HTTP/1.1 503"), "{stranger}");
+    assert!(stranger.contains("\"busy\""), "{stranger}");
+    let probe = ask_from(
+        &app,
+        [127, 0, 0, 30],
+        "GET /api/v1/health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(probe.starts_with("HTTP/1.1 200"), "{probe}");
+    let bearer = format!("authorization: Bearer {token}\r\n");
+    let kim = ask_from(&app, [127, 0, 0, 31], &me(&bearer)).await;
+    assert!(kim.starts_with("HTTP/1.1 200"), "signed in, served: {kim}");
+    assert!(kim.contains("\"kim\""), "{kim}");
+    // Both kept places taken by heads that never end: they are closed soon, and Kim gets in.
+    let mut trickling = Vec::new();
+    for _ in 0..2 {
+        let mut tcp = connect_from(&app, [127, 0, 0, 32]).await;
+        tcp.write_all(b"GET /api/v1/me HTTP/1.1\r\nhost: x\r\n")
+            .await
+            .unwrap();
+        trickling.push(tcp);
+    }
+    let kim = ask_from(&app, [127, 0, 0, 31], &me(&bearer)).await;
+    assert!(kim.starts_with("HTTP/1.1 200"), "{kim}");
+    for tcp in &mut trickling {
+        let said = all_it_says(tcp).await;
+        assert!(!said.starts_with("HTTP/1.1 200"), "{said}");
+    }
+    drop(flood);
+    app.stop().await;
+}
+
 /// A body that trickles in is answered 408 once it is late; one client's many connections stop
 /// at its share of the cap, while everyone else is served.
 #[tokio::test]

@@ -31,8 +31,9 @@
 //!   ([`crate::net::upstream`]). An editor that has not answered (status and headers) within
 //!   `proxy.answer_timeout_seconds` (120 s by default) of the request's last byte, each chunk of an
 //!   upload moving the deadline, gets the browser a 504 `editor_timeout`, so a hung editor cannot
-//!   hold the browser's connections to our pages. The deadline is the connection's, since its
-//!   requests take turns.
+//!   hold the browser's connections to our pages; an upload that stops arriving for as long is
+//!   the client's doing, and gets 408 `request_timeout`. The deadline is the connection's, since
+//!   its requests take turns.
 //!
 //! WebSockets (any upgrade) get a connection of their own to the editor and are spliced byte for
 //! byte after the editor's 101 ([`crate::net::relay`]), so frames, subprotocols and extensions pass
@@ -254,14 +255,22 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
     // An editor answers once it has read the body: the wait for its answer counts from the last
     // byte of an upload, however long the upload takes.
     let answer_timeout = Duration::from_secs(state.service.config().proxy.answer_timeout_seconds);
+    // Whether the browser has sent all of its body: a deadline that passes before is an
+    // upload that stopped arriving (the client's doing), not an editor that did not answer.
+    let uploaded = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let body = if http_body::Body::is_end_stream(&body) {
         body
     } else {
         // Every chunk of the upload moves the deadline for the answer.
         let answer = client.answer.clone();
-        crate::http::Watched::body(body, move |polled: &crate::http::Polled, _| {
+        uploaded.store(false, std::sync::atomic::Ordering::Release);
+        let done = uploaded.clone();
+        crate::http::Watched::body(body, move |polled: &crate::http::Polled, ended| {
             if let std::task::Poll::Ready(Some(Ok(_))) = polled {
                 answer.reset(std::time::Instant::now() + answer_timeout);
+            }
+            if ended {
+                done.store(true, std::sync::atomic::Ordering::Release);
             }
         })
     };
@@ -284,6 +293,18 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
     // A hung editor must not hold the browser's connections to us (and so our own pages).
     let Some(sent) = crate::net::deadline::within(client.answer, answer_timeout, sending).await
     else {
+        if !uploaded.load(std::sync::atomic::Ordering::Acquire) {
+            tracing::info!(session = %route.session_id, "an upload through the proxy stalled");
+            let mut stalled = json_error(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                "the upload stopped arriving; send it again",
+            );
+            stalled
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return stalled;
+        }
         tracing::warn!(session = %route.session_id, "the editor did not answer in time");
         return json_error(
             StatusCode::GATEWAY_TIMEOUT,
