@@ -9,7 +9,8 @@ Environment (set by run.sh):
   CHP_BIN        configurable-http-proxy     BENCH_OUT  where results and logs go
   BENCH_PYTHON   a Python with websockets, psutil (the stand-in WebSocket editor uses it)
   HUB_VENV       JupyterHub 6.1.1 + JupyterLab, spawned beside the warm launches (empty: skipped)
-Knobs: BENCH_ONLY=cold,memory,http,ws,kernel,warm,sandbox  BENCH_SANDBOX_N=8  BENCH_COLD_N=10  BENCH_CS_N (code-server; default
+Knobs: BENCH_ONLY=cold,memory,http,ws,kernel,warm,sandbox,signin  BENCH_SANDBOX_N=8  BENCH_SIGNIN_N=40
+       BENCH_BASELINE_BIN (an earlier release binary, for signin)  BENCH_COLD_N=10  BENCH_CS_N (code-server; default
 BENCH_COLD_N)  BENCH_ROUNDS=3 (HTTP)  BENCH_WRK_DUR=10s  BENCH_WS_ROUNDS=9  BENCH_WS_N=2000
        BENCH_WS_BLOCK=100  BENCH_KERNEL_N=500  BENCH_KERNEL_ROUNDS=4
        BENCH_NGINX_PROXY=1 (nginx as a reverse proxy: the floor for any proxy here)
@@ -105,7 +106,9 @@ def http_get(port, path, headers=None, method="GET", body=None, timeout=10):
     try:
         hdrs = dict(headers or {})
         data = None
-        if body is not None:
+        if isinstance(body, bytes):
+            data = body
+        elif body is not None:
             data = json.dumps(body).encode()
             hdrs["Content-Type"] = "application/json"
         conn.request(method, path, body=data, headers=hdrs)
@@ -237,9 +240,11 @@ slice_mib = {SLICE}
         self.token = None
         # A command `serve` runs under (valgrind, for bench/instructions.py).
         self.wrapper = ()
+        # The binary: ours, or an earlier build beside it (BENCH_BASELINE_BIN).
+        self.bin = SERVER_BIN
 
     def cli(self, *args, stdin=None):
-        p = subprocess.run([SERVER_BIN, "--config", self.config, *args], env=self.env,
+        p = subprocess.run([self.bin, "--config", self.config, *args], env=self.env,
                            input=stdin, capture_output=True, text=True, timeout=120)
         if p.returncode != 0:
             raise RuntimeError(f"server {' '.join(args)}: {p.stderr.strip()}")
@@ -249,7 +254,7 @@ slice_mib = {SLICE}
         self.cli("user", "add", "bench", "--password-stdin", stdin="bench-password\n")
         self.token = self.cli("token", "create", "--user", "bench").splitlines()[-1].strip()
         self.logf = open(os.path.join(LOGS, f"server-{self.name}.log"), "w")
-        self.proc = subprocess.Popen([*self.wrapper, SERVER_BIN, "--config", self.config, "serve"], env=self.env,
+        self.proc = subprocess.Popen([*self.wrapper, self.bin, "--config", self.config, "serve"], env=self.env,
                                      stdout=self.logf, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, process_group=0)
         self.auth = {"Authorization": f"Bearer {self.token}"}
@@ -950,6 +955,13 @@ def summary_table(results):
         rows.append((f"sandbox: warm launch {editor}", f"{s['warm_on_p50_s'] * 1000:.0f} ms",
                      f"off {s['warm_off_p50_s'] * 1000:.0f} ms", "p50 <= 50 ms",
                      verdict(s["warm_on_p50_s"] <= 0.05), ""))
+    si = results.get("signin", {}).get("summary")
+    if si:
+        ratio = si.get("ratio_p50")
+        rows.append(("sign-in latency p50 / p95", f"{si['ours']['p50_ms']:.1f} / {si['ours']['p95_ms']:.1f} ms",
+                     (f"baseline {si['baseline']['p50_ms']:.1f} / {si['baseline']['p95_ms']:.1f} ms; ratio {ratio:.3f}"
+                      if ratio else "no baseline"),
+                     "unchanged (within 10%)", verdict(ratio <= 1.1) if ratio else "", ""))
     h = results.get("http", {}).get("summary")
     if h:
         per = h["ours_over_direct_per_round"]
@@ -1277,6 +1289,53 @@ def bench_sandbox(results):
     results["sandbox"] = {"n": n, "runs": runs, "summary": summary}
 
 
+def bench_signin(results):
+    """Sign-in latency: a local account's password sign-in through the pages' server function,
+    as the browser sends it, one at a time. With BENCH_BASELINE_BIN an earlier build serves beside
+    ours and the two alternate, so the ratio is of one run."""
+    n = int(os.environ.get("BENCH_SIGNIN_N", 40))
+    servers = {"ours": Server("signin-ours")}
+    baseline = os.environ.get("BENCH_BASELINE_BIN")
+    if baseline:
+        servers["baseline"] = Server("signin-baseline")
+        servers["baseline"].bin = baseline
+    for server in servers.values():
+        server.start()
+    runs = {k: [] for k in servers}
+    try:
+        paths = {}
+        for key, server in servers.items():
+            # The server function's path carries a hash of its own: read it off the sign-in form.
+            status, page = http_get(server.port, "/login")
+            found = re.search(rb'action="(/api/login[^"]*)"', page)
+            if status != 200 or not found:
+                raise RuntimeError(f"no sign-in form on {key}'s /login ({status})")
+            paths[key] = found.group(1).decode()
+        form = b"name=bench&password=bench-password"
+        headers = {"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"}
+        for i in range(n + 1):
+            for key in (list(servers) if i % 2 else list(reversed(servers))):
+                t0 = now()
+                status, body = http_get(servers[key].port, paths[key], headers, "POST", form, timeout=30)
+                took = now() - t0
+                if status != 200:
+                    raise RuntimeError(f"sign-in on {key}: {status} {body[:200]!r}")
+                if i:  # the first of each is not counted
+                    runs[key].append(took)
+            # The throttle counts failures only; a pause keeps the rounds apart anyway.
+            time.sleep(0.05)
+    finally:
+        for server in servers.values():
+            server.stop()
+    summary = {k: {"p50_ms": 1000 * pct(v, 0.5), "p95_ms": 1000 * pct(v, 0.95)} for k, v in runs.items()}
+    if "baseline" in summary:
+        summary["ratio_p50"] = summary["ours"]["p50_ms"] / summary["baseline"]["p50_ms"]
+    log("  " + "  ".join(f"{k} p50 {v['p50_ms']:.1f} ms p95 {v['p95_ms']:.1f} ms"
+                         for k, v in summary.items() if isinstance(v, dict))
+        + (f"  ratio {summary['ratio_p50']:.3f}" if "ratio_p50" in summary else ""))
+    results["signin"] = {"n": n, "runs": runs, "summary": summary}
+
+
 def main():
     os.makedirs(LOGS, exist_ok=True)
     os.makedirs(WORK, exist_ok=True)
@@ -1294,6 +1353,9 @@ def main():
         if "sandbox" in ONLY:
             log("== 8. the sandbox: cold and warm launches with it on and off, rotated")
             bench_sandbox(results)
+        if "signin" in ONLY:
+            log("== 9. sign-in latency: a password sign-in, ours beside a baseline build, alternating")
+            bench_signin(results)
         if ONLY & {"memory", "http", "ws"}:
             log("== 2-4. memory, HTTP throughput, WebSocket round trips (stand-in editors)")
             bench_standins(results)

@@ -81,7 +81,9 @@ def counted(pid, out, url, token):
 
 def main():
     os.makedirs(LOGS, exist_ok=True)
-    standin = {"SANDBOX_EDITORS__JUPYTERLAB": os.path.join(bench.HERE, "standins/nginx-editor.sh")}
+    # Unsandboxed: nginx reaches the stand-in directly too (as in bench.py's stand-in parts).
+    standin = {"SANDBOX_EDITORS__JUPYTERLAB": os.path.join(bench.HERE, "standins/nginx-editor.sh"),
+               "SANDBOX_LOCAL__ISOLATION": "none"}
     ours_out = os.path.join(WORK, "callgrind.ours")
     server = proxy = None
     try:

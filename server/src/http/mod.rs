@@ -179,6 +179,22 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Front {
 
 impl Front {
     fn serve(&self, mut request: axum::extract::Request) -> FrontFuture {
+        // Not a proxy for other hosts: and a request without a path would reach code that
+        // expects one.
+        if request.method() == http::Method::CONNECT {
+            let mut refused = (
+                StatusCode::METHOD_NOT_ALLOWED,
+                axum::Json(serde_json::json!({
+                    "error": "method_not_allowed",
+                    "message": "CONNECT is not served here",
+                })),
+            )
+                .into_response();
+            refused
+                .headers_mut()
+                .insert(http::header::CONNECTION, CLOSE);
+            return Box::pin(async move { Ok(refused) });
+        }
         auth::drop_unreadable_cookies(request.headers_mut());
         if self.0.slot.as_ref().is_some_and(|slot| slot.reserved) && !is_probe(&request) {
             return self.serve_signed_in_only(request);
@@ -525,7 +541,22 @@ async fn server_fn_error_status(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    let response = next.run(request).await;
+    let path = request.uri().path();
+    let server_fn = path.starts_with("/api/") && !path.starts_with("/api/v1/");
+    let mut response = next.run(request).await;
+    // A form posted to a server function without script goes back to the page it came from,
+    // as its `Referer` says: only a path of ours is somewhere to send a browser.
+    if server_fn
+        && response.status().is_redirection()
+        && response
+            .headers()
+            .get(http::header::LOCATION)
+            .is_some_and(|to| !to.to_str().is_ok_and(app::domain::paths::is_local_path))
+    {
+        response
+            .headers_mut()
+            .insert(http::header::LOCATION, http::HeaderValue::from_static("/"));
+    }
     if response.status() != StatusCode::INTERNAL_SERVER_ERROR
         || !response
             .headers()

@@ -408,6 +408,31 @@ async fn admins_grant_lock_promote_and_stop_and_each_is_audited() {
             says,
         );
     }
+    // An array is not an object (serde would read `[]` as every field left out): refused, and
+    // her override stays.
+    put(&quota_path, &root, json!({ "max_minutes": 45 }))
+        .await
+        .assert_status(StatusCode::OK);
+    refused(
+        &put(&quota_path, &root, json!([])).await,
+        StatusCode::BAD_REQUEST,
+        "JSON object",
+    );
+    let hers = app.get("/api/v1/quota", Some(&alice)).await.json();
+    assert_eq!(hers["limits"]["max_minutes"], 45, "{hers}");
+    put(&quota_path, &root, json!({}))
+        .await
+        .assert_status(StatusCode::OK);
+    // A path that is not even text is a JSON 400 too.
+    let odd = app
+        .call(
+            Method::POST,
+            "/api/v1/admin/promotions/%FF/approve",
+            Some(&root),
+            None,
+        )
+        .await;
+    refused(&odd, StatusCode::BAD_REQUEST, "path is not valid");
     refused(
         &put(&quota_path, &alice, json!({})).await,
         StatusCode::FORBIDDEN,
@@ -435,6 +460,8 @@ async fn admins_grant_lock_promote_and_stop_and_each_is_audited() {
         })
         .collect();
     let expected = [
+        ("quota.set", "alice"),
+        ("quota.set", "alice"),
         ("quota.set", "alice"),
         ("quota.set", "alice"),
         ("session.stop", "alice"),

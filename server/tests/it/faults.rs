@@ -188,6 +188,44 @@ async fn ask_from(app: &TestApp, address: [u8; 4], request: &str) -> String {
     all_it_says(&mut tcp).await
 }
 
+/// A CONNECT is refused in JSON (it reached an `unwrap` in leptos_axum), and a form posted to a
+/// server function without script is never sent back to a `Referer` of another site.
+#[tokio::test]
+async fn odd_requests_get_clear_answers_and_no_foreign_redirect() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let said = ask_from(
+        &app,
+        [127, 0, 0, 1],
+        "CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n",
+    )
+    .await;
+    assert!(said.starts_with("HTTP/1.1 405"), "{said}");
+    assert!(said.contains("method_not_allowed"), "{said}");
+    let login = <app::api::Login as leptos::server_fn::ServerFn>::PATH;
+    for referer in [
+        "//evil.example/x",
+        "javascript:alert(1)",
+        "https://evil.example/",
+    ] {
+        let said = ask_from(
+            &app,
+            [127, 0, 0, 1],
+            &format!(
+                "POST {login} HTTP/1.1\r\nhost: x\r\naccept: text/html\r\ncontent-type: application/x-www-form-urlencoded\r\nreferer: {referer}\r\ncontent-length: 26\r\nconnection: close\r\n\r\nname=nobody&password=wrong"
+            ),
+        )
+        .await;
+        let location = said
+            .lines()
+            .find_map(|l| l.strip_prefix("location: "))
+            .unwrap_or_else(|| panic!("a redirect back: {said}"));
+        assert!(
+            app::domain::paths::is_local_path(location),
+            "{referer} -> {location}"
+        );
+    }
+}
+
 /// A flood from many addresses that takes every ordinary place still leaves a tenth of the cap
 /// to people signed in (and to health probes); anyone else is told 503 at once, and a kept place
 /// is not held by a request head that trickles in.

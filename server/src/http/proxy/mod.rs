@@ -257,14 +257,15 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
     let answer_timeout = Duration::from_secs(state.service.config().proxy.answer_timeout_seconds);
     // Whether the browser has sent all of its body: a deadline that passes before is an
     // upload that stopped arriving (the client's doing), not an editor that did not answer.
-    let uploaded = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    // (None: no body, nothing to wait for; the common case makes no allocation.)
+    let mut uploaded = None;
     let body = if http_body::Body::is_end_stream(&body) {
         body
     } else {
         // Every chunk of the upload moves the deadline for the answer.
         let answer = client.answer.clone();
-        uploaded.store(false, std::sync::atomic::Ordering::Release);
-        let done = uploaded.clone();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        uploaded = Some(done.clone());
         crate::http::Watched::body(body, move |polled: &crate::http::Polled, ended| {
             if let std::task::Poll::Ready(Some(Ok(_))) = polled {
                 answer.reset(std::time::Instant::now() + answer_timeout);
@@ -293,7 +294,7 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
     // A hung editor must not hold the browser's connections to us (and so our own pages).
     let Some(sent) = crate::net::deadline::within(client.answer, answer_timeout, sending).await
     else {
-        if !uploaded.load(std::sync::atomic::Ordering::Acquire) {
+        if uploaded.is_some_and(|done| !done.load(std::sync::atomic::Ordering::Acquire)) {
             tracing::info!(session = %route.session_id, "an upload through the proxy stalled");
             let mut stalled = json_error(
                 StatusCode::REQUEST_TIMEOUT,

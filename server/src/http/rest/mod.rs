@@ -59,15 +59,16 @@ impl FromRequestParts<AppState> for ApiUser {
     }
 }
 
-/// JSON bodies whose every rejection is a clear `{error, message}`.
+/// JSON bodies whose every rejection is a clear `{error, message}`. A body is a JSON object:
+/// serde would read an array as a struct's fields by position, and `[]` as every field left out.
 pub struct ApiJson<T>(pub T);
 
 impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(value)) => Ok(ApiJson(value)),
+        match Json::<serde_json::Value>::from_request(req, state).await {
+            Ok(Json(value)) => object_of(value).map(ApiJson).map_err(ApiError),
             Err(JsonRejection::BytesRejection(rejection))
                 if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE =>
             {
@@ -83,8 +84,39 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<
             ))),
             Err(rejection) => Err(ApiError(AppError::Invalid(format!(
                 "malformed JSON: {}",
-                rejection.body_text()
+                app::domain::encode::shown_up_to(&rejection.body_text(), 200)
             )))),
+        }
+    }
+}
+
+/// `value` read as a `T`, when it is a JSON object.
+pub(super) fn object_of<T: serde::de::DeserializeOwned>(
+    value: serde_json::Value,
+) -> Result<T, AppError> {
+    if !value.is_object() {
+        return Err(AppError::Invalid(
+            "the request body must be a JSON object ({…})".into(),
+        ));
+    }
+    serde_json::from_value(value).map_err(|e| {
+        AppError::Invalid(format!(
+            "malformed JSON: {}",
+            app::domain::encode::shown_up_to(&e.to_string(), 200)
+        ))
+    })
+}
+
+/// Path parameters; ones that do not read as `T` (bad percent-encoding, say) are a clear 400.
+pub struct ApiPath<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(value)) => Ok(ApiPath(value)),
+            Err(_) => Err(ApiError(AppError::Invalid("the path is not valid".into()))),
         }
     }
 }

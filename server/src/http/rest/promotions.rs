@@ -1,10 +1,10 @@
 //! `/api/v1/…/promotions…`: promoting a file to the production registry, and admins' decisions.
 
-use super::{ApiError, ApiJson, ApiQuery, ApiResult, ApiUser, PathId};
+use super::{ApiError, ApiJson, ApiPath, ApiQuery, ApiResult, ApiUser, PathId};
 use crate::http::AppState;
 use app::error::AppError;
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 
 pub(super) async fn request_promotion(
@@ -63,9 +63,14 @@ pub(super) struct DecisionBody {
 pub(super) async fn admin_decide_promotion(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,
-    Path((id, decision)): Path<(String, String)>,
-    body: axum::body::Bytes,
+    ApiPath((id, decision)): ApiPath<(String, String)>,
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> ApiResult<Json<app::model::PromotionView>> {
+    let body = body.map_err(|_| {
+        ApiError(AppError::Invalid(
+            "the request body could not be read".into(),
+        ))
+    })?;
     use app::domain::promotion::Decision;
     let decision = match decision.as_str() {
         "approve" => Decision::Approve,
@@ -76,11 +81,14 @@ pub(super) async fn admin_decide_promotion(
     let body: DecisionBody = if body.iter().all(u8::is_ascii_whitespace) {
         DecisionBody::default()
     } else {
-        serde_json::from_slice(&body).map_err(|e| {
-            ApiError(AppError::Invalid(format!(
-                "malformed JSON: {e}; send nothing, or {{\"reason\": \"…\"}}"
-            )))
-        })?
+        serde_json::from_slice(&body)
+            .map_err(|e| AppError::Invalid(format!("malformed JSON: {e}")))
+            .and_then(super::object_of)
+            .map_err(|e| {
+                ApiError(AppError::Invalid(format!(
+                    "{e}; send nothing, or {{\"reason\": \"…\"}}"
+                )))
+            })?
     };
     let reason = body.reason;
     Ok(Json(
