@@ -1,5 +1,5 @@
 //! One user attacks another from inside her own editor, on the local runtime: code run in her
-//! real JupyterLab kernel, through the proxy, tries to read another user's workspace, the data
+//! real JupyterLab kernel, or typed into her real marimo's terminal, through the proxy, tries to read another user's workspace, the data
 //! directory and the database, to see, read and signal other processes, to reach another
 //! editor's socket and the database server's port, and to escape her memory and process limits.
 //! With the sandbox (the default) every attempt fails; with `local.isolation = "none"` the same
@@ -133,9 +133,9 @@ attempt("write another user's workspace", lambda: open(OTHER_DIR + "/planted.txt
 print(json.dumps(results))
 "#;
 
-/// The attack, as run from `attacker`'s kernel against `victim`'s session, and its results.
-async fn attack(app: &TestApp, attacker: (&str, &str), victim: (&str, &str)) -> Value {
-    let (attacker_token, attacker_session) = attacker;
+/// The attack against `victim`'s session, as a Python script; and the listener that stands in for
+/// the database server, kept open while the script runs.
+async fn attack_script(app: &TestApp, victim: (&str, &str)) -> (String, std::net::TcpListener) {
     let (victim_name, victim_session) = victim;
     let data_dir = std::fs::canonicalize(app.dir.path()).unwrap();
     let workspaces = data_dir.join("workspaces");
@@ -159,18 +159,62 @@ async fn attack(app: &TestApp, attacker: (&str, &str), victim: (&str, &str)) -> 
         handle["socket"].as_str().unwrap_or_default(),
         database.local_addr().unwrap().port(),
     );
-    let printed = run_python(
-        app,
-        attacker_token,
-        attacker_session,
-        &format!("{prelude}{ATTACK}"),
-    )
-    .await;
+    (format!("{prelude}{ATTACK}"), database)
+}
+
+fn results_of(printed: &str) -> Value {
     let line = printed
         .lines()
         .last()
         .unwrap_or_else(|| panic!("the attack printed nothing: {printed}"));
     serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {printed}"))
+}
+
+/// The attack, as run from `attacker`'s kernel against `victim`'s session, and its results.
+async fn attack(app: &TestApp, attacker: (&str, &str), victim: (&str, &str)) -> Value {
+    let (attacker_token, attacker_session) = attacker;
+    let (script, _database) = attack_script(app, victim).await;
+    results_of(&run_python(app, attacker_token, attacker_session, &script).await)
+}
+
+/// The attack typed into the terminal of `attacker`'s marimo (its pty, a shell in the editor's
+/// sandbox), through the proxy; its results, which it writes into her own workspace.
+async fn attack_from_marimo_terminal(
+    app: &TestApp,
+    attacker: (&str, &str, &str),
+    victim: (&str, &str),
+) -> Value {
+    let (attacker_name, attacker_token, attacker_session) = attacker;
+    let (script, _database) = attack_script(app, victim).await;
+    let home = app.dir.path().join("workspaces").join(attacker_name);
+    let (file, out) = (home.join("attack.py"), home.join("attack-out.json"));
+    std::fs::write(&file, script).unwrap();
+    // Hers to read (the workspace is hers, the file the test's).
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let _ = std::fs::remove_file(&out);
+    let mut terminal = app
+        .websocket(
+            &format!("/s/{attacker_session}/terminal/ws?rows=24&cols=200"),
+            attacker_token,
+        )
+        .await
+        .expect("marimo's terminal");
+    // Written to a name of its own first, so that a half-written file is never read.
+    let command = "python3 \"$HOME/attack.py\" > \"$HOME/attack-out.part\" 2>&1; mv \"$HOME/attack-out.part\" \"$HOME/attack-out.json\"\r";
+    terminal.send(Message::text(command)).await.unwrap();
+    let printed = tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            // Keep reading what the terminal echoes, so that the pty never blocks the shell.
+            let _ = tokio::time::timeout(Duration::from_millis(200), terminal.next()).await;
+            if let Ok(printed) = std::fs::read_to_string(&out) {
+                return printed;
+            }
+        }
+    })
+    .await
+    .expect("the attack finishes within two minutes");
+    terminal.close(None).await.ok();
+    results_of(&printed)
 }
 
 /// Alice and Bob, each with a JupyterLab: (Alice's token, her session, Bob's token, his).
@@ -254,6 +298,27 @@ fn reachable_from_here() -> Option<(&'static str, u16)> {
         std::net::TcpStream::connect_timeout(&address, Duration::from_secs(5)).ok()?;
         Some((host, 443))
     })
+}
+
+/// The same attempts from a shell in her marimo's terminal fail as from her kernel.
+#[tokio::test]
+async fn from_her_marimo_terminal_a_user_reaches_nothing_that_is_not_hers() {
+    let app = TestApp::start(None).await;
+    let (_, alice) = app.user("alice").await;
+    let (_, bob) = app.user("bob").await;
+    let bobs = app.launch_ready(&bob, "jupyterlab").await;
+    let alices = app.launch_ready(&alice, "marimo").await;
+    let results =
+        attack_from_marimo_terminal(&app, ("alice", &alice, &alices), ("bob", &bobs)).await;
+    let succeeded: Vec<&String> = results
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, r)| r[0] == true)
+        .map(|(name, _)| name)
+        .collect();
+    assert!(succeeded.is_empty(), "{succeeded:?} succeeded: {results:#}");
+    assert_eq!(results.as_object().unwrap().len(), 10, "{results:#}");
 }
 
 #[tokio::test]
@@ -348,14 +413,23 @@ async fn without_the_sandbox_the_same_attempts_succeed() {
     assert!(app.runtime.isolation().is_err());
     let (alice, alices, _, bobs) = two_users(&app).await;
     let results = attack(&app, (&alice, &alices), ("bob", &bobs)).await;
-    for name in [
+    let succeeding = [
         "read another user's workspace",
         "list the data directory",
         "read the database",
         "see another editor's process",
         "signal another editor",
-    ] {
+    ];
+    for name in succeeding {
         assert_eq!(results[name][0], true, "{name}: {results:#}");
+    }
+    // And from a marimo terminal: the terminal test above can fail.
+    let (_, carol) = app.user("carol").await;
+    let carols = app.launch_ready(&carol, "marimo").await;
+    let results =
+        attack_from_marimo_terminal(&app, ("carol", &carol, &carols), ("bob", &bobs)).await;
+    for name in succeeding {
+        assert_eq!(results[name][0], true, "{name}, from marimo: {results:#}");
     }
 }
 
