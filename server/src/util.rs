@@ -16,6 +16,31 @@ pub fn new_id() -> String {
     hex::encode(bytes)
 }
 
+/// This machine's name, as the kernel has it (empty where it cannot be read).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// A server process's name among the replicas: `<host>~<pid>~<random>`, so that a server that
+/// starts on the same machine can tell a predecessor that died (its pid is gone, or is now its
+/// own) from a replica that lives, without waiting for its lease to run out.
+pub fn new_instance_id() -> String {
+    let id = format!("{}~{}~{}", host_name(), std::process::id(), new_id());
+    INSTANCES_HERE.lock().expect("instances").insert(id.clone());
+    id
+}
+
+/// The instances this process made (a test runs several servers in one process).
+static INSTANCES_HERE: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Whether `instance` is a server of this very process.
+pub fn instance_of_this_process(instance: &str) -> bool {
+    INSTANCES_HERE.lock().expect("instances").contains(instance)
+}
+
 /// A fast hasher for the in-memory tables on the proxy's path (keys are not attacker-chosen
 /// in a way that matters: only known credentials and session ids are stored).
 pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;

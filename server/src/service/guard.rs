@@ -44,8 +44,9 @@
 //! (`sessions.charge_until`), not for the downtime. Several servers may share one PostgreSQL
 //! database, so every server keeps a lease `instance:<id>` alive (60 s, renewed every 15 s by a
 //! task of its own, given up at shutdown) and marks the sessions whose launch it drives
-//! (`sessions.driver`): a starting session whose driver still holds its lease is left to it, and
-//! one not marked yet to the overdue rule. Last, the runtime stops every editor that no live
+//! (`sessions.driver`): a starting session whose driver still holds its lease is left to it, unless
+//! the driver was a process of this machine that is gone (an instance is `<host>~<pid>~<random>`,
+//! [`died_here`]), and one not marked yet to the overdue rule; stranded launches end together. Last, the runtime stops every editor that no live
 //! session or ready pre-started editor owns (`Runtime::sweep`; on kube the reconciler deletes such
 //! pods).
 
@@ -62,6 +63,45 @@ use app::error::AppError;
 use app::model::{SessionView, Viewer};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Whether the server `instance` (`<host>~<pid>~<random>`) was a process of this host (`here`:
+/// its name and this process's pid) that no longer runs: its pid is gone, or is this process's
+/// own (a container restarted in place) while `ours` does not know it. Another host's, or an id
+/// of another form, cannot be told: its lease decides.
+pub fn died_here(
+    instance: &str,
+    here: (&str, u32),
+    alive: impl Fn(u32) -> bool,
+    ours: impl Fn(&str) -> bool,
+) -> bool {
+    let mut parts = instance.split('~');
+    let (Some(host), Some(pid), Some(_), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    let Ok(pid) = pid.parse::<u32>() else {
+        return false;
+    };
+    !here.0.is_empty()
+        && host == here.0
+        && if pid == here.1 {
+            !ours(instance)
+        } else {
+            !alive(pid)
+        }
+}
+
+fn pid_alive(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 only asks whether the process exists.
+    unsafe {
+        libc::kill(pid, 0) == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    }
+}
 
 /// The lease that makes one replica the reaper at a time.
 pub(crate) const REAPER_LEASE: &str = "reaper";
@@ -95,11 +135,21 @@ impl Core {
         format!("instance:{instance}")
     }
 
-    /// Whether the server `instance` still lives (holds its lease).
+    /// Whether the server `instance` still lives: it holds its lease, and is not a process of
+    /// this machine that is gone ([`died_here`]).
     pub(in crate::service) async fn instance_alive(
         &self,
         instance: &str,
     ) -> Result<bool, crate::store::StoreError> {
+        let here = (crate::util::host_name(), std::process::id());
+        if died_here(
+            instance,
+            (&here.0, here.1),
+            pid_alive,
+            crate::util::instance_of_this_process,
+        ) {
+            return Ok(false);
+        }
         self.store.lease_held(&Core::instance_lease(instance)).await
     }
 
@@ -330,6 +380,7 @@ impl Guard {
 
     pub async fn recover(&self) -> Result<(), StoreError> {
         let mut owned = std::collections::HashSet::new();
+        let mut stranded = Vec::new();
         let catalog = self.catalog(&self.store.pool().await?);
         for record in self.store.live_sessions().await? {
             let alive = match &record.runtime_handle {
@@ -387,15 +438,28 @@ impl Guard {
                         owned.insert(record.id);
                         continue;
                     }
-                    self.stop_session(
-                        &record.id,
-                        EndReason::Failed,
-                        Some("the server restarted before the editor was ready; your credits were refunded"),
-                    )
-                    .await;
+                    stranded.push(record.id);
                 }
             }
         }
+        // Each stop waits for its editor to go (a second or two): all at once, so that a server
+        // that comes back to many stranded launches answers within about one.
+        if !stranded.is_empty() {
+            tracing::info!(
+                launches = stranded.len(),
+                "ending launches a server that died left"
+            );
+        }
+        futures_util::future::join_all(stranded.iter().map(|id| {
+            self.stop_session(
+                id,
+                EndReason::Failed,
+                Some(
+                    "the server restarted before the editor was ready; your credits were refunded",
+                ),
+            )
+        }))
+        .await;
         // A server that died between starting an editor and recording it left that editor
         // to nobody: whatever no adopted session or ready pre-started editor owns is stopped.
         owned.extend(
@@ -755,5 +819,38 @@ impl Sessions {
         self.store.heartbeat(id, self.now(), true).await?;
         self.events.publish(id, step);
         self.session(viewer, id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::died_here;
+
+    #[test]
+    fn a_predecessor_on_this_host_is_dead_once_its_pid_is_gone_or_ours() {
+        let here = ("gpu-box", 4242);
+        let alive = |pid: u32| pid == 77;
+        let ours = |id: &str| id == "gpu-box~4242~live";
+        let dead = |id: &str, here: (&str, u32)| died_here(id, here, alive, ours);
+        assert!(dead("gpu-box~1234~ab12", here), "its pid is gone");
+        assert!(dead("gpu-box~4242~ab12", here), "its pid is ours now");
+        assert!(
+            !dead("gpu-box~4242~live", here),
+            "a server of this very process"
+        );
+        assert!(!dead("gpu-box~77~ab12", here), "a live replica here");
+        assert!(
+            !dead("other-box~1234~ab12", here),
+            "another host's: its lease decides"
+        );
+        assert!(
+            !dead("0a1b2c3d4e5f60718293", here),
+            "an id from before: its lease decides"
+        );
+        assert!(!dead("gpu-box~x~ab12", here));
+        assert!(
+            !dead("gpu-box~1234~ab12", ("", 4242)),
+            "no host name: nothing told"
+        );
     }
 }

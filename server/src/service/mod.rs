@@ -135,7 +135,7 @@ impl Core {
             enforcement,
             shutdown: tokio::sync::watch::channel(false).0,
             upstreams: Arc::default(),
-            instance: crate::util::new_id(),
+            instance: crate::util::new_instance_id(),
             warm_wake: tokio::sync::Notify::new(),
             queue_wake: tokio::sync::Notify::new(),
             sign_ins: auth::SignInThrottle::default(),

@@ -619,6 +619,50 @@ async fn a_server_starting_up_leaves_alone_the_launches_a_live_server_drives() {
     first.stop().await;
 }
 
+/// A server killed on this machine mid-launch: the next one to start ends its launches at once,
+/// refunded, although the dead one's lease has not run out (it is no process of this machine).
+#[tokio::test]
+async fn a_server_restarted_on_the_same_machine_ends_its_predecessors_launches_at_once() {
+    let first = launches_stay_starting(|_| {}).await;
+    let (user_id, token) = first.user("rex").await;
+    let before = first.store.credits(&user_id).await.unwrap();
+    let id = first.launch_id(&token, "jupyterlab").await;
+    // The process that drove it, here, is gone; its lease still runs for a minute.
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id();
+    gone.wait().unwrap();
+    let dead = format!(
+        "{}~{gone_pid}~0123456789abcdef0123",
+        server::util::host_name()
+    );
+    assert!(
+        first
+            .store
+            .try_lease(&format!("instance:{dead}"), &dead, 60_000)
+            .await
+            .unwrap()
+    );
+    first
+        .sql(
+            &format!("UPDATE sessions SET driver = '{dead}' WHERE id = $1"),
+            &id,
+        )
+        .await;
+    let second = TestApp::start_with(Some(FakeRuntime::new()), first.same_store()).await;
+    second.service.guard.recover().await.unwrap();
+    second
+        .assert_fails_free(
+            &token,
+            &id,
+            "restarted before the editor was ready",
+            &user_id,
+            before,
+        )
+        .await;
+    second.stop().await;
+    first.stop().await;
+}
+
 #[tokio::test]
 async fn a_warm_launch_whose_workspace_cannot_be_bound_costs_nothing() {
     let runtime = Arc::new(FakeRuntime {
