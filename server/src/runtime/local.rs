@@ -1156,11 +1156,13 @@ impl Runtime for LocalRuntime {
     }
 
     async fn sweep(&self, owned: &std::collections::HashSet<String>) -> usize {
-        let Ok(mut entries) = tokio::fs::read_dir(self.data_dir.join("run")).await else {
-            return 0;
-        };
         let mut stopped = 0;
-        while let Ok(Some(entry)) = entries.next_entry().await {
+        // No run folder yet: no handle to look at, but there may still be groups (below).
+        let mut entries = tokio::fs::read_dir(self.data_dir.join("run")).await.ok();
+        while let Some(Ok(Some(entry))) = match entries.as_mut() {
+            Some(entries) => Some(entries.next_entry().await),
+            None => None,
+        } {
             let launch_id = entry.file_name().to_string_lossy().into_owned();
             if entry.path().extension().is_some_and(|e| e == GONE) {
                 // Left by a server that stopped before it had deleted them.
@@ -1202,6 +1204,13 @@ impl Runtime for LocalRuntime {
                         tracing::warn!(launch = %name, "ending a sandbox that no session owns");
                         group.kill();
                         stopped += 1;
+                        // A killed task leaves its group as it exits: a moment later.
+                        for _ in 0..100 {
+                            if !group.is_populated() {
+                                break;
+                            }
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
                     }
                     group.remove();
                 }

@@ -321,6 +321,46 @@ async fn from_her_marimo_terminal_a_user_reaches_nothing_that_is_not_hers() {
     assert_eq!(results.as_object().unwrap().len(), 10, "{results:#}");
 }
 
+/// A server killed between starting an editor and writing it down left it to nobody: the next
+/// start finds it by its session's group (made before the editor starts) and ends it.
+#[tokio::test]
+async fn an_editor_no_session_recorded_is_ended_by_its_group_at_the_next_start() {
+    use server::runtime::cgroup::{Layout, Limits, parent_name};
+    let app = TestApp::start(None).await;
+    let data_dir = std::fs::canonicalize(&app.service.config().data_dir).unwrap();
+    let Some(layout) = Layout::detect(&parent_name(&data_dir)) else {
+        eprintln!("no writable cgroups here: the sandbox's groups are not checked");
+        return;
+    };
+    let limits = Limits {
+        memory_mib: 256,
+        cpu_millis: 1000,
+        pids: 64,
+    };
+    let group = layout.create("feedfacefeedfaceface", &limits).unwrap();
+    let mut editor = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .unwrap();
+    for procs in group.procs_files() {
+        std::fs::write(procs.to_str().unwrap(), editor.id().to_string()).unwrap();
+    }
+    assert!(group.is_populated());
+    app.service.guard.recover().await.unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if let Some(status) = editor.try_wait().unwrap() {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the unrecorded editor is ended");
+    assert!(!ended.success(), "killed, not finished: {ended}");
+    assert!(!group.dirs[0].exists(), "its group is gone");
+}
+
 #[tokio::test]
 async fn stopping_a_session_ends_what_its_editor_started_even_a_detached_job() {
     let app = TestApp::start(None).await;
