@@ -182,17 +182,11 @@ impl Front {
         // Not a proxy for other hosts: and a request without a path would reach code that
         // expects one.
         if request.method() == http::Method::CONNECT {
-            let mut refused = (
+            let refused = refusal_that_closes(
                 StatusCode::METHOD_NOT_ALLOWED,
-                axum::Json(serde_json::json!({
-                    "error": "method_not_allowed",
-                    "message": "CONNECT is not served here",
-                })),
-            )
-                .into_response();
-            refused
-                .headers_mut()
-                .insert(http::header::CONNECTION, CLOSE);
+                "method_not_allowed",
+                "CONNECT is not served here",
+            );
             return Box::pin(async move { Ok(refused) });
         }
         auth::drop_unreadable_cookies(request.headers_mut());
@@ -225,15 +219,11 @@ impl Front {
             if signed_in {
                 return front.serve_checked(request).await;
             }
-            let mut busy = (
+            let mut busy = refusal_that_closes(
                 StatusCode::SERVICE_UNAVAILABLE,
-                axum::Json(serde_json::json!({
-                    "error": "busy",
-                    "message": "the server is at its connection limit; signed-in requests are still served",
-                })),
-            )
-                .into_response();
-            busy.headers_mut().insert(http::header::CONNECTION, CLOSE);
+                "busy",
+                "the server is at its connection limit; signed-in requests are still served",
+            );
             busy.headers_mut().insert(
                 http::header::RETRY_AFTER,
                 http::HeaderValue::from_static("5"),
@@ -312,6 +302,19 @@ pub(crate) async fn request_auth<'a>(
 }
 
 const CLOSE: http::HeaderValue = http::HeaderValue::from_static("close");
+
+/// `{error, message}` with `status`, and the connection closed after it.
+fn refusal_that_closes(status: StatusCode, code: &str, message: &str) -> axum::response::Response {
+    let mut refused = (
+        status,
+        axum::Json(serde_json::json!({ "error": code, "message": message })),
+    )
+        .into_response();
+    refused
+        .headers_mut()
+        .insert(http::header::CONNECTION, CLOSE);
+    refused
+}
 
 /// Health and probe routes, answered on any connection (an orchestrator's probe carries no
 /// credential, and a full server must still say it is alive).

@@ -37,6 +37,7 @@
 //! from the same origin as the dashboard (as JupyterHub's default): a user's own editor can act
 //! as that user in their browser; per-session origins would remove that.
 
+use super::procfs::process_alive;
 use super::{EditorLaunch, Running, Runtime, RuntimeError};
 use crate::runtime::editors;
 use app::domain::launch::EditorKind;
@@ -466,23 +467,6 @@ fn settle(init: i32) {
 fn free_port() -> std::io::Result<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(listener.local_addr()?.port())
-}
-
-fn process_alive(pid: i32) -> bool {
-    // SAFETY: kill with signal 0 sends nothing; it only asks whether the process exists.
-    pid > 0 && unsafe { libc::kill(pid, 0) } == 0 && !exited(pid)
-}
-
-/// The process has exited and waits for its parent to reap it (after a restart its parent is
-/// whoever adopted it, which may never reap): dead, though its pid still answers a signal.
-fn exited(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let state = stat[stat.rfind(')')? + 1..].trim_start().chars().next()?;
-            Some(matches!(state, 'Z' | 'X'))
-        })
-        .unwrap_or(false)
 }
 
 /// Field 22 of /proc/<pid>/stat: when the process started, in clock ticks since boot.
@@ -1635,7 +1619,7 @@ mod tests {
         let started = process_start_time(pid);
         // However busy the machine, `true` ends: wait for it, with a ceiling only against a hang.
         let deadline = Instant::now() + Duration::from_secs(120);
-        while !exited(pid) && Instant::now() < deadline {
+        while !crate::runtime::procfs::exited(pid) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
         let handle = plain_handle(pid, started);

@@ -116,6 +116,30 @@ pub fn ticks_per_second() -> u64 {
     if ticks > 0 { ticks as u64 } else { 100 }
 }
 
+/// Whether the process `pid` runs: it answers signal 0 (or exists but is another account's) and
+/// has not exited waiting to be reaped ([`exited`]).
+pub fn process_alive(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill with signal 0 sends nothing; it only asks whether the process exists.
+    let answers = unsafe { libc::kill(pid, 0) } == 0
+        || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    answers && !exited(pid)
+}
+
+/// The process has exited and waits for its parent to reap it (after a restart its parent is
+/// whoever adopted it, which may never reap): dead, though its pid still answers a signal.
+pub fn exited(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat[stat.rfind(')')? + 1..].trim_start().chars().next()?;
+            Some(matches!(state, 'Z' | 'X'))
+        })
+        .unwrap_or(false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -93,14 +93,7 @@ pub fn died_here(
 }
 
 fn pid_alive(pid: u32) -> bool {
-    let Ok(pid) = i32::try_from(pid) else {
-        return false;
-    };
-    // SAFETY: signal 0 only asks whether the process exists.
-    unsafe {
-        libc::kill(pid, 0) == 0
-            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-    }
+    i32::try_from(pid).is_ok_and(crate::runtime::procfs::process_alive)
 }
 
 /// The lease that makes one replica the reaper at a time.

@@ -65,6 +65,16 @@ impl Response {
         self
     }
 
+    /// The whole `Set-Cookie` of the cookie `name` (its attributes too), if this answer sets it.
+    pub fn set_cookie(&self, name: &str) -> Option<String> {
+        self.headers
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find(|v| v.split_once('=').is_some_and(|(n, _)| n == name))
+            .map(str::to_string)
+    }
+
     /// The sign-in cookie this answer sets, if it sets one.
     pub fn session_cookie(&self) -> Option<String> {
         self.headers
