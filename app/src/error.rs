@@ -36,6 +36,9 @@ pub enum AppError {
     /// balancers know to retry.
     #[error("the database is unreachable; try again in a moment")]
     DatabaseUnavailable,
+    /// The server's disk is full: nothing of the request was saved.
+    #[error("the server's disk is full, so nothing was saved; try again once space has been freed")]
+    StorageFull,
     /// Too many attempts (failed sign-ins); the message says when to try again.
     #[error("{0}")]
     RateLimited(String),
@@ -61,6 +64,7 @@ impl AppError {
             Self::QuotaExceeded(_) => "quota_exceeded",
             Self::Unavailable(_) => "unavailable",
             Self::DatabaseUnavailable => "database_unavailable",
+            Self::StorageFull => "storage_full",
             Self::RateLimited(_) => "rate_limited",
             Self::Internal => "internal",
             Self::Transport(_) => "transport",
@@ -76,7 +80,7 @@ impl AppError {
             Self::TooLarge(_) => 413,
             Self::Conflict(_) => 409,
             Self::InsufficientCredits(_) => 402,
-            Self::Unavailable(_) | Self::DatabaseUnavailable => 503,
+            Self::Unavailable(_) | Self::DatabaseUnavailable | Self::StorageFull => 503,
             Self::RateLimited(_) => 429,
             Self::Internal | Self::Transport(_) => 500,
         }

@@ -94,6 +94,23 @@ impl Clock for ManualClock {
     }
 }
 
+/// Bytes an unprivileged writer may still use on the filesystem that holds `path` (None where
+/// it cannot be told).
+pub fn free_bytes(path: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut stats = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is NUL-terminated and `stats` is written whole by a successful call.
+    if unsafe { libc::statvfs(path.as_ptr(), stats.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: the call succeeded.
+    let stats = unsafe { stats.assume_init() };
+    // The fields' widths differ by target (u32 on some 32-bit ones).
+    #[allow(clippy::unnecessary_cast)]
+    Some(stats.f_bavail as u64 * stats.f_frsize as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

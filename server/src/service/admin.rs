@@ -401,12 +401,15 @@ impl Admin {
             let this = self.clone();
             let id = session_id.to_string();
             let detail = format!("stopped by the admin {}", viewer.name);
-            let _ = self
-                .spawn(async move {
-                    this.stop_session(&id, EndReason::Admin, Some(&detail))
-                        .await
-                })
-                .await;
+            self.spawn(async move {
+                this.try_stop_session(&id, EndReason::Admin, Some(&detail))
+                    .await
+            })
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "stop task");
+                AppError::Internal
+            })??;
         }
         self.admin_session(viewer, session_id).await
     }

@@ -491,6 +491,34 @@ impl Guard {
         }
     }
 
+    /// Takes the reaper lease from a holder that is dead (a process of this machine that is gone,
+    /// or a server whose own lease ran out): a restarted server reaps, and notices a re-adopted
+    /// editor's crash, at once rather than once the dead one's lease runs out.
+    async fn take_reaper_from_the_dead(&self, ttl: i64) -> bool {
+        let Ok(Some(holder)) = self.store.lease_holder(REAPER_LEASE).await else {
+            return false;
+        };
+        if holder == self.instance || !matches!(self.instance_alive(&holder).await, Ok(false)) {
+            return false;
+        }
+        match self
+            .store
+            .take_lease_from(REAPER_LEASE, &holder, &self.instance, ttl)
+            .await
+        {
+            Ok(taken) => {
+                if taken {
+                    tracing::info!(from = %holder, "took the reaper lease from a server that died");
+                }
+                taken
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "taking the reaper lease from a server that died");
+                false
+            }
+        }
+    }
+
     /// One reaper pass. Only the lease holder reaps, so two replicas never both end one session;
     /// every step is idempotent anyway (ending an ended session does nothing).
     pub async fn reap(&self) {
@@ -501,6 +529,7 @@ impl Guard {
             .await
         {
             Ok(true) => {}
+            Ok(false) if self.take_reaper_from_the_dead(ttl).await => {}
             Ok(false) => return,
             Err(e) => {
                 tracing::warn!(error = %e, "taking the reaper lease");

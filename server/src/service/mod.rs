@@ -31,6 +31,9 @@ use std::sync::Arc;
 
 /// How long the readiness check waits for the database.
 const READY_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
+/// Below it the data directory counts as full: SQLite's next page, a workspace's next save,
+/// would fail.
+const MIN_FREE_BYTES: u64 = 256 * 1024;
 
 impl From<StoreError> for AppError {
     fn from(error: StoreError) -> AppError {
@@ -52,6 +55,10 @@ impl From<StoreError> for AppError {
             StoreError::Transition(_) | StoreError::Conflict => AppError::Conflict(
                 "the session changed meanwhile; reload to see where it is".into(),
             ),
+            other if other.is_full() => {
+                tracing::error!(error = %other, "the database's disk is full");
+                AppError::StorageFull
+            }
             other if other.is_unreachable() => {
                 tracing::warn!(error = %other, "the database is unreachable");
                 AppError::DatabaseUnavailable
@@ -280,9 +287,15 @@ impl Service {
         crate::store::HttpSessionStore::new(self.core.store.clone())
     }
 
-    /// Whether the server can serve: its database answers.
-    /// Whether this server can serve: its database answers, within a second.
+    /// Whether this server can serve: its database answers, within a second, and its data
+    /// directory has room to write.
     pub async fn ready(&self) -> Result<(), AppError> {
+        if crate::util::free_bytes(&self.core.config.data_dir)
+            .is_some_and(|free| free < MIN_FREE_BYTES)
+        {
+            tracing::error!(data_dir = %self.core.config.data_dir.display(), "the data directory's disk is full");
+            return Err(AppError::StorageFull);
+        }
         match tokio::time::timeout(READY_WITHIN, self.core.store.count_users()).await {
             Ok(answer) => answer.map(|_| ()).map_err(AppError::from),
             Err(_) => {

@@ -26,7 +26,7 @@
 
 use super::{Core, Images, Sessions};
 use crate::runtime::{EditorLaunch, gpu};
-use crate::store::{LaunchPlan, Placement, SessionRecord};
+use crate::store::{LaunchPlan, Placement, SessionRecord, StoreError};
 use app::domain::credits;
 use app::domain::launch::{self, Catalog, EditorKind, LaunchRequest};
 use app::domain::pool::format_mib;
@@ -323,24 +323,31 @@ impl Core {
         reason: EndReason,
         detail: Option<&str>,
     ) {
-        let begun = match self.store.begin_stop(session_id, reason, detail).await {
-            Ok(begun) => begun,
-            Err(e) => {
-                tracing::warn!(session = session_id, error = %e, "beginning a stop");
-                None
-            }
-        };
+        if let Err(e) = self.try_stop_session(session_id, reason, detail).await {
+            tracing::warn!(session = session_id, error = %e, "beginning a stop");
+        }
+    }
+
+    /// [`Self::stop_session`], failing (with nothing changed) when the stop cannot be recorded:
+    /// whoever asked is told, rather than shown a session that is still running.
+    pub(in crate::service) async fn try_stop_session(
+        &self,
+        session_id: &str,
+        reason: EndReason,
+        detail: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let begun = self.store.begin_stop(session_id, reason, detail).await?;
         if let Some((state, step)) = begun {
             self.events.publish(session_id, step);
             if state == SessionState::Ended {
                 self.routes.remove(session_id);
-                return;
+                return Ok(());
             }
         }
         self.routes.remove(session_id);
         if let Ok(Some(record)) = self.store.session(session_id).await {
             if record.state != SessionState::Stopping {
-                return;
+                return Ok(());
             }
             if let Some(upstream) = &record.upstream {
                 self.upstreams.forget(upstream);
@@ -362,6 +369,7 @@ impl Core {
         }
         // A proxy request may have cached the route while this stop ran.
         self.routes.remove(session_id);
+        Ok(())
     }
 
     /// A session the viewer may see: their own. Others' look the same as missing ones.
@@ -650,9 +658,12 @@ impl Sessions {
             // Its own task: a client that disconnects must not leave the session half-stopped.
             let this = self.clone();
             let id = id.to_string();
-            let _ = self
-                .spawn(async move { this.stop_session(&id, EndReason::User, None).await })
-                .await;
+            self.spawn(async move { this.try_stop_session(&id, EndReason::User, None).await })
+                .await
+                .map_err(|e| {
+                    tracing::error!(error = %e, "stop task");
+                    AppError::Internal
+                })??;
         }
         self.view(id).await
     }

@@ -720,6 +720,37 @@ impl Store {
             .transpose()
     }
 
+    /// Who took the lease `name` last (its lease held or run out); None if nobody ever did.
+    pub async fn lease_holder(&self, name: &str) -> Result<Option<String>> {
+        let row = sqlx::query("SELECT holder FROM leases WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|row| Ok(row.try_get::<String, _>("holder")?))
+            .transpose()
+    }
+
+    /// Takes the lease `name` over from `from`, a holder known to be dead, before it runs out;
+    /// false when someone else took it meanwhile.
+    pub async fn take_lease_from(
+        &self,
+        name: &str,
+        from: &str,
+        holder: &str,
+        ttl_ms: i64,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE leases SET holder = $1, expires_at = $2 WHERE name = $3 AND holder = $4",
+        )
+        .bind(holder)
+        .bind(self.now() + ttl_ms)
+        .bind(name)
+        .bind(from)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// Whether someone holds the lease `name` now.
     pub async fn lease_held(&self, name: &str) -> Result<bool> {
         Ok(self

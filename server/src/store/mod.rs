@@ -95,6 +95,18 @@ impl StoreError {
             _ => false,
         }
     }
+
+    /// The database's disk is full: SQLite's `SQLITE_FULL` (13), PostgreSQL's `disk_full`
+    /// (53100). Nothing of the write was kept; it can succeed once space is freed.
+    pub fn is_full(&self) -> bool {
+        match self {
+            StoreError::Db(sqlx::Error::Database(e)) => {
+                let code = e.code().unwrap_or_default();
+                code == "13" || code == "53100" || e.message().contains("disk is full")
+            }
+            _ => false,
+        }
+    }
 }
 
 /// Maps a unique violation to `Duplicate(what)` by constraint name, never by message text.

@@ -337,3 +337,139 @@ async fn slow_bodies_time_out_and_one_client_cannot_take_every_connection() {
     );
     app.stop().await;
 }
+
+/// A small file system of its own (a tmpfs), unmounted when dropped; None where this machine
+/// will not mount one (not root).
+struct SmallDisk(tempfile::TempDir);
+
+impl SmallDisk {
+    fn mount(mib: u32) -> Option<SmallDisk> {
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        mounted.then_some(SmallDisk(dir))
+    }
+
+    /// Writes a file until the file system has no byte left; removing it frees them again.
+    fn fill(&self) -> std::path::PathBuf {
+        use std::io::Write;
+        let path = self.0.path().join("filler");
+        let mut file = std::fs::File::create(&path).unwrap();
+        for chunk in [65536, 512, 1] {
+            while file.write_all(&vec![0u8; chunk]).is_ok() {}
+        }
+        path
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
+/// A full disk under the data directory: readiness says so, every write either happens whole
+/// or answers 503 `storage_full` (never a 500, never a stop that answers 200 and leaves the
+/// session running), and once space is freed every write works again at once, with no
+/// connection of the pool left counting a transaction SQLite already rolled back; a graceful
+/// shutdown still stops every editor.
+#[tokio::test]
+async fn a_full_disk_answers_503_and_every_write_works_once_space_is_freed() {
+    let Some(disk) = SmallDisk::mount(8) else {
+        eprintln!("skipped: this machine does not let the test mount a tmpfs (not root)");
+        return;
+    };
+    let runtime = FakeRuntime::new();
+    let data_dir = disk.0.path().to_path_buf();
+    let app = TestApp::start_with(Some(runtime.clone()), move |c| {
+        c.data_dir = data_dir;
+        c.sessions.stop_on_shutdown = true;
+    })
+    .await;
+    let (_, token) = app.user("fern").await;
+    let running = app.launch_ready(&token, "jupyterlab").await;
+    app.get("/readyz", None).await.assert_status(StatusCode::OK);
+
+    let filler = disk.fill();
+    let ready = app.get("/readyz", None).await;
+    ready.assert_status(StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(ready.json()["error"], "storage_full");
+    let refused_as_full = |answer: &crate::common::Response| {
+        answer.assert_status(StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            answer.json()["error"],
+            "storage_full",
+            "{}",
+            String::from_utf8_lossy(&answer.body)
+        );
+    };
+    // SQLite may still have room in pages it already has: writes go on until one needs more.
+    let mut refused = 0;
+    for i in 0..2000 {
+        let made = app
+            .call(
+                http::Method::POST,
+                "/api/v1/tokens",
+                Some(&token),
+                Some(json!({ "label": format!("full {i} {}", "x".repeat(40)) })),
+            )
+            .await;
+        if made.status == StatusCode::CREATED {
+            continue;
+        }
+        refused_as_full(&made);
+        refused += 1;
+        if refused == 3 {
+            break;
+        }
+    }
+    assert_eq!(refused, 3, "the disk filled up and writes were refused");
+    let stop = app
+        .delete(&format!("/api/v1/sessions/{running}"), Some(&token))
+        .await;
+    refused_as_full(&stop);
+    assert_eq!(app.record(&running).await.state.as_str(), "ready");
+    refused_as_full(&app.launch(&token, "marimo", 30).await);
+    refused_as_full(&app.sign_in("fern", "password123").await);
+
+    std::fs::remove_file(filler).unwrap();
+    app.get("/readyz", None).await.assert_status(StatusCode::OK);
+    for i in 0..20 {
+        app.call(
+            http::Method::POST,
+            "/api/v1/tokens",
+            Some(&token),
+            Some(json!({ "label": format!("freed {i}") })),
+        )
+        .await
+        .assert_status(StatusCode::CREATED);
+    }
+    for _ in 0..10 {
+        let signed_in = app.sign_in("fern", "password123").await;
+        assert!(
+            signed_in.session_cookie().is_some(),
+            "{} {}",
+            signed_in.status,
+            String::from_utf8_lossy(&signed_in.body)
+        );
+    }
+    let stopped = app
+        .delete(&format!("/api/v1/sessions/{running}"), Some(&token))
+        .await;
+    stopped.assert_status(StatusCode::OK);
+    assert_eq!(stopped.json()["state"], "ended");
+    app.launch_ready(&token, "marimo").await;
+    app.stop().await;
+    assert_eq!(
+        runtime.started.lock().unwrap().len(),
+        runtime.stopped.lock().unwrap().len(),
+        "every editor started was stopped at shutdown"
+    );
+}

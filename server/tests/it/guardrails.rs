@@ -281,6 +281,47 @@ async fn a_killed_editor_is_detected_and_refunded() {
     );
 }
 
+/// The name of a server that ran on this machine and is gone (its pid no longer runs).
+fn dead_server_of_this_machine() -> String {
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id();
+    gone.wait().unwrap();
+    format!(
+        "{}~{gone_pid}~0123456789abcdef0123",
+        server::util::host_name()
+    )
+}
+
+/// The reaper lease still held, for minutes, by a server of this machine that was killed: the
+/// restarted server takes it over and notices a re-adopted editor's crash at once, not once the
+/// dead one's lease runs out.
+#[tokio::test]
+async fn a_crash_is_noticed_at_once_though_a_dead_server_held_the_reaper_lease() {
+    let app = TestApp::start_with(Some(FakeRuntime::new()), |c| {
+        c.idle.reaper_period_ms = REAPER_MS;
+    })
+    .await;
+    let (_, token) = app.user("kit").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    let dead = dead_server_of_this_machine();
+    let in_ten_minutes = server::store::now_ms() + 600_000;
+    app.sql(
+        &format!(
+            "UPDATE leases SET holder = '{dead}', expires_at = {in_ten_minutes} WHERE name = $1"
+        ),
+        "reaper",
+    )
+    .await;
+    FakeRuntime::crash(&app.record(&id).await.runtime_handle.unwrap());
+    let view = app.wait_for(&token, &id, |v| v["state"] == "ended").await;
+    assert_eq!(view["end_reason"], "crash");
+    assert_eq!(
+        app.store.lease_holder("reaper").await.unwrap().as_deref(),
+        Some(app.service.guard.instance())
+    );
+    app.stop().await;
+}
+
 /// An editor found dead at start-up, after the server was down for a while, is charged until
 /// the last time a server was watching it, not for the time nobody was.
 #[tokio::test]
@@ -628,13 +669,7 @@ async fn a_server_restarted_on_the_same_machine_ends_its_predecessors_launches_a
     let before = first.store.credits(&user_id).await.unwrap();
     let id = first.launch_id(&token, "jupyterlab").await;
     // The process that drove it, here, is gone; its lease still runs for a minute.
-    let mut gone = std::process::Command::new("true").spawn().unwrap();
-    let gone_pid = gone.id();
-    gone.wait().unwrap();
-    let dead = format!(
-        "{}~{gone_pid}~0123456789abcdef0123",
-        server::util::host_name()
-    );
+    let dead = dead_server_of_this_machine();
     assert!(
         first
             .store
