@@ -13,7 +13,9 @@
 //! - `editors`: real JupyterLab, marimo and code-server through the local runtime: a kernel over
 //!   the proxied WebSocket, direct access refused, workspaces, re-adoption, shutdown cleanup, warm
 //!   editors taken over.
-//! - `faults`: clients that hang up in the middle of a write, and what must still work after.
+//! - `faults`: clients that hang up in the middle of a write, a database outage, a full disk,
+//!   odd requests, the connection caps.
+//! - `fuzz`: every server function and REST route called with bent input (bounded; `FUZZ_SEED`).
 //! - `guardrails`: the reaper (idle, busy kernels and CPU jobs, the open-tab policy, crashes,
 //!   downtime), the queue, overdue launches and stops, two servers on one database, the warm pool,
 //!   quotas and extensions.
@@ -39,6 +41,7 @@ mod api;
 mod cli;
 mod editors;
 mod faults;
+mod fuzz;
 mod guardrails;
 mod isolation;
 mod kube;
