@@ -9,7 +9,8 @@ Environment (set by run.sh):
   CHP_BIN        configurable-http-proxy     BENCH_OUT  where results and logs go
   BENCH_PYTHON   a Python with websockets, psutil (the stand-in WebSocket editor uses it)
   HUB_VENV       JupyterHub 6.1.1 + JupyterLab, spawned beside the warm launches (empty: skipped)
-Knobs: BENCH_ONLY=cold,memory,http,ws,kernel,warm,sandbox,signin  BENCH_SANDBOX_N=8  BENCH_SIGNIN_N=40
+Knobs: BENCH_ONLY=cold,memory,http,ws,kernel,warm,sandbox,signin,faults  BENCH_SANDBOX_N=8  BENCH_SIGNIN_N=40
+       BENCH_FAULTS_READY=100  BENCH_FAULTS_STRANDED=50 (faults; its outage part needs DATABASE_URL=postgres://…)
        BENCH_BASELINE_BIN (an earlier release binary, for signin)  BENCH_COLD_N=10  BENCH_CS_N (code-server; default
 BENCH_COLD_N)  BENCH_ROUNDS=3 (HTTP)  BENCH_WRK_DUR=10s  BENCH_WS_ROUNDS=9  BENCH_WS_N=2000
        BENCH_WS_BLOCK=100  BENCH_KERNEL_N=500  BENCH_KERNEL_ROUNDS=4
@@ -264,6 +265,20 @@ slice_mib = {SLICE}
                 raise RuntimeError(f"the server exited at start (see {self.logf.name})")
         wait_200(self.port, "/api/v1/me", self.auth, timeout=120 if self.wrapper else 60, check=check)
         return self
+
+    def kill9(self):
+        """The server killed as a crash would kill it; its editors keep running."""
+        self.proc.kill()
+        self.proc.wait()
+        self.logf.close()
+
+    def respawn(self):
+        """`serve` again on the same configuration and data (after `kill9`); returns when the
+        process has started, not when it answers."""
+        self.logf = open(os.path.join(LOGS, f"server-{self.name}.log"), "a")
+        self.proc = subprocess.Popen([*self.wrapper, self.bin, "--config", self.config, "serve"], env=self.env,
+                                     stdout=self.logf, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, process_group=0)
 
     def api(self, method, path, body=None, ok=(200, 201)):
         status, data = http_get(self.port, "/api/v1" + path, self.auth, method, body, timeout=60)
@@ -1336,6 +1351,159 @@ def bench_signin(results):
     results["signin"] = {"n": n, "runs": runs, "summary": summary}
 
 
+def until(check, timeout, interval=0.01):
+    """Seconds until check() is true (raises past timeout)."""
+    t0 = now()
+    while not check():
+        if now() - t0 > timeout:
+            raise RuntimeError(f"not within {timeout} s")
+        time.sleep(interval)
+    return now() - t0
+
+
+def answers(port, path, headers=None, ok=(200,)):
+    try:
+        return http_get(port, path, headers, timeout=2)[0] in ok
+    except OSError:
+        return False
+
+
+def bench_faults(results):
+    """Faults: a kill -9 and restart with 100 ready sessions (time to the first answer and to
+    every session answering through the proxy again, same processes); a kill -9 with 50 launches
+    still starting (time to the first answer, and until every one is ended and refunded); and,
+    with PostgreSQL (DATABASE_URL), how fast each route answers during an outage."""
+    n_ready = int(os.environ.get("BENCH_FAULTS_READY", 100))
+    n_stranded = int(os.environ.get("BENCH_FAULTS_STRANDED", 50))
+    out = {}
+    # Enough 8 GB slices for every session: ten 96 GB cards.
+    cards = "".join(f"""
+[[pool.gpus]]
+name = "virtual-{i}"
+model = "Virtual"
+memory_mib = 98304
+slice_mib = {SLICE}
+""" for i in range(1, 10))
+    bin_dir = os.path.join(WORK, "bin")
+    os.makedirs(bin_dir, exist_ok=True)
+    never_ready = os.path.join(bin_dir, "never-ready")
+    with open(never_ready, "w") as f:
+        f.write("#!/bin/sh\nexec sleep 3600\n")
+    os.chmod(never_ready, 0o755)
+    env = {"SANDBOX_EDITORS__JUPYTERLAB": os.path.join(HERE, "standins/nginx-editor.sh"),
+           "SANDBOX_EDITORS__MARIMO": never_ready, "SANDBOX_LOCAL__ISOLATION": "none"}
+    server = Server("faults", env, extra=cards).start()
+    try:
+        # --- a restart with n_ready ready sessions
+        sids = [server.launch("jupyterlab", minutes=60)["id"] for _ in range(n_ready)]
+        for sid in sids:
+            server.wait_session(sid, "api/status", timeout=180)
+        before = set(server.editor_pids())
+        server.kill9()
+        time.sleep(1)
+        t0 = now()
+        server.respawn()
+        first = until(lambda: answers(server.port, "/livez"), 60)
+        pending = set(sids)
+        def every_one():
+            for sid in list(pending):
+                if answers(server.port, f"/s/{sid}/api/status", server.auth):
+                    pending.discard(sid)
+            return not pending
+        until(every_one, 120, interval=0.005)
+        all_answer = now() - t0
+        # Re-adopted editors are no children of the new server: the same PIDs, still running.
+        same = sum(1 for pid in before if psutil.pid_exists(pid)
+                   and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+        out["restart"] = {"sessions": n_ready, "first_answer_s": first, "all_answer_s": all_answer,
+                          "same_processes": same, "editors_before": len(before)}
+        log(f"  restart with {n_ready} ready sessions: first answer {first:.2f} s, every session "
+            f"answering {all_answer:.2f} s; {same} of {len(before)} editors the same processes")
+        for sid in sids:
+            server.stop_session(sid)
+
+        # --- a restart with n_stranded launches still starting
+        stranded = [server.launch("marimo")["id"] for _ in range(n_stranded)]
+        until(lambda: all(v["state"] == "starting" for v in server.api("GET", "/sessions")
+                          if v["id"] in stranded), 60, interval=0.1)
+        time.sleep(0.5)
+        server.kill9()
+        t0 = now()
+        server.respawn()
+        first = until(lambda: answers(server.port, "/livez"), 60)
+        me = until(lambda: answers(server.port, "/api/v1/me", server.auth), 60) + first
+        def all_ended():
+            try:
+                views = server.api("GET", "/sessions")
+            except Exception:
+                return False
+            return all(v["state"] == "ended" for v in views if v["id"] in stranded)
+        ended = until(all_ended, 300, interval=0.05) + me
+        me_view = server.api("GET", "/me")
+        out["stranded"] = {"launches": n_stranded, "first_answer_s": first, "me_s": me,
+                           "all_ended_s": ended, "held_after": me_view["credits"]["held"]}
+        log(f"  restart with {n_stranded} launches starting: first answer {first:.2f} s, /me {me:.2f} s, "
+            f"every launch ended {ended:.2f} s, credits held after {me_view['credits']['held']}")
+    finally:
+        server.stop()
+
+    # --- a PostgreSQL outage
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith("postgres"):
+        log("  outage: skipped (no DATABASE_URL)")
+        results["faults"] = out
+        return
+    db = f"bench_outage_{os.getpid()}"
+    def psql(sql):
+        subprocess.run(["psql", url, "-qtAc", sql], check=True, capture_output=True)
+    psql(f"DROP DATABASE IF EXISTS {db}")
+    psql(f"CREATE DATABASE {db}")
+    base = url.rsplit("/", 1)[0]
+    server = Server("outage", env)
+    # A top-level key: before the configuration's first table.
+    with open(server.config) as f:
+        text = f.read()
+    with open(server.config, "w") as f:
+        f.write(f'database_url = "{base}/{db}"\n' + text)
+    server.start()
+    try:
+        sid = server.launch("jupyterlab")["id"]
+        server.wait_session(sid, "api/status", timeout=60)
+        psql(f"ALTER DATABASE {db} ALLOW_CONNECTIONS false")
+        psql(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{db}'")
+        routes = [("GET", "/livez", None), ("GET", "/readyz", None), ("GET", "/api/v1/health", None),
+                  ("GET", "/api/v1/me", server.auth), ("GET", "/api/v1/sessions", server.auth),
+                  ("POST", "/api/v1/sessions", server.auth), ("GET", f"/s/{sid}/api/status", server.auth),
+                  ("GET", "/", None)]
+        timings = {}
+        for rnd in range(3):
+            for method, path, headers in routes:
+                body = {"editor": "jupyterlab", "slice_mib": SLICE, "duration_minutes": 15} if method == "POST" else None
+                t0 = now()
+                try:
+                    status, _ = http_get(server.port, path, headers, method, body, timeout=30)
+                except OSError as e:
+                    status = f"error {e}"
+                took = now() - t0
+                timings.setdefault(f"{method} {path.replace(sid, '{id}')}", []).append((status, took))
+        psql(f"ALTER DATABASE {db} ALLOW_CONNECTIONS true")
+        healed = until(lambda: answers(server.port, "/readyz"), 60, interval=0.05)
+        out["outage"] = {k: {"statuses": sorted({str(s) for s, _ in v}), "median_ms": 1000 * med([t for _, t in v]),
+                             "max_ms": 1000 * max(t for _, t in v)} for k, v in timings.items()}
+        out["outage_healed_s"] = healed
+        for k, v in out["outage"].items():
+            log(f"  outage: {k:<28} {','.join(v['statuses']):<8} median {v['median_ms']:.1f} ms, max {v['max_ms']:.1f} ms")
+        log(f"  outage: ready again {healed:.2f} s after the database took connections again")
+    finally:
+        server.stop()
+        try:
+            psql(f"ALTER DATABASE {db} ALLOW_CONNECTIONS true")
+            psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        except subprocess.CalledProcessError:
+            pass
+    results["faults"] = out
+
+
 def main():
     os.makedirs(LOGS, exist_ok=True)
     os.makedirs(WORK, exist_ok=True)
@@ -1356,6 +1524,9 @@ def main():
         if "signin" in ONLY:
             log("== 9. sign-in latency: a password sign-in, ours beside a baseline build, alternating")
             bench_signin(results)
+        if "faults" in ONLY:
+            log("== 10. faults: restarts after kill -9 with ready and starting sessions; a database outage")
+            bench_faults(results)
         if ONLY & {"memory", "http", "ws"}:
             log("== 2-4. memory, HTTP throughput, WebSocket round trips (stand-in editors)")
             bench_standins(results)
