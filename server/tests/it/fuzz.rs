@@ -451,7 +451,9 @@ async fn every_server_function_and_route_survives_bent_input() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3000);
-    // Bounded in time too: a slow machine runs fewer, never fails for being slow.
+    // Bounded in time too: past the first `AT_LEAST` calls a slow machine runs fewer, and never
+    // fails for being slow.
+    const AT_LEAST: usize = 200;
     let until = Instant::now() + Duration::from_secs(120);
     let mut rng = StdRng::seed_from_u64(seed);
     let app = TestApp::start(Some(FakeRuntime::new())).await;
@@ -483,7 +485,7 @@ async fn every_server_function_and_route_survives_bent_input() {
     let mut sent = 0;
     let mut failures = Vec::new();
     let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
-    while sent < requests && Instant::now() < until {
+    while sent < requests && (sent < AT_LEAST.min(requests) || Instant::now() < until) {
         // Sign-ins are refreshed now and then: the fuzz calls `logout` too.
         if sent % 200 == 0 {
             cookies = vec![
@@ -571,7 +573,6 @@ async fn every_server_function_and_route_survives_bent_input() {
         }
     }
     eprintln!("fuzz: {sent} calls, seed {seed}, answers by status {statuses:?}");
-    assert!(sent >= 200, "too few calls to mean anything: {sent}");
     assert!(
         failures.is_empty(),
         "{} failures: {failures:#?}",
