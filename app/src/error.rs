@@ -17,6 +17,9 @@ pub enum AppError {
     SignInFailed(String),
     #[error("{0}")]
     Forbidden(String),
+    /// Signed in with a password an admin set (or the first run printed): choose your own first.
+    #[error("choose a new password first (your account page)")]
+    PasswordChangeRequired,
     #[error("not found")]
     NotFound,
     #[error("{0}")]
@@ -56,6 +59,7 @@ impl AppError {
             Self::Unauthenticated => "unauthenticated",
             Self::SignInFailed(_) => "sign_in_failed",
             Self::Forbidden(_) => "forbidden",
+            Self::PasswordChangeRequired => "password_change_required",
             Self::NotFound => "not_found",
             Self::Invalid(_) => "invalid",
             Self::TooLarge(_) => "too_large",
@@ -74,7 +78,7 @@ impl AppError {
     pub fn status(&self) -> u16 {
         match self {
             Self::Unauthenticated | Self::SignInFailed(_) => 401,
-            Self::Forbidden(_) | Self::QuotaExceeded(_) => 403,
+            Self::Forbidden(_) | Self::PasswordChangeRequired | Self::QuotaExceeded(_) => 403,
             Self::NotFound => 404,
             Self::Invalid(_) => 400,
             Self::TooLarge(_) => 413,

@@ -39,6 +39,21 @@ pub struct Viewer {
     /// When the API token of this request expires, if it does: what it makes expires by then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_expires_at_ms: Option<i64>,
+    /// A browser's sign-in with a password an admin set: nothing but choosing a new one (the
+    /// account page) is allowed until then.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub must_change_password: bool,
+}
+
+impl Viewer {
+    /// The viewer, when they may act: refused while their password must be changed first.
+    pub fn settled(self) -> Result<Viewer, crate::error::AppError> {
+        if self.must_change_password {
+            Err(crate::error::AppError::PasswordChangeRequired)
+        } else {
+            Ok(self)
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -152,6 +167,39 @@ pub struct SessionView {
     /// told about it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_note: Option<String>,
+    /// What it cost, once it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<SessionCost>,
+}
+
+/// What an ended session held, was charged and gave back (milli-credits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionCost {
+    pub held: i64,
+    pub charged: i64,
+    pub returned: i64,
+}
+
+impl SessionCost {
+    /// From the session's holds and charges, as the ledger has them (both positive).
+    pub fn of(held: i64, charged: i64) -> SessionCost {
+        SessionCost {
+            held,
+            charged,
+            returned: (held - charged).max(0),
+        }
+    }
+}
+
+/// A line of a user's credit history: grants with their notes, holds, charges, refunds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerLine {
+    pub kind: String,
+    /// Milli-credits: positive in, negative out.
+    pub amount: i64,
+    pub session_id: Option<String>,
+    pub note: String,
+    pub at_ms: i64,
 }
 
 /// Who may reach a user's editor besides them, and until when.
@@ -188,6 +236,9 @@ pub struct Dashboard {
     /// Approved images a launch may name (Kubernetes only; empty on the local runtime).
     #[serde(default)]
     pub images: Vec<ImageView>,
+    /// The newest lines of the user's credit history.
+    #[serde(default)]
+    pub history: Vec<LedgerLine>,
 }
 
 /// An API token as its owner may see it: never its secret, which only its hash stands for.
@@ -243,6 +294,9 @@ pub struct AdminUser {
     pub locked: bool,
     /// Signs in through the identity provider (no password here).
     pub single_sign_on: bool,
+    /// Signs in with a password an admin set (or the first run printed), to be changed first.
+    #[serde(default)]
+    pub must_change_password: bool,
     /// Milli-credits.
     pub balance: i64,
     /// Milli-credits held by live sessions.
@@ -318,6 +372,31 @@ pub struct UserChange {
     pub role: Option<Role>,
     #[serde(default)]
     pub locked: Option<bool>,
+}
+
+/// An account an admin adds. Without a password the server makes one; either way it is shown
+/// once and its person chooses their own at the first sign-in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewAccount {
+    pub name: String,
+    #[serde(default = "plain_user")]
+    pub role: Role,
+    #[serde(default)]
+    pub password: Option<String>,
+}
+
+fn plain_user() -> Role {
+    Role::User
+}
+
+/// A password an admin set (a new account's, or a reset), to hand to its person: shown this
+/// once, kept only as a hash, changed at their first sign-in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MadePassword {
+    pub user_id: String,
+    pub name: String,
+    pub password: String,
 }
 
 /// One user's use of the GPUs over a period, for the admin pages.

@@ -80,6 +80,7 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     assert.match(await told.innerText(), /admin \(admin\) may reach this editor until/);
     await session.getByRole('button', { name: 'Stop' }).click();
     await session.getByText('ended (admin)').waitFor();
+    assert.match(page.dialogs.at(-1) ?? '', new RegExp(`^Stop ${TARGET}'s session\\? .*not saved is lost`));
     const seen = await owner.evaluate(
       async (id) => (await fetch(`/api/v1/sessions/${id}`)).json(),
       launched.id,
@@ -130,6 +131,7 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     );
 
     await row.getByRole('button', { name: `Lock ${TARGET}`, exact: true }).click();
+    assert.match(page.dialogs.at(-1) ?? '', new RegExp(`^Lock ${TARGET}\\? They are signed out everywhere`));
     await row.getByText('locked', { exact: true }).waitFor();
     // Locked: the account cannot sign in.
     const other = await browser.newPage();

@@ -5,8 +5,19 @@ export const USER = process.env.E2E_USER ?? 'e2e';
 export const PASSWORD = process.env.E2E_PASSWORD ?? 'e2e-password';
 export const ARTIFACTS = process.env.E2E_ARTIFACTS ?? 'test-results';
 
+// Every page of these browsers answers the product's confirmations (Stop, Lock, Delete…) with
+// OK, and keeps what they asked in `page.dialogs`, for the tests to check the words.
+function acceptDialogs(page) {
+  page.dialogs = [];
+  page.on('dialog', (dialog) => {
+    page.dialogs.push(dialog.message());
+    dialog.accept().catch(() => {});
+  });
+  return page;
+}
+
 export async function launchBrowser() {
-  return chromium.launch({
+  const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
     args: [
       '--no-sandbox',
@@ -18,6 +29,17 @@ export async function launchBrowser() {
       '--no-first-run',
     ],
   });
+  const newPage = browser.newPage.bind(browser);
+  browser.newPage = async (options) => acceptDialogs(await newPage(options));
+  const newContext = browser.newContext.bind(browser);
+  browser.newContext = async (options) => {
+    const context = await newContext(options);
+    context.on('page', (page) => {
+      if (!page.dialogs) acceptDialogs(page);
+    });
+    return context;
+  };
+  return browser;
 }
 
 // Waits until the page's wasm has taken over (frontend/src/lib.rs marks the body): typing into a

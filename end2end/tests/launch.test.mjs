@@ -41,6 +41,45 @@ test('signing in works before (or without) the page script: the form posts itsel
   }
 });
 
+test('the launch form offers what the quota and credits allow, and says why not', async () => {
+  const browser = await launchBrowser();
+  const page = await browser.newPage();
+  try {
+    await signIn(page);
+    await page.waitForURL(`${BASE}/`);
+    await hydrated(page);
+    assert.equal(await page.title(), 'Dashboard · GPU Sandbox');
+    // The default quota (16 GB at once) refuses a whole 48 GB card: greyed, with the reason.
+    const whole = page.locator('[data-testid="slice-choice"]:has(input[value="49152"])');
+    assert.match(await whole.innerText(), /Whole GPU · 48 GB/);
+    assert.ok(await whole.locator('input').isDisabled(), 'the whole card is not offered');
+    assert.match(await whole.getByTestId('slice-refused').innerText(), /16 GB of GPU memory/);
+    const eight = page.locator('[data-testid="slice-choice"]:has(input[value="8192"])');
+    assert.ok(await eight.locator('input').isEnabled());
+
+    const duration = page.getByLabel('Duration (minutes)');
+    const launch = page.getByRole('button', { name: 'Launch' });
+    // Empty is said so, never launched as a default.
+    await duration.fill('');
+    await page.getByTestId('launch-refused').filter({ hasText: 'Enter a duration in whole minutes' }).waitFor();
+    assert.ok(await launch.isDisabled());
+    // Any whole minute in range, priced as the server will hold it.
+    await duration.fill('47');
+    await page.getByTestId('launch-total').filter({ hasText: /^Holds [\d.]+ credits? now/ }).waitFor();
+    assert.ok(await launch.isEnabled());
+    assert.equal(await page.getByTestId('launch-refused').count(), 0);
+    await duration.fill('100000');
+    await page.getByTestId('launch-refused').filter({ hasText: /minutes for this size/ }).waitFor();
+    assert.ok(await launch.isDisabled());
+    // Leaving the field brings it back to the longest.
+    await duration.blur();
+    await page.getByTestId('launch-refused').waitFor({ state: 'detached' });
+    assert.ok(Number(await duration.inputValue()) <= 480);
+  } finally {
+    await browser.close();
+  }
+});
+
 test('launch JupyterLab, see it embedded, reload, reopen after signing in again, stop it', async () => {
   const browser = await launchBrowser();
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
@@ -112,9 +151,17 @@ test('launch JupyterLab, see it embedded, reload, reopen after signing in again,
     await page.screenshot({ path: `${ARTIFACTS}/kernel.png` });
 
     await page.getByRole('button', { name: 'Stop' }).click();
+    assert.match(page.dialogs.at(-1) ?? '', /^Stop this session\? .*not saved.* is lost/, 'Stop asks first, saying what is lost');
     const ended = page.getByTestId('session-ended');
     await ended.waitFor({ timeout: 30_000 });
     await ended.getByText(/stopped by you/).waitFor({ timeout: 10_000 });
+    // What it cost and what came back, in credits.
+    const cost = ended.getByTestId('session-cost');
+    await cost.waitFor({ timeout: 10_000 });
+    assert.match(
+      await cost.innerText(),
+      /^Charged [\d.]+ credits? for the time it ran; [\d.]+ credits? of the [\d.]+ held came back/,
+    );
 
     await page.goto(`${BASE}/`);
     await page.getByText('No session is running').waitFor();

@@ -89,6 +89,13 @@ enum UserCommand {
     Lock { name: String },
     /// Unlock an account.
     Unlock { name: String },
+    /// Set a local account's password (prints a generated one unless --password-stdin is
+    /// given); it is the person's own, with nothing to change at the next sign-in.
+    Passwd {
+        name: String,
+        #[arg(long)]
+        password_stdin: bool,
+    },
     /// Let an identity from the single sign-on provider sign in to this account (an existing
     /// local one, say, whose name a provider's user has). IDENTITY is `<issuer>|<subject>`, as
     /// the server's log names it when such a sign-in is refused.
@@ -195,15 +202,7 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
             let service = crate::boot::open_service(config)
                 .await
                 .map_err(|e| e.to_string())?;
-            let (password, generated) = if password_stdin {
-                let mut text = String::new();
-                std::io::stdin()
-                    .read_to_string(&mut text)
-                    .map_err(|e| e.to_string())?;
-                (text.trim_end_matches(['\r', '\n']).to_string(), false)
-            } else {
-                (crate::identity::auth::random_secret(9), true)
-            };
+            let (password, generated) = password_to_set(password_stdin)?;
             let role = if admin { Role::Admin } else { Role::User };
             let user = service
                 .accounts
@@ -218,6 +217,32 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
                 );
             } else {
                 println!("created {} ({})", user.name, role.as_str());
+            }
+            Ok(())
+        }
+        Command::User {
+            command:
+                UserCommand::Passwd {
+                    name,
+                    password_stdin,
+                },
+        } => {
+            let service = crate::boot::open_service(config)
+                .await
+                .map_err(|e| e.to_string())?;
+            let (password, generated) = password_to_set(password_stdin)?;
+            service
+                .accounts
+                .set_password(&name, &password)
+                .await
+                .map_err(|e| match e {
+                    app::error::AppError::NotFound => format!("no user named {name}"),
+                    e => e.to_string(),
+                })?;
+            if generated {
+                println!("{name}'s new password: {password}");
+            } else {
+                println!("{name}'s password is set");
             }
             Ok(())
         }
@@ -242,7 +267,7 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
             let (name, locked) = match command {
                 UserCommand::Lock { name } => (name, true),
                 UserCommand::Unlock { name } => (name, false),
-                UserCommand::Add { .. } | UserCommand::Link { .. } => {
+                UserCommand::Add { .. } | UserCommand::Link { .. } | UserCommand::Passwd { .. } => {
                     unreachable!("matched above")
                 }
             };
@@ -361,6 +386,19 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
             );
             Ok(())
         }
+    }
+}
+
+/// The password read from stdin (its line end dropped), or one made here: (it, whether made).
+fn password_to_set(from_stdin: bool) -> Result<(String, bool), String> {
+    if from_stdin {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| e.to_string())?;
+        Ok((text.trim_end_matches(['\r', '\n']).to_string(), false))
+    } else {
+        Ok((crate::identity::auth::random_secret(9), true))
     }
 }
 

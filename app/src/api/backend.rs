@@ -108,6 +108,23 @@ pub trait Backend: Send + Sync + 'static {
         note: &str,
     ) -> Result<i64, AppError>;
     async fn admin_stop(&self, viewer: &Viewer, id: &str) -> Result<AdminSession, AppError>;
+    async fn change_password(
+        &self,
+        viewer: &Viewer,
+        current: &str,
+        new: &str,
+    ) -> Result<(), AppError>;
+    async fn add_user(
+        &self,
+        viewer: &Viewer,
+        account: crate::model::NewAccount,
+    ) -> Result<crate::model::MadePassword, AppError>;
+    async fn reset_password(
+        &self,
+        viewer: &Viewer,
+        user_id: &str,
+    ) -> Result<crate::model::MadePassword, AppError>;
+    async fn delete_user(&self, viewer: &Viewer, user_id: &str) -> Result<(), AppError>;
     async fn admin_open_editor(
         &self,
         viewer: &Viewer,
@@ -165,7 +182,17 @@ pub(super) async fn current_viewer() -> Result<Option<Viewer>, AppError> {
     backend()?.viewer(&parts()?).await
 }
 
+/// The signed-in viewer, once free to act: a sign-in whose password an admin set (or the first
+/// run printed) may do nothing but change it.
 pub(super) async fn require_viewer() -> Result<Viewer, AppError> {
+    current_viewer()
+        .await?
+        .ok_or(AppError::Unauthenticated)?
+        .settled()
+}
+
+/// The signed-in viewer, even one who must change their password first.
+pub(super) async fn signed_in_viewer() -> Result<Viewer, AppError> {
     current_viewer().await?.ok_or(AppError::Unauthenticated)
 }
 

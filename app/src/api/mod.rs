@@ -37,9 +37,12 @@ pub async fn login(
     let viewer = backend::login(&name, &password).await?;
     // Signed in before the page's script had loaded: send the browser on as the page would.
     if backend::is_plain_form_post() {
-        let to = next
-            .filter(|n| crate::domain::paths::is_local_path(n))
-            .unwrap_or_else(|| "/".into());
+        let next = next.filter(|n| crate::domain::paths::is_local_path(n));
+        let to = if viewer.must_change_password {
+            crate::domain::paths::after_password_change(next.as_deref())
+        } else {
+            next.unwrap_or_else(|| "/".into())
+        };
         leptos_axum::redirect(&to);
     }
     Ok(viewer)
@@ -49,6 +52,16 @@ pub async fn login(
 #[server]
 pub async fn single_sign_on() -> Result<Option<String>, AppError> {
     Ok(backend::backend()?.single_sign_on())
+}
+
+/// The signed-in person's own new password (the current one confirms it); the only thing a
+/// sign-in whose password an admin set may do.
+#[server]
+pub async fn change_password(current: String, new: String) -> Result<(), AppError> {
+    let viewer = backend::signed_in_viewer().await?;
+    backend::backend()?
+        .change_password(&viewer, &current, &new)
+        .await
 }
 
 #[server]
@@ -182,6 +195,28 @@ pub async fn grant_credits(user_id: String, amount: String, note: String) -> Res
     backend::backend()?
         .grant_credits(&viewer, &user_id, &amount, &note)
         .await
+}
+
+/// Adds a local account; the password to hand over comes back this once.
+#[server(input = leptos::server_fn::codec::Json)]
+pub async fn add_user(
+    account: crate::model::NewAccount,
+) -> Result<crate::model::MadePassword, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.add_user(&viewer, account).await
+}
+
+/// A new password for another account, made by the server and shown this once.
+#[server]
+pub async fn reset_password(user_id: String) -> Result<crate::model::MadePassword, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.reset_password(&viewer, &user_id).await
+}
+
+#[server]
+pub async fn delete_user(user_id: String) -> Result<(), AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.delete_user(&viewer, &user_id).await
 }
 
 #[server]

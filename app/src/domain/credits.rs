@@ -64,6 +64,20 @@ pub fn settlement(
 }
 
 /// "12.5" for 12500; always shows up to three decimals, no trailing zeros.
+/// "credit" for exactly one (or minus one), else "credits".
+pub fn unit(milli: i64) -> &'static str {
+    if milli.abs() == MILLI {
+        "credit"
+    } else {
+        "credits"
+    }
+}
+
+/// An amount with its unit: "1 credit", "2.5 credits", "-98.5 credits".
+pub fn with_unit(milli: i64) -> String {
+    format!("{} {}", format(milli), unit(milli))
+}
+
 pub fn format(milli: i64) -> String {
     let sign = if milli < 0 { "-" } else { "" };
     let abs = milli.unsigned_abs();
@@ -213,5 +227,14 @@ mod tests {
         for bad in ["", "abc", "1.2345", "1e3", "--1", "1.2.3", "."] {
             assert!(parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn one_credit_is_singular() {
+        assert_eq!(with_unit(1000), "1 credit");
+        assert_eq!(with_unit(-1000), "-1 credit");
+        assert_eq!(with_unit(1500), "1.5 credits");
+        assert_eq!(with_unit(-98_500), "-98.5 credits");
+        assert_eq!(with_unit(0), "0 credits");
     }
 }

@@ -187,9 +187,188 @@ pub fn validate(req: &LaunchRequest, catalog: &Catalog) -> Result<ValidLaunch, S
     })
 }
 
+/// What the launch form has chosen, and what bounds it: the form asks [`form_refusal`] before it
+/// lets Launch be pressed, with the figures the server holds the launch to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FormChoice {
+    pub slice_mib: u64,
+    /// The duration typed; `None` when the field is empty or not a whole number.
+    pub minutes: Option<u32>,
+    pub min_minutes: u32,
+    /// The longest duration for this size (bursts are shorter).
+    pub max_minutes: u32,
+    /// Milli-credits per hour for this size.
+    pub price_per_hour: i64,
+    /// Milli-credits the user may spend now.
+    pub balance: i64,
+    pub limits: super::quota::Limits,
+    pub usage: super::quota::Usage,
+}
+
+impl FormChoice {
+    /// The longest duration the user may choose for this size: the size's and their own limit.
+    pub fn longest(&self) -> u32 {
+        self.max_minutes.min(self.limits.max_minutes)
+    }
+
+    /// What the launch holds, in milli-credits, when its duration is one.
+    pub fn hold(&self) -> Option<i64> {
+        self.minutes
+            .map(|m| super::credits::price_for_minutes(self.price_per_hour, m as i64))
+    }
+}
+
+/// Why a size cannot be launched by this user now, whatever the duration (their GPU memory
+/// limit or their number of sessions); `None` when it can.
+pub fn slice_refusal(
+    limits: &super::quota::Limits,
+    usage: &super::quota::Usage,
+    slice_mib: u64,
+) -> Option<String> {
+    super::quota::check(limits, usage, slice_mib, 0).err()
+}
+
+/// Why the form's choice would be refused, in the words the form shows beside a disabled Launch;
+/// `None` when the server would take it.
+pub fn form_refusal(choice: &FormChoice) -> Option<String> {
+    let longest = choice.longest();
+    let Some(minutes) = choice.minutes else {
+        return Some(format!(
+            "Enter a duration in whole minutes, {} to {longest}.",
+            choice.min_minutes
+        ));
+    };
+    if minutes < choice.min_minutes || minutes > longest {
+        return Some(format!(
+            "Choose {} to {longest} minutes for this size.",
+            choice.min_minutes
+        ));
+    }
+    if let Some(refused) = slice_refusal(&choice.limits, &choice.usage, choice.slice_mib) {
+        return Some(refused);
+    }
+    let hold = choice.hold().unwrap_or_default();
+    if hold > choice.balance {
+        return Some(format!(
+            "This needs {} credits and you have {}: choose fewer minutes or a smaller slice, or ask an admin for credits.",
+            super::credits::format(hold),
+            super::credits::format(choice.balance.max(0))
+        ));
+    }
+    None
+}
+
+/// The duration as typed: a whole number of minutes, or nothing.
+pub fn typed_minutes(text: &str) -> Option<u32> {
+    let text = text.trim();
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn choice() -> FormChoice {
+        FormChoice {
+            slice_mib: 8192,
+            minutes: Some(60),
+            min_minutes: 15,
+            max_minutes: 480,
+            price_per_hour: 2_000,
+            balance: 100_000,
+            limits: crate::domain::quota::Limits {
+                max_sessions: 2,
+                max_gpu_mib: 16384,
+                max_minutes: 240,
+                max_disk_mib: 10240,
+            },
+            usage: crate::domain::quota::Usage::default(),
+        }
+    }
+
+    #[test]
+    fn the_form_takes_what_the_server_takes() {
+        assert_eq!(form_refusal(&choice()), None);
+        assert_eq!(choice().hold(), Some(2_000));
+        // Any whole minute in range, the user's own limit included.
+        for minutes in [15, 16, 47, 240] {
+            let c = FormChoice {
+                minutes: Some(minutes),
+                ..choice()
+            };
+            assert_eq!(form_refusal(&c), None, "{minutes}");
+        }
+    }
+
+    #[test]
+    fn the_form_says_why_it_would_be_refused() {
+        let empty = FormChoice {
+            minutes: None,
+            ..choice()
+        };
+        assert_eq!(
+            form_refusal(&empty).as_deref(),
+            Some("Enter a duration in whole minutes, 15 to 240.")
+        );
+        let long = FormChoice {
+            minutes: Some(241),
+            ..choice()
+        };
+        assert_eq!(
+            form_refusal(&long).as_deref(),
+            Some("Choose 15 to 240 minutes for this size.")
+        );
+        let whole_card = FormChoice {
+            slice_mib: 49152,
+            max_minutes: 60,
+            ..choice()
+        };
+        let refused = form_refusal(&whole_card).unwrap();
+        assert!(refused.contains("16 GB of GPU memory"), "{refused}");
+        let poor = FormChoice {
+            balance: 1_000,
+            ..choice()
+        };
+        let refused = form_refusal(&poor).unwrap();
+        assert!(
+            refused.starts_with("This needs 2 credits and you have 1:"),
+            "{refused}"
+        );
+        let busy = FormChoice {
+            usage: crate::domain::quota::Usage {
+                sessions: 2,
+                gpu_mib: 16384,
+                disk_mib: None,
+            },
+            ..choice()
+        };
+        assert!(form_refusal(&busy).unwrap().contains("Stop one first"));
+    }
+
+    #[test]
+    fn a_size_over_the_gpu_limit_is_refused_whatever_the_duration() {
+        let c = choice();
+        assert_eq!(slice_refusal(&c.limits, &c.usage, 16384), None);
+        assert!(slice_refusal(&c.limits, &c.usage, 49152).is_some());
+        let holding = crate::domain::quota::Usage {
+            sessions: 1,
+            gpu_mib: 8192,
+            disk_mib: None,
+        };
+        assert_eq!(slice_refusal(&c.limits, &holding, 8192), None);
+        assert!(slice_refusal(&c.limits, &holding, 16384).is_some());
+    }
+
+    #[test]
+    fn only_whole_minutes_are_a_duration() {
+        assert_eq!(typed_minutes(" 45 "), Some(45));
+        for bad in ["", "  ", "4.5", "-5", "1e3", "45min", "99999999999"] {
+            assert_eq!(typed_minutes(bad), None, "{bad:?}");
+        }
+    }
 
     fn catalog() -> Catalog {
         Catalog {

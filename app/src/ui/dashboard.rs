@@ -3,7 +3,7 @@ use super::chips::StateChip;
 use super::format::{format_countdown, use_clock};
 use crate::api::{Launch, Logout, StopSession, load_dashboard};
 use crate::domain::credits;
-use crate::domain::launch::EditorKind;
+use crate::domain::launch::{self, EditorKind};
 use crate::domain::pool::format_mib;
 use crate::domain::session::SessionState;
 use crate::model::{CreditsView, Dashboard, GpuView, SessionView, Viewer};
@@ -15,6 +15,7 @@ pub fn DashboardPage() -> impl IntoView {
     let stop = ServerAction::<StopSession>::new();
     let data = Resource::new(move || stop.version().get(), |_| load_dashboard());
     view! {
+        <leptos_meta::Title text="Dashboard · GPU Sandbox" />
         <Suspense fallback=|| view! { <p class="muted pad">"Loading your dashboard…"</p> }>
             {move || Suspend::new(async move {
                 match data.await {
@@ -40,6 +41,7 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
         enforcement,
         images,
         isolation_warning,
+        history,
     } = data;
     let live: Vec<SessionView> = sessions
         .iter()
@@ -83,6 +85,7 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
             },
         );
     }
+    let balance = credits.balance;
     view! {
         <Header viewer credits />
         <main class="dashboard">
@@ -110,7 +113,7 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
                         quota.limits.max_minutes,
                     )}
                 </p>
-                <LaunchForm editors slices durations images />
+                <LaunchForm editors slices durations images limits=quota.limits usage=quota.usage balance />
             </section>
             <section class="sessions" aria-labelledby="sessions-title">
                 <h2 id="sessions-title">"Your sessions"</h2>
@@ -146,11 +149,61 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
                             </details>
                         }
                     })}
+                <CreditHistory history />
             </section>
             <super::promotion::PromotionsCard />
             <PoolStrip gpus enforcement />
         </main>
     }
+}
+
+/// The newest lines of the user's credits: grants with the admin's note, holds, charges and what
+/// came back.
+#[component]
+fn CreditHistory(history: Vec<crate::model::LedgerLine>) -> impl IntoView {
+    if history.is_empty() {
+        return ().into_any();
+    }
+    let what = |kind: &str| match kind {
+        "grant" => "Granted",
+        "adjust" => "Taken back",
+        "hold" => "Held for a session",
+        "refund" => "Hold released",
+        "charge" => "Charged",
+        _ => "Changed",
+    };
+    view! {
+        <details class="history" data-testid="credit-history">
+            <summary>"Credit history"</summary>
+            <table class="ledger">
+                <thead>
+                    <tr>
+                        <th>"When (UTC)"</th>
+                        <th>"What"</th>
+                        <th class="num">"Credits"</th>
+                        <th>"Note"</th>
+                    </tr>
+                </thead>
+                <tbody>
+                    {history
+                        .into_iter()
+                        .map(|line| {
+                            let sign = if line.amount > 0 { "+" } else { "" };
+                            view! {
+                                <tr data-kind=line.kind.clone()>
+                                    <td>{super::format::format_utc(line.at_ms)}</td>
+                                    <td>{what(&line.kind)}</td>
+                                    <td class="num">{format!("{sign}{}", credits::format(line.amount))}</td>
+                                    <td>{line.note}</td>
+                                </tr>
+                            }
+                        })
+                        .collect_view()}
+                </tbody>
+            </table>
+        </details>
+    }
+    .into_any()
 }
 
 #[component]
@@ -178,7 +231,9 @@ fn Header(viewer: Viewer, credits: CreditsView) -> impl IntoView {
                     })}
             </div>
             <div class="user">
-                <span data-testid="user-name">{viewer.name}</span>
+                <a href="/account" data-testid="user-name" title="Your account">
+                    {viewer.name}
+                </a>
                 {(viewer.role == crate::model::Role::Admin)
                     .then(|| {
                         view! {
@@ -201,6 +256,10 @@ fn LaunchForm(
     slices: Vec<crate::model::SliceOption>,
     durations: crate::model::DurationLimits,
     images: Vec<crate::model::ImageView>,
+    limits: crate::domain::quota::Limits,
+    usage: crate::domain::quota::Usage,
+    /// Milli-credits the user may spend now.
+    balance: i64,
 ) -> impl IntoView {
     let launch = ServerAction::<Launch>::new();
     // An approved image's id, or empty for the editor's default.
@@ -214,38 +273,62 @@ fn LaunchForm(
         .find(|e| e.unavailable.is_none())
         .map(|e| e.kind)
         .unwrap_or(EditorKind::JupyterLab);
+    // Sizes this user's quota refuses whatever the duration: shown, greyed, with the reason.
+    let refused_sizes: Vec<(u64, Option<String>)> = slices
+        .iter()
+        .map(|s| {
+            (
+                s.slice_mib,
+                launch::slice_refusal(&limits, &usage, s.slice_mib),
+            )
+        })
+        .collect();
+    let allowed = |mib: u64| {
+        refused_sizes
+            .iter()
+            .any(|(m, why)| *m == mib && why.is_none())
+    };
     let first_slice = slices
         .iter()
-        .find(|s| s.free > 0)
+        .find(|s| s.free > 0 && allowed(s.slice_mib))
+        .or(slices.iter().find(|s| allowed(s.slice_mib)))
         .or(slices.first())
         .map(|s| s.slice_mib)
         .unwrap_or_default();
     let editor = RwSignal::new(first_editor);
     let slice = RwSignal::new(first_slice);
-    let minutes = RwSignal::new(durations.default_minutes);
-    let prices: Vec<(u64, i64)> = slices
+    // The field as typed: an empty or broken one is said so, never launched as a default.
+    let typed = RwSignal::new(
+        durations
+            .default_minutes
+            .min(limits.max_minutes)
+            .max(durations.min_minutes)
+            .to_string(),
+    );
+    let figures: Vec<(u64, i64, u32)> = slices
         .iter()
-        .map(|s| (s.slice_mib, s.price_per_hour))
+        .map(|s| (s.slice_mib, s.price_per_hour, s.max_minutes))
         .collect();
-    let max_for: Vec<(u64, u32)> = slices
-        .iter()
-        .map(|s| (s.slice_mib, s.max_minutes))
-        .collect();
-    let max_minutes = move || {
-        max_for
+    let choice = Memo::new(move |_| {
+        let mib = slice.get();
+        let (price_per_hour, max_minutes) = figures
             .iter()
-            .find(|(mib, _)| *mib == slice.get())
-            .map(|(_, m)| *m)
-            .unwrap_or(durations.max_minutes)
-    };
-    let total = move || {
-        let per_hour = prices
-            .iter()
-            .find(|(mib, _)| *mib == slice.get())
-            .map(|(_, p)| *p)
-            .unwrap_or(0);
-        credits::price_for_minutes(per_hour, minutes.get() as i64)
-    };
+            .find(|(m, _, _)| *m == mib)
+            .map(|(_, price, max)| (*price, *max))
+            .unwrap_or((0, durations.max_minutes));
+        launch::FormChoice {
+            slice_mib: mib,
+            minutes: launch::typed_minutes(&typed.get()),
+            min_minutes: durations.min_minutes,
+            max_minutes,
+            price_per_hour,
+            balance,
+            limits,
+            usage,
+        }
+    });
+    let max_minutes = move || choice.get().longest();
+    let refusal = Memo::new(move |_| launch::form_refusal(&choice.get()));
 
     let navigate = use_navigate();
     Effect::new(move |_| {
@@ -255,10 +338,16 @@ fn LaunchForm(
     });
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
+        let Some(minutes) = choice.get_untracked().minutes else {
+            return;
+        };
+        if refusal.get_untracked().is_some() {
+            return;
+        }
         launch.dispatch(Launch {
             editor: editor.get_untracked().as_str().to_string(),
             slice_mib: slice.get_untracked(),
-            duration_minutes: minutes.get_untracked(),
+            duration_minutes: minutes,
             // A choice made for another editor does not carry over.
             image: Some(image.get_untracked()).filter(|id| {
                 image_editors
@@ -361,17 +450,24 @@ fn LaunchForm(
                             if s.free == 0 {
                                 notes.push(format!("{} waiting: you will queue", s.queued));
                             }
+                            let why = refused_sizes
+                                .iter()
+                                .find(|(m, _)| *m == mib)
+                                .and_then(|(_, why)| why.clone());
+                            let disabled = why.is_some();
                             view! {
-                                <label class="choice" data-testid="slice-choice">
+                                <label class="choice" class:disabled=disabled data-testid="slice-choice">
                                     <input
                                         type="radio"
                                         name="slice"
                                         value=mib.to_string()
+                                        disabled=disabled
                                         prop:checked=move || slice.get() == mib
                                         on:change=move |_| slice.set(mib)
                                     />
                                     <span>{label}</span>
                                     <small class="muted">{notes.join(" · ")}</small>
+                                    {why.map(|why| view! { <small class="why" data-testid="slice-refused">{why}</small> })}
                                 </label>
                             }
                         })
@@ -384,25 +480,54 @@ fn LaunchForm(
                 <input
                     type="number"
                     name="duration_minutes"
+                    inputmode="numeric"
                     min=durations.min_minutes
                     max=max_minutes
-                    step="15"
-                    prop:value=move || minutes.get().to_string()
-                    on:input=move |ev| {
-                        if let Ok(v) = event_target_value(&ev).parse() {
-                            minutes.set(v);
+                    step="1"
+                    required
+                    prop:value=move || typed.get()
+                    on:input=move |ev| typed.set(event_target_value(&ev))
+                    on:change=move |_| {
+                        // Past the longest for this size: brought back to it, and said so below.
+                        if let Some(m) = launch::typed_minutes(&typed.get_untracked())
+                            && m > choice.get_untracked().longest()
+                        {
+                            typed.set(choice.get_untracked().longest().to_string());
                         }
                     }
                 />
+                <small class="muted">
+                    {move || format!("{} to {} minutes for this size", durations.min_minutes, max_minutes())}
+                </small>
             </label>
             <div class="launch-footer">
                 <span data-testid="launch-total">
-                    "Total: " <strong>{move || credits::format(total())}</strong> " credits"
+                    {move || match choice.get().hold() {
+                        Some(hold) => view! {
+                            "Holds " <strong>{credits::format(hold)}</strong>
+                            {format!(
+                                " {} now; unused minutes come back when it ends",
+                                credits::unit(hold)
+                            )}
+                        }
+                            .into_any(),
+                        None => view! { "Holds nothing until a duration is entered" }.into_any(),
+                    }}
                 </span>
-                <button type="submit" class="primary" disabled=move || launch.pending().get()>
+                <button
+                    type="submit"
+                    class="primary"
+                    disabled=move || launch.pending().get() || refusal.get().is_some()
+                    title=move || refusal.get().unwrap_or_default()
+                >
                     {move || if launch.pending().get() { "Launching…" } else { "Launch" }}
                 </button>
             </div>
+            {move || {
+                refusal
+                    .get()
+                    .map(|why| view! { <p class="muted why" data-testid="launch-refused">{why}</p> })
+            }}
             {move || {
                 launch
                     .value()
@@ -461,6 +586,19 @@ fn SessionCard(session: SessionView, stop: ServerAction<StopSession>) -> impl In
                     }
                 })}
             {reason.map(|r| view! { <p class="muted">{format!("Ended: {r}")}</p> })}
+            {session
+                .cost
+                .map(|cost| {
+                    view! {
+                        <p class="muted" data-testid="session-cost">
+                            {format!(
+                                "Cost {} · {} returned",
+                                credits::with_unit(cost.charged),
+                                credits::format(cost.returned)
+                            )}
+                        </p>
+                    }
+                })}
             {live
                 .then(|| {
                     view! {
@@ -471,7 +609,11 @@ fn SessionCard(session: SessionView, stop: ServerAction<StopSession>) -> impl In
                             <button
                                 class="danger"
                                 on:click=move |_| {
-                                    stop.dispatch(StopSession { id: id.clone() });
+                                    if queued
+                                        || crate::ui::format::confirmed(super::session::STOP_QUESTION)
+                                    {
+                                        stop.dispatch(StopSession { id: id.clone() });
+                                    }
                                 }
                             >
                                 {if queued { "Leave queue" } else { "Stop" }}

@@ -37,6 +37,22 @@ pub(crate) fn hard_navigate(path: &str) {
     let _ = path;
 }
 
+/// Asks the person `question` in the browser's own dialog; whether they said OK. Outside the
+/// browser (nothing is clicked there) the answer is yes.
+pub(crate) fn confirmed(question: &str) -> bool {
+    #[cfg(feature = "hydrate")]
+    {
+        web_sys::window()
+            .and_then(|window| window.confirm_with_message(question).ok())
+            .unwrap_or(false)
+    }
+    #[cfg(not(feature = "hydrate"))]
+    {
+        let _ = question;
+        true
+    }
+}
+
 /// A ticking clock for countdowns; only ticks in the browser.
 pub(crate) fn use_clock() -> ReadSignal<i64> {
     let (now, set_now) = signal(now_ms());

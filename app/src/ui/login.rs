@@ -11,15 +11,20 @@ pub fn LoginPage() -> impl IntoView {
     let navigate = use_navigate();
     let query = use_query_map();
     Effect::new(move |_| {
-        if let Some(Ok(_)) = login.value().get() {
-            // Back to where the visitor was sent from (an editor link, say), if it is one of ours.
-            match query
+        if let Some(Ok(viewer)) = login.value().get() {
+            // Back to where the visitor was sent from (an editor link, say), if it is one of ours;
+            // by their account page first when their password must be changed.
+            let next = query
                 .read_untracked()
                 .get("next")
-                .filter(|n| is_local_path(n))
-            {
-                Some(next) => hard_navigate(&next),
-                None => navigate("/", Default::default()),
+                .filter(|n| is_local_path(n));
+            match (viewer.must_change_password, next) {
+                (true, next) => navigate(
+                    &crate::domain::paths::after_password_change(next.as_deref()),
+                    Default::default(),
+                ),
+                (false, Some(next)) => hard_navigate(&next),
+                (false, None) => navigate("/", Default::default()),
             }
         }
     });
@@ -61,6 +66,7 @@ pub fn LoginPage() -> impl IntoView {
         })
     };
     view! {
+        <leptos_meta::Title text="Sign in · GPU Sandbox" />
         <main class="login">
             <div class="card">
                 <h1>"GPU Sandbox"</h1>

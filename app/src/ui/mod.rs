@@ -1,5 +1,6 @@
 //! The pages. Every one renders on the server and hydrates in the browser.
 
+mod account;
 mod admin;
 mod chips;
 mod dashboard;
@@ -49,6 +50,7 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/sessions/:id") view=session::SessionPage />
                 <Route path=path!("/tokens") view=tokens::TokensPage />
                 <Route path=path!("/admin") view=admin::AdminPage />
+                <Route path=path!("/account") view=account::AccountPage />
             </Routes>
         </Router>
     }
@@ -70,11 +72,29 @@ fn NotFound() -> impl IntoView {
     }
 }
 
-/// Shows an error; sends an anonymous visitor to the sign-in page instead.
+/// Shows an error; sends an anonymous visitor to the sign-in page instead, and one whose password
+/// an admin set to their account page, each coming back here afterwards.
 #[component]
 fn ErrorNotice(error: AppError) -> impl IntoView {
+    let location = leptos_router::hooks::use_location();
+    let here = move || {
+        let search = location.search.get_untracked();
+        let mark = if search.is_empty() || search.starts_with('?') {
+            ""
+        } else {
+            "?"
+        };
+        format!("{}{mark}{search}", location.pathname.get_untracked())
+    };
     match error {
-        AppError::Unauthenticated => view! { <Redirect path="/login" /> }.into_any(),
+        AppError::Unauthenticated => {
+            let path = crate::domain::paths::sign_in_then(&here());
+            view! { <Redirect path /> }.into_any()
+        }
+        AppError::PasswordChangeRequired => {
+            let path = crate::domain::paths::after_password_change(Some(&here()));
+            view! { <Redirect path /> }.into_any()
+        }
         error => view! {
             <div class="notice error" role="alert">
                 {error.to_string()}

@@ -2,11 +2,15 @@ use super::ErrorNotice;
 use super::chips::StateChip;
 use super::format::{format_countdown, use_clock};
 use crate::api::{ExtendSession, Heartbeat, StopSession, get_session};
+use crate::domain::credits;
 use crate::domain::pool::format_mib;
 use crate::domain::session::SessionState;
 use crate::model::{SessionView, Step};
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
+
+/// Asked before a running session is stopped: what is lost, and what comes back.
+pub(crate) const STOP_QUESTION: &str = "Stop this session? The editor closes: anything not saved to your workspace (an open notebook's unsaved cells, a running kernel's state) is lost. Unused credits come back to you.";
 
 #[component]
 pub fn SessionPage() -> impl IntoView {
@@ -14,6 +18,7 @@ pub fn SessionPage() -> impl IntoView {
     let id = move || params.read().get("id").unwrap_or_default();
     let data = Resource::new(id, get_session);
     view! {
+        <leptos_meta::Title text="Session · GPU Sandbox" />
         <Suspense fallback=|| view! { <p class="muted pad">"Loading the session…"</p> }>
             {move || Suspend::new(async move {
                 match data.await {
@@ -247,7 +252,11 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                                     class="danger"
                                     disabled=move || stop.pending().get()
                                     on:click=move |_| {
-                                        stop.dispatch(StopSession { id: id.clone() });
+                                        if state() == SessionState::Queued
+                                            || crate::ui::format::confirmed(STOP_QUESTION)
+                                        {
+                                            stop.dispatch(StopSession { id: id.clone() });
+                                        }
                                     }
                                 >
                                     {move || {
@@ -298,7 +307,23 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                                     <h2>"This session has ended"</h2>
                                     {reason}
                                     {s.detail.map(|d| view! { <pre class="detail">{d}</pre> })}
-                                    <p class="muted">"Unused credits were returned to your balance."</p>
+                                    {match s.cost {
+                                        Some(cost) => view! {
+                                            <p data-testid="session-cost">
+                                                {format!(
+                                                    "Charged {} for the time it ran; {} of the {} held came back to your balance.",
+                                                    credits::with_unit(cost.charged),
+                                                    credits::with_unit(cost.returned),
+                                                    credits::format(cost.held),
+                                                )}
+                                            </p>
+                                        }
+                                            .into_any(),
+                                        None => view! {
+                                            <p class="muted">"Unused credits were returned to your balance."</p>
+                                        }
+                                            .into_any(),
+                                    }}
                                     <a class="button primary" href="/">"Back to your dashboard"</a>
                                 </div>
                             </main>
@@ -383,6 +408,7 @@ mod tests {
             steps: vec![],
             admin_access: None,
             memory_note: None,
+            cost: None,
         };
         apply_step(&mut s, step(1, SessionState::Starting, false));
         apply_step(&mut s, step(1, SessionState::Starting, false));

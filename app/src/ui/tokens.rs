@@ -23,6 +23,7 @@ pub fn TokensPage() -> impl IntoView {
         }
     });
     view! {
+        <leptos_meta::Title text="API tokens · GPU Sandbox" />
         <header class="topbar">
             <a class="brand" href="/">
                 "GPU Sandbox"

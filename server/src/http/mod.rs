@@ -287,7 +287,8 @@ pub(crate) async fn request_auth<'a>(
         .caller(headers)
         .await?
         .ok_or(app::error::AppError::Unauthenticated)?
-        .viewer();
+        .viewer()
+        .settled()?;
     let sso_confirmed_at = match session {
         Some(session) => auth::sso_confirmed_at(session).await,
         None => None,

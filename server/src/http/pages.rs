@@ -225,6 +225,35 @@ impl app::api::Backend for PagesBackend {
         self.0.admin.admin_stop(viewer, id).await
     }
 
+    async fn change_password(
+        &self,
+        viewer: &Viewer,
+        current: &str,
+        new: &str,
+    ) -> Result<(), AppError> {
+        self.0.accounts.change_password(viewer, current, new).await
+    }
+
+    async fn add_user(
+        &self,
+        viewer: &Viewer,
+        account: NewAccount,
+    ) -> Result<MadePassword, AppError> {
+        self.0.admin.admin_add_user(viewer, account).await
+    }
+
+    async fn reset_password(
+        &self,
+        viewer: &Viewer,
+        user_id: &str,
+    ) -> Result<MadePassword, AppError> {
+        self.0.admin.admin_reset_password(viewer, user_id).await
+    }
+
+    async fn delete_user(&self, viewer: &Viewer, user_id: &str) -> Result<(), AppError> {
+        self.0.admin.admin_delete_user(viewer, user_id).await
+    }
+
     async fn admin_open_editor(
         &self,
         viewer: &Viewer,

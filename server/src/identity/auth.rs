@@ -391,6 +391,8 @@ impl Caller {
     pub fn viewer(&self) -> app::model::Viewer {
         app::model::Viewer {
             token_expires_at_ms: self.token_expires_at,
+            // A token's maker chose their own password to make it; a sign-in's may be an admin's.
+            must_change_password: self.user.must_change_password && !self.by_token,
             ..self.user.viewer(self.scopes())
         }
     }

@@ -57,11 +57,13 @@ impl Accounts {
         let password = auth::random_secret(9);
         let hash =
             auth::hash_password(&password).map_err(|_| StoreError::NotFound("password hasher"))?;
+        // The printed password is in a terminal's scrollback and a file: its person replaces it
+        // at the first sign-in.
         match self
             .store
-            .create_user(
+            .create_user_with_temporary_password(
                 "admin",
-                Some(&hash),
+                &hash,
                 Role::Admin,
                 self.config.initial_grant(),
                 None,
@@ -101,6 +103,95 @@ impl Accounts {
                 actor,
             )
             .await?)
+    }
+
+    /// An account whose password someone else chose (an admin): shown to them once, and
+    /// replaced by its person at their first sign-in.
+    pub async fn create_user_with_temporary_password(
+        &self,
+        name: &str,
+        password: &str,
+        role: Role,
+        actor: Option<&str>,
+    ) -> Result<UserRecord, AppError> {
+        let name = accounts::checked_user_name(name).map_err(AppError::Invalid)?;
+        self.check_one_account_unisolated().await?;
+        accounts::check_password(password).map_err(AppError::Invalid)?;
+        let hash = auth::hash_password(password).map_err(|_| AppError::Internal)?;
+        match self
+            .store
+            .create_user_with_temporary_password(
+                name,
+                &hash,
+                role,
+                self.config.initial_grant(),
+                actor,
+            )
+            .await
+        {
+            Err(StoreError::Duplicate(_)) => Err(AppError::Conflict(format!(
+                "there is already an account named {name} (a deleted account keeps its name)"
+            ))),
+            made => Ok(made?),
+        }
+    }
+
+    /// The person's own new password, given the current one (throttled like a sign-in). It ends
+    /// a must-change; cached sign-ins are dropped, so the change applies to the next request.
+    pub async fn change_password(
+        &self,
+        viewer: &Viewer,
+        current: &str,
+        new: &str,
+    ) -> Result<(), AppError> {
+        let user = self
+            .store
+            .user_by_id(&viewer.id)
+            .await?
+            .ok_or(AppError::Unauthenticated)?;
+        if user.password_hash.is_none() {
+            return Err(AppError::Invalid(
+                "this account signs in with single sign-on: change the password at your identity provider".into(),
+            ));
+        }
+        accounts::check_password(new).map_err(AppError::Invalid)?;
+        if new == current {
+            return Err(AppError::Invalid(
+                "the new password must differ from the current one".into(),
+            ));
+        }
+        self.confirm_person(viewer, false, Some(current), None, "change your password")
+            .await
+            .map_err(|refused| match refused {
+                AppError::Forbidden(_) => {
+                    AppError::Forbidden("The current password is not right.".into())
+                }
+                other => other,
+            })?;
+        let hash = auth::hash_password(new).map_err(|_| AppError::Internal)?;
+        self.store
+            .set_password(&viewer.id, &hash, false, Some(&viewer.id))
+            .await?;
+        self.auth.forget_user(&viewer.id);
+        Ok(())
+    }
+
+    /// Sets a local account's password from the command line (the operator's recovery): the
+    /// person's own from now on, nothing to change at the next sign-in.
+    pub async fn set_password(&self, name: &str, password: &str) -> Result<(), AppError> {
+        accounts::check_password(password).map_err(AppError::Invalid)?;
+        let user = self
+            .store
+            .user_by_name(name)
+            .await?
+            .filter(|user| !user.deleted)
+            .ok_or(AppError::NotFound)?;
+        let hash = auth::hash_password(password).map_err(|_| AppError::Internal)?;
+        self.store
+            .set_password(&user.id, &hash, false, None)
+            .await?;
+        self.auth.forget_user(&user.id);
+        Ok(())
     }
 
     /// Locks or unlocks an account; a locked one loses access at once (cookies and tokens).
@@ -304,7 +395,10 @@ impl Accounts {
         self.store
             .audit(Some(&user.id), "login", &format!("user:{}", user.name), how)
             .await?;
-        Ok(user.viewer(Scopes::ALL))
+        Ok(Viewer {
+            must_change_password: user.must_change_password,
+            ..user.viewer(Scopes::ALL)
+        })
     }
 
     pub async fn logout(

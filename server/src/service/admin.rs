@@ -4,7 +4,7 @@
 //! (`/admin`, `app::ui::admin`) and the REST API (`/api/v1/admin/…`) refuse alike; the page is for
 //! display, never the check. A browser's sign-in carries `admin` only for 15 minutes after its
 //! person confirmed (`service::accounts`). Every change is audited with the acting admin
-//! (`user.role`, `user.lock`, `user.unlock`, `credits.grant`, `quota.set`, `session.stop`,
+//! (`user.create`, `user.password_reset`, `user.delete`, `user.role`, `user.lock`, `user.unlock`, `credits.grant`, `quota.set`, `session.stop`,
 //! `session.access`); the audit log shows the actor's and the target user's names, read for the
 //! page's ids in one query.
 //!
@@ -63,8 +63,8 @@ use app::domain::scope::Scope;
 use app::domain::session::EndReason;
 use app::error::AppError;
 use app::model::{
-    AdminGpu, AdminSession, AdminUser, AuditLine, EditorAccess, Role, SettingsSection, UsageRow,
-    UserChange, Viewer,
+    AdminGpu, AdminSession, AdminUser, AuditLine, EditorAccess, MadePassword, NewAccount, Role,
+    SettingsSection, UsageRow, UserChange, Viewer,
 };
 use std::sync::Arc;
 
@@ -268,6 +268,125 @@ impl Admin {
         changed
     }
 
+    /// Another account than the admin's own (`not_yourself` says why not), not deleted.
+    async fn another_account(
+        &self,
+        viewer: &Viewer,
+        user_id: &str,
+        not_yourself: &str,
+    ) -> Result<crate::store::UserRecord, AppError> {
+        require_admin(viewer)?;
+        if user_id == viewer.id {
+            return Err(AppError::Forbidden(not_yourself.into()));
+        }
+        self.store
+            .user_by_id(user_id)
+            .await?
+            .filter(|user| !user.deleted)
+            .ok_or(AppError::NotFound)
+    }
+
+    /// Adds a local account with the password the admin gave, or one made here; its person
+    /// changes it at their first sign-in. Audited (`user.create`, with the admin).
+    pub async fn admin_add_user(
+        &self,
+        viewer: &Viewer,
+        account: NewAccount,
+    ) -> Result<MadePassword, AppError> {
+        require_admin(viewer)?;
+        let password = account
+            .password
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| crate::identity::auth::random_secret(9));
+        let user = Accounts(Arc::clone(&self.0))
+            .create_user_with_temporary_password(
+                &account.name,
+                &password,
+                account.role,
+                Some(&viewer.id),
+            )
+            .await?;
+        Ok(MadePassword {
+            user_id: user.id,
+            name: user.name,
+            password,
+        })
+    }
+
+    /// Gives a local account a new password made here, to hand over once; its person changes
+    /// it at their next sign-in. Their other sign-ins end, and their tokens stay.
+    pub async fn admin_reset_password(
+        &self,
+        viewer: &Viewer,
+        user_id: &str,
+    ) -> Result<MadePassword, AppError> {
+        let user = self
+            .another_account(
+                viewer,
+                user_id,
+                "change your own password on your account page",
+            )
+            .await?;
+        if user.password_hash.is_none() {
+            return Err(AppError::Invalid(format!(
+                "{} signs in with single sign-on and has no password here",
+                user.name
+            )));
+        }
+        let password = crate::identity::auth::random_secret(9);
+        let hash =
+            crate::identity::auth::hash_password(&password).map_err(|_| AppError::Internal)?;
+        self.store
+            .set_password(&user.id, &hash, true, Some(&viewer.id))
+            .await?;
+        self.auth.forget_user(&user.id);
+        Ok(MadePassword {
+            user_id: user.id,
+            name: user.name,
+            password,
+        })
+    }
+
+    /// Deletes an account: it can no longer sign in, its tokens are gone, its live sessions end
+    /// (refunded as any stop), and it leaves the users list. Its history (ledger, sessions,
+    /// audit) stays, and so does its workspace, for an operator to keep or remove; its name
+    /// stays taken so that nobody inherits those files. Never yourself, nor the last admin.
+    pub async fn admin_delete_user(&self, viewer: &Viewer, user_id: &str) -> Result<(), AppError> {
+        let user = self
+            .another_account(
+                viewer,
+                user_id,
+                "you cannot delete your own account; ask another admin",
+            )
+            .await?;
+        self.store.delete_user(&user.id, Some(&viewer.id)).await?;
+        self.auth.forget_user(&user.id);
+        let live: Vec<String> = self
+            .store
+            .sessions_of(&user.id, 1000)
+            .await?
+            .into_iter()
+            .filter(|session| session.state.is_live())
+            .map(|session| session.id)
+            .collect();
+        // Their own task: a client that disconnects must not leave them half-stopped.
+        let this = self.clone();
+        let detail = format!("the account was deleted by the admin {}", viewer.name);
+        self.spawn(async move {
+            for id in live {
+                this.try_stop_session(&id, EndReason::Admin, Some(&detail))
+                    .await?;
+            }
+            Ok::<_, AppError>(())
+        })
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "stop task");
+            AppError::Internal
+        })??;
+        Ok(())
+    }
+
     /// Sets a user's quota overrides (each `None` back to the configured default); returns the
     /// limits that apply now.
     pub async fn set_user_quota(
@@ -448,6 +567,7 @@ mod tests {
             role,
             scopes,
             token_expires_at_ms: None,
+            must_change_password: false,
         }
     }
 

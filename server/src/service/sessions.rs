@@ -406,6 +406,13 @@ impl Core {
                 .editor_access_now(id)
                 .await?
                 .map(|(admin, until_ms)| AdminAccessNote { admin, until_ms });
+        } else {
+            view.cost = self
+                .store
+                .session_costs(&record.user_id, Some(id))
+                .await?
+                .remove(id)
+                .map(|(held, charged)| SessionCost::of(held, charged));
         }
         Ok(view)
     }
@@ -446,6 +453,7 @@ impl Core {
             steps,
             admin_access: None,
             memory_note: None,
+            cost: None,
         }
     }
 
@@ -549,6 +557,20 @@ impl Sessions {
             });
         }
         let sessions = self.store.sessions_of(&viewer.id, 20).await?;
+        let costs = self.store.session_costs(&viewer.id, None).await?;
+        let history = self
+            .store
+            .recent_ledger(&viewer.id, 30)
+            .await?
+            .into_iter()
+            .map(|entry| LedgerLine {
+                kind: entry.kind,
+                amount: entry.amount,
+                session_id: entry.session_id,
+                note: entry.note,
+                at_ms: entry.at,
+            })
+            .collect();
         let positions: BTreeMap<&str, u32> = queue
             .iter()
             .map(|(id, _, _, p)| (id.as_str(), *p))
@@ -597,9 +619,16 @@ impl Sessions {
                 .iter()
                 .map(|s| {
                     let position = positions.get(s.id.as_str()).copied();
-                    self.session_view(s, Vec::new(), position)
+                    let mut view = self.session_view(s, Vec::new(), position);
+                    if !s.state.is_live() {
+                        view.cost = costs
+                            .get(&s.id)
+                            .map(|(held, charged)| SessionCost::of(*held, *charged));
+                    }
+                    view
                 })
                 .collect(),
+            history,
             quota: self.quota(viewer).await?,
             enforcement: self.enforcement.describe(),
             isolation_warning: self.isolation_warning(),

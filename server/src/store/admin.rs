@@ -56,7 +56,7 @@ impl Conditions {
     }
 }
 
-const USER_COLUMNS: &str = "u.id, u.name, u.role, u.locked, u.created_at,
+const USER_COLUMNS: &str = "u.id, u.name, u.role, u.locked, u.created_at, u.must_change_password,
     q.max_sessions, q.max_gpu_mib, q.max_minutes, q.max_disk_mib,
     CASE WHEN u.oidc_subject IS NULL THEN 0 ELSE 1 END AS sso,
     (SELECT CAST(COALESCE(SUM(l.amount), 0) AS BIGINT) FROM credit_ledger l
@@ -180,6 +180,7 @@ impl Store {
         defaults: Limits,
     ) -> Result<Page<AdminUser>> {
         let mut c = Conditions::default();
+        c.clauses.push("u.deleted_at IS NULL".into());
         if let Some(search) = &listing.search {
             let p = c.bind(self.pattern(search));
             c.clauses
@@ -223,6 +224,7 @@ impl Store {
                     role: Role::parse(&role).ok_or(bad("role"))?,
                     locked: r.try_get::<i64, _>("locked")? != 0,
                     single_sign_on: r.try_get::<i64, _>("sso")? != 0,
+                    must_change_password: r.try_get::<i64, _>("must_change_password")? != 0,
                     balance: r.try_get("balance")?,
                     held: r.try_get("held")?,
                     live_sessions: r.try_get::<i64, _>("live")? as u32,
@@ -321,14 +323,16 @@ impl Store {
         let mut items: Vec<AuditLine> = rows
             .iter()
             .map(|r| {
+                let action: String = r.try_get("action")?;
+                let detail: String = r.try_get("detail")?;
                 Ok(AuditLine {
                     id: r.try_get("id")?,
                     at_ms: r.try_get("at")?,
                     actor: r.try_get("actor")?,
-                    action: r.try_get("action")?,
+                    detail: legacy_grant_in_credits(&action, detail),
+                    action,
                     target: r.try_get("target")?,
                     target_name: None,
-                    detail: r.try_get("detail")?,
                 })
             })
             .collect::<Result<_>>()?;
@@ -567,5 +571,32 @@ fn page<T, S, F>(items: Vec<T>, listing: &Listing<S, F>, total: u64) -> Page<T> 
         page: listing.page,
         per_page: listing.per_page,
         total,
+    }
+}
+
+/// Grants audited before their lines named credits kept bare milli-credits (`-98500`): shown as
+/// credits too.
+fn legacy_grant_in_credits(action: &str, detail: String) -> String {
+    match detail.parse::<i64>() {
+        Ok(milli) if action == "credits.grant" => {
+            let sign = if milli > 0 { "+" } else { "" };
+            format!("{sign}{}", app::domain::credits::with_unit(milli))
+        }
+        _ => detail,
+    }
+}
+
+#[cfg(test)]
+mod audit_tests {
+    #[test]
+    fn a_grant_of_old_is_shown_in_credits() {
+        use super::legacy_grant_in_credits as shown;
+        assert_eq!(shown("credits.grant", "-98500".into()), "-98.5 credits");
+        assert_eq!(shown("credits.grant", "1000".into()), "+1 credit");
+        assert_eq!(
+            shown("credits.grant", "+2 credits: x".into()),
+            "+2 credits: x"
+        );
+        assert_eq!(shown("user.lock", "42".into()), "42");
     }
 }

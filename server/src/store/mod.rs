@@ -235,8 +235,116 @@ impl Store {
         initial_grant: i64,
         actor_id: Option<&str>,
     ) -> Result<UserRecord> {
-        self.insert_user(name, password_hash, None, role, initial_grant, actor_id)
-            .await
+        self.insert_user(
+            UserRow {
+                name,
+                password_hash,
+                oidc_subject: None,
+                role,
+                initial_grant,
+                temporary_password: false,
+            },
+            actor_id,
+        )
+        .await
+    }
+
+    /// Creates a user whose password an admin chose or the server made: they change it at
+    /// their first sign-in.
+    pub async fn create_user_with_temporary_password(
+        &self,
+        name: &str,
+        password_hash: &str,
+        role: Role,
+        initial_grant: i64,
+        actor_id: Option<&str>,
+    ) -> Result<UserRecord> {
+        self.insert_user(
+            UserRow {
+                name,
+                password_hash: Some(password_hash),
+                oidc_subject: None,
+                role,
+                initial_grant,
+                temporary_password: true,
+            },
+            actor_id,
+        )
+        .await
+    }
+
+    /// Sets a local account's password, audited: `temporary` when an admin set it (changed at
+    /// the next sign-in), else the person's own. A deleted account is not found.
+    pub async fn set_password(
+        &self,
+        user_id: &str,
+        password_hash: &str,
+        temporary: bool,
+        actor_id: Option<&str>,
+    ) -> Result<()> {
+        let mut w = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE users SET password_hash = $1, must_change_password = $2 WHERE id = $3 AND deleted_at IS NULL",
+        )
+        .bind(password_hash)
+        .bind(temporary as i64)
+        .bind(user_id)
+        .execute(&mut *w.tx)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound("user"));
+        }
+        let (action, detail) = if temporary {
+            ("user.password_reset", "to change at the next sign-in")
+        } else {
+            ("user.password", "")
+        };
+        insert_audit(
+            &mut w,
+            actor_id,
+            action,
+            &format!("user:{user_id}"),
+            detail,
+            self.now(),
+        )
+        .await?;
+        w.commit().await?;
+        Ok(())
+    }
+
+    /// Deletes an account, audited: locked, unlisted, its tokens gone; its row stays for the
+    /// ledger, sessions and audit lines that name it, and its name stays taken, so that a new
+    /// account of that name never inherits its workspace. Never the last unlocked admin.
+    pub async fn delete_user(&self, user_id: &str, actor_id: Option<&str>) -> Result<()> {
+        let mut w = self.begin_write().await?;
+        if actor_id.is_some() {
+            self.keep_an_admin(&mut w, user_id).await?;
+        }
+        let done = sqlx::query(
+            "UPDATE users SET locked = 1, deleted_at = $1 WHERE id = $2 AND deleted_at IS NULL",
+        )
+        .bind(self.now())
+        .bind(user_id)
+        .execute(&mut *w.tx)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound("user"));
+        }
+        sqlx::query("DELETE FROM api_tokens WHERE user_id = $1")
+            .bind(user_id)
+            .execute(&mut *w.tx)
+            .await?;
+        insert_audit(
+            &mut w,
+            actor_id,
+            "user.delete",
+            &format!("user:{user_id}"),
+            "",
+            self.now(),
+        )
+        .await?;
+        w.commit().await?;
+        Ok(())
     }
 
     /// Creates the account of an OpenID Connect identity (`<issuer>|<subject>`), without a
@@ -248,8 +356,18 @@ impl Store {
         role: Role,
         initial_grant: i64,
     ) -> Result<UserRecord> {
-        self.insert_user(name, None, Some(oidc_subject), role, initial_grant, None)
-            .await
+        self.insert_user(
+            UserRow {
+                name,
+                password_hash: None,
+                oidc_subject: Some(oidc_subject),
+                role,
+                initial_grant,
+                temporary_password: false,
+            },
+            None,
+        )
+        .await
     }
 
     pub async fn user_by_oidc_subject(&self, oidc_subject: &str) -> Result<Option<UserRecord>> {
@@ -303,7 +421,7 @@ impl Store {
             }
             self.strip_admin_scope(&mut w, user_id).await?;
         }
-        let done = sqlx::query("UPDATE users SET role = $1 WHERE id = $2")
+        let done = sqlx::query("UPDATE users SET role = $1 WHERE id = $2 AND deleted_at IS NULL")
             .bind(role.as_str())
             .bind(user_id)
             .execute(&mut *w.tx)
@@ -324,26 +442,27 @@ impl Store {
         Ok(())
     }
 
-    async fn insert_user(
-        &self,
-        name: &str,
-        password_hash: Option<&str>,
-        oidc_subject: Option<&str>,
-        role: Role,
-        initial_grant: i64,
-        actor_id: Option<&str>,
-    ) -> Result<UserRecord> {
+    async fn insert_user(&self, user: UserRow<'_>, actor_id: Option<&str>) -> Result<UserRecord> {
+        let UserRow {
+            name,
+            password_hash,
+            oidc_subject,
+            role,
+            initial_grant,
+            temporary_password,
+        } = user;
         let now = self.now();
         let id = new_id();
         let mut w = self.begin_write().await?;
         sqlx::query(
-            "INSERT INTO users (id, name, password_hash, oidc_subject, role, locked, created_at) VALUES ($1, $2, $3, $4, $5, 0, $6)",
+            "INSERT INTO users (id, name, password_hash, oidc_subject, role, locked, must_change_password, created_at) VALUES ($1, $2, $3, $4, $5, 0, $6, $7)",
         )
         .bind(&id)
         .bind(name)
         .bind(password_hash)
         .bind(oidc_subject)
         .bind(role.as_str())
+        .bind(temporary_password as i64)
         .bind(now)
         .execute(&mut *w.tx)
         .await
@@ -383,6 +502,8 @@ impl Store {
             password_hash: password_hash.map(str::to_string),
             role,
             locked: false,
+            must_change_password: temporary_password,
+            deleted: false,
         })
     }
 
@@ -450,7 +571,7 @@ impl Store {
         if locked && actor_id.is_some() {
             self.keep_an_admin(&mut w, user_id).await?;
         }
-        let done = sqlx::query("UPDATE users SET locked = $1 WHERE id = $2")
+        let done = sqlx::query("UPDATE users SET locked = $1 WHERE id = $2 AND deleted_at IS NULL")
             .bind(locked as i64)
             .bind(user_id)
             .execute(&mut *w.tx)
@@ -664,13 +785,49 @@ impl Store {
             actor_id,
             "credits.grant",
             &format!("user:{user_id}"),
-            &amount.to_string(),
+            &grant_detail(amount, note),
             now,
         )
         .await?;
         let balance = balance_in(&mut w, user_id).await?;
         w.commit().await?;
         Ok(balance)
+    }
+
+    /// What each of the user's sessions held and was charged (milli-credits, both positive), by
+    /// session; only `session_id`'s when given.
+    pub async fn session_costs(
+        &self,
+        user_id: &str,
+        session_id: Option<&str>,
+    ) -> Result<std::collections::HashMap<String, (i64, i64)>> {
+        let one = if session_id.is_some() {
+            " AND session_id = $2"
+        } else {
+            ""
+        };
+        let sql = format!(
+            "SELECT session_id, kind, CAST(SUM(-amount) AS BIGINT) AS total FROM credit_ledger
+             WHERE user_id = $1 AND session_id IS NOT NULL AND kind IN ('hold', 'charge'){one}
+             GROUP BY session_id, kind"
+        );
+        let mut query = sqlx::query(&sql).bind(user_id);
+        if let Some(session_id) = session_id {
+            query = query.bind(session_id);
+        }
+        let rows = query.fetch_all(&self.pool).await?;
+        let mut costs = std::collections::HashMap::<String, (i64, i64)>::new();
+        for row in &rows {
+            let id: String = row.try_get("session_id")?;
+            let kind: String = row.try_get("kind")?;
+            let total: i64 = row.try_get("total")?;
+            let entry = costs.entry(id).or_default();
+            match kind.as_str() {
+                "hold" => entry.0 += total,
+                _ => entry.1 += total,
+            }
+        }
+        Ok(costs)
     }
 
     /// (balance, held): the ledger sum, and what live sessions hold of it.
@@ -691,6 +848,18 @@ impl Store {
         .fetch_one(&self.pool)
         .await?;
         Ok((balance, row.try_get("held")?))
+    }
+
+    /// The user's newest `limit` ledger lines, newest first.
+    pub async fn recent_ledger(&self, user_id: &str, limit: i64) -> Result<Vec<LedgerEntry>> {
+        let rows = sqlx::query(
+            "SELECT kind, amount, session_id, note, at FROM credit_ledger WHERE user_id = $1 ORDER BY id DESC LIMIT $2",
+        )
+        .bind(user_id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(LedgerEntry::from_row).collect()
     }
 
     pub async fn ledger(&self, user_id: &str) -> Result<Vec<LedgerEntry>> {
@@ -1253,6 +1422,27 @@ async fn set_state(w: &mut WriteTx, session_id: &str, t: Transition) -> Result<(
 }
 
 /// Frees the slot and writes the ledger rows of [`app::domain::credits::settlement`].
+/// A new account's row.
+struct UserRow<'a> {
+    name: &'a str,
+    password_hash: Option<&'a str>,
+    oidc_subject: Option<&'a str>,
+    role: Role,
+    initial_grant: i64,
+    /// Set by someone else (an admin, the first run): changed at the first sign-in.
+    temporary_password: bool,
+}
+
+/// A grant's audit line: the amount as the pages write it, and its note.
+fn grant_detail(amount: i64, note: &str) -> String {
+    let sign = if amount > 0 { "+" } else { "" };
+    let amount = app::domain::credits::with_unit(amount);
+    match note.trim() {
+        "" => format!("{sign}{amount}"),
+        note => format!("{sign}{amount}: {note}"),
+    }
+}
+
 async fn settle_in(w: &mut WriteTx, session_id: &str, now: i64) -> Result<()> {
     sqlx::query("UPDATE sessions SET ended_at = $1 WHERE id = $2")
         .bind(now)

@@ -8,7 +8,8 @@ use app::model::Role;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-pub(super) const USER_COLUMNS: &str = "id, name, password_hash, role, locked";
+pub(super) const USER_COLUMNS: &str =
+    "id, name, password_hash, role, locked, must_change_password, deleted_at";
 pub(super) const SLOT_COLUMNS: &str = "id, gpu_id, slice_mib, cores_pct, session_id";
 pub(super) const SESSION_COLUMNS: &str = "s.id, s.user_id, s.editor, s.slice_mib, s.duration_minutes, s.price_per_hour, \
     s.slot_id, s.state, s.end_reason, s.detail, s.upstream, s.editor_token, s.runtime_handle, s.created_at, s.ready_at, \
@@ -42,6 +43,11 @@ pub struct UserRecord {
     pub password_hash: Option<String>,
     pub role: Role,
     pub locked: bool,
+    /// The password was set by an admin or printed at the first run: the person changes it
+    /// before anything else.
+    pub must_change_password: bool,
+    /// Deleted by an admin: kept for the history that names it, locked.
+    pub deleted: bool,
 }
 
 impl std::fmt::Debug for UserRecord {
@@ -55,6 +61,8 @@ impl std::fmt::Debug for UserRecord {
             )
             .field("role", &self.role)
             .field("locked", &self.locked)
+            .field("must_change_password", &self.must_change_password)
+            .field("deleted", &self.deleted)
             .finish()
     }
 }
@@ -68,6 +76,8 @@ impl UserRecord {
             password_hash: row.try_get("password_hash")?,
             role: Role::parse(&role).ok_or(bad("role"))?,
             locked: row.try_get::<i64, _>("locked")? != 0,
+            must_change_password: row.try_get::<i64, _>("must_change_password")? != 0,
+            deleted: row.try_get::<Option<i64>, _>("deleted_at")?.is_some(),
         })
     }
 
@@ -84,6 +94,7 @@ impl UserRecord {
                 scopes.without(app::domain::scope::Scope::Admin)
             },
             token_expires_at_ms: None,
+            must_change_password: false,
         }
     }
 }

@@ -301,7 +301,10 @@ async fn audit_page_names_users_and_searches(store: Store) {
         .await
         .unwrap();
     assert_eq!(grants.total, 1);
-    assert_eq!(grants.items[0].detail, "2500");
+    assert_eq!(
+        grants.items[0].detail, "+2.5 credits: granted by root",
+        "in credits, with its note"
+    );
     // By the target's name, which the log keeps as an id.
     let about_ann = store
         .admin_audit(&Listing::audit(&query(Some("ANN"), None, None, 1, 25)).unwrap())

@@ -73,6 +73,28 @@ fn users_tokens_and_credits_from_the_command_line() {
     assert_ne!(code, 0);
     assert!(err.contains("invisible characters"), "{err}");
 
+    // An operator's recovery: a new password, typed or made; the rules hold; nobody is nobody.
+    let (code, out, err) = server(
+        data.path(),
+        &["user", "passwd", "ada", "--password-stdin"],
+        Some("a-newer-password\n"),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("ada's password is set"), "{out}");
+    let (code, out, _) = server(data.path(), &["user", "passwd", "ada"], None);
+    assert_eq!(code, 0);
+    assert!(out.contains("ada's new password: "), "{out}");
+    let (code, _, err) = server(
+        data.path(),
+        &["user", "passwd", "ada", "--password-stdin"],
+        Some("short\n"),
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("at least 8 characters"), "{err}");
+    let (code, _, err) = server(data.path(), &["user", "passwd", "nobody"], None);
+    assert_ne!(code, 0);
+    assert!(err.contains("no user named nobody"), "{err}");
+
     let (code, out, _) = server(data.path(), &["token", "create", "--user", "ada"], None);
     assert_eq!(code, 0);
     assert!(

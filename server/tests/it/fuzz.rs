@@ -116,6 +116,16 @@ fn endpoints() -> Vec<Endpoint> {
             json!({ "user_id": "{user}", "amount": "10", "note": "fuzz" }),
         ),
         server_fn::<AdminStop>(Form, json!({ "id": "{id}" })),
+        server_fn::<AddUser>(
+            Json,
+            json!({ "account": { "name": "fuzzed", "role": "user", "password": "password123" } }),
+        ),
+        server_fn::<ResetPassword>(Form, json!({ "user_id": "{user}" })),
+        server_fn::<DeleteUser>(Form, json!({ "user_id": "{user}" })),
+        server_fn::<ChangePassword>(
+            Form,
+            json!({ "current": "password123", "new": "password123" }),
+        ),
         server_fn::<AdminOpenEditor>(Form, json!({ "id": "{id}" })),
         server_fn::<SetUserQuota>(
             Json,
@@ -179,6 +189,13 @@ fn endpoints() -> Vec<Endpoint> {
         rest(Method::GET, "/images", json!(null)),
         rest(Method::GET, "/promotions/{id}", json!(null)),
         rest(Method::GET, "/admin/users", json!(null)),
+        rest(
+            Method::POST,
+            "/admin/users",
+            json!({ "name": "fuzzed-rest", "role": "admin" }),
+        ),
+        rest(Method::DELETE, "/admin/users/{user}", json!(null)),
+        rest(Method::POST, "/admin/users/{user}/password", json!(null)),
         rest(
             Method::PATCH,
             "/admin/users/{user}",
@@ -479,19 +496,29 @@ async fn every_server_function_and_route_survives_bent_input() {
     let mine = app.launch_ready(&fuzz_token, "jupyterlab").await;
     let theirs = app.launch_ready(&other_token, "marimo").await;
     let ids = vec![mine, theirs];
-    let users = vec![fuzz_id.clone(), other_id.clone(), admin.id.clone()];
+    let mut users = vec![fuzz_id.clone(), other_id.clone(), admin.id.clone()];
+    // Accounts for the fuzz to reset and delete besides its own.
+    for spare in ["spare1", "spare2", "spare3"] {
+        users.push(app.user(spare).await.0);
+    }
     let endpoints = endpoints();
     let mut cookies = Vec::new();
     let mut sent = 0;
     let mut failures = Vec::new();
     let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
     while sent < requests && (sent < AT_LEAST.min(requests) || Instant::now() < until) {
-        // Sign-ins are refreshed now and then: the fuzz calls `logout` too.
+        // Sign-ins are refreshed now and then: the fuzz calls `logout` too. An account the
+        // fuzz deleted or reset keeps its last cookie, which is refused.
         if sent % 200 == 0 {
-            cookies = vec![
-                app.sign_in_cookie("fuzz").await,
-                app.sign_in_cookie("boss").await,
-            ];
+            for (i, name) in ["fuzz", "boss"].into_iter().enumerate() {
+                if let Some(cookie) = app.sign_in(name, "password123").await.session_cookie() {
+                    match cookies.get_mut(i) {
+                        Some(kept) => *kept = cookie,
+                        None => cookies.push(cookie),
+                    }
+                }
+            }
+            assert_eq!(cookies.len(), 2, "both sign in at the start");
         }
         let endpoint = &endpoints[rng.gen_range(0..endpoints.len())];
         let path = fill(&mut rng, &endpoint.path, &ids, &users);
@@ -581,14 +608,20 @@ async fn every_server_function_and_route_survives_bent_input() {
     let panics = SERVER_PANICS.lock().unwrap().clone();
     assert!(panics.is_empty(), "panics in the server: {panics:#?}");
 
-    // Every balance the API tells is the ledger's sum; a session that ended released its whole
-    // hold and was charged no more than it held; a live one holds what it took.
+    // Every balance the API tells is the ledger's sum (the store's, for an account the fuzz
+    // deleted); a session that ended released its whole hold and was charged no more than it
+    // held; a live one holds what it took.
     tokio::time::sleep(Duration::from_millis(300)).await;
     for (user_id, token) in [(&fuzz_id, &fuzz_token), (&other_id, &other_token)] {
-        let me = app.get("/api/v1/me", Some(token)).await.json();
         let ledger = app.store.ledger(user_id).await.unwrap();
         let sum: i64 = ledger.iter().map(|entry| entry.amount).sum();
-        assert_eq!(me["credits"]["balance"].as_i64(), Some(sum), "{me}");
+        let me = app.get("/api/v1/me", Some(token)).await;
+        let balance = if me.status == StatusCode::OK {
+            me.json()["credits"]["balance"].as_i64()
+        } else {
+            Some(app.store.credits(user_id).await.unwrap().0)
+        };
+        assert_eq!(balance, Some(sum), "{:?}", me.status);
         assert!(sum >= 0, "a balance below zero: {sum}");
         for session in app.store.sessions_of(user_id, 1000).await.unwrap() {
             let of = |kind: &str| -> i64 {

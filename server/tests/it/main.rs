@@ -2,6 +2,8 @@
 //! nine): a server through a real listener, real editors, a real registry and OpenID Connect
 //! provider, a scripted Kubernetes API. Shared set-up is in [`common`].
 //!
+//! - `accounts`: accounts an admin adds, resets and deletes; a person's own new password; the
+//!   first run's admin changing the printed one.
 //! - `admin`: the admin API and server functions: who may use them, bad paging and filters as 400s,
 //!   grants, locks, roles, quotas, stops, usage, approved images, editor entry by a token's grant
 //!   only, the audit trail.
@@ -36,6 +38,7 @@
 
 mod common;
 
+mod accounts;
 mod admin;
 mod api;
 mod cli;

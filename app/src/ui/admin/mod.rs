@@ -125,6 +125,7 @@ pub fn AdminPage() -> impl IntoView {
     let confirm = ServerAction::<ConfirmAdmin>::new();
     let access = Resource::new(move || confirm.version().get(), |_| admin_access());
     view! {
+        <leptos_meta::Title text=move || format!("{} · Admin · GPU Sandbox", tab.get().label()) />
         <header class="topbar">
             <a class="brand" href="/">
                 "GPU Sandbox"

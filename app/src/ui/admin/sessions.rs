@@ -80,6 +80,10 @@ fn SessionRow(session: AdminSession, stop: ServerAction<AdminStop>) -> impl Into
     let ready = session.state == crate::domain::session::SessionState::Ready;
     let id = session.id.clone();
     let enter_id = session.id.clone();
+    let stop_question = format!(
+        "Stop {}'s session? Their editor closes and anything they have not saved is lost; unused credits go back to them, and their page says an admin stopped it.",
+        session.user_name
+    );
     // Entering a user's editor is a choice of its own, audited. It takes an admin token, never
     // this browser: the user's editor page would run here, with this page's cookie.
     let enter = ServerAction::<AdminOpenEditor>::new();
@@ -145,7 +149,9 @@ fn SessionRow(session: AdminSession, stop: ServerAction<AdminStop>) -> impl Into
                             <button
                                 class="danger"
                                 on:click=move |_| {
-                                    stop.dispatch(AdminStop { id: id.clone() });
+                                    if crate::ui::format::confirmed(&stop_question) {
+                                        stop.dispatch(AdminStop { id: id.clone() });
+                                    }
                                 }
                             >
                                 "Stop"

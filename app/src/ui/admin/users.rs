@@ -1,21 +1,39 @@
-//! The users tab: roles, locks, credits and quotas, with what was typed kept across reloads.
+//! The users tab: add, reset and delete accounts, roles, locks, credits and quotas, with what
+//! was typed kept across reloads. What loses something asks first.
 
 use super::Tab;
 use super::table::{Empty, Pager, SearchForm, SortHeader, action_error, loaded};
 use crate::api::{
-    ChangeUser, GrantCredits, SetUserQuota, admin_users, grant_credits, set_user_quota,
+    AddUser, ChangeUser, DeleteUser, GrantCredits, ResetPassword, SetUserQuota, admin_users,
+    grant_credits, set_user_quota,
 };
 use crate::domain::credits;
 use crate::domain::listing::{ListQuery, Page};
 use crate::domain::pool::format_mib;
-use crate::model::{AdminUser, Role, UserChange};
-use crate::ui::format::format_utc;
+use crate::model::{AdminUser, MadePassword, NewAccount, Role, UserChange};
+use crate::ui::format::{confirmed, format_utc};
 use leptos::prelude::*;
 use std::collections::HashMap;
 
 #[component]
 pub(super) fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
     let change = ServerAction::<ChangeUser>::new();
+    let add = ServerAction::<AddUser>::new();
+    let reset = ServerAction::<ResetPassword>::new();
+    let delete = ServerAction::<DeleteUser>::new();
+    let accounts = Accounts { reset, delete };
+    // The last password an admin set here, from an add or a reset, whichever answered last.
+    let made = RwSignal::new(None::<MadePassword>);
+    Effect::new(move |_| {
+        if let Some(Ok(new)) = add.value().get() {
+            made.set(Some(new));
+        }
+    });
+    Effect::new(move |_| {
+        if let Some(Ok(new)) = reset.value().get() {
+            made.set(Some(new));
+        }
+    });
     // Their answers name the user, so that a row's draft follows its own answer, whichever
     // order the answers to several rows come back in.
     let grant: GrantAction = Action::new(|input: &GrantCredits| {
@@ -40,7 +58,13 @@ pub(super) fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
         }
     });
     Effect::new(move |_| {
-        if let Some(Ok(_)) = change.value().get() {
+        let succeeded = [
+            matches!(change.value().get(), Some(Ok(_))),
+            matches!(add.value().get(), Some(Ok(_))),
+            matches!(reset.value().get(), Some(Ok(_))),
+            matches!(delete.value().get(), Some(Ok(_))),
+        ];
+        if succeeded.contains(&true) {
             changed.update(|n| *n += 1);
         }
     });
@@ -70,6 +94,11 @@ pub(super) fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
             placeholder="Name"
             filters=&[("all", "everyone"), ("admin", "admins"), ("user", "users"), ("locked", "locked")]
         />
+        <AddUserForm add />
+        {move || made.get().map(|made| view! { <MadePasswordNotice made /> })}
+        {action_error(move || add.value().get())}
+        {action_error(move || reset.value().get())}
+        {action_error(move || delete.value().get())}
         {action_error(move || change.value().get())}
         {action_error(move || grant.value().get().map(|(_, answer)| answer))}
         {action_error(move || quota.value().get().map(|(_, answer)| answer))}
@@ -77,8 +106,93 @@ pub(super) fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
         {loaded(
             data,
             "Loading users…",
-            move |page| view! { <UsersTable page list change grant quota drafts /> }.into_any(),
+            move |page| {
+                view! { <UsersTable page list change grant quota drafts accounts /> }.into_any()
+            },
         )}
+    }
+}
+
+/// The actions on a listed account itself.
+#[derive(Clone, Copy)]
+struct Accounts {
+    reset: ServerAction<ResetPassword>,
+    delete: ServerAction<DeleteUser>,
+}
+
+/// A new local account: its name, whether an admin, and a password (or one the server makes).
+#[component]
+fn AddUserForm(add: ServerAction<AddUser>) -> impl IntoView {
+    let name = RwSignal::new(String::new());
+    let password = RwSignal::new(String::new());
+    let admin = RwSignal::new(false);
+    Effect::new(move |_| {
+        if let Some(Ok(_)) = add.value().get() {
+            name.set(String::new());
+            password.set(String::new());
+            admin.set(false);
+        }
+    });
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let typed = password.get_untracked();
+        add.dispatch(AddUser {
+            account: NewAccount {
+                name: name.get_untracked(),
+                role: if admin.get_untracked() {
+                    Role::Admin
+                } else {
+                    Role::User
+                },
+                password: (!typed.is_empty()).then_some(typed),
+            },
+        });
+    };
+    view! {
+        <details class="add-user" data-testid="add-user">
+            <summary>"Add a user"</summary>
+            <form on:submit=submit>
+                <label>
+                    "Name"
+                    <input required maxlength="64" autocomplete="off" bind:value=name />
+                </label>
+                <label>
+                    "Password"
+                    <input
+                        type="text"
+                        autocomplete="off"
+                        placeholder="leave empty to make one"
+                        bind:value=password
+                    />
+                </label>
+                <label class="inline">
+                    <input type="checkbox" bind:checked=admin />
+                    "admin"
+                </label>
+                <button type="submit" class="primary" disabled=move || add.pending().get()>
+                    "Add user"
+                </button>
+                <p class="muted">
+                    "The password is shown once, for you to hand over; its person chooses their own at their first sign-in."
+                </p>
+            </form>
+        </details>
+    }
+}
+
+/// A password an admin set, shown this once.
+#[component]
+fn MadePasswordNotice(made: MadePassword) -> impl IntoView {
+    view! {
+        <div class="notice" role="status" data-testid="made-password">
+            <p>
+                {format!("{}'s password, shown only now: ", made.name)}
+                <code data-testid="made-password-value">{made.password}</code>
+            </p>
+            <p class="muted">
+                "Hand it over in person or by a private message. They choose their own at their next sign-in."
+            </p>
+        </div>
     }
 }
 
@@ -171,6 +285,28 @@ impl Drafts {
     }
 }
 
+/// What locking `name` loses, asked before it is done.
+fn lock_question(name: &str, live_sessions: u32) -> String {
+    let sessions = match live_sessions {
+        0 => String::new(),
+        1 => " Their running session ends, and unsaved work in it is lost.".into(),
+        n => format!(" Their {n} running sessions end, and unsaved work in them is lost."),
+    };
+    format!("Lock {name}? They are signed out everywhere and their tokens stop working.{sessions}")
+}
+
+/// What deleting `name` loses, asked before it is done.
+fn delete_question(name: &str, live_sessions: u32) -> String {
+    let sessions = match live_sessions {
+        0 => String::new(),
+        1 => " Their running session ends, and unsaved work in it is lost.".into(),
+        n => format!(" Their {n} running sessions end, and unsaved work in them is lost."),
+    };
+    format!(
+        "Delete {name}? They can no longer sign in, their tokens are revoked, and they leave this list; their history stays.{sessions} This cannot be undone here."
+    )
+}
+
 /// A user's quota overrides as the editor shows them: empty for the configured default.
 fn quota_texts(overrides: &crate::domain::quota::Overrides) -> [String; 4] {
     let text = |value: Option<u64>| value.map(|v| v.to_string()).unwrap_or_default();
@@ -190,6 +326,7 @@ fn UsersTable(
     grant: GrantAction,
     quota: QuotaAction,
     drafts: Drafts,
+    accounts: Accounts,
 ) -> impl IntoView {
     let pages = page.pages();
     if page.items.is_empty() {
@@ -212,7 +349,7 @@ fn UsersTable(
                 {page
                     .items
                     .into_iter()
-                    .map(|user| view! { <UserRow user change grant quota drafts /> })
+                    .map(|user| view! { <UserRow user change grant quota drafts accounts /> })
                     .collect_view()}
             </tbody>
         </table>
@@ -228,6 +365,7 @@ fn UserRow(
     grant: GrantAction,
     quota: QuotaAction,
     drafts: Drafts,
+    accounts: Accounts,
 ) -> impl IntoView {
     let draft = drafts.of(&user.id, &user.overrides);
     let amount = RwSignal::from(draft.amount.clone());
@@ -253,7 +391,11 @@ fn UserRow(
     let lock_change = {
         let id = id.clone();
         let locked = !user.locked;
+        let question = lock_question(&user.name, user.live_sessions);
         move |_| {
+            if locked && !confirmed(&question) {
+                return;
+            }
             change.dispatch(ChangeUser {
                 user_id: id.clone(),
                 change: UserChange {
@@ -274,6 +416,31 @@ fn UserRow(
             });
         }
     };
+    let reset = {
+        let id = id.clone();
+        let question = format!(
+            "Give {} a new password? Their current one stops working; they choose their own at their next sign-in.",
+            user.name
+        );
+        move |_| {
+            if confirmed(&question) {
+                accounts.reset.dispatch(ResetPassword {
+                    user_id: id.clone(),
+                });
+            }
+        }
+    };
+    let delete = {
+        let id = id.clone();
+        let question = delete_question(&user.name, user.live_sessions);
+        move |_| {
+            if confirmed(&question) {
+                accounts.delete.dispatch(DeleteUser {
+                    user_id: id.clone(),
+                });
+            }
+        }
+    };
     let name = user.name.clone();
     view! {
         <tr data-user=user.name.clone()>
@@ -281,6 +448,15 @@ fn UserRow(
                 {user.name.clone()}
                 {user.single_sign_on.then(|| view! { <span class="chip">"single sign-on"</span> })}
                 {user.locked.then(|| view! { <span class="chip state-failed">"locked"</span> })}
+                {user
+                    .must_change_password
+                    .then(|| {
+                        view! {
+                            <span class="chip" title="Signs in with a password an admin set">
+                                "new password"
+                            </span>
+                        }
+                    })}
             </td>
             <td>{user.role.as_str()}</td>
             <td data-testid="balance">
@@ -312,6 +488,17 @@ fn UserRow(
                     aria-label=format!("{} {name}", if user.locked { "Unlock" } else { "Lock" })
                 >
                     {if user.locked { "Unlock" } else { "Lock" }}
+                </button>
+                {(!user.single_sign_on)
+                    .then(|| {
+                        view! {
+                            <button on:click=reset.clone() aria-label=format!("Reset {name}'s password")>
+                                "Reset password"
+                            </button>
+                        }
+                    })}
+                <button class="danger" on:click=delete aria-label=format!("Delete {name}")>
+                    "Delete"
                 </button>
                 <form class="grant" on:submit=submit_grant>
                     <input
@@ -508,6 +695,14 @@ mod tests {
                 ["3", "8192", "45", ""]
             );
         });
+    }
+
+    #[test]
+    fn locking_and_deleting_say_what_is_lost() {
+        assert!(!lock_question("ada", 0).contains("session"));
+        assert!(lock_question("ada", 1).contains("Their running session ends"));
+        assert!(delete_question("ada", 2).contains("Their 2 running sessions end"));
+        assert!(delete_question("ada", 0).contains("cannot be undone"));
     }
 
     #[test]

@@ -11,8 +11,12 @@ use serde::Serialize;
 
 pub(super) fn admin_router() -> Router<AppState> {
     Router::new()
-        .route("/users", get(admin_users))
-        .route("/users/{id}", axum::routing::patch(admin_change_user))
+        .route("/users", get(admin_users).post(admin_add_user))
+        .route(
+            "/users/{id}",
+            axum::routing::patch(admin_change_user).delete(admin_delete_user),
+        )
+        .route("/users/{id}/password", post(admin_reset_password))
         .route("/users/{id}/credits", post(admin_grant))
         .route(
             "/users/{id}/quota",
@@ -61,6 +65,40 @@ pub(super) async fn admin_change_user(
         .admin
         .change_user(&viewer, &id, &change)
         .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `201` with the password to hand over (shown this once).
+pub(super) async fn admin_add_user(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    ApiJson(account): ApiJson<app::model::NewAccount>,
+) -> ApiResult<(StatusCode, Json<app::model::MadePassword>)> {
+    let made = state.service.admin.admin_add_user(&viewer, account).await?;
+    Ok((StatusCode::CREATED, Json(made)))
+}
+
+/// A new password made by the server, shown this once; changed at the next sign-in.
+pub(super) async fn admin_reset_password(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+) -> ApiResult<Json<app::model::MadePassword>> {
+    Ok(Json(
+        state
+            .service
+            .admin
+            .admin_reset_password(&viewer, &id)
+            .await?,
+    ))
+}
+
+pub(super) async fn admin_delete_user(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+) -> ApiResult<StatusCode> {
+    state.service.admin.admin_delete_user(&viewer, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

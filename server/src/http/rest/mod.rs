@@ -41,7 +41,8 @@ impl IntoResponse for ApiError {
 
 type ApiResult<T> = Result<T, ApiError>;
 
-/// The caller, by bearer token or session cookie.
+/// The caller, by bearer token or session cookie, once free to act (a sign-in whose password an
+/// admin set is refused until it is changed).
 pub struct ApiUser(pub Viewer);
 
 impl FromRequestParts<AppState> for ApiUser {
@@ -51,8 +52,24 @@ impl FromRequestParts<AppState> for ApiUser {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
+        let ApiCaller(viewer) = ApiCaller::from_request_parts(parts, state).await?;
+        Ok(ApiUser(viewer.settled()?))
+    }
+}
+
+/// The caller, by bearer token or session cookie, even one who must change their password
+/// first (`GET /me` tells them so).
+pub struct ApiCaller(pub Viewer);
+
+impl FromRequestParts<AppState> for ApiCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         match state.service.accounts.caller(&parts.headers).await {
-            Ok(Some(caller)) => Ok(ApiUser(caller.viewer())),
+            Ok(Some(caller)) => Ok(ApiCaller(caller.viewer())),
             Ok(None) => Err(ApiError(AppError::Unauthenticated)),
             Err(e) => Err(ApiError(e)),
         }
@@ -207,7 +224,7 @@ struct Me {
 }
 
 /// Who the caller is, for any of their tokens; their credits, for one that may read.
-async fn me(State(state): State<AppState>, ApiUser(viewer): ApiUser) -> ApiResult<Json<Me>> {
+async fn me(State(state): State<AppState>, ApiCaller(viewer): ApiCaller) -> ApiResult<Json<Me>> {
     let credits = state.service.accounts.credits_of(&viewer).await?;
     Ok(Json(Me { viewer, credits }))
 }

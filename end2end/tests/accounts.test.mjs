@@ -1,0 +1,109 @@
+// Accounts from the admin pages: an admin adds a user and hands over the password shown once;
+// the newcomer signs in, is sent to choose their own first and then on to the page they asked
+// for; a reset and a delete each ask before they act.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, signIn } from './helpers.mjs';
+
+test('an added user signs in with the shown password, chooses their own, and is reset and deleted', async () => {
+  const browser = await launchBrowser();
+  const page = await browser.newPage();
+  const context = await browser.newContext();
+  const newcomer = await context.newPage();
+  try {
+    await signIn(page, 'admin');
+    await page.waitForURL(`${BASE}/`);
+    await page.goto(`${BASE}/admin`);
+    await hydrated(page);
+    await page.getByLabel('Your password').fill(PASSWORD);
+    await page.getByRole('button', { name: 'Confirm' }).click();
+    await page.locator('tr[data-user]').first().waitFor();
+    assert.equal(await page.title(), 'Users · Admin · GPU Sandbox');
+
+    const name = `newcomer-${Date.now() % 100000}`;
+    const form = page.getByTestId('add-user');
+    await form.locator('summary').click();
+    await form.getByLabel('Name').fill(name);
+    await form.getByRole('button', { name: 'Add user' }).click();
+    const shown = page.getByTestId('made-password-value');
+    await shown.waitFor();
+    const given = (await shown.innerText()).trim();
+    assert.ok(given.length >= 12, given);
+    const row = page.locator(`tr[data-user="${name}"]`);
+    await row.getByText('new password').waitFor();
+
+    // A deep link, through sign-in and the password change, back to where it led.
+    await newcomer.goto(`${BASE}/tokens`);
+    await newcomer.waitForURL(/\/login\?next=/);
+    await hydrated(newcomer);
+    await newcomer.getByLabel('User name').fill(name);
+    await newcomer.getByLabel('Password').fill(given);
+    await newcomer.getByRole('button', { name: 'Sign in' }).click();
+    await newcomer.waitForURL(/\/account\?next=/);
+    await hydrated(newcomer);
+    await newcomer.getByTestId('must-change').waitFor();
+    assert.equal(await newcomer.title(), 'Your account · GPU Sandbox');
+    // Nothing else opens meanwhile.
+    const refused = await newcomer.evaluate(async () => (await fetch('/api/v1/sessions')).json());
+    assert.equal(refused.error, 'password_change_required');
+    await newcomer.getByLabel('Current password').fill(given);
+    await newcomer.getByLabel('New password', { exact: true }).fill('my-own-password');
+    await newcomer.getByLabel('New password again').fill('my-own-passwort');
+    await newcomer.getByText('The two new passwords differ.').waitFor();
+    assert.ok(await newcomer.getByRole('button', { name: 'Change password' }).isDisabled());
+    await newcomer.getByLabel('New password again').fill('my-own-password');
+    await newcomer.getByRole('button', { name: 'Change password' }).click();
+    await newcomer.waitForURL(`${BASE}/tokens`);
+    await newcomer.getByRole('heading', { name: 'API tokens' }).waitFor();
+    await newcomer.screenshot({ path: `${ARTIFACTS}/account-changed.png` });
+
+    // The admin's list no longer says "new password"; a grant's note reaches the newcomer's
+    // history, and the audit log, in credits.
+    await page.reload();
+    await hydrated(page);
+    await row.waitFor();
+    assert.equal(await row.getByText('new password').count(), 0);
+    await row.getByLabel(`Credits to grant ${name}`).fill('5');
+    await row.getByLabel(`Note for ${name}`).fill('for the course');
+    await row.getByRole('button', { name: 'Grant' }).click();
+    await page.getByText('Granted. The balance is now 105 credits.').waitFor();
+    await newcomer.goto(`${BASE}/`);
+    await hydrated(newcomer);
+    const history = newcomer.getByTestId('credit-history');
+    await history.locator('summary').click();
+    const granted = history.locator('tr[data-kind="grant"]').first();
+    assert.match(await granted.innerText(), /Granted\s+\+5\s+.*for the course/);
+    await page.goto(`${BASE}/admin?tab=audit&q=credits.grant`);
+    await page.getByText(/\+5 credits: .*for the course/).first().waitFor();
+    await page.goto(`${BASE}/admin`);
+    await row.waitFor();
+    await row.getByRole('button', { name: `Reset ${name}'s password` }).click();
+    assert.match(page.dialogs.at(-1) ?? '', new RegExp(`^Give ${name} a new password\\?`));
+    await page.getByTestId('made-password').filter({ hasText: name }).waitFor();
+    const reset = (await page.getByTestId('made-password-value').innerText()).trim();
+    assert.notEqual(reset, given);
+    await row.getByText('new password').waitFor();
+
+    // The newcomer's open page is held to the new change at its next load.
+    await newcomer.goto(`${BASE}/`);
+    await newcomer.waitForURL(/\/account\?next=/);
+
+    // Deleting asks what is lost; the account leaves the list and its sign-in ends.
+    await row.getByRole('button', { name: `Delete ${name}` }).click();
+    assert.match(page.dialogs.at(-1) ?? '', new RegExp(`^Delete ${name}\\? They can no longer sign in`));
+    await row.waitFor({ state: 'detached' });
+    await newcomer.goto(`${BASE}/`);
+    await newcomer.waitForURL(/\/login/);
+    await hydrated(newcomer);
+    await newcomer.getByLabel('User name').fill(name);
+    await newcomer.getByLabel('Password').fill(reset);
+    await newcomer.getByRole('button', { name: 'Sign in' }).click();
+    await newcomer.getByTestId('login-error').waitFor();
+  } catch (error) {
+    await page.screenshot({ path: `${ARTIFACTS}/accounts-failure.png` }).catch(() => {});
+    await newcomer.screenshot({ path: `${ARTIFACTS}/accounts-newcomer-failure.png` }).catch(() => {});
+    throw error;
+  } finally {
+    await browser.close();
+  }
+});
