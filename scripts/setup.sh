@@ -73,6 +73,17 @@ if [ ! -x "$TOOLS/venv/bin/jupyter-lab" ] || [ ! -x "$TOOLS/venv/bin/marimo" ]; 
   fi
 fi
 
+# JupyterLab set up for us: no "get notified about Jupyter news?" nor update prompt at every
+# launch (the product owns updates; `--LabApp.news_url=None` alone leaves the question).
+if [ -d "$TOOLS/venv/share/jupyter/lab" ]; then
+  mkdir -p "$TOOLS/venv/share/jupyter/lab/settings"
+  cat >"$TOOLS/venv/share/jupyter/lab/settings/overrides.json" <<'JSON'
+{
+  "@jupyterlab/apputils-extension:notification": { "fetchNews": "false", "checkForUpdates": false }
+}
+JSON
+fi
+
 if [ ! -x "$TOOLS/npm/node_modules/.bin/code-server" ] && [ "${SKIP_CODE_SERVER:-0}" != 1 ]; then
   say "installing code-server into $TOOLS/npm (a few minutes, once)"
   if apt_install libkrb5-dev libxkbfile-dev libsecret-1-dev pkg-config; then

@@ -153,6 +153,12 @@ pub struct SessionView {
     pub price_per_hour: i64,
     /// Place in line while queued (1 = next).
     pub queue_position: Option<u32>,
+    /// While queued: when it should start, from the running sessions' end times (`None`: after
+    /// sessions that have not started), and what it waits for, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_eta_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waits_for: Option<String>,
     /// When it ends as idle if nothing happens; moves with activity.
     pub idle_at_ms: Option<i64>,
     /// How long before either end the page warns.

@@ -149,6 +149,8 @@ test('launch JupyterLab, see it embedded, reload, reopen after signing in again,
     await frame.locator('.jp-Dialog-button.jp-mod-accept').click({ timeout: 30_000 });
     await frame.locator('.jp-mod-dirty').first().waitFor({ state: 'detached', timeout: 30_000 });
     await page.screenshot({ path: `${ARTIFACTS}/kernel.png` });
+    // Set up for us: JupyterLab asks nothing about news or updates.
+    assert.equal(await frame.getByText(/Jupyter news|check for updates/i).count(), 0, 'no news or update prompt');
 
     await page.getByRole('button', { name: 'Stop' }).click();
     assert.match(page.dialogs.at(-1) ?? '', /^Stop this session\? .*not saved.* is lost/, 'Stop asks first, saying what is lost');

@@ -59,9 +59,21 @@ test('a full pool queues launches with their live place in line; the first start
     pages.push(dashboard);
     await dashboard.goto(`${BASE}/`);
     assert.match(await dashboard.getByTestId('queue-position').innerText(), /position 1/);
+    // What it waits for, and by when: the running session's end.
+    assert.match(
+      await dashboard.getByTestId('queue-eta').innerText(),
+      /^Waiting for a free 4 GB slice: expected by \d{4}-\d\d-\d\d \d\d:\d\d UTC/,
+    );
+    await hydrated(dashboard);
+    const holderId = holder.url().match(/\/sessions\/([0-9a-f]+)$/)[1];
+    const holderCard = dashboard.locator(`[data-testid=live-sessions] [data-session-id="${holderId}"]`);
+    await holderCard.waitFor();
 
-    // The slice frees: the first in line starts in its open page, the next moves up, live.
+    // The slice frees: the first in line starts in its open page, the next moves up, live,
+    // and the open dashboard follows without a reload.
     await stop(holder);
+    await holderCard.waitFor({ state: 'detached', timeout: 20_000 });
+    await dashboard.getByTestId('queue-position').waitFor({ state: 'detached', timeout: 20_000 });
     await editorFrame(first).waitFor({ timeout: 60_000 });
     await progress(second).getByText(/position 1 in line/).waitFor({ timeout: 30_000 });
     assert.equal(await editorFrame(second).count(), 0, 'the second still waits');

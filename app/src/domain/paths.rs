@@ -8,6 +8,35 @@ pub fn is_local_path(path: &str) -> bool {
         && !path.chars().any(|c| c.is_control() || c == '\\')
 }
 
+/// Where the session page's frame opens: `requested` (a path below the session's editor, as the
+/// proxy sends a tab that navigated into the editor by itself, e.g. marimo's new notebook) when it
+/// stays below it, else the editor's landing page.
+pub fn editor_frame(session_id: &str, landing: &str, requested: Option<&str>) -> String {
+    let below = requested.filter(|path| {
+        let route = path.split(['?', '#']).next().unwrap_or_default();
+        !path.starts_with('/')
+            && !path.chars().any(|c| c.is_control() || c == '\\')
+            && !route.split('/').any(|segment| {
+                // Browsers read "%2e" in a segment as ".".
+                let dots = segment.replace("%2e", ".").replace("%2E", ".");
+                dots == "." || dots == ".."
+            })
+    });
+    format!("/s/{session_id}/{}", below.unwrap_or(landing))
+}
+
+/// The session page that a tab navigating into the editor at `tail` (its path below
+/// `/s/<id>`, with the query) is sent to, so that it carries the toolbar and counts as activity.
+pub fn session_page_for(session_id: &str, tail: &str) -> String {
+    match tail.trim_start_matches('/') {
+        "" => format!("/sessions/{session_id}"),
+        path => format!(
+            "/sessions/{session_id}?path={}",
+            super::encode::percent_encode(path, super::encode::PATH)
+        ),
+    }
+}
+
 /// The sign-in page, coming back to `here` (one of our paths) afterwards; plain for the dashboard.
 pub fn sign_in_then(here: &str) -> String {
     if is_local_path(here) && here != "/" && !here.starts_with("/login") {
@@ -34,7 +63,51 @@ pub fn after_password_change(next: Option<&str>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{after_password_change, is_local_path, sign_in_then};
+    use super::{
+        after_password_change, editor_frame, is_local_path, session_page_for, sign_in_then,
+    };
+
+    #[test]
+    fn the_frame_opens_below_its_own_editor_only() {
+        assert_eq!(editor_frame("abc", "lab", None), "/s/abc/lab");
+        assert_eq!(
+            editor_frame("abc", "", Some("?file=new_notebook.py")),
+            "/s/abc/?file=new_notebook.py"
+        );
+        assert_eq!(
+            editor_frame("abc", "lab", Some("lab/tree/a%20b.ipynb?x=1")),
+            "/s/abc/lab/tree/a%20b.ipynb?x=1"
+        );
+        for out in [
+            "/s/other/",
+            "//evil.example",
+            "../other/lab",
+            "lab/../../x",
+            "lab/%2e%2e/x",
+            "lab/.%2E/x",
+            "a\\b",
+            "a\nb",
+        ] {
+            assert_eq!(
+                editor_frame("abc", "lab", Some(out)),
+                "/s/abc/lab",
+                "{out:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_tab_in_the_editor_goes_to_its_session_page_and_back_there() {
+        assert_eq!(session_page_for("abc", ""), "/sessions/abc");
+        assert_eq!(session_page_for("abc", "/"), "/sessions/abc");
+        let page = session_page_for("abc", "/?file=new.py");
+        assert_eq!(page, "/sessions/abc?path=%3Ffile%3Dnew.py");
+        // The session page's `path`, decoded, opens the same place in its frame.
+        assert_eq!(
+            editor_frame("abc", "", Some("?file=new.py")),
+            "/s/abc/?file=new.py"
+        );
+    }
 
     #[test]
     fn sign_in_comes_back_to_the_page_asked_for() {

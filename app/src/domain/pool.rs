@@ -102,9 +102,56 @@ pub fn offered_sizes(cards: &[(u64, Vec<u64>)]) -> (Vec<u64>, Vec<u64>) {
     (sizes, bursts)
 }
 
+/// When the launch at `position` in line for a size may start: the `position`-th moment a place
+/// of that size frees, from when each running holder ends (`frees_at`, any order; for a whole
+/// card, when its last session ends). `None` when fewer places free than wait ahead of it: it
+/// waits for sessions that have not started yet.
+pub fn queue_eta(position: u32, mut frees_at: Vec<i64>) -> Option<i64> {
+    frees_at.sort_unstable();
+    frees_at.get(position.checked_sub(1)? as usize).copied()
+}
+
+/// What a queued launch waits for and when it should start, in words.
+pub fn queue_words(waits_for: Option<&str>, eta_ms: Option<i64>) -> String {
+    let what = waits_for.unwrap_or("a free slice");
+    match eta_ms {
+        Some(at) => format!(
+            "Waiting for {what}: expected by {} UTC, when a running session's time ends (sooner if one stops).",
+            super::dates::minute(at)
+        ),
+        None => format!(
+            "Waiting for {what}: after launches that have not started yet, so no time can be given."
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_queued_launch_says_what_it_waits_for_and_when() {
+        let at = 1_764_640_800_000; // 2025-12-02 02:00 UTC
+        assert_eq!(
+            queue_words(Some("a free 4 GB slice"), Some(at)),
+            "Waiting for a free 4 GB slice: expected by 2025-12-02 02:00 UTC, when a running session's time ends (sooner if one stops)."
+        );
+        assert!(queue_words(None, None).contains("no time can be given"));
+    }
+
+    #[test]
+    fn the_nth_in_line_starts_when_the_nth_place_frees() {
+        let ends = vec![300, 100, 200];
+        assert_eq!(queue_eta(1, ends.clone()), Some(100));
+        assert_eq!(queue_eta(3, ends.clone()), Some(300));
+        assert_eq!(
+            queue_eta(4, ends.clone()),
+            None,
+            "waits for one not started"
+        );
+        assert_eq!(queue_eta(0, ends), None);
+        assert_eq!(queue_eta(1, Vec::new()), None);
+    }
 
     fn gpu(id: &str, memory_mib: u64, slice_mib: u64) -> GpuSpec {
         GpuSpec {

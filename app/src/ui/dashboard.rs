@@ -43,16 +43,19 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
         isolation_warning,
         history,
     } = data;
+    #[cfg(feature = "hydrate")]
     let live: Vec<SessionView> = sessions
         .iter()
         .filter(|s| s.state.is_live())
         .cloned()
         .collect();
-    let past: Vec<SessionView> = sessions
-        .into_iter()
-        .filter(|s| !s.state.is_live())
-        .take(10)
-        .collect();
+    // The lists and the balance follow what happens elsewhere (a stop through the API, an
+    // admin, the reaper, the queue moving): each live session's event stream, and a reload
+    // every 15 s for what no stream of this page carries. The launch form is left as typed.
+    let listed = RwSignal::new(sessions);
+    let balance_now = RwSignal::new(credits.clone());
+    #[cfg(feature = "hydrate")]
+    follow_dashboard(&live, listed, balance_now);
     #[cfg(feature = "hydrate")]
     {
         let ready: Vec<&SessionView> = live
@@ -87,7 +90,7 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
     }
     let balance = credits.balance;
     view! {
-        <Header viewer credits />
+        <Header viewer credits=balance_now />
         <main class="dashboard">
             {isolation_warning
                 .map(|warning| {
@@ -117,43 +120,91 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
             </section>
             <section class="sessions" aria-labelledby="sessions-title">
                 <h2 id="sessions-title">"Your sessions"</h2>
-                {if live.is_empty() {
-                    view! {
-                        <p class="muted empty">
-                            "No session is running. Pick an editor and a slice, then press Launch."
-                        </p>
-                    }
-                        .into_any()
-                } else {
-                    view! {
-                        <ul class="session-list">
-                            {live
-                                .into_iter()
-                                .map(|s| view! { <SessionCard session=s stop /> })
-                                .collect_view()}
-                        </ul>
-                    }
-                        .into_any()
-                }}
-                {(!past.is_empty())
-                    .then(|| {
+                {move || {
+                    let live: Vec<SessionView> = listed
+                        .get()
+                        .into_iter()
+                        .filter(|s| s.state.is_live())
+                        .collect();
+                    if live.is_empty() {
                         view! {
-                            <details class="history">
-                                <summary>"Recent sessions"</summary>
-                                <ul class="session-list">
-                                    {past
-                                        .into_iter()
-                                        .map(|s| view! { <SessionCard session=s stop /> })
-                                        .collect_view()}
-                                </ul>
-                            </details>
+                            <p class="muted empty">
+                                "No session is running. Pick an editor and a slice, then press Launch."
+                            </p>
                         }
-                    })}
+                            .into_any()
+                    } else {
+                        view! {
+                            <ul class="session-list" data-testid="live-sessions">
+                                {live
+                                    .into_iter()
+                                    .map(|s| view! { <SessionCard session=s stop /> })
+                                    .collect_view()}
+                            </ul>
+                        }
+                            .into_any()
+                    }
+                }}
+                {move || {
+                    let past: Vec<SessionView> = listed
+                        .get()
+                        .into_iter()
+                        .filter(|s| !s.state.is_live())
+                        .take(10)
+                        .collect();
+                    (!past.is_empty())
+                        .then(|| {
+                            view! {
+                                <details class="history">
+                                    <summary>"Recent sessions"</summary>
+                                    <ul class="session-list">
+                                        {past
+                                            .into_iter()
+                                            .map(|s| view! { <SessionCard session=s stop /> })
+                                            .collect_view()}
+                                    </ul>
+                                </details>
+                            }
+                        })
+                }}
                 <CreditHistory history />
             </section>
             <super::promotion::PromotionsCard />
             <PoolStrip gpus enforcement />
         </main>
+    }
+}
+
+/// Keeps the dashboard's lists and balance current: reloaded when one of the live sessions'
+/// streams says it became ready or ended, and every 15 s.
+#[cfg(feature = "hydrate")]
+fn follow_dashboard(
+    live: &[SessionView],
+    listed: RwSignal<Vec<SessionView>>,
+    balance: RwSignal<CreditsView>,
+) {
+    let reload = move || {
+        leptos::task::spawn_local(async move {
+            if let Ok(fresh) = load_dashboard().await {
+                listed.set(fresh.sessions);
+                balance.set(fresh.credits);
+            }
+        });
+    };
+    let streams: Vec<super::live::Follow> = live
+        .iter()
+        .map(|s| {
+            super::live::follow(&s.id, move |step| {
+                if matches!(step.state, SessionState::Ready | SessionState::Ended) {
+                    reload();
+                }
+            })
+        })
+        .collect();
+    let streams = send_wrapper::SendWrapper::new(streams);
+    on_cleanup(move || streams.iter().for_each(super::live::Follow::close));
+    if let Ok(handle) = set_interval_with_handle(reload, std::time::Duration::from_secs(15)) {
+        on_cleanup(move || handle.clear());
     }
 }
 
@@ -207,7 +258,8 @@ fn CreditHistory(history: Vec<crate::model::LedgerLine>) -> impl IntoView {
 }
 
 #[component]
-fn Header(viewer: Viewer, credits: CreditsView) -> impl IntoView {
+fn Header(viewer: Viewer, credits: RwSignal<CreditsView>) -> impl IntoView {
+    let balance = credits;
     let logout = ServerAction::<Logout>::new();
     let navigate = use_navigate();
     Effect::new(move |_| {
@@ -222,13 +274,16 @@ fn Header(viewer: Viewer, credits: CreditsView) -> impl IntoView {
             </a>
             <div class="credits" data-testid="credits">
                 <span class="label">"Credits"</span>
-                <strong data-testid="credit-balance">{credits::format(credits.balance)}</strong>
-                {(credits.held > 0)
-                    .then(|| {
-                        view! {
-                            <span class="muted">{format!("{} held", credits::format(credits.held))}</span>
-                        }
-                    })}
+                <strong data-testid="credit-balance">
+                    {move || credits::format(balance.get().balance)}
+                </strong>
+                {move || {
+                    let held = balance.get().held;
+                    (held > 0)
+                        .then(|| {
+                            view! { <span class="muted">{format!("{} held", credits::format(held))}</span> }
+                        })
+                }}
             </div>
             <div class="user">
                 <a href="/account" data-testid="user-name" title="Your account">
@@ -547,6 +602,8 @@ fn SessionCard(session: SessionView, stop: ServerAction<StopSession>) -> impl In
     let ends_at = session.ends_at_ms;
     let idle_at = session.idle_at_ms;
     let position = session.queue_position;
+    let waiting =
+        crate::domain::pool::queue_words(session.waits_for.as_deref(), session.queue_eta_ms);
     let queued = session.state == SessionState::Queued;
     let href = format!("/sessions/{}", session.id);
     let reason = session.end_reason.map(|r| r.describe());
@@ -583,6 +640,7 @@ fn SessionCard(session: SessionView, stop: ServerAction<StopSession>) -> impl In
                         <p class="muted" data-testid="queue-position">
                             {format!("In line: position {p}. It starts by itself when a slice frees.")}
                         </p>
+                        <p class="muted" data-testid="queue-eta">{waiting.clone()}</p>
                     }
                 })}
             {reason.map(|r| view! { <p class="muted">{format!("Ended: {r}")}</p> })}

@@ -1,4 +1,4 @@
-//! The browser heartbeat. A visible page beats every 5 minutes; it beats sooner (after a minute)
+//! The browser heartbeat. A visible page beats every 5 minutes; it beats sooner (within 10 s)
 //! once the person types, clicks or scrolls — in our page or inside the embedded editor, which is
 //! served from our own origin — so the idle countdown resets while someone works. A beat without
 //! input only says a tab is open (see the idle policy).
@@ -6,8 +6,8 @@
 
 /// A visible page beats at least this often.
 pub const BEAT_MS: i64 = 5 * 60_000;
-/// After input, the next beat may go this soon.
-pub const INPUT_BEAT_MS: i64 = 60_000;
+/// After input, the next beat may go this soon: the idle countdown follows typing within seconds.
+pub const INPUT_BEAT_MS: i64 = 10_000;
 
 /// Whether to beat now. `urgent`: a session is inside its idle warning, where waiting a minute
 /// to report input could let it end while someone types; input is then reported at the next
@@ -122,8 +122,8 @@ mod tests {
     #[test]
     fn beats_every_five_minutes_and_sooner_after_input_only_when_visible() {
         assert!(!should_beat(60_000, 0, false, true, false));
-        assert!(should_beat(60_000, 0, true, true, false));
-        assert!(!should_beat(59_999, 0, true, true, false));
+        assert!(should_beat(10_000, 0, true, true, false));
+        assert!(!should_beat(9_999, 0, true, true, false));
         assert!(should_beat(BEAT_MS, 0, false, true, false));
         assert!(!should_beat(BEAT_MS * 3, 0, true, false, false));
     }

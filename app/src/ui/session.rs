@@ -40,6 +40,226 @@ pub fn SessionPage() -> impl IntoView {
     }
 }
 
+/// Extend at any time, by any whole number of minutes, with what it holds and the new end.
+#[component]
+fn ExtendMenu(
+    session: RwSignal<SessionView>,
+    extend: ServerAction<ExtendSession>,
+) -> impl IntoView {
+    let minutes = RwSignal::new("30".to_string());
+    let open = RwSignal::new(false);
+    let typed = move || crate::domain::launch::typed_minutes(&minutes.get()).filter(|m| *m > 0);
+    let summary = move || {
+        let (per_hour, ends_at) = session.with(|s| (s.price_per_hour, s.ends_at_ms));
+        match (typed(), ends_at) {
+            (Some(m), Some(end)) => format!(
+                "Holds {} more now; ends at {} UTC instead of {} UTC.",
+                credits::with_unit(credits::price_for_minutes(per_hour, m as i64)),
+                crate::domain::dates::minute(end + m as i64 * 60_000),
+                crate::domain::dates::minute(end),
+            ),
+            _ => "Enter a whole number of minutes.".to_string(),
+        }
+    };
+    Effect::new(move |_| {
+        if let Some(Ok(_)) = extend.value().get() {
+            open.set(false);
+        }
+    });
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        if let Some(m) = typed() {
+            extend.dispatch(ExtendSession {
+                id: session.with_untracked(|s| s.id.clone()),
+                minutes: m,
+            });
+        }
+    };
+    view! {
+        <details class="extend" data-testid="extend" prop:open=move || open.get()>
+            <summary on:click=move |ev| {
+                ev.prevent_default();
+                open.update(|o| *o = !*o);
+            }>"Extend"</summary>
+            <form on:submit=submit>
+                <label>
+                    "Minutes"
+                    <input type="number" min="1" step="1" inputmode="numeric" bind:value=minutes />
+                </label>
+                <p class="muted" data-testid="extend-price">{summary}</p>
+                <button
+                    type="submit"
+                    class="primary"
+                    disabled=move || typed().is_none() || extend.pending().get()
+                >
+                    {move || if extend.pending().get() { "Extending…" } else { "Extend" }}
+                </button>
+            </form>
+        </details>
+    }
+}
+
+/// Asks, once, to notify the person; then tells them, while the page is not in front, when
+/// the session enters its last minutes or its idle warning.
+#[component]
+fn NotifyBeforeEnd(session: RwSignal<SessionView>, now: ReadSignal<i64>) -> impl IntoView {
+    // Read after hydration: the server cannot know, and both renders must agree.
+    let asked = RwSignal::new("unsupported");
+    #[cfg(feature = "hydrate")]
+    {
+        Effect::new(move |_| asked.set(notification_permission()));
+        // The deadline last notified about: one notification per warning.
+        let told = StoredValue::new(None::<i64>);
+        Effect::new(move |_| {
+            let t = now.get();
+            let deadline = session.with_untracked(|s| {
+                if s.state != SessionState::Ready {
+                    return None;
+                }
+                let soon = |at: Option<i64>| at.filter(|at| *at - t <= s.warn_ms && *at > t);
+                soon(s.ends_at_ms)
+                    .map(|at| (at, true))
+                    .or_else(|| soon(s.idle_at_ms).map(|at| (at, false)))
+            });
+            let Some((at, by_time)) = deadline else {
+                return;
+            };
+            if told.get_value() == Some(at) || asked.get_untracked() != "granted" || page_in_front()
+            {
+                return;
+            }
+            told.set_value(Some(at));
+            let body = if by_time {
+                format!(
+                    "Its time runs out in {}. Extend it from its page.",
+                    super::format::format_countdown(at - t)
+                )
+            } else {
+                format!(
+                    "It looks idle and stops in {} unless you come back.",
+                    super::format::format_countdown(at - t)
+                )
+            };
+            show_notification("Your GPU session ends soon", &body);
+        });
+    }
+    #[cfg(not(feature = "hydrate"))]
+    let _ = (session, now);
+    move || {
+        (asked.get() == "default").then(|| {
+            view! {
+                <button
+                    class="link"
+                    data-testid="notify-me"
+                    title="A browser notification before this session ends, when its page is not in front"
+                    on:click=move |_| request_notifications(asked)
+                >
+                    "Notify me"
+                </button>
+            }
+        })
+    }
+}
+
+/// "granted", "denied", "default", or "unsupported" (no Notification API).
+#[cfg(feature = "hydrate")]
+fn notification_permission() -> &'static str {
+    {
+        use wasm_bindgen::JsCast;
+        let supported = web_sys::window()
+            .and_then(|w| js_sys::Reflect::get(&w, &"Notification".into()).ok())
+            .is_some_and(|n| n.dyn_ref::<js_sys::Function>().is_some());
+        if !supported {
+            return "unsupported";
+        }
+        match web_sys::Notification::permission() {
+            web_sys::NotificationPermission::Granted => "granted",
+            web_sys::NotificationPermission::Denied => "denied",
+            _ => "default",
+        }
+    }
+}
+
+fn request_notifications(asked: RwSignal<&'static str>) {
+    #[cfg(feature = "hydrate")]
+    if let Ok(promise) = web_sys::Notification::request_permission() {
+        let answered = wasm_bindgen::prelude::Closure::once(move |_: wasm_bindgen::JsValue| {
+            asked.set(notification_permission());
+        });
+        let _ = promise.then(&answered);
+        answered.forget();
+    }
+    #[cfg(not(feature = "hydrate"))]
+    let _ = asked;
+}
+
+#[cfg(feature = "hydrate")]
+fn page_in_front() -> bool {
+    web_sys::window()
+        .and_then(|w| w.document())
+        .is_some_and(|d| {
+            d.visibility_state() == web_sys::VisibilityState::Visible
+                && d.has_focus().unwrap_or(true)
+        })
+}
+
+#[cfg(feature = "hydrate")]
+fn show_notification(title: &str, body: &str) {
+    let options = web_sys::NotificationOptions::new();
+    options.set_body(body);
+    options.set_tag("gpu-sandbox-ending");
+    let _ = web_sys::Notification::new_with_options(title, &options);
+}
+
+/// Points the "New tab" link at the place the editor's frame shows now (same origin: its
+/// location is ours to read), so the new tab opens there, with the toolbar.
+fn open_where_the_frame_is(ev: &leptos::ev::MouseEvent) {
+    #[cfg(feature = "hydrate")]
+    {
+        use wasm_bindgen::JsCast;
+        let Some(link) = ev
+            .current_target()
+            .and_then(|t| t.dyn_into::<web_sys::HtmlAnchorElement>().ok())
+        else {
+            return;
+        };
+        let frame = web_sys::window()
+            .and_then(|w| w.document())
+            .and_then(|d| d.query_selector("iframe.editor").ok().flatten())
+            .and_then(|f| f.dyn_into::<web_sys::HtmlIFrameElement>().ok())
+            .and_then(|f| f.content_window());
+        let Some(location) = frame.map(|w| w.location()) else {
+            return;
+        };
+        let (Ok(path), Ok(search)) = (location.pathname(), location.search()) else {
+            return;
+        };
+        // `/s/<id>/<tail>` → the session page with `path=<tail>`.
+        let mut parts = path.splitn(4, '/');
+        let (Some(""), Some("s"), Some(id)) = (parts.next(), parts.next(), parts.next()) else {
+            return;
+        };
+        let tail = format!("/{}{search}", parts.next().unwrap_or_default());
+        link.set_href(&crate::domain::paths::session_page_for(id, &tail));
+    }
+    #[cfg(not(feature = "hydrate"))]
+    let _ = ev;
+}
+
+/// Shows `fresh` unless it is older than what the page shows: answers cross on the way (a
+/// heartbeat sent before the end can arrive after it), and a session's steps only grow.
+fn take_fresher(session: RwSignal<SessionView>, fresh: SessionView) {
+    let last = |s: &SessionView| s.steps.last().map_or(0, |step| step.seq);
+    if session.with_untracked(|current| is_fresher(last(current), last(&fresh))) {
+        session.set(fresh);
+    }
+}
+
+/// Whether a view whose last step is `fresh` may replace one whose last step is `current`.
+fn is_fresher(current: i64, fresh: i64) -> bool {
+    fresh >= current
+}
+
 /// Folds a streamed step into the session as the page shows it.
 #[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
 pub(super) fn apply_step(session: &mut SessionView, step: Step) {
@@ -59,22 +279,23 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
     let session = RwSignal::new(initial);
     let stop = ServerAction::<StopSession>::new();
     let now = use_clock();
+    let query = leptos_router::hooks::use_query_map();
 
     let here = ServerAction::<Heartbeat>::new();
     let extend = ServerAction::<ExtendSession>::new();
     Effect::new(move |_| {
         if let Some(Ok(view)) = stop.value().get() {
-            session.set(view);
+            take_fresher(session, view);
         }
     });
     Effect::new(move |_| {
         if let Some(Ok(view)) = here.value().get() {
-            session.set(view);
+            take_fresher(session, view);
         }
     });
     Effect::new(move |_| {
         if let Some(Ok(view)) = extend.value().get() {
-            session.set(view);
+            take_fresher(session, view);
         }
     });
     #[cfg(feature = "hydrate")]
@@ -93,7 +314,7 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                     super::presence::in_idle_warning(now, s.idle_at_ms, s.warn_ms)
                 })
             },
-            move |view| session.set(view),
+            move |view| take_fresher(session, view),
         );
     }
 
@@ -113,7 +334,7 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                     let id = refresh_id.clone();
                     leptos::task::spawn_local(async move {
                         if let Ok(fresh) = get_session(id).await {
-                            session.set(fresh);
+                            take_fresher(session, fresh);
                         }
                     });
                 }
@@ -128,6 +349,22 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
     let ready = Memo::new(move |_| state() == SessionState::Ready);
     let progress = move || session.with(|s| s.steps.last().map(|st| st.progress).unwrap_or(0));
     let stop_id = id.clone();
+    let frame_path = Memo::new(move |_| query.read().get("path"));
+    let page_state = Memo::new(move |_| {
+        session.with(|s| {
+            (
+                s.state,
+                s.url.is_some(),
+                s.end_reason,
+                s.cost,
+                s.steps.len(),
+                s.detail.clone(),
+                s.queue_position,
+                s.queue_eta_ms,
+            )
+        })
+    });
+    let own_tab = format!("/sessions/{id}");
     view! {
         <div class="session-page">
             <header class="toolbar">
@@ -201,6 +438,30 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                         })
                 }}
                 <span class="spacer"></span>
+                {move || {
+                    ready.get().then(|| view! { <ExtendMenu session extend /> })
+                }}
+                <NotifyBeforeEnd session now />
+                {move || {
+                    ready
+                        .get()
+                        .then(|| {
+                            let href = own_tab.clone();
+                            view! {
+                                <a
+                                    class="button"
+                                    href=href
+                                    target="_blank"
+                                    rel="noopener"
+                                    data-testid="own-tab"
+                                    title="The editor where it is now, in a tab of its own, with this toolbar"
+                                    on:click=move |ev| open_where_the_frame_is(&ev)
+                                >
+                                    "New tab"
+                                </a>
+                            }
+                        })
+                }}
                 {move || {
                     let (ready, warn) = session.with(|s| {
                         let t = now.get();
@@ -281,13 +542,23 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                     .map(|e| view! { <p class="notice error" role="alert">{e.to_string()}</p> })
             }}
             {move || {
-                let s = session.get();
+                // Drawn anew only when what it shows changes: a heartbeat's answer (every few
+                // seconds while someone types) must not reload the editor's frame.
+                let _shown = page_state.get();
+                let s = session.get_untracked();
                 match (s.state, s.url.clone()) {
-                    (SessionState::Ready, Some(url)) => {
+                    (SessionState::Ready, Some(_)) => {
+                        // A tab that went into the editor by itself (marimo's new notebook, a
+                        // link) was sent here with its place: the frame opens there.
+                        let src = crate::domain::paths::editor_frame(
+                            &s.id,
+                            s.editor.landing_path(),
+                            frame_path.get_untracked().as_deref(),
+                        );
                         view! {
                             <iframe
                                 class="editor"
-                                src=url
+                                src=src
                                 title=format!("{} editor", s.editor.label())
                                 data-testid="editor-frame"
                                 allow="clipboard-read; clipboard-write"
@@ -341,6 +612,17 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                                             format!("Starting {}", s.editor.label())
                                         }}
                                     </h2>
+                                    {(s.state == SessionState::Queued)
+                                        .then(|| {
+                                            view! {
+                                                <p class="muted" data-testid="queue-eta">
+                                                    {crate::domain::pool::queue_words(
+                                                        s.waits_for.as_deref(),
+                                                        s.queue_eta_ms,
+                                                    )}
+                                                </p>
+                                            }
+                                        })}
                                     <div
                                         class="progress"
                                         role="progressbar"
@@ -385,6 +667,16 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_sent_before_the_end_does_not_undo_it() {
+        assert!(is_fresher(7, 7), "the same steps: newer countdowns");
+        assert!(is_fresher(7, 8));
+        assert!(
+            !is_fresher(8, 7),
+            "a heartbeat's answer from before the end"
+        );
+    }
+
+    #[test]
     fn steps_apply_once_and_carry_the_failure() {
         let mut s = SessionView {
             id: "a".into(),
@@ -402,6 +694,8 @@ mod tests {
             held: 0,
             price_per_hour: 0,
             queue_position: None,
+            queue_eta_ms: None,
+            waits_for: None,
             idle_at_ms: None,
             warn_ms: 0,
             gpu_used_mib: None,

@@ -863,6 +863,12 @@ impl Runtime for LocalRuntime {
             .env("PIP_TARGET", home.join(USER_PACKAGES))
             .env("PYTHONPATH", home.join(USER_PACKAGES))
             .env("PYTHONUNBUFFERED", "1")
+            // Git never looks above the workspace: a data dir inside a checkout would otherwise
+            // show the editor that checkout (code-server's "open the parent repository?").
+            .env(
+                "GIT_CEILING_DIRECTORIES",
+                home.parent().unwrap_or(std::path::Path::new("/")),
+            )
             .envs(launch.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .envs(editors::secret_env(launch.editor, &secret))
             .stdin(if stdin_secret.is_some() {

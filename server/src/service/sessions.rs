@@ -393,6 +393,11 @@ impl Core {
             None
         };
         let mut view = self.session_view(&record, steps, position);
+        if let Some(position) = position {
+            let live = self.store.live_sessions().await?;
+            let pool = self.store.pool().await?;
+            view.queue_eta_ms = queue_eta(&live, &pool, &record, position);
+        }
         if record.state == SessionState::Ready
             && let Some(handle) = &record.runtime_handle
             && let Some(kills) = self.runtime.memory_kills(handle).await.filter(|k| *k > 0)
@@ -446,6 +451,14 @@ impl Core {
             },
             price_per_hour: record.price_per_hour,
             queue_position,
+            queue_eta_ms: None,
+            waits_for: (record.state == SessionState::Queued).then(|| {
+                if record.burst {
+                    format!("a whole {} card", format_mib(record.slice_mib))
+                } else {
+                    format!("a free {} slice", format_mib(record.slice_mib))
+                }
+            }),
             idle_at_ms: (record.state == SessionState::Ready)
                 .then(|| policy.idle_at(&record.signals())),
             warn_ms: policy.warn_ms,
@@ -557,6 +570,12 @@ impl Sessions {
             });
         }
         let sessions = self.store.sessions_of(&viewer.id, 20).await?;
+        // For the queued ones' ETAs: who holds what now, and until when.
+        let (live, eta_pool) = if sessions.iter().any(|s| s.state == SessionState::Queued) {
+            (self.store.live_sessions().await?, pool.clone())
+        } else {
+            (Vec::new(), Vec::new())
+        };
         let costs = self.store.session_costs(&viewer.id, None).await?;
         let history = self
             .store
@@ -620,6 +639,9 @@ impl Sessions {
                 .map(|s| {
                     let position = positions.get(s.id.as_str()).copied();
                     let mut view = self.session_view(s, Vec::new(), position);
+                    if let Some(position) = position {
+                        view.queue_eta_ms = queue_eta(&live, &eta_pool, s, position);
+                    }
                     if !s.state.is_live() {
                         view.cost = costs
                             .get(&s.id)
@@ -681,13 +703,33 @@ impl Sessions {
     }
 
     pub async fn stop(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError> {
+        self.stop_by_user(viewer, id, None).await
+    }
+
+    /// The editor's own "shut down" (JupyterLab's File menu, marimo's power button), which the
+    /// proxy turns into a stop: the session ends and is settled as any stop of the user's.
+    pub async fn stop_from_editor(
+        &self,
+        viewer: &Viewer,
+        id: &str,
+    ) -> Result<SessionView, AppError> {
+        self.stop_by_user(viewer, id, Some("shut down from inside the editor"))
+            .await
+    }
+
+    async fn stop_by_user(
+        &self,
+        viewer: &Viewer,
+        id: &str,
+        detail: Option<&'static str>,
+    ) -> Result<SessionView, AppError> {
         viewer.scopes.require(Scope::Sessions)?;
         let record = self.owned_record(viewer, id).await?;
         if record.state.is_live() {
             // Its own task: a client that disconnects must not leave the session half-stopped.
             let this = self.clone();
             let id = id.to_string();
-            self.spawn(async move { this.try_stop_session(&id, EndReason::User, None).await })
+            self.spawn(async move { this.try_stop_session(&id, EndReason::User, detail).await })
                 .await
                 .map_err(|e| {
                     tracing::error!(error = %e, "stop task");
@@ -720,4 +762,35 @@ fn memory_note(memory_mib: u64, kills: u64) -> String {
         "A process of this session (a kernel, say) used more than the session's {} of memory and was stopped{times}. Restart it with less data in memory, or launch with a larger slice.",
         format_mib(memory_mib)
     )
+}
+
+/// When the queued `record` at `position` should start: the `position`-th end among the running
+/// sessions holding its size (for a whole card, each card of its memory frees when its last
+/// session ends).
+fn queue_eta(
+    live: &[SessionRecord],
+    pool: &[(crate::store::GpuRecord, Vec<crate::store::SlotRecord>)],
+    record: &SessionRecord,
+    position: u32,
+) -> Option<i64> {
+    let running = live.iter().filter(|r| r.state == SessionState::Ready);
+    let frees_at: Vec<i64> = if record.burst {
+        pool.iter()
+            .filter(|(gpu, _)| gpu.memory_mib == record.slice_mib)
+            .filter_map(|(gpu, _)| {
+                running
+                    .clone()
+                    .filter(|r| r.gpu_id.as_deref() == Some(gpu.id.as_str()))
+                    .map(|r| r.ends_at)
+                    .max()
+                    .flatten()
+            })
+            .collect()
+    } else {
+        running
+            .filter(|r| !r.burst && r.slice_mib == record.slice_mib)
+            .filter_map(|r| r.ends_at)
+            .collect()
+    };
+    app::domain::pool::queue_eta(position, frees_at)
 }

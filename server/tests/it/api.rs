@@ -1,6 +1,7 @@
 //! The REST API and the proxy, through a real listener, with a stand-in editor.
 
 use crate::common::{FakeRuntime, Response, TestApp};
+use app::domain::scope::{Scope, Scopes};
 use app::domain::session::{EndReason, SessionState};
 use http::{Method, Request, StatusCode};
 use http_body_util::Full;
@@ -1724,5 +1725,116 @@ async fn our_pages_carry_the_framing_and_content_headers() {
         "SAMEORIGIN",
         "an editor is framed by our page"
     );
+    app.stop().await;
+}
+
+/// A tab of its own that navigates into the editor (marimo's new notebook, a link) is sent to
+/// the session page with its place; the page's frame and scripts reach the editor as before.
+#[tokio::test]
+async fn a_tab_that_goes_into_the_editor_is_framed_by_the_session_page() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (_, token) = app.user("tab").await;
+    let id = app.launch_ready(&token, "marimo").await;
+    let cookie = app.sign_in_cookie("tab").await;
+    let visit = async |path: &str, dest: Option<&str>| {
+        let mut request = Request::get(app.url(path))
+            .header("cookie", format!("sandbox_session={cookie}"))
+            .header("accept", "text/html");
+        if let Some(dest) = dest {
+            request = request
+                .header("sec-fetch-dest", dest)
+                .header("sec-fetch-mode", "navigate");
+        }
+        app.send(request.body(Full::new(bytes::Bytes::new())).unwrap())
+            .await
+    };
+    let tab = visit(&format!("/s/{id}/?file=new_notebook.py"), Some("document")).await;
+    tab.assert_status(StatusCode::SEE_OTHER);
+    assert_eq!(
+        tab.headers["location"],
+        format!("/sessions/{id}?path=%3Ffile%3Dnew_notebook.py")
+    );
+    let home = visit(&format!("/s/{id}/"), Some("document")).await;
+    assert_eq!(home.headers["location"], format!("/sessions/{id}"));
+    // The page's own frame, a script's request, a download, a token: the editor answers.
+    visit(&format!("/s/{id}/api/status"), Some("iframe"))
+        .await
+        .assert_status(StatusCode::OK);
+    visit(&format!("/s/{id}/api/status"), None)
+        .await
+        .assert_status(StatusCode::OK);
+    visit(&format!("/s/{id}/api/status?download=1"), Some("document"))
+        .await
+        .assert_status(StatusCode::OK);
+    let scripted = Request::get(app.url(&format!("/s/{id}/api/status")))
+        .header("authorization", format!("Bearer {token}"))
+        .header("sec-fetch-dest", "document")
+        .body(Full::new(bytes::Bytes::new()))
+        .unwrap();
+    app.send(scripted).await.assert_status(StatusCode::OK);
+    // Another user's tab learns nothing: 404 as for a session that does not exist.
+    app.user("other-tab").await;
+    let theirs = app.sign_in_cookie("other-tab").await;
+    let request = Request::get(app.url(&format!("/s/{id}/")))
+        .header("cookie", format!("sandbox_session={theirs}"))
+        .header("sec-fetch-dest", "document")
+        .body(Full::new(bytes::Bytes::new()))
+        .unwrap();
+    app.send(request).await.assert_status(StatusCode::NOT_FOUND);
+    app.stop().await;
+}
+
+/// The editor's own Shut Down (JupyterLab's `/api/shutdown`, marimo's `/api/kernel/shutdown`)
+/// ends the session through us: stopped by the user, settled, the editor never asked.
+#[tokio::test]
+async fn an_editors_own_shutdown_ends_the_session_through_us() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (user_id, token) = app.user("shut").await;
+    for (editor, path) in [
+        ("jupyterlab", "/api/shutdown"),
+        ("marimo", "/api/kernel/shutdown"),
+    ] {
+        let id = app.launch_ready(&token, editor).await;
+        // A token that may reach the editor but not stop sessions cannot end it so.
+        let (limited, hash) = server::auth::new_api_token();
+        app.store
+            .create_token(
+                &user_id,
+                &hash,
+                "access only",
+                Scopes::of(&[Scope::Access]),
+                None,
+            )
+            .await
+            .unwrap();
+        let shutdown = format!("/s/{id}{path}");
+        app.call(Method::POST, &shutdown, Some(&limited), None)
+            .await
+            .assert_status(StatusCode::FORBIDDEN);
+        assert_eq!(app.record(&id).await.state.as_str(), "ready");
+
+        let answer = app.call(Method::POST, &shutdown, Some(&token), None).await;
+        answer.assert_status(StatusCode::OK);
+        assert_eq!(answer.json()["success"], true);
+        let record = app.record(&id).await;
+        assert_eq!(record.state.as_str(), "ended", "{editor}");
+        assert_eq!(record.end_reason.map(|r| r.as_str()), Some("user"));
+        assert_eq!(
+            record.detail.as_deref(),
+            Some("shut down from inside the editor")
+        );
+        let view = app
+            .get(&format!("/api/v1/sessions/{id}"), Some(&token))
+            .await
+            .json();
+        assert_eq!(
+            view["cost"]["returned"].as_i64().unwrap() + view["cost"]["charged"].as_i64().unwrap(),
+            view["cost"]["held"].as_i64().unwrap(),
+            "{view}"
+        );
+        assert!(view["cost"]["returned"].as_i64().unwrap() > 0, "{view}");
+    }
+    let (_, held) = app.store.credits(&user_id).await.unwrap();
+    assert_eq!(held, 0);
     app.stop().await;
 }

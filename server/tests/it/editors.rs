@@ -255,6 +255,38 @@ async fn marimo_answers_through_the_proxy() {
     app.stop().await;
 }
 
+/// Real marimo and JupyterLab: their own "shut down" ends the session through us, and the
+/// editor's processes are gone.
+#[tokio::test]
+async fn an_editors_own_shutdown_stops_the_real_editor() {
+    require("marimo", "venv/bin/marimo");
+    require("JupyterLab", "venv/bin/jupyter-lab");
+    let app = TestApp::start(None).await;
+    let (_, owner) = app.user("shutter").await;
+    for (editor, path) in [
+        ("marimo", "/api/kernel/shutdown"),
+        ("jupyterlab", "/api/shutdown"),
+    ] {
+        let id = app.launch_ready(&owner, editor).await;
+        let started = std::time::Instant::now();
+        let answer = app
+            .call(Method::POST, &format!("/s/{id}{path}"), Some(&owner), None)
+            .await;
+        answer.assert_status(StatusCode::OK);
+        let record = app.record(&id).await;
+        assert_eq!(
+            record.state.as_str(),
+            "ended",
+            "{editor}: {:?}",
+            started.elapsed()
+        );
+        app.get(&format!("/s/{id}/"), Some(&owner))
+            .await
+            .assert_status(StatusCode::NOT_FOUND);
+    }
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn code_server_answers_through_the_proxy() {
     require("code-server", "npm/node_modules/.bin/code-server");

@@ -288,6 +288,15 @@ async fn from_her_own_kernel_a_user_reaches_nothing_that_is_not_hers() {
     )
     .await;
     assert!(own.contains("mine.txt"), "{own}");
+    // Git stops at the workspace: no checkout above it (a data dir inside one) shows.
+    let ceiling = run_python(
+        &app,
+        &alice,
+        &alices,
+        "import os\nprint(os.path.dirname(os.environ['HOME'].rstrip('/')) == os.environ.get('GIT_CEILING_DIRECTORIES'))",
+    )
+    .await;
+    assert_eq!(ceiling.trim(), "True", "{ceiling}");
     assert_eq!(
         std::fs::read_to_string(app.dir.path().join("workspaces/alice/mine.txt")).unwrap(),
         "ok"

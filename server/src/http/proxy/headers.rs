@@ -22,6 +22,8 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 // Made at compile time: a name or value given as a string is checked at every use.
 pub(super) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+/// What the browser fetches for (`document` for a tab's navigation, `iframe` for a frame's).
+pub(super) const SEC_FETCH_DEST: HeaderName = HeaderName::from_static("sec-fetch-dest");
 pub(super) const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub(super) const CLEAR_SITE_DATA: HeaderName = HeaderName::from_static("clear-site-data");
 pub(super) const SERVICE_WORKER_ALLOWED: HeaderName =

@@ -170,6 +170,36 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
                 }
             }
         }
+        // The owner's own tab, not the page's frame, went into the editor (marimo opens new
+        // notebooks so, a link does): sent to the session page, which frames that place with
+        // the toolbar, the countdowns and the presence that keeps the session alive.
+        if admin_until.is_none() && !by_token && is_tab_navigation(&req) {
+            let tail = match req.uri().query() {
+                Some(query) => format!("{tail}?{query}"),
+                None => tail.to_string(),
+            };
+            let location = app::domain::paths::session_page_for(session_id, &tail);
+            return (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response();
+        }
+        // The editor's own Shut Down ends the session through us: stopped, settled and
+        // refunded like a Stop, which the page then shows; the editor never hears of it.
+        if admin_until.is_none() && req.method() == http::Method::POST && is_shutdown(tail) {
+            let viewer = caller.viewer();
+            let stopped =
+                Box::pin(state.service.sessions.stop_from_editor(&viewer, session_id)).await;
+            return match stopped {
+                Ok(_) => (
+                    StatusCode::OK,
+                    axum::Json(serde_json::json!({ "success": true })),
+                )
+                    .into_response(),
+                Err(e) => json_error(
+                    StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                    e.code(),
+                    &e.to_string(),
+                ),
+            };
+        }
         if tail.is_empty() {
             let query = req
                 .uri()
@@ -422,6 +452,22 @@ fn editor_secret(credential: &crate::service::routes::EditorCredential) -> Optio
 }
 
 /// A browser's page load (it accepts HTML), not a script's call.
+/// A browser tab's own navigation (typed, a link, `window.open`), not our page's frame nor a
+/// script's request, and not a download (JupyterLab's `?download=1`), which must reach the editor.
+fn is_tab_navigation(req: &Request<Body>) -> bool {
+    req.method() == http::Method::GET
+        && req
+            .headers()
+            .get(SEC_FETCH_DEST)
+            .is_some_and(|dest| dest.as_bytes() == b"document")
+        && !req.uri().query().is_some_and(|q| q.contains("download="))
+}
+
+/// The editors' own "shut down the server": JupyterLab's and marimo's.
+fn is_shutdown(tail: &str) -> bool {
+    matches!(tail, "/api/shutdown" | "/api/kernel/shutdown")
+}
+
 fn is_navigation(headers: &http::HeaderMap) -> bool {
     headers
         .get(header::ACCEPT)
