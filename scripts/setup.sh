@@ -111,8 +111,9 @@ fi
 if [ "$WANT_TEST" = 1 ]; then
   # docker-registry: the CNCF distribution server, the promotion tests' registry on loopback.
   apt_install chromium postgresql docker-registry
-  if [ ! -d end2end/node_modules/playwright-core ] || [ ! -d end2end/node_modules/oidc-provider ]; then
-    say "installing playwright-core (no browser download: Debian's Chromium is used) and oidc-provider"
+  if [ ! -d end2end/node_modules/playwright-core ] || [ ! -d end2end/node_modules/oidc-provider ] \
+    || [ ! -d end2end/node_modules/axe-core ]; then
+    say "installing playwright-core (no browser download: Debian's Chromium is used), oidc-provider, axe-core"
     (cd end2end && npm install --silent --no-audit --no-fund >"$TOOLS/logs/end2end-npm.log" 2>&1) \
       || { tail -20 "$TOOLS/logs/end2end-npm.log"; exit 1; }
   fi

@@ -350,6 +350,14 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
     let progress = move || session.with(|s| s.steps.last().map(|st| st.progress).unwrap_or(0));
     let stop_id = id.clone();
     let frame_path = Memo::new(move |_| query.read().get("path"));
+    let promotion_on = Resource::new(
+        || (),
+        |_| async {
+            crate::api::my_promotions()
+                .await
+                .is_ok_and(|promotions| promotions.enabled)
+        },
+    );
     let page_state = Memo::new(move |_| {
         session.with(|s| {
             (
@@ -497,9 +505,20 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                     ready
                         .get()
                         .then(|| {
+                            // Only where this server promotes (a registry is configured).
                             view! {
-                                <super::promotion::PromoteMenu session_id=session
-                                    .with_untracked(|s| s.id.clone()) />
+                                <Transition fallback=|| ()>
+                                    {move || Suspend::new(async move {
+                                        promotion_on
+                                            .await
+                                            .then(|| {
+                                                view! {
+                                                    <super::promotion::PromoteMenu session_id=session
+                                                        .with_untracked(|s| s.id.clone()) />
+                                                }
+                                            })
+                                    })}
+                                </Transition>
                             }
                         })
                 }}

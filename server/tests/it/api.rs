@@ -1838,3 +1838,29 @@ async fn an_editors_own_shutdown_ends_the_session_through_us() {
     assert_eq!(held, 0);
     app.stop().await;
 }
+
+/// Where no registry is configured, a running session's page offers no Promote.
+#[tokio::test]
+async fn promote_is_not_offered_where_promotion_is_off() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (_, token) = app.user("plain").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    let cookie = app.sign_in_cookie("plain").await;
+    let request = Request::get(app.url(&format!("/sessions/{id}")))
+        .header("cookie", format!("sandbox_session={cookie}"))
+        .header("accept", "text/html")
+        .body(Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let page = app.send(request).await;
+    page.assert_status(StatusCode::OK);
+    let html = String::from_utf8_lossy(&page.body);
+    assert!(
+        html.contains("data-testid=\"time-left\""),
+        "the running session's toolbar"
+    );
+    assert!(
+        !html.contains("class=\"promote\""),
+        "no Promote without a registry"
+    );
+    app.stop().await;
+}

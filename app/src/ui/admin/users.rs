@@ -476,9 +476,9 @@ fn UserRow(
                 <button
                     on:click=role_change
                     aria-label=if user.role == Role::Admin {
-                        format!("Make {name} a user")
+                        format!("Make user {name}")
                     } else {
-                        format!("Make {name} an admin")
+                        format!("Make admin {name}")
                     }
                 >
                     {if user.role == Role::Admin { "Make user" } else { "Make admin" }}
@@ -492,7 +492,7 @@ fn UserRow(
                 {(!user.single_sign_on)
                     .then(|| {
                         view! {
-                            <button on:click=reset.clone() aria-label=format!("Reset {name}'s password")>
+                            <button on:click=reset.clone() aria-label=format!("Reset password of {name}")>
                                 "Reset password"
                             </button>
                         }

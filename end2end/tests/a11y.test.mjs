@@ -1,0 +1,120 @@
+// Every page through axe-core (WCAG 2 A and AA rules, colour contrast included): no serious or
+// critical violation. And the session toolbar at a phone's width keeps Stop on the screen.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { mkdirSync } from 'node:fs';
+import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, signIn } from './helpers.mjs';
+
+const AXE = createRequire(import.meta.url).resolve('axe-core/axe.min.js');
+// A user of its own: its session is launched and stopped here.
+const USER = 'e2e-target';
+
+mkdirSync(ARTIFACTS, { recursive: true });
+
+// The page's serious and critical violations, the editor's own frame left out (not ours).
+async function violations(page) {
+  await page.addScriptTag({ path: AXE });
+  const found = await page.evaluate(async () => {
+    const result = await window.axe.run(
+      { exclude: [['iframe.editor']] },
+      { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] } },
+    );
+    return result.violations
+      .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+      .map((v) => `${v.id} (${v.impact}): ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(' | ')}`);
+  });
+  return found;
+}
+
+// Every page's findings, told together at the end: one run shows them all.
+const found = [];
+
+async function check(page, name) {
+  await hydrated(page);
+  for (const v of await violations(page)) found.push(`${name}: ${v}`);
+}
+
+function nothingFound() {
+  const all = found.splice(0);
+  assert.deepEqual(all, [], all.join('\n'));
+}
+
+test('every page passes axe-core without a serious violation, in light and dark', async () => {
+  const browser = await launchBrowser();
+  try {
+  for (const colorScheme of ['light', 'dark']) {
+    const page = await browser.newPage({ viewport: { width: 1280, height: 900 }, colorScheme });
+    try {
+      await page.goto(`${BASE}/login`);
+      await check(page, `sign-in (${colorScheme})`);
+      await signIn(page, 'admin');
+      await page.waitForURL(`${BASE}/`);
+      await check(page, `dashboard (${colorScheme})`);
+      for (const path of ['/tokens', '/account']) {
+        await page.goto(`${BASE}${path}`);
+        await check(page, `${path} (${colorScheme})`);
+      }
+      await page.goto(`${BASE}/admin`);
+      await hydrated(page);
+      await check(page, `admin confirmation (${colorScheme})`);
+      await page.getByLabel('Your password').fill(PASSWORD);
+      await page.getByRole('button', { name: 'Confirm' }).click();
+      await page.locator('tr[data-user]').first().waitFor();
+      for (const tab of ['users', 'sessions', 'pool', 'images', 'usage', 'promotions', 'audit', 'settings']) {
+        await page.goto(`${BASE}/admin?tab=${tab}`);
+        await hydrated(page);
+        await page.waitForLoadState('networkidle');
+        await check(page, `admin ${tab} (${colorScheme})`);
+      }
+    } catch (error) {
+      await page.screenshot({ path: `${ARTIFACTS}/a11y-failure-${colorScheme}.png` }).catch(() => {});
+      throw error;
+    } finally {
+      await page.close();
+    }
+  }
+    nothingFound();
+  } finally {
+    await browser.close();
+  }
+});
+
+test('a session page passes axe-core, and at 390 px its toolbar keeps Stop on screen', async () => {
+  const browser = await launchBrowser();
+  const page = await browser.newPage({ viewport: { width: 390, height: 844 } });
+  let launched;
+  try {
+    await signIn(page, USER);
+    await page.waitForURL(`${BASE}/`);
+    launched = await page.evaluate(async () => {
+      const answer = await fetch('/api/v1/sessions', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ editor: 'marimo', slice_mib: 8192, duration_minutes: 30 }),
+      });
+      return answer.json();
+    });
+    assert.ok(launched.id, JSON.stringify(launched));
+    await page.goto(`${BASE}/sessions/${launched.id}`);
+    await page.getByTestId('editor-frame').waitFor({ timeout: 60_000 });
+    await check(page, 'session page at 390 px');
+    await page.screenshot({ path: `${ARTIFACTS}/session-390.png` });
+    const stop = page.getByRole('button', { name: 'Stop' });
+    const box = await stop.boundingBox();
+    assert.ok(box && box.x >= 0 && box.x + box.width <= 390, `Stop within the screen: ${JSON.stringify(box)}`);
+    await stop.click();
+    await page.getByTestId('session-ended').waitFor({ timeout: 30_000 });
+    await check(page, 'ended session page');
+    nothingFound();
+  } catch (error) {
+    await page.screenshot({ path: `${ARTIFACTS}/a11y-session-failure.png` }).catch(() => {});
+    // The other tests' user: its session does not outlive this one.
+    if (launched?.id) {
+      await page.evaluate((id) => fetch(`/api/v1/sessions/${id}`, { method: 'DELETE' }), launched.id).catch(() => {});
+    }
+    throw error;
+  } finally {
+    await browser.close();
+  }
+});
