@@ -156,7 +156,8 @@ test('launch JupyterLab, see it embedded, reload, reopen after signing in again,
     assert.match(page.dialogs.at(-1) ?? '', /^Stop this session\? .*not saved.* is lost/, 'Stop asks first, saying what is lost');
     const ended = page.getByTestId('session-ended');
     await ended.waitFor({ timeout: 30_000 });
-    await ended.getByText(/stopped by you/).waitFor({ timeout: 10_000 });
+    await ended.getByText('You stopped it.').waitFor({ timeout: 10_000 });
+    const endedPage = page.url();
     // What it cost and what came back, in credits.
     const cost = ended.getByTestId('session-cost');
     await cost.waitFor({ timeout: 10_000 });
@@ -169,6 +170,15 @@ test('launch JupyterLab, see it embedded, reload, reopen after signing in again,
     await page.getByText('No session is running').waitFor();
     const after = await page.getByTestId('credit-balance').innerText();
     assert.ok(Number(after) < 100 && Number(after) > 99, `charged for the minutes used, refunded the rest: ${after}`);
+
+    // From the end page, the same launch again in one click: a new session, then stopped.
+    await page.goto(endedPage);
+    await hydrated(page);
+    await page.getByTestId('launch-again').click();
+    await page.waitForURL((url) => url.pathname.startsWith('/sessions/') && url.href !== endedPage, { timeout: 30_000 });
+    await page.getByTestId('editor-frame').waitFor({ timeout: 90_000 });
+    await page.getByRole('button', { name: 'Stop' }).click();
+    await page.getByTestId('session-ended').waitFor({ timeout: 30_000 });
   } catch (error) {
     await page.screenshot({ path: `${ARTIFACTS}/failure.png` }).catch(() => {});
     throw error;

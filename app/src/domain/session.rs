@@ -167,6 +167,33 @@ impl EndReason {
             Self::Lost => "the cluster lost the editor",
         }
     }
+
+    /// Why it ended, as a sentence of its own for the end page.
+    pub fn sentence(self) -> &'static str {
+        match self {
+            Self::User => "You stopped it.",
+            Self::Timer => "Its time ran out.",
+            Self::Idle => "It was idle for too long.",
+            Self::Crash => "The editor stopped unexpectedly.",
+            Self::Admin => "An administrator stopped it.",
+            Self::Failed => "The editor failed to start.",
+            Self::Lost => "The cluster lost the editor.",
+        }
+    }
+}
+
+impl SessionState {
+    /// The heading of the progress card for a session that has no editor to show (yet, or
+    /// any longer).
+    pub fn progress_heading(self, editor: &str) -> String {
+        match self {
+            Self::Requested => format!("Asking for a slice for {editor}"),
+            Self::Queued => "Waiting for a free GPU slice".to_string(),
+            Self::Starting | Self::Ready => format!("Starting {editor}"),
+            Self::Stopping => format!("Stopping {editor}"),
+            Self::Ended => "This session has ended".to_string(),
+        }
+    }
 }
 
 impl fmt::Display for EndReason {
@@ -180,6 +207,23 @@ mod tests {
     use super::*;
     use EndReason::*;
     use SessionState::*;
+
+    #[test]
+    fn a_stopping_session_is_not_called_starting() {
+        assert_eq!(
+            Stopping.progress_heading("JupyterLab"),
+            "Stopping JupyterLab"
+        );
+        assert_eq!(Starting.progress_heading("marimo"), "Starting marimo");
+        assert_eq!(
+            Queued.progress_heading("marimo"),
+            "Waiting for a free GPU slice"
+        );
+        for reason in EndReason::ALL {
+            let sentence = reason.sentence();
+            assert!(sentence.ends_with('.') && sentence.starts_with(char::is_uppercase));
+        }
+    }
 
     #[test]
     fn happy_path_reaches_ended() {

@@ -1,7 +1,7 @@
 use super::ErrorNotice;
 use super::chips::StateChip;
 use super::format::{format_countdown, use_clock};
-use crate::api::{ExtendSession, Heartbeat, StopSession, get_session};
+use crate::api::{ExtendSession, Heartbeat, Launch, StopSession, get_session};
 use crate::domain::credits;
 use crate::domain::pool::format_mib;
 use crate::domain::session::SessionState;
@@ -589,14 +589,14 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                         // The ended step comes before the reason, which a fetch that follows it
                         // brings: until then the page says nothing of a reason.
                         let reason = s.end_reason.map(|r| {
-                            view! { <p>{format!("It ended because {}.", r.describe())}</p> }
+                            view! { <p>{r.sentence()}</p> }
                         });
                         view! {
                             <main class="narrow">
                                 <div class="card" data-testid="session-ended">
                                     <h2>"This session has ended"</h2>
                                     {reason}
-                                    {s.detail.map(|d| view! { <pre class="detail">{d}</pre> })}
+                                    {s.detail.clone().map(|d| view! { <pre class="detail">{d}</pre> })}
                                     {match s.cost {
                                         Some(cost) => view! {
                                             <p data-testid="session-cost">
@@ -614,7 +614,10 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                                         }
                                             .into_any(),
                                     }}
-                                    <a class="button primary" href="/">"Back to your dashboard"</a>
+                                    <div class="actions">
+                                        <LaunchAgain ended=s.clone() />
+                                        <a class="button" href="/">"Back to your dashboard"</a>
+                                    </div>
                                 </div>
                             </main>
                         }
@@ -625,11 +628,7 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                             <main class="narrow">
                                 <div class="card" data-testid="launch-progress">
                                     <h2>
-                                        {if s.state == SessionState::Queued {
-                                            "Waiting for a free GPU slice".to_string()
-                                        } else {
-                                            format!("Starting {}", s.editor.label())
-                                        }}
+                                        {s.state.progress_heading(s.editor.label())}
                                     </h2>
                                     {(s.state == SessionState::Queued)
                                         .then(|| {
@@ -666,6 +665,44 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                 }
             }}
         </div>
+    }
+}
+
+/// The same editor, slice and duration again, in one click from the end page.
+#[component]
+fn LaunchAgain(ended: SessionView) -> impl IntoView {
+    let launch = ServerAction::<Launch>::new();
+    let navigate = leptos_router::hooks::use_navigate();
+    Effect::new(move |_| {
+        if let Some(Ok(session)) = launch.value().get() {
+            navigate(&format!("/sessions/{}", session.id), Default::default());
+        }
+    });
+    let again = move |_| {
+        launch.dispatch(Launch {
+            editor: ended.editor.as_str().to_string(),
+            slice_mib: ended.slice_mib,
+            duration_minutes: ended.duration_minutes,
+            image: None,
+        });
+    };
+    view! {
+        <button
+            type="button"
+            class="button primary"
+            data-testid="launch-again"
+            disabled=move || launch.pending().get()
+            on:click=again
+        >
+            {move || if launch.pending().get() { "Launching…" } else { "Launch again" }}
+        </button>
+        {move || {
+            launch
+                .value()
+                .get()
+                .and_then(Result::err)
+                .map(|e| view! { <p class="notice error" role="alert">{e.to_string()}</p> })
+        }}
     }
 }
 

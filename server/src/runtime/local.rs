@@ -1227,6 +1227,15 @@ impl Runtime for LocalRuntime {
             .unwrap_or(false)
     }
 
+    async fn last_words(&self, handle: &str) -> String {
+        let Ok(handle) = serde_json::from_str::<Handle>(handle) else {
+            return String::new();
+        };
+        tokio::task::spawn_blocking(move || log_tail(&handle.log, 20))
+            .await
+            .unwrap_or_default()
+    }
+
     fn session_resources(&self, slice_mib: u64) -> Option<(u64, f64)> {
         let sandbox = self.sandbox().filter(|s| s.cgroups.is_some())?;
         let resources = sandbox.local.resources(slice_mib);

@@ -111,16 +111,20 @@ pub enum RuntimeError {
     Handle(String),
 }
 
+/// A message followed by the editor's last lines, where it left any.
+pub fn with_last_words(message: &str, last_words: &str) -> String {
+    match last_words.trim() {
+        "" => message.to_string(),
+        words => format!("{message}\n\nLast lines of the editor's log:\n{words}"),
+    }
+}
+
 impl RuntimeError {
     /// What the user is told: the reason and the editor's last words.
     pub fn user_message(&self) -> String {
         match self {
-            RuntimeError::Failed { message, log_tail } if !log_tail.is_empty() => {
-                format!("{message}\n\nLast lines of the editor's log:\n{log_tail}")
-            }
-            RuntimeError::Failed { message, .. } | RuntimeError::Unavailable(message) => {
-                message.clone()
-            }
+            RuntimeError::Failed { message, log_tail } => with_last_words(message, log_tail),
+            RuntimeError::Unavailable(message) => message.clone(),
             RuntimeError::Io(_) | RuntimeError::Handle(_) => {
                 "the editor could not be started on this server".into()
             }
@@ -204,6 +208,12 @@ pub trait Runtime: Send + Sync + 'static {
     async fn memory_kills(&self, handle: &str) -> Option<u64> {
         let _ = handle;
         None
+    }
+    /// The last lines an editor wrote before it died, for its owner's crash report; empty where
+    /// the runtime cannot read them.
+    async fn last_words(&self, handle: &str) -> String {
+        let _ = handle;
+        String::new()
     }
     /// How editors are kept apart from each other and from the server, or why they are not.
     fn isolation(&self) -> Result<String, String> {

@@ -566,7 +566,14 @@ impl Guard {
             }
             if let reaper::Verdict::End { reason, detail } = judged {
                 tracing::info!(session = %record.id, %reason, locked = watch.locked, "reaper ends a session");
-                self.stop_session(&record.id, reason, detail).await;
+                // A crash report carries the editor's last lines, so its owner can tell why.
+                let last_words = match (reason, &record.runtime_handle) {
+                    (EndReason::Crash, Some(handle)) => self.runtime.last_words(handle).await,
+                    _ => String::new(),
+                };
+                let detail = detail.map(|d| crate::runtime::with_last_words(d, &last_words));
+                self.stop_session(&record.id, reason, detail.as_deref())
+                    .await;
             }
         }
         self.finish_overdue(&live, now).await;

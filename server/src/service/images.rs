@@ -85,7 +85,14 @@ impl Images {
     /// Every image: each editor's configured default first, then those admins added.
     pub async fn admin_images(&self, viewer: &Viewer) -> Result<Vec<ImageView>, AppError> {
         require_admin(viewer)?;
-        let defaults = EditorKind::ALL.into_iter().map(|editor| {
+        // The configured defaults are the kube runtime's; listed elsewhere they would read as
+        // images in use that no editor runs.
+        let kinds = if self.runs_images() {
+            EditorKind::ALL.to_vec()
+        } else {
+            Vec::new()
+        };
+        let defaults = kinds.into_iter().map(|editor| {
             let reference = self.config.kube.images.of(editor).to_string();
             ImageView {
                 id: None,

@@ -273,6 +273,12 @@ async fn a_killed_editor_is_detected_and_refunded() {
     FakeRuntime::crash(&handle);
     let view = ended(&app, &token, &id).await;
     assert_eq!(view["end_reason"], "crash");
+    let detail = view["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("Last lines of the editor's log:")
+            && detail.contains(&format!("MemoryError in the kernel of {handle}")),
+        "the owner is told what the editor said last: {detail}"
+    );
     let (balance, held) = app.store.credits(&user_id).await.unwrap();
     assert_eq!(
         (balance, held),

@@ -1127,6 +1127,17 @@ async fn a_launch_runs_the_approved_image_it_names() {
         .await;
     added.assert_status(http::StatusCode::CREATED);
     let image_id = added.json()["id"].as_str().unwrap().to_string();
+    let listed = app
+        .get("/api/v1/admin/images", Some(&admin_token))
+        .await
+        .json();
+    let listed = listed.as_array().unwrap();
+    assert_eq!(
+        listed.len(),
+        4,
+        "the three configured defaults, then the new one"
+    );
+    assert!(listed[..3].iter().all(|i| i["id"].is_null()));
     let (_, token) = app.user("ivy").await;
     let offered = app.get("/api/v1/images", Some(&token)).await.json();
     assert_eq!(offered[0]["reference"], reference.as_str());

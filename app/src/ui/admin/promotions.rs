@@ -2,7 +2,7 @@
 
 use super::Tab;
 use super::table::{Empty, Pager, SearchForm, SortHeader, action_error, loaded};
-use crate::api::{DecidePromotion, admin_promotions};
+use crate::api::{DecidePromotion, admin_promotions, my_promotions};
 use crate::domain::listing::{ListQuery, Page};
 use crate::domain::promotion::{Decision, PromotionState};
 use crate::ui::chips::PromotionChip;
@@ -16,7 +16,20 @@ pub(super) fn PromotionsTab(list: Memo<ListQuery>) -> impl IntoView {
         move || (list.get(), decide.version().get()),
         |(query, _)| admin_promotions(query),
     );
+    // Said first, so that an empty list is not mistaken for nobody having asked yet.
+    let setup = Resource::new(|| (), |_| my_promotions());
+    let off_notice = move || {
+        setup.get().and_then(Result::ok).filter(|p| !p.enabled).map(|_| {
+            view! {
+                <p class="notice" data-testid="promotion-off">
+                    "Promotion is off: set " <code>"promotion.registry"</code>
+                    " in the configuration to let users push files from their workspace to a registry."
+                </p>
+            }
+        })
+    };
     view! {
+        <Suspense fallback=|| ()>{off_notice}</Suspense>
         <SearchForm
             tab=Tab::Promotions
             list

@@ -691,6 +691,13 @@ impl Runtime for KubeRuntime {
         Ok(())
     }
 
+    async fn last_words(&self, handle: &str) -> String {
+        match PodHandle::parse(handle) {
+            Ok(handle) => self.log_tail(&handle).await,
+            Err(_) => String::new(),
+        }
+    }
+
     async fn is_alive(&self, handle: &str) -> bool {
         let Ok(handle) = PodHandle::parse(handle) else {
             return false;

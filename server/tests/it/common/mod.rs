@@ -580,6 +580,10 @@ impl Runtime for FakeRuntime {
         FAKE_TASKS.lock().unwrap().contains_key(handle)
     }
 
+    async fn last_words(&self, handle: &str) -> String {
+        format!("MemoryError in the kernel of {handle}")
+    }
+
     async fn cpu_load(&self, handles: &[String]) -> std::collections::HashMap<String, f64> {
         let cores = f64::from(
             self.cpu_centi_cores
