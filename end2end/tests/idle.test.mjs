@@ -83,7 +83,7 @@ test('an idle session is warned, kept by "I\'m here", then ended as idle', async
     const ended = page.getByTestId('session-ended');
     await ended.waitFor({ timeout: 90_000 });
     // The reason follows the ended step by a fetch.
-    await ended.getByText(/idle too long/).waitFor({ timeout: 10_000 });
+    await ended.getByText(/It was idle for too long\./).waitFor({ timeout: 10_000 });
   } catch (error) {
     await page.screenshot({ path: `${ARTIFACTS}/idle-failure.png` }).catch(() => {});
     throw error;
