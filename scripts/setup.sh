@@ -109,8 +109,9 @@ fi
 
 # --- Test-only --------------------------------------------------------------------------------
 if [ "$WANT_TEST" = 1 ]; then
-  # docker-registry: the CNCF distribution server, the promotion tests' registry on loopback.
-  apt_install chromium postgresql docker-registry
+  # docker-registry: the CNCF distribution server, the promotion tests' registry on loopback;
+  # prometheus: scrapes a test server and answers PromQL (its service is never started here).
+  apt_install chromium postgresql docker-registry prometheus
   if [ ! -d end2end/node_modules/playwright-core ] || [ ! -d end2end/node_modules/oidc-provider ] \
     || [ ! -d end2end/node_modules/axe-core ]; then
     say "installing playwright-core (no browser download: Debian's Chromium is used), oidc-provider, axe-core"

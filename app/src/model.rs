@@ -62,6 +62,18 @@ pub struct CreditsView {
     pub balance: i64,
     /// Milli-credits held by running sessions.
     pub held: i64,
+    /// What the user asked an admin for and has no answer to yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<CreditRequest>,
+}
+
+/// A user's open ask for credits: one at a time, answered by a grant or declined by an admin.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreditRequest {
+    /// Milli-credits.
+    pub amount: i64,
+    pub note: String,
+    pub at_ms: i64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,6 +188,11 @@ pub struct SessionView {
     /// What it cost, once it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<SessionCost>,
+    /// When its editor became ready, and when it ended: the time it was in use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_at_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at_ms: Option<i64>,
 }
 
 /// What an ended session held, was charged and gave back (milli-credits).
@@ -309,6 +326,12 @@ pub struct AdminUser {
     pub held: i64,
     pub live_sessions: u32,
     pub created_at_ms: i64,
+    /// The account of the admin looking: its role, lock and deletion are another admin's call.
+    #[serde(default)]
+    pub is_you: bool,
+    /// What they asked for and no admin has answered yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credit_request: Option<CreditRequest>,
     /// What an admin set for this user; `None` keeps the configured default.
     pub overrides: crate::domain::quota::Overrides,
     /// The limits that apply: the defaults with the overrides.

@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import { mkdirSync } from 'node:fs';
-import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, signIn } from './helpers.mjs';
+import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, launchByApi, signIn } from './helpers.mjs';
 
 const AXE = createRequire(import.meta.url).resolve('axe-core/axe.min.js');
 // A user of its own: its session is launched and stopped here.
@@ -95,15 +95,7 @@ test('a session page passes axe-core, and at 390 px its toolbar keeps Stop on sc
   try {
     await signIn(page, USER);
     await page.waitForURL(`${BASE}/`);
-    launched = await page.evaluate(async () => {
-      const answer = await fetch('/api/v1/sessions', {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ editor: 'marimo', slice_mib: 8192, duration_minutes: 30 }),
-      });
-      return answer.json();
-    });
-    assert.ok(launched.id, JSON.stringify(launched));
+    launched = await launchByApi(page);
     await page.goto(`${BASE}/sessions/${launched.id}`);
     await page.getByTestId('editor-frame').waitFor({ timeout: 60_000 });
     await check(page, 'session page at 390 px');

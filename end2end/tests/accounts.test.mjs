@@ -59,16 +59,42 @@ test('an added user signs in with the shown password, chooses their own, and is 
 
     // The admin's list no longer says "new password"; a grant's note reaches the newcomer's
     // history, and the audit log, in credits.
+    // First the newcomer asks for them from the dashboard.
+    await newcomer.goto(`${BASE}/`);
+    await hydrated(newcomer);
+    const ask = newcomer.getByTestId('ask-credits');
+    await ask.getByLabel('Credits').fill('5');
+    await ask.getByLabel('What for').fill('the course project');
+    await ask.getByRole('button', { name: 'Ask an admin' }).click();
+    assert.match(await ask.getByTestId('open-ask').innerText(), /You asked for 5 credits on .*the course project/);
+
     await page.reload();
     await hydrated(page);
     await row.waitFor();
     assert.equal(await row.getByText('new password').count(), 0);
-    await row.getByLabel(`Credits to grant ${name}`).fill('5');
+    // The admin's own row offers no way to demote, lock or delete themselves.
+    const own = page.locator('tr[data-user="admin"]');
+    await own.getByText('you', { exact: true }).waitFor();
+    assert.equal(await own.getByRole('button', { name: /^(Lock|Make user|Delete)/ }).count(), 0);
+    // The ask shows in the row and fills the grant in.
+    assert.match(await row.getByTestId('credit-ask').innerText(), /Asks for 5 credits .*the course project/);
+    const amount = row.getByLabel(`Credits to grant ${name}`);
+    assert.equal(await amount.inputValue(), '5');
+    // A refusal is replaced by the next answer, never left beside it.
+    await amount.fill('lots');
+    await row.getByRole('button', { name: 'Grant' }).click();
+    const outcome = page.getByTestId('outcome');
+    await outcome.filter({ hasText: "'lots' is not an amount" }).waitFor();
+    assert.equal(await outcome.getAttribute('role'), 'alert');
+    await amount.fill('5');
     await row.getByLabel(`Note for ${name}`).fill('for the course');
     await row.getByRole('button', { name: 'Grant' }).click();
-    await page.getByText('Granted. The balance is now 105 credits.').waitFor();
+    await outcome.filter({ hasText: `Granted ${name} 5 credits. Their balance is now 105 credits.` }).waitFor();
+    assert.equal(await outcome.getAttribute('role'), 'status');
+    assert.equal(await page.getByRole('alert').count(), 0);
     await newcomer.goto(`${BASE}/`);
     await hydrated(newcomer);
+    assert.equal(await newcomer.getByTestId('open-ask').count(), 0, 'the grant answered the ask');
     const history = newcomer.getByTestId('credit-history');
     await history.locator('summary').click();
     const granted = history.locator('tr[data-kind="grant"]').first();

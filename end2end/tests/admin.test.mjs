@@ -2,7 +2,7 @@
 // audit log; a user who is not an admin is refused.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, signIn } from './helpers.mjs';
+import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, launchByApi, readyByApi, signIn } from './helpers.mjs';
 
 const TARGET = 'e2e-target';
 
@@ -40,25 +40,9 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     const owner = await browser.newPage();
     await signIn(owner, TARGET);
     await owner.waitForURL(`${BASE}/`);
-    const [status, launched] = await owner.evaluate(async () => {
-      const answer = await fetch('/api/v1/sessions', {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ editor: 'marimo', slice_mib: 8192, duration_minutes: 30 }),
-      });
-      return [answer.status, await answer.json()];
-    });
-    assert.equal(status, 201, JSON.stringify(launched));
+    const launched = await launchByApi(owner);
     // Ready before the table is read, so that its editor can be entered.
-    for (let i = 0; ; i += 1) {
-      const state = await owner.evaluate(
-        async (id) => (await (await fetch(`/api/v1/sessions/${id}`)).json()).state,
-        launched.id,
-      );
-      if (state === 'ready') break;
-      assert.ok(i < 240 && state !== 'ended', `the session got ${state}`);
-      await owner.waitForTimeout(250);
-    }
+    await readyByApi(owner, launched.id);
     await page.getByRole('link', { name: 'Sessions', exact: true }).click();
     await page.waitForURL(/tab=sessions/);
     const session = page.locator(`tr[data-session="${launched.id}"]`);
@@ -149,6 +133,7 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
       (user) => /Quota: 0 sessions/.test(document.querySelector(`tr[data-user="${user}"] details.quota summary`)?.innerText ?? ''),
       TARGET,
     );
+    await page.getByTestId('outcome').filter({ hasText: `Saved ${TARGET}'s quota: 0 sessions at a time` }).waitFor();
     await openQuota(row);
     assert.equal(await row.getByLabel('Sessions').inputValue(), '0');
     await row.getByLabel('Sessions').fill('many');

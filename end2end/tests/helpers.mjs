@@ -1,3 +1,4 @@
+import assert from 'node:assert/strict';
 import { chromium } from 'playwright-core';
 
 export const BASE = process.env.E2E_BASE_URL ?? 'http://127.0.0.1:3100';
@@ -46,6 +47,34 @@ export async function launchBrowser() {
 // server-rendered form before that is lost when hydration attaches the inputs to their signals.
 export async function hydrated(page) {
   await page.waitForSelector('body[data-hydrated]', { state: 'attached' });
+}
+
+// Launches a session through the REST API with the page's sign-in, as a script would; asserts
+// the launch was accepted and returns the session.
+export async function launchByApi(page, { editor = 'marimo', slice_mib = 8192, duration_minutes = 30 } = {}) {
+  const [status, launched] = await page.evaluate(async (body) => {
+    const answer = await fetch('/api/v1/sessions', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    return [answer.status, await answer.json()];
+  }, { editor, slice_mib, duration_minutes });
+  assert.equal(status, 201, JSON.stringify(launched));
+  return launched;
+}
+
+// Polls the session until it is ready (about a minute at most); fails if it ends first.
+export async function readyByApi(page, id) {
+  for (let i = 0; ; i += 1) {
+    const state = await page.evaluate(
+      async (id) => (await (await fetch(`/api/v1/sessions/${id}`)).json()).state,
+      id,
+    );
+    if (state === 'ready') return;
+    assert.ok(i < 240 && state !== 'ended', `the session got ${state}`);
+    await page.waitForTimeout(250);
+  }
 }
 
 export async function signIn(page, user = USER, password = PASSWORD) {

@@ -37,7 +37,7 @@ test('an idle session is warned, kept by "I\'m here", then ended as idle', async
           window.progressSeen.push({
             value: Number(bar?.getAttribute('aria-valuenow') ?? -1),
             steps: [...card.querySelectorAll('.steps li')].map((li) => li.textContent),
-            heading: card.querySelector('h2')?.textContent ?? '',
+            heading: card.querySelector('h1')?.textContent ?? '',
           });
         }
       }).observe(document.body, { subtree: true, childList: true, attributes: true, characterData: true });

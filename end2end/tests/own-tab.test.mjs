@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
-import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, signIn } from './helpers.mjs';
+import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, launchByApi, readyByApi, signIn } from './helpers.mjs';
 
 const USER = process.env.E2E_IDLE_USER ?? 'e2e-idle';
 
@@ -34,26 +34,13 @@ test('a marimo tab of its own carries the toolbar, typing there keeps it alive, 
   try {
     await signIn(page, USER, PASSWORD);
     await page.waitForURL(`${BASE}/`);
-    const [status, launched] = await page.evaluate(async () => {
-      const answer = await fetch('/api/v1/sessions', {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ editor: 'marimo', slice_mib: 16384, duration_minutes: 30 }),
-      });
-      return [answer.status, await answer.json()];
-    });
-    assert.equal(status, 201, JSON.stringify(launched));
+    const launched = await launchByApi(page, { slice_mib: 16384 });
     const id = launched.id;
     const stateOf = (on) => on.evaluate(
       async (id) => (await (await fetch(`/api/v1/sessions/${id}`)).json()).state,
       id,
     );
-    for (let i = 0; ; i += 1) {
-      const state = await stateOf(page);
-      if (state === 'ready') break;
-      assert.ok(i < 240 && state !== 'ended', `the session got ${state}`);
-      await page.waitForTimeout(250);
-    }
+    await readyByApi(page, id);
 
     // As marimo opens a new notebook: a tab straight into the editor.
     tab = await context.newPage();

@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, signIn } from './helpers.mjs';
+import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, launchByApi, signIn } from './helpers.mjs';
 
 const USER = 'e2e-promote';
 const REGISTRY = process.env.E2E_REGISTRY_URL;
@@ -32,15 +32,7 @@ test('a file goes from a session to the registry after an admin approves it', as
     await page.waitForURL(`${BASE}/`);
     await hydrated(page);
     await page.getByText('No promotion yet').waitFor();
-    const [status, launched] = await page.evaluate(async () => {
-      const answer = await fetch('/api/v1/sessions', {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ editor: 'marimo', slice_mib: 8192, duration_minutes: 30 }),
-      });
-      return [answer.status, await answer.json()];
-    });
-    assert.equal(status, 201, JSON.stringify(launched));
+    const launched = await launchByApi(page);
     await page.goto(`${BASE}/sessions/${launched.id}`);
     await hydrated(page);
     // The menu comes with the editor: once the session is ready.

@@ -146,16 +146,39 @@ enum CreditsCommand {
     },
 }
 
+/// Logs to stderr: `SANDBOX_LOG` filters (`info` by default), `SANDBOX_LOG_FORMAT=json` writes
+/// one JSON object a line (with the request's id, from its span) for log shippers; colours only
+/// on a terminal.
+fn init_logs() {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SANDBOX_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,sqlx=warn,tower_sessions=warn")
+    });
+    let format = std::env::var("SANDBOX_LOG_FORMAT").unwrap_or_default();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format.to_ascii_lowercase().as_str() {
+        "json" => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+        other => {
+            builder.with_ansi(std::io::stderr().is_terminal()).init();
+            if !matches!(other, "" | "text") {
+                tracing::warn!(
+                    "SANDBOX_LOG_FORMAT={format:?} is not a log format; writing text (say json or text)"
+                );
+            }
+        }
+    }
+}
+
 /// Parses the command line and runs it; the binary's `main`.
 pub fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SANDBOX_LOG").unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("info,sqlx=warn,tower_sessions=warn")
-            }),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_logs();
     let cli = Cli::parse();
     let config = match Config::load(cli.config.as_deref()) {
         Ok(config) => config,

@@ -108,6 +108,14 @@ pub trait Backend: Send + Sync + 'static {
         note: &str,
     ) -> Result<i64, AppError>;
     async fn admin_stop(&self, viewer: &Viewer, id: &str) -> Result<AdminSession, AppError>;
+    async fn ask_for_credits(
+        &self,
+        viewer: &Viewer,
+        amount: &str,
+        note: &str,
+    ) -> Result<crate::model::CreditRequest, AppError>;
+    async fn withdraw_credit_request(&self, viewer: &Viewer) -> Result<(), AppError>;
+    async fn decline_credit_request(&self, viewer: &Viewer, user_id: &str) -> Result<(), AppError>;
     async fn change_password(
         &self,
         viewer: &Viewer,

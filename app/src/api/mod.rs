@@ -197,6 +197,32 @@ pub async fn grant_credits(user_id: String, amount: String, note: String) -> Res
         .await
 }
 
+/// Asks the admins for credits; a grant answers it.
+#[server]
+pub async fn ask_for_credits(
+    amount: String,
+    note: String,
+) -> Result<crate::model::CreditRequest, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?
+        .ask_for_credits(&viewer, &amount, &note)
+        .await
+}
+
+#[server]
+pub async fn withdraw_credit_request() -> Result<(), AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.withdraw_credit_request(&viewer).await
+}
+
+#[server]
+pub async fn decline_credit_request(user_id: String) -> Result<(), AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?
+        .decline_credit_request(&viewer, &user_id)
+        .await
+}
+
 /// Adds a local account; the password to hand over comes back this once.
 #[server(input = leptos::server_fn::codec::Json)]
 pub async fn add_user(

@@ -91,6 +91,54 @@ pub fn format(milli: i64) -> String {
     }
 }
 
+/// The most one grant gives or takes, or one ask asks for: a million credits, far inside the
+/// ledger's integers.
+pub const MAX_GRANT_MILLI: i64 = 1_000_000 * MILLI;
+
+/// The longest note a grant or an ask keeps.
+pub const MAX_NOTE_CHARS: usize = 200;
+
+/// An admin's grant as typed: non-zero (negative takes back), at most [`MAX_GRANT_MILLI`].
+pub fn checked_grant(text: &str) -> Result<i64, String> {
+    let milli = parse(text)?;
+    if milli == 0 {
+        return Err("grant a non-zero amount".into());
+    }
+    if milli.unsigned_abs() > MAX_GRANT_MILLI as u64 {
+        return Err(format!(
+            "grant at most {} credits at a time",
+            format(MAX_GRANT_MILLI)
+        ));
+    }
+    Ok(milli)
+}
+
+/// A user's ask for credits as typed: positive, at most [`MAX_GRANT_MILLI`].
+pub fn checked_ask(text: &str) -> Result<i64, String> {
+    let milli = parse(text)?;
+    if milli <= 0 {
+        return Err("ask for a positive amount of credits".into());
+    }
+    if milli > MAX_GRANT_MILLI {
+        return Err(format!(
+            "ask for at most {} credits",
+            format(MAX_GRANT_MILLI)
+        ));
+    }
+    Ok(milli)
+}
+
+/// A grant's or an ask's note, trimmed: short and without control characters.
+pub fn checked_note(note: &str) -> Result<&str, String> {
+    let note = note.trim();
+    if note.chars().count() > MAX_NOTE_CHARS || note.chars().any(char::is_control) {
+        return Err(format!(
+            "a note must be at most {MAX_NOTE_CHARS} characters, without control characters"
+        ));
+    }
+    Ok(note)
+}
+
 /// Parses "12", "12.5" or "0.125" credits into milli-credits.
 pub fn parse(text: &str) -> Result<i64, String> {
     let text = text.trim();
@@ -205,6 +253,20 @@ mod tests {
     fn the_charge_never_exceeds_the_hold() {
         let s = settlement(100, 1000, Some(NOW - 120 * MINUTE), None, None, NOW);
         assert_eq!((s.released, s.charge), (100, 100));
+    }
+
+    #[test]
+    fn grants_asks_and_notes_are_bounded() {
+        assert_eq!(checked_grant("-2.5"), Ok(-2500));
+        assert!(checked_grant("0").unwrap_err().contains("non-zero"));
+        assert!(checked_grant("1000001").unwrap_err().contains("at most"));
+        assert_eq!(checked_ask("20"), Ok(20_000));
+        assert!(checked_ask("-1").unwrap_err().contains("positive"));
+        assert!(checked_ask("0").unwrap_err().contains("positive"));
+        assert!(checked_ask("lots").unwrap_err().contains("not an amount"));
+        assert_eq!(checked_note("  for the course "), Ok("for the course"));
+        assert!(checked_note(&"x".repeat(201)).is_err());
+        assert!(checked_note("two\nlines").is_err());
     }
 
     #[test]

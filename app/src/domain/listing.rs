@@ -176,6 +176,8 @@ pub enum UserFilter {
     Admins,
     Users,
     Locked,
+    /// Those who asked for credits and have no answer yet.
+    Asking,
 }
 
 /// Which sessions a table shows.
@@ -268,8 +270,9 @@ impl Listing<UserSort, UserFilter> {
             "admin" => Ok(UserFilter::Admins),
             "user" => Ok(UserFilter::Users),
             "locked" => Ok(UserFilter::Locked),
+            "asking" => Ok(UserFilter::Asking),
             other => Err(ListingError::Filter(format!(
-                "unknown filter `{other}`; users filter by all, admin, user or locked"
+                "unknown filter `{other}`; users filter by all, admin, user, locked or asking"
             ))),
         })
     }
@@ -461,6 +464,10 @@ mod tests {
         assert_eq!(
             Listing::users(&query(None, Some("locked"))).unwrap().filter,
             UserFilter::Locked
+        );
+        assert_eq!(
+            Listing::users(&query(None, Some("asking"))).unwrap().filter,
+            UserFilter::Asking
         );
         assert!(Listing::users(&query(None, Some("root"))).is_err());
         assert!(Listing::audit(&query(None, Some("x"))).is_err());

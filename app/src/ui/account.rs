@@ -45,7 +45,7 @@ pub fn AccountPage() -> impl IntoView {
         Some(Err(e)) => Some(
             view! {
                 <p class="notice error" role="alert" data-testid="password-error">
-                    {e.to_string()}
+                    {crate::ui::format::sentence(&e.to_string())}
                 </p>
             }
             .into_any(),
@@ -54,12 +54,7 @@ pub fn AccountPage() -> impl IntoView {
     };
     view! {
         <Title text="Your account · GPU Sandbox" />
-        <header class="topbar">
-            <a class="brand" href="/">
-                "GPU Sandbox"
-            </a>
-            <a href="/">"Back to the dashboard"</a>
-        </header>
+        <super::SubPageBar />
         <main class="narrow account">
             <h1>"Your account"</h1>
             <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>

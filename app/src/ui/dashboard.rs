@@ -92,6 +92,7 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
     view! {
         <Header viewer credits=balance_now />
         <main class="dashboard">
+            <h1 class="sr-only">"Your dashboard"</h1>
             {isolation_warning
                 .map(|warning| {
                     view! {
@@ -169,6 +170,7 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
                 }}
                 <CreditHistory history />
             </section>
+            <super::credit_ask::AskForCreditsCard credits_now=balance_now />
             <super::promotion::PromotionsCard />
             <PoolStrip gpus enforcement />
         </main>
@@ -588,7 +590,7 @@ fn LaunchForm(
                     .value()
                     .get()
                     .and_then(Result::err)
-                    .map(|e| view! { <p class="notice error" role="alert">{e.to_string()}</p> })
+                    .map(|error| view! { <crate::ui::Refusal error /> })
             }}
         </form>
     }
@@ -641,6 +643,18 @@ fn SessionCard(session: SessionView, stop: ServerAction<StopSession>) -> impl In
                             {format!("In line: position {p}. It starts by itself when a slice frees.")}
                         </p>
                         <p class="muted" data-testid="queue-eta">{waiting.clone()}</p>
+                    }
+                })}
+            {(!live)
+                .then(|| {
+                    view! {
+                        <p class="muted" data-testid="session-when">
+                            {crate::ui::format::ran_for(
+                                session.created_at_ms,
+                                session.ready_at_ms,
+                                session.ended_at_ms,
+                            )}
+                        </p>
                     }
                 })}
             {reason.map(|r| view! { <p class="muted">{format!("Ended: {r}")}</p> })}

@@ -72,6 +72,29 @@ pub(crate) fn format_utc(ms: i64) -> String {
     crate::domain::dates::minute(ms)
 }
 
+/// When an ended session ran and for how long: "2026-12-01 02:24 UTC · in use 12 min", or
+/// "never started" when its editor was never ready.
+pub(crate) fn ran_for(
+    created_at_ms: i64,
+    ready_at_ms: Option<i64>,
+    ended_at_ms: Option<i64>,
+) -> String {
+    let when = format!("{} UTC", format_utc(created_at_ms));
+    match (ready_at_ms, ended_at_ms) {
+        (Some(ready), Some(ended)) => {
+            let minutes = (ended - ready).max(0) / 60_000;
+            let used = match minutes {
+                0 => "under a minute".to_string(),
+                m if m < 60 => format!("{m} min"),
+                m => format!("{} h {:02} min", m / 60, m % 60),
+            };
+            format!("{when} · in use {used}")
+        }
+        (None, _) => format!("{when} · never started"),
+        (Some(_), None) => when,
+    }
+}
+
 /// "700.0 KB" for a size in bytes.
 pub(crate) fn format_bytes(bytes: u64) -> String {
     const UNITS: [&str; 4] = ["KB", "MB", "GB", "TB"];
@@ -87,9 +110,67 @@ pub(crate) fn format_bytes(bytes: u64) -> String {
     format!("{size:.1} {}", UNITS[unit])
 }
 
+/// A message as a sentence: "grant a non-zero amount" reads "Grant a non-zero amount." on a
+/// page (the REST API keeps the terse form its clients expect).
+pub(crate) fn sentence(message: &str) -> String {
+    let message = message.trim();
+    let mut chars = message.chars();
+    let Some(first) = chars.next() else {
+        return String::new();
+    };
+    let mut out: String = first.to_uppercase().chain(chars).collect();
+    // A closing bracket ends a sentence only after its own full stop.
+    let ended = out.ends_with(['.', '!', '?', ':']) || out.ends_with(".)");
+    if !ended {
+        out.push('.');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{format_bytes, format_countdown, format_utc};
+    use super::{format_bytes, format_countdown, format_utc, sentence};
+
+    #[test]
+    fn a_past_session_says_when_and_how_long() {
+        use super::ran_for;
+        let start = 1_795_919_040_000;
+        assert_eq!(
+            ran_for(
+                start,
+                Some(start + 5_000),
+                Some(start + 5_000 + 12 * 60_000 + 59_000)
+            ),
+            "2026-11-29 02:24 UTC · in use 12 min"
+        );
+        assert_eq!(
+            ran_for(start, Some(start), Some(start + 125 * 60_000)),
+            "2026-11-29 02:24 UTC · in use 2 h 05 min"
+        );
+        assert_eq!(
+            ran_for(start, Some(start), Some(start + 30_000)),
+            "2026-11-29 02:24 UTC · in use under a minute"
+        );
+        assert_eq!(
+            ran_for(start, None, Some(start + 1)),
+            "2026-11-29 02:24 UTC · never started"
+        );
+    }
+
+    #[test]
+    fn messages_read_as_sentences() {
+        assert_eq!(
+            sentence("grant a non-zero amount"),
+            "Grant a non-zero amount."
+        );
+        assert_eq!(
+            sentence("that takes back more than the balance (2 credits)"),
+            "That takes back more than the balance (2 credits)."
+        );
+        assert_eq!(sentence("Already a sentence."), "Already a sentence.");
+        assert_eq!(sentence("éclair"), "Éclair.");
+        assert_eq!(sentence(""), "");
+    }
 
     #[test]
     fn countdown_formats() {

@@ -30,7 +30,7 @@ pub fn LoginPage() -> impl IntoView {
     });
     let error = move || {
         let message = match login.value().get() {
-            Some(Err(e)) => Some(e.to_string()),
+            Some(Err(e)) => Some(crate::ui::format::sentence(&e.to_string())),
             Some(Ok(_)) => None,
             // Back from the identity provider without a sign-in.
             None => query

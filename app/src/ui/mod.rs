@@ -3,6 +3,7 @@
 mod account;
 mod admin;
 mod chips;
+mod credit_ask;
 mod dashboard;
 mod format;
 #[cfg(feature = "hydrate")]
@@ -74,6 +75,30 @@ fn NotFound() -> impl IntoView {
 
 /// Shows an error; sends an anonymous visitor to the sign-in page instead, and one whose password
 /// an admin set to their account page, each coming back here afterwards.
+/// The bar atop the pages beside the dashboard: the brand, the section's name, and the way back.
+#[component]
+fn SubPageBar(#[prop(optional)] section: Option<&'static str>) -> impl IntoView {
+    view! {
+        <header class="topbar">
+            <a class="brand" href="/">
+                "GPU Sandbox"
+            </a>
+            {section.map(|name| view! { <strong>{name}</strong> })}
+            <a href="/">"Back to the dashboard"</a>
+        </header>
+    }
+}
+
+/// An action's refusal, in a sentence.
+#[component]
+fn Refusal(error: AppError) -> impl IntoView {
+    view! {
+        <p class="notice error" role="alert">
+            {format::sentence(&error.to_string())}
+        </p>
+    }
+}
+
 #[component]
 fn ErrorNotice(error: AppError) -> impl IntoView {
     let location = leptos_router::hooks::use_location();
@@ -97,7 +122,7 @@ fn ErrorNotice(error: AppError) -> impl IntoView {
         }
         error => view! {
             <div class="notice error" role="alert">
-                {error.to_string()}
+                {crate::ui::format::sentence(&error.to_string())}
             </div>
         }
         .into_any(),

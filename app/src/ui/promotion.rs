@@ -40,7 +40,7 @@ pub fn PromoteMenu(session_id: String) -> impl IntoView {
             }
             Err(e) => view! {
                 <p class="notice error" role="alert" data-testid="promote-outcome">
-                    {e.to_string()}
+                    {crate::ui::format::sentence(&e.to_string())}
                 </p>
             }
             .into_any(),

@@ -558,7 +558,7 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                     .get()
                     .and_then(Result::err)
                     .or_else(|| extend.value().get().and_then(Result::err))
-                    .map(|e| view! { <p class="notice error" role="alert">{e.to_string()}</p> })
+                    .map(|error| view! { <crate::ui::Refusal error /> })
             }}
             {move || {
                 // Drawn anew only when what it shows changes: a heartbeat's answer (every few
@@ -575,13 +575,16 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                             frame_path.get_untracked().as_deref(),
                         );
                         view! {
-                            <iframe
-                                class="editor"
-                                src=src
-                                title=format!("{} editor", s.editor.label())
-                                data-testid="editor-frame"
-                                allow="clipboard-read; clipboard-write"
-                            ></iframe>
+                            <main class="editor-main">
+                                <h1 class="sr-only">{format!("{} session", s.editor.label())}</h1>
+                                <iframe
+                                    class="editor"
+                                    src=src
+                                    title=format!("{} editor", s.editor.label())
+                                    data-testid="editor-frame"
+                                    allow="clipboard-read; clipboard-write"
+                                ></iframe>
+                            </main>
                         }
                             .into_any()
                     }
@@ -594,7 +597,7 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                         view! {
                             <main class="narrow">
                                 <div class="card" data-testid="session-ended">
-                                    <h2>"This session has ended"</h2>
+                                    <h1>"This session has ended"</h1>
                                     {reason}
                                     {s.detail.clone().map(|d| view! { <pre class="detail">{d}</pre> })}
                                     {match s.cost {
@@ -627,9 +630,9 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                         view! {
                             <main class="narrow">
                                 <div class="card" data-testid="launch-progress">
-                                    <h2>
+                                    <h1>
                                         {s.state.progress_heading(s.editor.label())}
-                                    </h2>
+                                    </h1>
                                     {(s.state == SessionState::Queued)
                                         .then(|| {
                                             view! {
@@ -701,7 +704,7 @@ fn LaunchAgain(ended: SessionView) -> impl IntoView {
                 .value()
                 .get()
                 .and_then(Result::err)
-                .map(|e| view! { <p class="notice error" role="alert">{e.to_string()}</p> })
+                .map(|error| view! { <crate::ui::Refusal error /> })
         }}
     }
 }
@@ -759,6 +762,8 @@ mod tests {
             admin_access: None,
             memory_note: None,
             cost: None,
+            ready_at_ms: None,
+            ended_at_ms: None,
         };
         apply_step(&mut s, step(1, SessionState::Starting, false));
         apply_step(&mut s, step(1, SessionState::Starting, false));

@@ -24,12 +24,7 @@ pub fn TokensPage() -> impl IntoView {
     });
     view! {
         <leptos_meta::Title text="API tokens · GPU Sandbox" />
-        <header class="topbar">
-            <a class="brand" href="/">
-                "GPU Sandbox"
-            </a>
-            <a href="/">"Back to the dashboard"</a>
-        </header>
+        <super::SubPageBar />
         <main class="narrow tokens">
             <h1>"API tokens"</h1>
             <p class="muted">
@@ -64,23 +59,12 @@ fn TokensView(
     let is_admin = viewer.role == crate::model::Role::Admin;
     let made = move || match make.value().get() {
         Some(Ok(token)) => Some(view! { <MadeToken token /> }.into_any()),
-        Some(Err(e)) => Some(
-            view! {
-                <p class="notice error" role="alert">
-                    {e.to_string()}
-                </p>
-            }
-            .into_any(),
-        ),
+        Some(Err(e)) => Some(view! { <crate::ui::Refusal error=e /> }.into_any()),
         None => None,
     };
     let revoke_error = move || {
         revoke.value().get().and_then(Result::err).map(|e| {
-            view! {
-                <p class="notice error" role="alert">
-                    {e.to_string()}
-                </p>
-            }
+            view! { <crate::ui::Refusal error=e /> }
         })
     };
     let rows = if tokens.is_empty() {

@@ -50,6 +50,8 @@ pub struct Config {
     pub oidc: Option<oidc::OidcConfig>,
     /// Pushing users' files to the production registry.
     pub promotion: promotion::PromotionConfig,
+    /// Who may read `/metrics` besides admins.
+    pub metrics: MetricsConfig,
     /// The file this configuration was read from, if any (hidden from editors).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -65,6 +67,14 @@ pub struct QuotasConfig {
     pub max_minutes: u32,
     /// Workspace size above which launches are refused.
     pub max_disk_mib: u64,
+}
+
+/// `/metrics`: admins may always read it; a scraper sends `Authorization: Bearer <token>`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// The scraper's bearer token; empty (the default): only admin credentials read it.
+    pub token: String,
 }
 
 /// The reverse proxy to the editors.
@@ -305,6 +315,7 @@ impl Default for Config {
             kube: KubeConfig::default(),
             oidc: None,
             promotion: promotion::PromotionConfig::default(),
+            metrics: MetricsConfig::default(),
             local: local::LocalConfig::default(),
             source: None,
         }
@@ -340,7 +351,7 @@ impl Config {
         }
         figment = figment.merge(
             Env::prefixed("SANDBOX_")
-                .ignore(&["log"])
+                .ignore(&["log", "log_format"])
                 .split("__")
                 .map(|key| key.as_str().to_ascii_lowercase().into()),
         );

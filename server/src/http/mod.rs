@@ -413,7 +413,50 @@ fn router(state: AppState, service: Arc<Service>) -> Router {
             state.clone(),
             own_page_headers,
         ))
+        .layer(axum::middleware::from_fn(request_span))
         .with_state(state)
+}
+
+const REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
+
+/// Every request to our own routes gets an id (a load balancer's `X-Request-Id`, when it is a
+/// plain token, or one made here), carried by every log line of its span and sent back, so that
+/// a user's report and the logs meet. Errors are logged at `error`, refusals at `info`, the
+/// rest at `debug`. (Proxied editor traffic, the hot path, goes past this.)
+async fn request_span(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use tracing::Instrument;
+    let id = request
+        .headers()
+        .get(&REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| {
+            (1..=64).contains(&v.len())
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        })
+        .map_or_else(crate::util::new_id, str::to_string);
+    let span = tracing::info_span!(
+        "request",
+        request_id = %id,
+        method = %request.method(),
+        path = %request.uri().path(),
+    );
+    let started = std::time::Instant::now();
+    let mut response = next.run(request).instrument(span.clone()).await;
+    let status = response.status().as_u16();
+    let ms = started.elapsed().as_millis() as u64;
+    span.in_scope(|| match status {
+        500.. => tracing::error!(status, ms, "answered"),
+        400..=499 => tracing::info!(status, ms, "answered"),
+        _ => tracing::debug!(status, ms, "answered"),
+    });
+    if let Ok(value) = http::HeaderValue::from_str(&id) {
+        response.headers_mut().insert(REQUEST_ID, value);
+    }
+    response
 }
 
 /// A sign-in lasts [`auth::SIGN_IN_IDLE_DAYS`] from its last use: a request of a browser whose

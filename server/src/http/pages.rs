@@ -225,6 +225,23 @@ impl app::api::Backend for PagesBackend {
         self.0.admin.admin_stop(viewer, id).await
     }
 
+    async fn ask_for_credits(
+        &self,
+        viewer: &Viewer,
+        amount: &str,
+        note: &str,
+    ) -> Result<app::model::CreditRequest, AppError> {
+        self.0.accounts.ask_for_credits(viewer, amount, note).await
+    }
+
+    async fn withdraw_credit_request(&self, viewer: &Viewer) -> Result<(), AppError> {
+        self.0.accounts.withdraw_credit_request(viewer).await
+    }
+
+    async fn decline_credit_request(&self, viewer: &Viewer, user_id: &str) -> Result<(), AppError> {
+        self.0.admin.decline_credit_request(viewer, user_id).await
+    }
+
     async fn change_password(
         &self,
         viewer: &Viewer,

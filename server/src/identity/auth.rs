@@ -607,6 +607,21 @@ impl Authenticator {
     }
 }
 
+/// Whether two byte strings are equal, in a time that does not depend on where they differ.
+pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// [`same_bytes`] for a presented secret and the configured one; their digests are compared,
+/// so that not even the length leaks.
+pub fn same_secret(presented: &str, configured: &str) -> bool {
+    use sha2::Digest;
+    same_bytes(
+        &sha2::Sha256::digest(presented.as_bytes()),
+        &sha2::Sha256::digest(configured.as_bytes()),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -655,7 +655,39 @@ impl Accounts {
             return Ok(None);
         }
         let (balance, held) = self.store.credits(&viewer.id).await?;
-        Ok(Some(CreditsView { balance, held }))
+        let request = self.store.credit_request(&viewer.id).await?;
+        Ok(Some(CreditsView {
+            balance,
+            held,
+            request,
+        }))
+    }
+
+    /// Asks the admins for credits, with a note saying what for; replaces an earlier ask. A
+    /// grant answers it. Audited (`credits.ask`).
+    pub async fn ask_for_credits(
+        &self,
+        viewer: &Viewer,
+        amount: &str,
+        note: &str,
+    ) -> Result<CreditRequest, AppError> {
+        viewer.scopes.require(Scope::Sessions)?;
+        let amount = app::domain::credits::checked_ask(amount).map_err(AppError::Invalid)?;
+        let note = app::domain::credits::checked_note(note).map_err(AppError::Invalid)?;
+        self.store.ask_credits(&viewer.id, amount, note).await?;
+        self.store
+            .credit_request(&viewer.id)
+            .await?
+            .ok_or(AppError::Internal)
+    }
+
+    /// Withdraws the caller's open ask for credits, if there is one.
+    pub async fn withdraw_credit_request(&self, viewer: &Viewer) -> Result<(), AppError> {
+        viewer.scopes.require(Scope::Sessions)?;
+        self.store
+            .close_credit_request(&viewer.id, &viewer.id)
+            .await?;
+        Ok(())
     }
 
     /// The viewer's tokens and what making one takes.

@@ -68,12 +68,6 @@ use app::model::{
 };
 use std::sync::Arc;
 
-/// The most one grant gives or takes: a million credits, far inside the ledger's integers.
-const MAX_GRANT_MILLI: i64 = 1_000_000 * credits::MILLI;
-
-/// The longest note a grant keeps in the ledger.
-const MAX_NOTE_CHARS: usize = 200;
-
 /// Refuses anyone but an admin whose credential carries `admin`.
 pub fn require_admin(viewer: &Viewer) -> Result<(), AppError> {
     if viewer.role != Role::Admin {
@@ -97,10 +91,14 @@ impl Admin {
     ) -> Result<Page<AdminUser>, AppError> {
         require_admin(viewer)?;
         let defaults = self.config.default_limits();
-        Ok(self
+        let mut page = self
             .store
             .admin_users(&Listing::users(query)?, defaults)
-            .await?)
+            .await?;
+        for user in &mut page.items {
+            user.is_you = user.id == viewer.id;
+        }
+        Ok(page)
     }
 
     pub async fn admin_sessions(
@@ -454,22 +452,8 @@ impl Admin {
         if let Some(viewer) = actor {
             require_admin(viewer)?;
         }
-        let milli = credits::parse(amount).map_err(AppError::Invalid)?;
-        if milli == 0 {
-            return Err(AppError::Invalid("grant a non-zero amount".into()));
-        }
-        if milli.unsigned_abs() > MAX_GRANT_MILLI as u64 {
-            return Err(AppError::Invalid(format!(
-                "grant at most {} credits at a time",
-                credits::format(MAX_GRANT_MILLI)
-            )));
-        }
-        let note = note.trim();
-        if note.chars().count() > MAX_NOTE_CHARS || note.chars().any(char::is_control) {
-            return Err(AppError::Invalid(format!(
-                "a note must be at most {MAX_NOTE_CHARS} characters, without control characters"
-            )));
-        }
+        let milli = credits::checked_grant(amount).map_err(AppError::Invalid)?;
+        let note = credits::checked_note(note).map_err(AppError::Invalid)?;
         if self.store.user_by_id(user_id).await?.is_none() {
             return Err(AppError::NotFound);
         }
@@ -492,6 +476,29 @@ impl Admin {
                 )))
             }
             Err(other) => Err(other.into()),
+        }
+    }
+
+    /// Declines a user's open ask for credits without granting; audited.
+    pub async fn decline_credit_request(
+        &self,
+        viewer: &Viewer,
+        user_id: &str,
+    ) -> Result<(), AppError> {
+        require_admin(viewer)?;
+        let user = self
+            .store
+            .user_by_id(user_id)
+            .await?
+            .filter(|user| !user.deleted)
+            .ok_or(AppError::NotFound)?;
+        if self.store.close_credit_request(user_id, &viewer.id).await? {
+            Ok(())
+        } else {
+            Err(AppError::Conflict(format!(
+                "{} has no open ask for credits",
+                user.name
+            )))
         }
     }
 

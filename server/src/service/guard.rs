@@ -543,6 +543,7 @@ impl Guard {
                 return;
             }
         };
+        self.metrics.reaper_passed(self.now());
         // A locked account keeps nothing: its sessions end, queued ones included.
         let locked = self.store.locked_user_ids().await.unwrap_or_else(|e| {
             tracing::warn!(error = %e, "reaper: listing locked accounts");

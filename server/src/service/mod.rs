@@ -7,6 +7,7 @@ pub mod admin;
 pub mod events;
 pub mod guard;
 pub mod images;
+pub mod metrics;
 pub mod promotion;
 pub mod reconcile;
 pub mod routes;
@@ -104,6 +105,8 @@ pub struct Core {
     pub(in crate::service) closing: tokio::sync::watch::Sender<bool>,
     /// Sign-in with the configured OpenID Connect provider.
     pub(in crate::service) oidc: Option<crate::identity::oidc::Oidc>,
+    /// What Prometheus reads at `/metrics`.
+    pub(in crate::service) metrics: metrics::Metrics,
     /// The production registry promotions go to, when one is configured.
     pub(in crate::service) registry: Option<Result<crate::registry::Registry, String>>,
     /// The runtime the service was made on, which runs the server's own work; see [`Core::spawn`].
@@ -147,6 +150,7 @@ impl Core {
             queue_wake: tokio::sync::Notify::new(),
             sign_ins: auth::SignInThrottle::default(),
             closing: tokio::sync::watch::Sender::new(false),
+            metrics: metrics::Metrics::new(),
             background: tokio::runtime::Handle::current(),
         }
     }
@@ -216,6 +220,12 @@ area!(
 );
 
 /// What the doors hold: the rules by area, and nothing that skips them.
+/// Who asks for `/metrics`: a scraper with the configured `metrics.token`, or an admin.
+pub enum MetricsCaller<'a> {
+    Token(&'a str),
+    Viewer(&'a app::model::Viewer),
+}
+
 pub struct Service {
     core: Arc<Core>,
     pub sessions: Sessions,
@@ -306,6 +316,25 @@ impl Service {
     }
 
     /// Flips to true when the server begins to shut down; long streams end on it.
+    /// The counters the proxy adds to as it serves.
+    pub fn metrics(&self) -> &metrics::Metrics {
+        &self.core.metrics
+    }
+
+    /// `/metrics` for `viewer`, or the scraper holding `metrics.token`: the OpenMetrics text.
+    pub async fn metrics_text(&self, scraper: MetricsCaller<'_>) -> Result<String, AppError> {
+        match scraper {
+            MetricsCaller::Token(token) => {
+                let configured = &self.core.config.metrics.token;
+                if configured.is_empty() || !auth::same_secret(token, configured) {
+                    return Err(AppError::Unauthenticated);
+                }
+            }
+            MetricsCaller::Viewer(viewer) => admin::require_admin(viewer)?,
+        }
+        Ok(self.core.metrics_text().await?)
+    }
+
     pub fn shutting_down(&self) -> tokio::sync::watch::Receiver<bool> {
         self.core.shutdown.subscribe()
     }

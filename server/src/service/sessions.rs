@@ -99,6 +99,7 @@ impl Core {
     ) -> Result<SessionView, AppError> {
         let slice_mib = valid.slice_mib;
         let price_on = |gpu_id: &str| self.price_on(gpu_id, slice_mib);
+        let editor = valid.editor;
         let launched = self
             .store
             .launch(LaunchPlan {
@@ -115,8 +116,10 @@ impl Core {
                 // A pre-started editor runs the default image.
                 use_warm: self.prestarts() && valid.image.is_none(),
             })
-            .await?;
+            .await
+            .inspect_err(|_| self.metrics.launched("refused", editor))?;
         let id = launched.record.id.clone();
+        let launched_at = launched.record.created_at;
         match launched.placement {
             Placement::Warm(warm) => {
                 // Bound before anyone has the address: the page opens on the user's own files.
@@ -133,12 +136,16 @@ impl Core {
                 for step in launched.steps {
                     self.events.publish(&id, step);
                 }
+                self.metrics.launched("warm", editor);
+                self.metrics
+                    .became_ready(true, (self.now() - launched_at) as f64 / 1000.0);
                 self.kick_warm_pool();
             }
             Placement::Slot { evicted, .. } => {
                 for step in launched.steps {
                     self.events.publish(&id, step);
                 }
+                self.metrics.launched("cold", editor);
                 self.stop_warm(evicted);
                 self.drive(&id).await;
                 let service = Arc::clone(self);
@@ -150,6 +157,7 @@ impl Core {
                 for step in launched.steps {
                     self.events.publish(&id, step);
                 }
+                self.metrics.launched("queued", editor);
             }
         }
         self.view(&id).await
@@ -289,6 +297,8 @@ impl Core {
         {
             Ok(step) => {
                 self.events.publish(session_id, step);
+                self.metrics
+                    .became_ready(false, (self.now() - record.created_at) as f64 / 1000.0);
             }
             // Stopped while it started: make sure nothing is left running.
             Err(e) => {
@@ -338,6 +348,7 @@ impl Core {
     ) -> Result<(), StoreError> {
         let begun = self.store.begin_stop(session_id, reason, detail).await?;
         if let Some((state, step)) = begun {
+            self.metrics.session_ended(reason);
             self.events.publish(session_id, step);
             if state == SessionState::Ended {
                 self.routes.remove(session_id);
@@ -467,6 +478,8 @@ impl Core {
             admin_access: None,
             memory_note: None,
             cost: None,
+            ready_at_ms: record.ready_at,
+            ended_at_ms: record.ended_at,
         }
     }
 
@@ -597,7 +610,11 @@ impl Sessions {
         Ok(Dashboard {
             images: Images(Arc::clone(&self.0)).launch_images().await?,
             viewer: viewer.clone(),
-            credits: CreditsView { balance, held },
+            credits: CreditsView {
+                balance,
+                held,
+                request: self.store.credit_request(&viewer.id).await?,
+            },
             editors: catalog
                 .editors
                 .into_iter()

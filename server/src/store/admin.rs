@@ -57,6 +57,7 @@ impl Conditions {
 }
 
 const USER_COLUMNS: &str = "u.id, u.name, u.role, u.locked, u.created_at, u.must_change_password,
+    u.credit_request_amount, u.credit_request_note, u.credit_request_at,
     q.max_sessions, q.max_gpu_mib, q.max_minutes, q.max_disk_mib,
     CASE WHEN u.oidc_subject IS NULL THEN 0 ELSE 1 END AS sso,
     (SELECT CAST(COALESCE(SUM(l.amount), 0) AS BIGINT) FROM credit_ledger l
@@ -191,6 +192,7 @@ impl Store {
             UserFilter::Admins => c.clauses.push("u.role = 'admin'".into()),
             UserFilter::Users => c.clauses.push("u.role = 'user'".into()),
             UserFilter::Locked => c.clauses.push("u.locked = 1".into()),
+            UserFilter::Asking => c.clauses.push("u.credit_request_amount IS NOT NULL".into()),
         }
         let by_name = self.by_name("u.name");
         let order = match listing.sort {
@@ -229,6 +231,8 @@ impl Store {
                     held: r.try_get("held")?,
                     live_sessions: r.try_get::<i64, _>("live")? as u32,
                     created_at_ms: r.try_get("created_at")?,
+                    is_you: false,
+                    credit_request: super::credit_request_of(r)?,
                 })
             })
             .collect::<Result<_>>()?;

@@ -780,6 +780,10 @@ impl Store {
             LedgerKind::Adjust
         };
         insert_ledger(&mut w, user_id, kind, amount, None, note, now).await?;
+        if amount > 0 {
+            // A grant answers what the user asked for, whatever its amount.
+            answer_credit_request(&mut w, user_id).await?;
+        }
         insert_audit(
             &mut w,
             actor_id,
@@ -831,6 +835,90 @@ impl Store {
     }
 
     /// (balance, held): the ledger sum, and what live sessions hold of it.
+    /// Records the user's ask for `amount` milli-credits, replacing an earlier one; audited.
+    pub async fn ask_credits(&self, user_id: &str, amount: i64, note: &str) -> Result<()> {
+        let now = self.now();
+        let mut w = self.begin_write().await?;
+        sqlx::query(
+            "UPDATE users SET credit_request_amount = $1, credit_request_note = $2, credit_request_at = $3 WHERE id = $4",
+        )
+        .bind(amount)
+        .bind(note)
+        .bind(now)
+        .bind(user_id)
+        .execute(&mut *w.tx)
+        .await?;
+        insert_audit(
+            &mut w,
+            Some(user_id),
+            "credits.ask",
+            &format!("user:{user_id}"),
+            &grant_detail(amount, note),
+            now,
+        )
+        .await?;
+        w.commit().await?;
+        Ok(())
+    }
+
+    /// Closes the user's open ask without a grant: withdrawn by them (`actor_id` is theirs) or
+    /// declined by an admin; audited as which. Whether there was one to close.
+    pub async fn close_credit_request(&self, user_id: &str, actor_id: &str) -> Result<bool> {
+        let now = self.now();
+        let mut w = self.begin_write().await?;
+        let open = sqlx::query(
+            "SELECT credit_request_amount FROM users WHERE id = $1 AND credit_request_amount IS NOT NULL",
+        )
+        .bind(user_id)
+        .fetch_optional(&mut *w.tx)
+        .await?;
+        let Some(open) = open else {
+            return Ok(false);
+        };
+        let amount: i64 = open.try_get("credit_request_amount")?;
+        answer_credit_request(&mut w, user_id).await?;
+        let action = if actor_id == user_id {
+            "credits.ask_withdrawn"
+        } else {
+            "credits.ask_declined"
+        };
+        insert_audit(
+            &mut w,
+            Some(actor_id),
+            action,
+            &format!("user:{user_id}"),
+            &grant_detail(amount, ""),
+            now,
+        )
+        .await?;
+        w.commit().await?;
+        Ok(true)
+    }
+
+    /// The user's open ask for credits.
+    pub async fn credit_request(&self, user_id: &str) -> Result<Option<app::model::CreditRequest>> {
+        let row = sqlx::query(
+            "SELECT credit_request_amount, credit_request_note, credit_request_at FROM users WHERE id = $1",
+        )
+        .bind(user_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        match row {
+            Some(row) => credit_request_of(&row),
+            None => Ok(None),
+        }
+    }
+
+    /// Milli-credits charged for sessions, all time, everyone.
+    pub async fn charged_total(&self) -> Result<i64> {
+        let row = sqlx::query(
+            "SELECT CAST(COALESCE(SUM(-amount), 0) AS BIGINT) AS charged FROM credit_ledger WHERE kind = 'charge'",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(row.try_get("charged")?)
+    }
+
     pub async fn credits(&self, user_id: &str) -> Result<(i64, i64)> {
         let row = sqlx::query(
             "SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) AS balance FROM credit_ledger WHERE user_id = $1",
@@ -1434,6 +1522,35 @@ struct UserRow<'a> {
 }
 
 /// A grant's audit line: the amount as the pages write it, and its note.
+/// The open ask for credits in a row of `users`, if there is one.
+pub(crate) fn credit_request_of(
+    row: &sqlx::any::AnyRow,
+) -> Result<Option<app::model::CreditRequest>> {
+    let amount: Option<i64> = row.try_get("credit_request_amount")?;
+    Ok(match amount {
+        Some(amount) => Some(app::model::CreditRequest {
+            amount,
+            note: row
+                .try_get::<Option<String>, _>("credit_request_note")?
+                .unwrap_or_default(),
+            at_ms: row
+                .try_get::<Option<i64>, _>("credit_request_at")?
+                .unwrap_or_default(),
+        }),
+        None => None,
+    })
+}
+
+async fn answer_credit_request(w: &mut WriteTx, user_id: &str) -> Result<()> {
+    sqlx::query(
+        "UPDATE users SET credit_request_amount = NULL, credit_request_note = NULL, credit_request_at = NULL WHERE id = $1",
+    )
+    .bind(user_id)
+    .execute(&mut *w.tx)
+    .await?;
+    Ok(())
+}
+
 fn grant_detail(amount: i64, note: &str) -> String {
     let sign = if amount > 0 { "+" } else { "" };
     let amount = app::domain::credits::with_unit(amount);

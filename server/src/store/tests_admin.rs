@@ -673,7 +673,57 @@ async fn images_are_added_once_retired_and_remembered_by_sessions(store: Store) 
     );
 }
 
+async fn an_ask_for_credits_is_open_until_a_grant_or_a_close(store: Store) {
+    let ann = user(&store, "ann", 1_000).await;
+    let root = store
+        .create_user("root", Some("hash"), Role::Admin, 0, None)
+        .await
+        .unwrap();
+    assert_eq!(store.credit_request(&ann.id).await.unwrap(), None);
+    store.ask_credits(&ann.id, 5_000, "first").await.unwrap();
+    store.ask_credits(&ann.id, 20_000, "course").await.unwrap();
+    let open = store.credit_request(&ann.id).await.unwrap().unwrap();
+    assert_eq!(
+        (open.amount, open.note.as_str()),
+        (20_000, "course"),
+        "the later ask replaces"
+    );
+    let asking = store
+        .admin_users(
+            &Listing::users(&query(None, Some("asking"), None, 1, 50)).unwrap(),
+            DEFAULTS,
+        )
+        .await
+        .unwrap();
+    assert_eq!(asking.items.len(), 1);
+    assert_eq!(asking.items[0].credit_request, Some(open));
+
+    // Taking back answers nothing; a grant does.
+    store
+        .grant(&ann.id, -500, Some(&root.id), "oops")
+        .await
+        .unwrap();
+    assert!(store.credit_request(&ann.id).await.unwrap().is_some());
+    store
+        .grant(&ann.id, 1_000, Some(&root.id), "some")
+        .await
+        .unwrap();
+    assert_eq!(store.credit_request(&ann.id).await.unwrap(), None);
+
+    // Closed by an admin: declined once, then nothing to close.
+    store.ask_credits(&ann.id, 3_000, "").await.unwrap();
+    assert!(store.close_credit_request(&ann.id, &root.id).await.unwrap());
+    assert!(!store.close_credit_request(&ann.id, &root.id).await.unwrap());
+    assert_eq!(store.credit_request(&ann.id).await.unwrap(), None);
+    assert_eq!(
+        store.credits(&ann.id).await.unwrap().0,
+        1_500,
+        "asks move no credits"
+    );
+}
+
 on_both_fns! {
+    an_ask_for_credits_is_open_until_a_grant_or_a_close => an_ask_for_credits_is_open_until_a_grant_or_a_close_sqlite, an_ask_for_credits_is_open_until_a_grant_or_a_close_postgres;
     images_are_added_once_retired_and_remembered_by_sessions => images_are_added_once_retired_and_remembered_by_sessions_sqlite, images_are_added_once_retired_and_remembered_by_sessions_postgres;
     editor_grants_are_per_admin_and_expire => editor_grants_are_per_admin_and_expire_sqlite, editor_grants_are_per_admin_and_expire_postgres;
     an_admin_change_keeps_an_admin_and_demotion_takes_admin_off_tokens => an_admin_change_keeps_an_admin_and_demotion_takes_admin_off_tokens_sqlite, an_admin_change_keeps_an_admin_and_demotion_takes_admin_off_tokens_postgres;

@@ -488,6 +488,127 @@ async fn admins_grant_lock_promote_and_stop_and_each_is_audited() {
 }
 
 #[tokio::test]
+async fn a_user_asks_for_credits_and_a_grant_or_a_decline_answers_it() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (alice_id, alice) = app.user("alice").await;
+    let (_, root) = admin(&app, "root", Scopes::ALL).await;
+    let ask = "/api/v1/me/credit-request";
+
+    // Bad asks are refused in words and leave nothing open.
+    for (body, says) in [
+        (json!({ "amount": "-3" }), "positive"),
+        (json!({ "amount": "lots" }), "not an amount"),
+        (
+            json!({ "amount": 5, "note": "x".repeat(201) }),
+            "at most 200",
+        ),
+    ] {
+        refused(
+            &app.call(Method::PUT, ask, Some(&alice), Some(body)).await,
+            StatusCode::BAD_REQUEST,
+            says,
+        );
+    }
+    assert!(app.get("/api/v1/me", Some(&alice)).await.json()["credits"]["request"].is_null());
+
+    // An ask, then a second that replaces it; admins find it by the `asking` filter.
+    app.call(
+        Method::PUT,
+        ask,
+        Some(&alice),
+        Some(json!({ "amount": 10 })),
+    )
+    .await
+    .assert_status(StatusCode::OK);
+    let open = app
+        .call(
+            Method::PUT,
+            ask,
+            Some(&alice),
+            Some(json!({ "amount": "20", "note": "course project" })),
+        )
+        .await;
+    open.assert_status(StatusCode::OK);
+    assert_eq!(open.json()["amount"], 20_000);
+    let me = app.get("/api/v1/me", Some(&alice)).await.json();
+    assert_eq!(me["credits"]["request"]["note"], "course project");
+    let asking = app
+        .get("/api/v1/admin/users?filter=asking", Some(&root))
+        .await
+        .json();
+    assert_eq!(asking["total"], 1);
+    assert_eq!(asking["items"][0]["name"], "alice");
+    assert_eq!(asking["items"][0]["credit_request"]["amount"], 20_000);
+
+    // A grant of any amount answers it.
+    app.call(
+        Method::POST,
+        &format!("/api/v1/admin/users/{alice_id}/credits"),
+        Some(&root),
+        Some(json!({ "amount": "15", "note": "for the course" })),
+    )
+    .await
+    .assert_status(StatusCode::OK);
+    assert!(app.get("/api/v1/me", Some(&alice)).await.json()["credits"]["request"].is_null());
+    let asking = app
+        .get("/api/v1/admin/users?filter=asking", Some(&root))
+        .await
+        .json();
+    assert_eq!(asking["total"], 0);
+
+    // Declined: closed without credits; declining again says there is nothing open.
+    app.call(Method::PUT, ask, Some(&alice), Some(json!({ "amount": 5 })))
+        .await
+        .assert_status(StatusCode::OK);
+    let decline = format!("/api/v1/admin/users/{alice_id}/credit-request");
+    refused(
+        &app.call(Method::DELETE, &decline, Some(&alice), None).await,
+        StatusCode::FORBIDDEN,
+        "admins only",
+    );
+    app.call(Method::DELETE, &decline, Some(&root), None)
+        .await
+        .assert_status(StatusCode::NO_CONTENT);
+    refused(
+        &app.call(Method::DELETE, &decline, Some(&root), None).await,
+        StatusCode::CONFLICT,
+        "no open ask",
+    );
+    assert!(app.get("/api/v1/me", Some(&alice)).await.json()["credits"]["request"].is_null());
+
+    // Withdrawn by her.
+    app.call(Method::PUT, ask, Some(&alice), Some(json!({ "amount": 5 })))
+        .await
+        .assert_status(StatusCode::OK);
+    app.call(Method::DELETE, ask, Some(&alice), None)
+        .await
+        .assert_status(StatusCode::NO_CONTENT);
+    assert!(app.get("/api/v1/me", Some(&alice)).await.json()["credits"]["request"].is_null());
+
+    let log = app
+        .get(
+            "/api/v1/admin/audit?q=credits.ask&per_page=100",
+            Some(&root),
+        )
+        .await
+        .json();
+    let actions: Vec<&str> = log["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["action"].as_str().unwrap())
+        .collect();
+    for action in [
+        "credits.ask",
+        "credits.ask_declined",
+        "credits.ask_withdrawn",
+    ] {
+        assert!(actions.contains(&action), "{action} in {actions:?}");
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn a_quota_patch_changes_only_the_overrides_it_names() {
     let app = TestApp::start(Some(FakeRuntime::new())).await;
     let (alice_id, alice) = app.user("alice").await;

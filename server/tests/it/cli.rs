@@ -256,6 +256,20 @@ fn start_serve(
     data: &std::path::Path,
     config: &std::path::Path,
 ) -> (std::process::Child, Vec<String>) {
+    let (child, lines, _) = start_serve_with(data, config, &[]);
+    (child, lines)
+}
+
+/// [`start_serve`] with more environment; also the rest of what it prints, line by line.
+fn start_serve_with(
+    data: &std::path::Path,
+    config: &std::path::Path,
+    env: &[(&str, &str)],
+) -> (
+    std::process::Child,
+    Vec<String>,
+    std::sync::mpsc::Receiver<String>,
+) {
     use std::io::BufRead;
     let mut child = Command::new(env!("CARGO_BIN_EXE_server"))
         .args(["--config", config.to_str().unwrap(), "serve"])
@@ -266,6 +280,7 @@ fn start_serve(
         // Bare numbers, as a shell would pass them, and over the file's values.
         .env("SANDBOX_CREDITS__INITIAL_GRANT", "50")
         .env("SANDBOX_POOL__DEFAULT_PRICE_PER_GIB_HOUR", "0.5")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -303,26 +318,104 @@ fn start_serve(
             Err(_) => break,
         }
     }
-    (child, lines)
+    (child, lines, rx)
 }
 
 /// A plain HTTP/1.1 GET with a bearer token to the server `child`; the whole answer as text.
 fn get_with_token(child: &mut std::process::Child, port: u16, path: &str, token: &str) -> String {
+    if let Ok(Some(status)) = child.try_wait() {
+        panic!("the server exited: {status}");
+    }
+    get_with_headers(port, path, &format!("Authorization: Bearer {token}\r\n"))
+}
+
+/// A plain HTTP/1.1 GET with headers of the caller's; the whole answer as text.
+fn get_with_headers(port: u16, path: &str, headers: &str) -> String {
     use std::io::Read;
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap_or_else(|e| {
-        panic!(
-            "connecting to port {port}: {e}; the server: {:?}",
-            child.try_wait()
-        )
-    });
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}Connection: close\r\n\r\n"
     )
     .unwrap();
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap();
     answer
+}
+
+#[test]
+fn json_logs_carry_each_requests_id() {
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("sandbox.toml");
+    std::fs::write(&config, "[pool]\nwarm = []\n").unwrap();
+    let (child, lines, rx) = start_serve_with(
+        data.path(),
+        &config,
+        &[("SANDBOX_LOG", "info"), ("SANDBOX_LOG_FORMAT", "json")],
+    );
+    let port: u16 = lines
+        .iter()
+        .find_map(|l| l.split("serving on http://127.0.0.1:").nth(1))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the server serves: {lines:?}"));
+    // A load balancer's id is kept; one that is not a plain token is replaced.
+    let kept = get_with_headers(port, "/api/v1/nothing-here", "X-Request-Id: lb-req-42\r\n");
+    assert!(kept.starts_with("HTTP/1.1 404"), "{kept}");
+    assert!(
+        kept.to_ascii_lowercase()
+            .contains("x-request-id: lb-req-42"),
+        "{kept}"
+    );
+    let made = get_with_headers(
+        port,
+        "/api/v1/nothing-either",
+        "X-Request-Id: two words\r\n",
+    );
+    let made_id = made
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("x-request-id: ")
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| panic!("an id is sent back: {made}"));
+    assert!(
+        made_id.len() == 20 && made_id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{made_id}"
+    );
+
+    // Each refusal is a JSON line whose span carries the request's id.
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let found = |seen: &[serde_json::Value], id: &str, path: &str| {
+        seen.iter().any(|line| {
+            line["span"]["request_id"] == id
+                && line["span"]["path"] == path
+                && line["status"] == 404
+                && line["level"] == "INFO"
+        })
+    };
+    while !(found(&seen, "lb-req-42", "/api/v1/nothing-here")
+        && found(&seen, &made_id, "/api/v1/nothing-either"))
+    {
+        let left = deadline
+            .checked_duration_since(std::time::Instant::now())
+            .unwrap_or_else(|| panic!("no such log lines in {seen:?}"));
+        let line = rx.recv_timeout(left).expect("more log lines");
+        if line.starts_with('{') {
+            let parsed: serde_json::Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("a log line that is not JSON ({e}): {line}"));
+            seen.push(parsed);
+        }
+    }
+    assert!(
+        lines
+            .iter()
+            .chain(std::iter::empty())
+            .all(|l| !l.contains("\u{1b}[")),
+        "no colours when the output is not a terminal: {lines:?}"
+    );
+    terminate(child);
 }
 
 fn terminate(mut child: std::process::Child) {

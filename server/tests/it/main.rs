@@ -24,6 +24,8 @@
 //! - `kube`: a scripted API server asserting every request, a stateful fake one through the real
 //!   service and store, HAMi metrics, and a real cluster with `KUBECONFIG` and
 //!   `SANDBOX_KUBE_E2E=1`.
+//! - `observe`: `/metrics` (who may scrape, and that it follows launches, refusals and ends),
+//!   JSON logs with request ids, the probes.
 //! - `oidc`: single sign-on against a real `oidc-provider` (npm): the code flow, roles from groups,
 //!   refusals.
 //! - `promotion`: against Debian's `docker-registry` on loopback: refusals, approval, the artifact
@@ -48,6 +50,7 @@ mod fuzz;
 mod guardrails;
 mod isolation;
 mod kube;
+mod observe;
 mod oidc;
 mod promotion;
 mod router;

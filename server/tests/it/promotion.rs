@@ -3,8 +3,6 @@
 //! the registry as an OCI artifact with its provenance, after an admin's approval.
 
 use crate::common::{FakeRuntime, TestApp};
-use app::domain::scope::Scopes;
-use app::model::Role;
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -145,18 +143,7 @@ async fn promotion_app(registry: &Registry, workspaces: &Path) -> TestApp {
 }
 
 async fn admin_token(app: &TestApp) -> String {
-    let root = app
-        .service
-        .accounts
-        .create_user("root", Some("password123"), Role::Admin, None)
-        .await
-        .unwrap();
-    let (token, hash) = server::auth::new_api_token();
-    app.store
-        .create_token(&root.id, &hash, "test", Scopes::ALL, None)
-        .await
-        .unwrap();
-    token
+    app.admin_token("root").await
 }
 
 /// Polls the promotion until `done` holds for it (10 s at most).

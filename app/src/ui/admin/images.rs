@@ -1,6 +1,6 @@
 //! The images tab: the images users may choose at launch, added, retired or approved again.
 
-use super::table::{action_error, loaded};
+use super::table::{Outcome, loaded};
 use crate::api::{AddImage, SetImageState, admin_images};
 use crate::ui::format::format_utc;
 use leptos::prelude::*;
@@ -12,6 +12,31 @@ pub(super) fn ImagesTab() -> impl IntoView {
     let data = Resource::new(
         move || (add.version().get(), change.version().get()),
         |_| admin_images(),
+    );
+    let outcome = Outcome::new();
+    outcome.follow(
+        move || add.pending().get(),
+        move || {
+            add.value().get().map(|answer| {
+                answer.map(|image| format!("Added {}: users may choose it at launch.", image.label))
+            })
+        },
+    );
+    outcome.follow(
+        move || change.pending().get(),
+        move || {
+            change.value().get().map(|answer| {
+                answer.map(|image| match image.state {
+                    crate::domain::images::ImageState::Approved => {
+                        format!("Approved {}: users may choose it at launch.", image.label)
+                    }
+                    crate::domain::images::ImageState::Retired => format!(
+                        "Retired {}: no longer offered; sessions running it keep it.",
+                        image.label
+                    ),
+                })
+            })
+        },
     );
     let editor = RwSignal::new("jupyterlab".to_string());
     let reference = RwSignal::new(String::new());
@@ -70,8 +95,7 @@ pub(super) fn ImagesTab() -> impl IntoView {
                 "Add image"
             </button>
         </form>
-        {action_error(move || add.value().get())}
-        {action_error(move || change.value().get())}
+        {outcome.view()}
         {loaded(
             data,
             "Loading images…",

@@ -126,14 +126,9 @@ pub fn AdminPage() -> impl IntoView {
     let access = Resource::new(move || confirm.version().get(), |_| admin_access());
     view! {
         <leptos_meta::Title text=move || format!("{} · Admin · GPU Sandbox", tab.get().label()) />
-        <header class="topbar">
-            <a class="brand" href="/">
-                "GPU Sandbox"
-            </a>
-            <strong>"Admin"</strong>
-            <a href="/">"Back to the dashboard"</a>
-        </header>
+        <crate::ui::SubPageBar section="Admin" />
         <main class="admin">
+            <h1 class="sr-only">{move || format!("Admin: {}", tab.get().label())}</h1>
             <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
                 {move || Suspend::new(async move {
                     match access.await {
@@ -158,11 +153,7 @@ fn ConfirmAdmin(confirmation: Confirmation, confirm: ServerAction<ConfirmAdmin>)
     let password = RwSignal::new(String::new());
     let refused = move || {
         confirm.value().get().and_then(Result::err).map(|e| {
-            view! {
-                <p class="notice error" role="alert">
-                    {e.to_string()}
-                </p>
-            }
+            view! { <crate::ui::Refusal error=e /> }
         })
     };
     let body = match confirmation {

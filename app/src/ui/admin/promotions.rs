@@ -1,7 +1,7 @@
 //! The promotions tab: files users asked to push to the registry, to approve, reject or retry.
 
 use super::Tab;
-use super::table::{Empty, Pager, SearchForm, SortHeader, action_error, loaded};
+use super::table::{Empty, Outcome, Pager, SearchForm, SortHeader, loaded};
 use crate::api::{DecidePromotion, admin_promotions, my_promotions};
 use crate::domain::listing::{ListQuery, Page};
 use crate::domain::promotion::{Decision, PromotionState};
@@ -15,6 +15,23 @@ pub(super) fn PromotionsTab(list: Memo<ListQuery>) -> impl IntoView {
     let data = Resource::new(
         move || (list.get(), decide.version().get()),
         |(query, _)| admin_promotions(query),
+    );
+    let outcome = Outcome::new();
+    outcome.follow(
+        move || decide.pending().get(),
+        move || {
+            decide.value().get().map(|answer| {
+                answer.map(|p| {
+                    format!(
+                        "{}'s {}:{} is now {}.",
+                        p.user_name,
+                        p.repository,
+                        p.tag,
+                        p.state.as_str()
+                    )
+                })
+            })
+        },
     );
     // Said first, so that an empty list is not mistaken for nobody having asked yet.
     let setup = Resource::new(|| (), |_| my_promotions());
@@ -44,7 +61,7 @@ pub(super) fn PromotionsTab(list: Memo<ListQuery>) -> impl IntoView {
                 ("failed", "failed"),
             ]
         />
-        {action_error(move || decide.value().get())}
+        {outcome.view()}
         {loaded(
             data,
             "Loading promotions…",

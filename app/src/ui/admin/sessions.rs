@@ -1,7 +1,7 @@
 //! The sessions tab: every session, stopped or entered (audited) by an admin.
 
 use super::Tab;
-use super::table::{Empty, Pager, SearchForm, SortHeader, action_error, loaded};
+use super::table::{Empty, Outcome, Pager, SearchForm, SortHeader, loaded};
 use crate::api::{AdminOpenEditor, AdminStop, admin_sessions};
 use crate::domain::listing::{ListQuery, Page};
 use crate::domain::pool::format_mib;
@@ -15,6 +15,20 @@ pub(super) fn SessionsTab(list: Memo<ListQuery>) -> impl IntoView {
     let data = Resource::new(
         move || (list.get(), stop.version().get()),
         |(query, _)| admin_sessions(query),
+    );
+    let outcome = Outcome::new();
+    outcome.follow(
+        move || stop.pending().get(),
+        move || {
+            stop.value().get().map(|answer| {
+                answer.map(|s| {
+                    format!(
+                        "Stopped {}'s session; its unused credits went back to them.",
+                        s.user_name
+                    )
+                })
+            })
+        },
     );
     view! {
         <SearchForm
@@ -32,7 +46,7 @@ pub(super) fn SessionsTab(list: Memo<ListQuery>) -> impl IntoView {
                 ("stopping", "stopping"),
             ]
         />
-        {action_error(move || stop.value().get())}
+        {outcome.view()}
         {loaded(data, "Loading sessions…", move |page| view! { <SessionsTable page list stop /> }.into_any())}
     }
 }
@@ -74,6 +88,15 @@ fn SessionsTable(
     .into_any()
 }
 
+/// This site's own address, for commands to paste elsewhere.
+fn origin() -> String {
+    #[cfg(feature = "hydrate")]
+    if let Some(origin) = web_sys::window().and_then(|w| w.location().origin().ok()) {
+        return origin;
+    }
+    String::new()
+}
+
 #[component]
 fn SessionRow(session: AdminSession, stop: ServerAction<AdminStop>) -> impl IntoView {
     let live = session.state.is_live();
@@ -89,18 +112,32 @@ fn SessionRow(session: AdminSession, stop: ServerAction<AdminStop>) -> impl Into
     let enter = ServerAction::<AdminOpenEditor>::new();
     let entered = move || {
         enter.value().get().map(|result| match result {
-            Ok(access) => view! {
-                <p class="muted small" data-testid="enter-editor">
-                    {format!(
-                        "Granted until {}: reach {} with an admin token (scopes access and admin), e.g. curl -H \"Authorization: Bearer $TOKEN\" …{}api/status. Not from this browser: the user's page would run with your sign-in.",
-                        format_utc(access.expires_at_ms),
-                        access.url,
-                        access.url,
-                    )}
-                </p>
+            Ok(access) => {
+                let command = format!(
+                    "curl -H \"Authorization: Bearer $TOKEN\" {}{}api/status",
+                    origin(),
+                    access.url
+                );
+                view! {
+                    <div class="notice enter" role="status" data-testid="enter-editor">
+                        <p>
+                            {format!(
+                                "Your admin tokens may reach {} until {} UTC; the grant is in the audit log and the user sees it.",
+                                access.url,
+                                format_utc(access.expires_at_ms),
+                            )}
+                        </p>
+                        <p class="muted small">
+                            "Use a token with the scopes access and admin ("
+                            <a href="/tokens">"make one"</a>
+                            "), never this browser: the user's page would run with your sign-in. For example:"
+                        </p>
+                        <code class="command">{command}</code>
+                    </div>
+                }
+                .into_any()
             }
-            .into_any(),
-            Err(e) => view! { <span class="error" role="alert">{e.to_string()}</span> }.into_any(),
+            Err(e) => view! { <span class="error" role="alert">{crate::ui::format::sentence(&e.to_string())}</span> }.into_any(),
         })
     };
     let state = match (session.state.is_live(), session.end_reason) {

@@ -177,18 +177,53 @@ where
     }
 }
 
-/// An action's refusal, shown until the next attempt.
-pub(super) fn action_error<T>(
-    value: impl Fn() -> Option<Result<T, crate::error::AppError>>,
-) -> impl Fn() -> Option<AnyView> {
-    move || {
-        value().and_then(Result::err).map(|e| {
-            view! {
-                <p class="notice error" role="alert">
-                    {e.to_string()}
-                </p>
+/// What the last action on a tab came to, in one line: its success in words or its refusal.
+/// Sending an action clears it and its answer replaces it, so that an old refusal never stays
+/// beside a later success.
+#[derive(Clone, Copy)]
+pub(super) struct Outcome(RwSignal<Option<Result<String, String>>>);
+
+impl Outcome {
+    pub(super) fn new() -> Outcome {
+        Outcome(RwSignal::new(None))
+    }
+
+    /// Follows one action: `pending` while it is sent, `answer` its success told in words.
+    pub(super) fn follow(
+        self,
+        pending: impl Fn() -> bool + Send + Sync + 'static,
+        answer: impl Fn() -> Option<Result<String, crate::error::AppError>> + Send + Sync + 'static,
+    ) {
+        Effect::new(move |_| {
+            if pending() {
+                self.0.set(None);
             }
-            .into_any()
-        })
+        });
+        Effect::new(move |_| {
+            if let Some(answer) = answer() {
+                self.0.set(Some(
+                    answer.map_err(|e| crate::ui::format::sentence(&e.to_string())),
+                ));
+            }
+        });
+    }
+
+    pub(super) fn view(self) -> impl IntoView {
+        move || {
+            self.0.get().map(|outcome| match outcome {
+                Ok(said) => view! {
+                    <p class="notice" role="status" data-testid="outcome">
+                        {said}
+                    </p>
+                }
+                .into_any(),
+                Err(refused) => view! {
+                    <p class="notice error" role="alert" data-testid="outcome">
+                        {refused}
+                    </p>
+                }
+                .into_any(),
+            })
+        }
     }
 }

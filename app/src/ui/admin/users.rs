@@ -2,14 +2,15 @@
 //! was typed kept across reloads. What loses something asks first.
 
 use super::Tab;
-use super::table::{Empty, Pager, SearchForm, SortHeader, action_error, loaded};
+use super::table::{Empty, Outcome, Pager, SearchForm, SortHeader, loaded};
 use crate::api::{
-    AddUser, ChangeUser, DeleteUser, GrantCredits, ResetPassword, SetUserQuota, admin_users,
-    grant_credits, set_user_quota,
+    AddUser, ChangeUser, GrantCredits, ResetPassword, SetUserQuota, admin_users, change_user,
+    decline_credit_request, delete_user, grant_credits, set_user_quota,
 };
 use crate::domain::credits;
 use crate::domain::listing::{ListQuery, Page};
 use crate::domain::pool::format_mib;
+use crate::error::AppError;
 use crate::model::{AdminUser, MadePassword, NewAccount, Role, UserChange};
 use crate::ui::format::{confirmed, format_utc};
 use leptos::prelude::*;
@@ -17,11 +18,27 @@ use std::collections::HashMap;
 
 #[component]
 pub(super) fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
-    let change = ServerAction::<ChangeUser>::new();
     let add = ServerAction::<AddUser>::new();
     let reset = ServerAction::<ResetPassword>::new();
-    let delete = ServerAction::<DeleteUser>::new();
-    let accounts = Accounts { reset, delete };
+    // Each carries the words its success is told in, fixed when it was sent: the answers to
+    // several rows may come back in any order.
+    let change: ChangeAction = Action::new(|(said, input): &(String, ChangeUser)| {
+        let (said, ChangeUser { user_id, change }) = (said.clone(), input.clone());
+        async move { change_user(user_id, change).await.map(|()| said) }
+    });
+    let delete: ChangeAction = Action::new(|(said, input): &(String, ChangeUser)| {
+        let (said, user_id) = (said.clone(), input.user_id.clone());
+        async move { delete_user(user_id).await.map(|()| said) }
+    });
+    let decline: ChangeAction = Action::new(|(said, input): &(String, ChangeUser)| {
+        let (said, user_id) = (said.clone(), input.user_id.clone());
+        async move { decline_credit_request(user_id).await.map(|()| said) }
+    });
+    let accounts = Accounts {
+        reset,
+        delete,
+        decline,
+    };
     // The last password an admin set here, from an add or a reset, whichever answered last.
     let made = RwSignal::new(None::<MadePassword>);
     Effect::new(move |_| {
@@ -34,20 +51,62 @@ pub(super) fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
             made.set(Some(new));
         }
     });
-    // Their answers name the user, so that a row's draft follows its own answer, whichever
-    // order the answers to several rows come back in.
-    let grant: GrantAction = Action::new(|input: &GrantCredits| {
+    // Their answers name the user, so that a row's draft follows its own answer.
+    let grant: GrantAction = Action::new(|(name, input): &(String, GrantCredits)| {
+        let name = name.clone();
         let GrantCredits {
             user_id,
             amount,
             note,
         } = input.clone();
-        async move { (user_id.clone(), grant_credits(user_id, amount, note).await) }
+        let asked = credits::parse(&amount).unwrap_or(0);
+        async move {
+            let answer = grant_credits(user_id.clone(), amount, note).await;
+            (
+                user_id,
+                answer.map(|balance| granted(&name, asked, balance)),
+            )
+        }
     });
-    let quota: QuotaAction = Action::new(|input: &SetUserQuota| {
+    let quota: QuotaAction = Action::new(|(name, input): &(String, SetUserQuota)| {
+        let name = name.clone();
         let SetUserQuota { user_id, overrides } = input.clone();
-        async move { (user_id.clone(), set_user_quota(user_id, overrides).await) }
+        async move {
+            let answer = set_user_quota(user_id.clone(), overrides).await;
+            (user_id, answer.map(|limits| quota_saved(&name, &limits)))
+        }
     });
+    let outcome = Outcome::new();
+    outcome.follow(
+        move || add.pending().get(),
+        move || {
+            add.value().get().map(|answer| {
+                answer.map(|made| format!("Added {}; their password is below.", made.name))
+            })
+        },
+    );
+    outcome.follow(
+        move || reset.pending().get(),
+        move || {
+            reset.value().get().map(|answer| {
+                answer.map(|made| format!("{} has a new password; it is below.", made.name))
+            })
+        },
+    );
+    outcome.follow(move || change.pending().get(), move || change.value().get());
+    outcome.follow(move || delete.pending().get(), move || delete.value().get());
+    outcome.follow(
+        move || decline.pending().get(),
+        move || decline.value().get(),
+    );
+    outcome.follow(
+        move || grant.pending().get(),
+        move || grant.value().get().map(|(_, answer)| answer),
+    );
+    outcome.follow(
+        move || quota.pending().get(),
+        move || quota.value().get().map(|(_, answer)| answer),
+    );
     // Reloaded after what succeeded only: a refused grant keeps what was typed in its row.
     let changed = RwSignal::new(0u32);
     let drafts = Drafts::new();
@@ -63,6 +122,7 @@ pub(super) fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
             matches!(add.value().get(), Some(Ok(_))),
             matches!(reset.value().get(), Some(Ok(_))),
             matches!(delete.value().get(), Some(Ok(_))),
+            matches!(decline.value().get(), Some(Ok(_))),
         ];
         if succeeded.contains(&true) {
             changed.update(|n| *n += 1);
@@ -78,31 +138,22 @@ pub(super) fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
         move || (list.get(), changed.get()),
         |(query, _)| admin_users(query),
     );
-    let granted = move || {
-        grant.value().get().and_then(|(_, answer)| answer.ok()).map(|balance| {
-            view! {
-                <p class="notice" role="status">
-                    {format!("Granted. The balance is now {} credits.", credits::format(balance))}
-                </p>
-            }
-        })
-    };
     view! {
         <SearchForm
             tab=Tab::Users
             list
             placeholder="Name"
-            filters=&[("all", "everyone"), ("admin", "admins"), ("user", "users"), ("locked", "locked")]
+            filters=&[
+                ("all", "everyone"),
+                ("asking", "asking for credits"),
+                ("admin", "admins"),
+                ("user", "users"),
+                ("locked", "locked"),
+            ]
         />
         <AddUserForm add />
+        {outcome.view()}
         {move || made.get().map(|made| view! { <MadePasswordNotice made /> })}
-        {action_error(move || add.value().get())}
-        {action_error(move || reset.value().get())}
-        {action_error(move || delete.value().get())}
-        {action_error(move || change.value().get())}
-        {action_error(move || grant.value().get().map(|(_, answer)| answer))}
-        {action_error(move || quota.value().get().map(|(_, answer)| answer))}
-        {granted}
         {loaded(
             data,
             "Loading users…",
@@ -113,11 +164,38 @@ pub(super) fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
     }
 }
 
+/// What a grant of `asked` milli-credits to `name` came to; a negative one takes back.
+fn granted(name: &str, asked: i64, balance: i64) -> String {
+    let now = format!("Their balance is now {}.", credits::with_unit(balance));
+    if asked < 0 {
+        format!(
+            "Took back {} from {name}. {now}",
+            credits::with_unit(-asked)
+        )
+    } else {
+        format!("Granted {name} {}. {now}", credits::with_unit(asked))
+    }
+}
+
+/// What saving `name`'s quota came to: the limits that now apply.
+fn quota_saved(name: &str, limits: &crate::domain::quota::Limits) -> String {
+    format!(
+        "Saved {name}'s quota: {} at a time, {} of GPU, {} min a session.",
+        match limits.max_sessions {
+            1 => "1 session".to_string(),
+            n => format!("{n} sessions"),
+        },
+        format_mib(limits.max_gpu_mib),
+        limits.max_minutes
+    )
+}
+
 /// The actions on a listed account itself.
 #[derive(Clone, Copy)]
 struct Accounts {
     reset: ServerAction<ResetPassword>,
-    delete: ServerAction<DeleteUser>,
+    delete: ChangeAction,
+    decline: ChangeAction,
 }
 
 /// A new local account: its name, whether an admin, and a password (or one the server makes).
@@ -196,14 +274,11 @@ fn MadePasswordNotice(made: MadePassword) -> impl IntoView {
     }
 }
 
-type GrantAction = Action<GrantCredits, (String, Result<i64, crate::error::AppError>)>;
-type QuotaAction = Action<
-    SetUserQuota,
-    (
-        String,
-        Result<crate::domain::quota::Limits, crate::error::AppError>,
-    ),
->;
+/// An action sent with its input and what its success will say.
+type ChangeAction = Action<(String, ChangeUser), Result<String, AppError>>;
+/// Sent with the user's name; answers with the user's id and what it came to.
+type GrantAction = Action<(String, GrantCredits), (String, Result<String, AppError>)>;
+type QuotaAction = Action<(String, SetUserQuota), (String, Result<String, AppError>)>;
 
 /// What an admin has typed into users' rows and not saved yet. After any action succeeds the
 /// table reloads and every row is drawn anew, so what was typed lives here, per user, and
@@ -322,7 +397,7 @@ fn quota_texts(overrides: &crate::domain::quota::Overrides) -> [String; 4] {
 fn UsersTable(
     page: Page<AdminUser>,
     list: Memo<ListQuery>,
-    change: ServerAction<ChangeUser>,
+    change: ChangeAction,
     grant: GrantAction,
     quota: QuotaAction,
     drafts: Drafts,
@@ -361,7 +436,7 @@ fn UsersTable(
 #[component]
 fn UserRow(
     user: AdminUser,
-    change: ServerAction<ChangeUser>,
+    change: ChangeAction,
     grant: GrantAction,
     quota: QuotaAction,
     drafts: Drafts,
@@ -369,6 +444,50 @@ fn UserRow(
 ) -> impl IntoView {
     let draft = drafts.of(&user.id, &user.overrides);
     let amount = RwSignal::from(draft.amount.clone());
+    // An open ask fills the grant in, for the admin to send or change.
+    if let Some(ask) = &user.credit_request
+        && amount.get_untracked().is_empty()
+    {
+        amount.set(credits::format(ask.amount));
+    }
+    let ask = user.credit_request.clone().map(|ask| {
+        let id = user.id.clone();
+        let said = format!("Declined {}'s ask for credits.", user.name);
+        let words = format!(
+            "Asks for {} (since {} UTC){}",
+            credits::with_unit(ask.amount),
+            format_utc(ask.at_ms),
+            if ask.note.is_empty() {
+                String::new()
+            } else {
+                format!(": \u{201c}{}\u{201d}", ask.note)
+            }
+        );
+        let name = user.name.clone();
+        view! {
+            <p class="ask" data-testid="credit-ask">
+                {words}
+                " "
+                <button
+                    class="link"
+                    aria-label=format!("Decline the ask of {name}")
+                    on:click=move |_| {
+                        accounts
+                            .decline
+                            .dispatch((
+                                said.clone(),
+                                ChangeUser {
+                                    user_id: id.clone(),
+                                    change: UserChange::default(),
+                                },
+                            ));
+                    }
+                >
+                    "Decline"
+                </button>
+            </p>
+        }
+    });
     let note = RwSignal::from(draft.note.clone());
     let id = user.id.clone();
     let role_change = {
@@ -378,42 +497,67 @@ fn UserRow(
         } else {
             Role::Admin
         };
+        let said = match to {
+            Role::Admin => format!("{} is now an admin.", user.name),
+            Role::User => format!(
+                "{} is now a user: the admin pages are closed to them.",
+                user.name
+            ),
+        };
         move |_| {
-            change.dispatch(ChangeUser {
-                user_id: id.clone(),
-                change: UserChange {
-                    role: Some(to),
-                    locked: None,
+            change.dispatch((
+                said.clone(),
+                ChangeUser {
+                    user_id: id.clone(),
+                    change: UserChange {
+                        role: Some(to),
+                        locked: None,
+                    },
                 },
-            });
+            ));
         }
     };
     let lock_change = {
         let id = id.clone();
         let locked = !user.locked;
         let question = lock_question(&user.name, user.live_sessions);
+        let said = if locked {
+            format!(
+                "Locked {}: signed out everywhere, their tokens stopped.",
+                user.name
+            )
+        } else {
+            format!("Unlocked {}: they can sign in again.", user.name)
+        };
         move |_| {
             if locked && !confirmed(&question) {
                 return;
             }
-            change.dispatch(ChangeUser {
-                user_id: id.clone(),
-                change: UserChange {
-                    role: None,
-                    locked: Some(locked),
+            change.dispatch((
+                said.clone(),
+                ChangeUser {
+                    user_id: id.clone(),
+                    change: UserChange {
+                        role: None,
+                        locked: Some(locked),
+                    },
                 },
-            });
+            ));
         }
     };
     let submit_grant = {
         let id = id.clone();
+        let name = user.name.clone();
         move |ev: leptos::ev::SubmitEvent| {
             ev.prevent_default();
-            grant.dispatch(GrantCredits {
-                user_id: id.clone(),
-                amount: amount.get_untracked(),
-                note: note.get_untracked(),
-            });
+            grant.dispatch((
+                name.clone(),
+                GrantCredits {
+                    user_id: id.clone(),
+                    amount: amount.get_untracked(),
+                    note: note.get_untracked(),
+                },
+            ));
         }
     };
     let reset = {
@@ -433,11 +577,16 @@ fn UserRow(
     let delete = {
         let id = id.clone();
         let question = delete_question(&user.name, user.live_sessions);
+        let said = format!("Deleted {}; their history stays.", user.name);
         move |_| {
             if confirmed(&question) {
-                accounts.delete.dispatch(DeleteUser {
-                    user_id: id.clone(),
-                });
+                accounts.delete.dispatch((
+                    said.clone(),
+                    ChangeUser {
+                        user_id: id.clone(),
+                        change: UserChange::default(),
+                    },
+                ));
             }
         }
     };
@@ -447,6 +596,7 @@ fn UserRow(
             <td>
                 {user.name.clone()}
                 {user.single_sign_on.then(|| view! { <span class="chip">"single sign-on"</span> })}
+                {user.is_you.then(|| view! { <span class="chip">"you"</span> })}
                 {user.locked.then(|| view! { <span class="chip state-failed">"locked"</span> })}
                 {user
                     .must_change_password
@@ -457,6 +607,7 @@ fn UserRow(
                             </span>
                         }
                     })}
+                {ask}
             </td>
             <td>{user.role.as_str()}</td>
             <td data-testid="balance">
@@ -473,6 +624,9 @@ fn UserRow(
             <td>{user.live_sessions}</td>
             <td>{format_utc(user.created_at_ms)}</td>
             <td class="row-actions">
+                // Nobody takes away their own role or locks or deletes themselves: another
+                // admin does, so the pool is never left without one.
+                {(!user.is_you).then(|| view! {
                 <button
                     on:click=role_change
                     aria-label=if user.role == Role::Admin {
@@ -489,7 +643,8 @@ fn UserRow(
                 >
                     {if user.locked { "Unlock" } else { "Lock" }}
                 </button>
-                {(!user.single_sign_on)
+                })}
+                {(!user.single_sign_on && !user.is_you)
                     .then(|| {
                         view! {
                             <button on:click=reset.clone() aria-label=format!("Reset password of {name}")>
@@ -497,9 +652,11 @@ fn UserRow(
                             </button>
                         }
                     })}
-                <button class="danger" on:click=delete aria-label=format!("Delete {name}")>
-                    "Delete"
-                </button>
+                {(!user.is_you).then(|| view! {
+                    <button class="danger" on:click=delete aria-label=format!("Delete {name}")>
+                        "Delete"
+                    </button>
+                })}
                 <form class="grant" on:submit=submit_grant>
                     <input
                         name="amount"
@@ -535,6 +692,7 @@ fn QuotaEditor(user: AdminUser, quota: QuotaAction, draft: Draft) -> impl IntoVi
     let open = RwSignal::from(draft.quota_open);
     let problem = RwSignal::new(None::<String>);
     let id = user.id.clone();
+    let name = user.name.clone();
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         match read_overrides([
@@ -545,10 +703,13 @@ fn QuotaEditor(user: AdminUser, quota: QuotaAction, draft: Draft) -> impl IntoVi
         ]) {
             Ok(overrides) => {
                 problem.set(None);
-                quota.dispatch(SetUserQuota {
-                    user_id: id.clone(),
-                    overrides,
-                });
+                quota.dispatch((
+                    name.clone(),
+                    SetUserQuota {
+                        user_id: id.clone(),
+                        overrides,
+                    },
+                ));
             }
             Err(e) => problem.set(Some(e)),
         }

@@ -307,6 +307,7 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
     };
     let outgoing = Request::from_parts(parts, body);
 
+    let started = std::time::Instant::now();
     let sending = async {
         if upgrade {
             Box::pin(crate::net::upstream::upgrade(&route.upstream, outgoing))
@@ -344,7 +345,13 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
         );
     };
     let mut response = match sent {
-        Ok(response) => response,
+        Ok(response) => {
+            state
+                .service
+                .metrics()
+                .proxied(started.elapsed().as_secs_f64());
+            response
+        }
         Err(e) => {
             tracing::warn!(session = %route.session_id, error = %e, "editor unreachable");
             // The session may have ended elsewhere: the next request reads it again.
@@ -375,6 +382,7 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
                 else {
                     return;
                 };
+                let _counted = service.metrics().websocket_opened();
                 let relay = relay_upgraded(client, upstream, route.clone(), activity, busy_poll);
                 let revoked = async {
                     let grant_ends = async {

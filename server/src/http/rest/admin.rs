@@ -19,6 +19,10 @@ pub(super) fn admin_router() -> Router<AppState> {
         .route("/users/{id}/password", post(admin_reset_password))
         .route("/users/{id}/credits", post(admin_grant))
         .route(
+            "/users/{id}/credit-request",
+            axum::routing::delete(admin_decline_credit_request),
+        )
+        .route(
             "/users/{id}/quota",
             axum::routing::put(admin_set_quota).patch(admin_change_quota),
         )
@@ -111,6 +115,31 @@ pub(super) struct GrantBody {
     note: String,
 }
 
+/// An amount of credits sent as text or a number: "10", 2.5.
+pub(super) fn amount_text(amount: &serde_json::Value) -> ApiResult<String> {
+    match amount {
+        serde_json::Value::String(text) => Ok(text.clone()),
+        serde_json::Value::Number(number) => Ok(number.to_string()),
+        _ => Err(ApiError(AppError::Invalid(
+            "`amount` is a number of credits, e.g. 10 or \"2.5\"".into(),
+        ))),
+    }
+}
+
+/// Declines the user's open ask for credits without granting.
+pub(super) async fn admin_decline_credit_request(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+) -> ApiResult<StatusCode> {
+    state
+        .service
+        .admin
+        .decline_credit_request(&viewer, &id)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 #[derive(Serialize)]
 pub(super) struct Granted {
     /// Milli-credits.
@@ -125,15 +154,7 @@ pub(super) async fn admin_grant(
     PathId(id): PathId,
     ApiJson(body): ApiJson<GrantBody>,
 ) -> ApiResult<Json<Granted>> {
-    let amount = match &body.amount {
-        serde_json::Value::String(text) => text.clone(),
-        serde_json::Value::Number(number) => number.to_string(),
-        _ => {
-            return Err(ApiError(AppError::Invalid(
-                "`amount` is a number of credits, e.g. 10 or \"2.5\"".into(),
-            )));
-        }
-    };
+    let amount = amount_text(&body.amount)?;
     let balance = state
         .service
         .admin

@@ -159,6 +159,10 @@ pub fn router() -> Router<AppState> {
         .route("/health", get(health))
         .route("/me", get(me))
         .route(
+            "/me/credit-request",
+            axum::routing::put(ask_for_credits).delete(withdraw_credit_request),
+        )
+        .route(
             "/sessions",
             get(sessions::list_sessions).post(sessions::create_session),
         )
@@ -200,7 +204,45 @@ pub fn router() -> Router<AppState> {
         // Kubernetes' probes: alive while the process serves (a database outage must not
         // restart every replica), ready while the database answers.
         .route("/livez", get(livez))
+        .route("/metrics", get(metrics))
         .route("/readyz", get(health))
+}
+
+/// Prometheus' scrape: with the configured `metrics.token` as bearer, or an admin's credential.
+async fn metrics(State(state): State<AppState>, headers: axum::http::HeaderMap) -> Response {
+    use crate::service::MetricsCaller;
+    let service = &state.service;
+    let bearer = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let token = &service.config().metrics.token;
+    let answer = match bearer {
+        Some(presented)
+            if !token.is_empty() && crate::identity::auth::same_secret(presented, token) =>
+        {
+            service.metrics_text(MetricsCaller::Token(presented)).await
+        }
+        _ => match service.accounts.caller(&headers).await {
+            Ok(Some(caller)) => {
+                let viewer = caller.viewer();
+                service.metrics_text(MetricsCaller::Viewer(&viewer)).await
+            }
+            Ok(None) => Err(AppError::Unauthenticated),
+            Err(e) => Err(e),
+        },
+    };
+    match answer {
+        Ok(text) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => ApiError(e).into_response(),
+    }
 }
 
 /// For liveness probes: the process serves, whatever the database does.
@@ -227,6 +269,44 @@ struct Me {
 async fn me(State(state): State<AppState>, ApiCaller(viewer): ApiCaller) -> ApiResult<Json<Me>> {
     let credits = state.service.accounts.credits_of(&viewer).await?;
     Ok(Json(Me { viewer, credits }))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AskBody {
+    /// Credits as text or a number: "10", 2.5.
+    amount: serde_json::Value,
+    /// What they are for, for the admin who decides.
+    #[serde(default)]
+    note: String,
+}
+
+/// Asks the admins for credits (replacing an earlier ask); a grant answers it.
+async fn ask_for_credits(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    ApiJson(body): ApiJson<AskBody>,
+) -> ApiResult<Json<app::model::CreditRequest>> {
+    let amount = admin::amount_text(&body.amount)?;
+    Ok(Json(
+        state
+            .service
+            .accounts
+            .ask_for_credits(&viewer, &amount, &body.note)
+            .await?,
+    ))
+}
+
+async fn withdraw_credit_request(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+) -> ApiResult<http::StatusCode> {
+    state
+        .service
+        .accounts
+        .withdraw_credit_request(&viewer)
+        .await?;
+    Ok(http::StatusCode::NO_CONTENT)
 }
 
 /// The launch choices: slice sizes with price, free slots, pre-started editors and the queue.

@@ -407,6 +407,28 @@ impl TestApp {
         );
     }
 
+    /// A new admin `name` and a token of theirs with every scope.
+    pub async fn admin_token(&self, name: &str) -> String {
+        let admin = self
+            .service
+            .accounts
+            .create_user(name, Some("password123"), app::model::Role::Admin, None)
+            .await
+            .expect("admin");
+        let (token, hash) = server::auth::new_api_token();
+        self.store
+            .create_token(
+                &admin.id,
+                &hash,
+                "test",
+                app::domain::scope::Scopes::ALL,
+                None,
+            )
+            .await
+            .expect("token");
+        token
+    }
+
     /// `POST /api/v1/sessions` for an 8 GB slice.
     pub async fn launch(&self, token: &str, editor: &str, minutes: u32) -> Response {
         let body =

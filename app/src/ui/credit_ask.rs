@@ -1,0 +1,107 @@
+//! Asking an admin for credits from the dashboard: one open ask at a time, answered by a grant
+//! (which closes it) or declined; the user may withdraw it.
+
+use crate::api::{AskForCredits, WithdrawCreditRequest};
+use crate::domain::credits;
+use crate::model::CreditsView;
+use crate::ui::format::format_utc;
+use leptos::prelude::*;
+
+#[component]
+pub(super) fn AskForCreditsCard(credits_now: RwSignal<CreditsView>) -> impl IntoView {
+    let ask = ServerAction::<AskForCredits>::new();
+    let withdraw = ServerAction::<WithdrawCreditRequest>::new();
+    let amount = RwSignal::new(String::new());
+    let note = RwSignal::new(String::new());
+    // The dashboard's reloads carry the ask too: a grant elsewhere closes it here.
+    Effect::new(move |_| {
+        if let Some(Ok(request)) = ask.value().get() {
+            credits_now.update(|c| c.request = Some(request));
+            amount.set(String::new());
+            note.set(String::new());
+        }
+    });
+    Effect::new(move |_| {
+        if let Some(Ok(())) = withdraw.value().get() {
+            credits_now.update(|c| c.request = None);
+        }
+    });
+    let refused = move || {
+        let failed = [
+            ask.value().get().and_then(Result::err),
+            withdraw.value().get().and_then(Result::err),
+        ];
+        failed.into_iter().flatten().next().map(|e| {
+            view! { <crate::ui::Refusal error=e /> }
+        })
+    };
+    let open = move || credits_now.get().request;
+    view! {
+        <section class="card" aria-labelledby="ask-title" data-testid="ask-credits">
+            <h2 id="ask-title">"Need more credits?"</h2>
+            {move || match open() {
+                Some(request) => view! {
+                    <p data-testid="open-ask">
+                        {format!(
+                            "You asked for {} on {} UTC{}. Admins see it on their Users page; a grant answers it.",
+                            credits::with_unit(request.amount),
+                            format_utc(request.at_ms),
+                            if request.note.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" (\u{201c}{}\u{201d})", request.note)
+                            },
+                        )}
+                    </p>
+                    <button
+                        disabled=move || withdraw.pending().get()
+                        on:click=move |_| {
+                            withdraw.dispatch(WithdrawCreditRequest {});
+                        }
+                    >
+                        "Withdraw the ask"
+                    </button>
+                }
+                .into_any(),
+                None => view! {
+                    <form
+                        class="ask-form"
+                        on:submit=move |ev: leptos::ev::SubmitEvent| {
+                            ev.prevent_default();
+                            ask.dispatch(AskForCredits {
+                                amount: amount.get_untracked(),
+                                note: note.get_untracked(),
+                            });
+                        }
+                    >
+                        <label>
+                            "Credits"
+                            <input
+                                name="amount"
+                                inputmode="decimal"
+                                required
+                                size="6"
+                                placeholder="e.g. 20"
+                                bind:value=amount
+                            />
+                        </label>
+                        <label>
+                            "What for"
+                            <input
+                                name="note"
+                                maxlength="200"
+                                placeholder="fine-tuning for the course project"
+                                bind:value=note
+                            />
+                        </label>
+                        <button type="submit" disabled=move || ask.pending().get()>
+                            "Ask an admin"
+                        </button>
+                    </form>
+                }
+                .into_any(),
+            }}
+            {refused}
+        </section>
+    }
+}

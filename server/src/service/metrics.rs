@@ -1,0 +1,409 @@
+//! What the server tells Prometheus (`GET /metrics`, OpenMetrics text, by `prometheus-client`).
+//!
+//! Two kinds of figures. Events this process saw are counted as they happen: launches by how
+//! they were placed, launch-to-ready times, sessions ended by reason, proxy requests and open
+//! WebSockets, the reaper's last pass. What the database knows (sessions by state, the queue,
+//! slots per GPU, credits held, GPU memory per user) is read at each scrape, so every replica
+//! reports the same state and a restarted one loses nothing. Label values are bounded: states,
+//! editors, reasons and GPUs are fixed sets; users appear only while they hold a live session,
+//! which the pool's slot count bounds.
+
+use super::Core;
+use app::domain::launch::EditorKind;
+use app::domain::session::{EndReason, SessionState};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+use std::sync::atomic::AtomicU64;
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Placed {
+    /// `warm` (a pre-started editor), `cold` (started for it), `queued`, or `refused`.
+    start: &'static str,
+    editor: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Ready {
+    start: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Ended {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SessionsBy {
+    state: &'static str,
+    editor: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SlotsBy {
+    gpu: String,
+    /// `free`, `warm` (a pre-started editor waits there) or `used`.
+    status: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ByUser {
+    user: String,
+}
+
+/// The server's metrics. Counting an event is a few atomic additions: the proxy counts on its
+/// hot path.
+pub struct Metrics {
+    registry: Registry,
+    launches: Family<Placed, Counter>,
+    ready_seconds: Family<Ready, Histogram>,
+    ended: Family<Ended, Counter>,
+    proxy_requests: Counter,
+    proxy_seconds: Histogram,
+    websockets_open: Gauge,
+    reaper_last_pass: FloatGauge,
+    sessions: Family<SessionsBy, Gauge>,
+    slots: Family<SlotsBy, Gauge>,
+    queue_length: Gauge,
+    queue_oldest_wait: FloatGauge,
+    credits_held: FloatGauge,
+    credits_charged: FloatGauge,
+    user_gpu_memory: Family<ByUser, Gauge>,
+    /// One scrape at a time: each clears and refills the database's gauges.
+    scraping: tokio::sync::Mutex<()>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("sandbox");
+        let launches = Family::<Placed, Counter>::default();
+        registry.register(
+            "launches",
+            "Launches, by how they were placed (warm, cold, queued) or refused",
+            launches.clone(),
+        );
+        let ready_seconds = Family::<Ready, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.05, 2.0, 12))
+        });
+        registry.register_with_unit(
+            "launch_ready",
+            "From the launch to an editor that answers",
+            Unit::Seconds,
+            ready_seconds.clone(),
+        );
+        let ended = Family::<Ended, Counter>::default();
+        registry.register(
+            "sessions_ended",
+            "Sessions ended, by reason (user, timer, idle, crash, admin, failed, lost)",
+            ended.clone(),
+        );
+        let proxy_requests = Counter::default();
+        registry.register(
+            "proxy_requests",
+            "Requests the proxy passed to editors",
+            proxy_requests.clone(),
+        );
+        let proxy_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 14));
+        registry.register_with_unit(
+            "proxy_answer",
+            "From a proxied request to the editor's answer head",
+            Unit::Seconds,
+            proxy_seconds.clone(),
+        );
+        let websockets_open = Gauge::default();
+        registry.register(
+            "proxy_websockets_open",
+            "WebSockets the proxy relays now",
+            websockets_open.clone(),
+        );
+        let reaper_last_pass = FloatGauge::default();
+        registry.register(
+            "reaper_last_pass_timestamp_seconds",
+            "When this process's reaper last went over the live sessions (Unix time)",
+            reaper_last_pass.clone(),
+        );
+        let sessions = Family::<SessionsBy, Gauge>::default();
+        registry.register(
+            "sessions",
+            "Live sessions, by state and editor",
+            sessions.clone(),
+        );
+        let slots = Family::<SlotsBy, Gauge>::default();
+        registry.register(
+            "slots",
+            "GPU slices of the pool, by GPU and status (free, warm, used)",
+            slots.clone(),
+        );
+        let queue_length = Gauge::default();
+        registry.register(
+            "queue_length",
+            "Launches waiting for a slice",
+            queue_length.clone(),
+        );
+        let queue_oldest_wait = FloatGauge::default();
+        registry.register_with_unit(
+            "queue_oldest_wait",
+            "How long the head of the line has waited",
+            Unit::Seconds,
+            queue_oldest_wait.clone(),
+        );
+        let credits_held = FloatGauge::default();
+        registry.register(
+            "credits_held",
+            "Credits held by live sessions",
+            credits_held.clone(),
+        );
+        let credits_charged = FloatGauge::default();
+        registry.register(
+            "credits_charged",
+            "Credits charged for sessions, all time (from the ledger)",
+            credits_charged.clone(),
+        );
+        let user_gpu_memory = Family::<ByUser, Gauge>::default();
+        registry.register_with_unit(
+            "user_gpu_memory_used",
+            "GPU memory in use by each user's live sessions, as last sampled",
+            Unit::Bytes,
+            user_gpu_memory.clone(),
+        );
+        // Every series from the start, at zero: a rate over a series that appears late misses its
+        // first events, and a dashboard shows "no data" rather than 0.
+        for editor in EditorKind::ALL {
+            for start in ["warm", "cold", "queued", "refused"] {
+                launches
+                    .get_or_create(&Placed {
+                        start,
+                        editor: editor.as_str(),
+                    })
+                    .inc_by(0);
+            }
+        }
+        for start in ["warm", "cold"] {
+            drop(ready_seconds.get_or_create(&Ready { start }));
+        }
+        for reason in EndReason::ALL {
+            ended
+                .get_or_create(&Ended {
+                    reason: reason.as_str(),
+                })
+                .inc_by(0);
+        }
+        Metrics {
+            registry,
+            launches,
+            ready_seconds,
+            ended,
+            proxy_requests,
+            proxy_seconds,
+            websockets_open,
+            reaper_last_pass,
+            sessions,
+            slots,
+            queue_length,
+            queue_oldest_wait,
+            credits_held,
+            credits_charged,
+            user_gpu_memory,
+            scraping: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// A launch placed as `start` (`warm`, `cold`, `queued`) or `refused`.
+    pub(in crate::service) fn launched(&self, start: &'static str, editor: EditorKind) {
+        self.launches
+            .get_or_create(&Placed {
+                start,
+                editor: editor.as_str(),
+            })
+            .inc();
+    }
+
+    /// An editor answered `seconds` after its launch.
+    pub(in crate::service) fn became_ready(&self, warm: bool, seconds: f64) {
+        let start = if warm { "warm" } else { "cold" };
+        self.ready_seconds
+            .get_or_create(&Ready { start })
+            .observe(seconds.max(0.0));
+    }
+
+    pub(in crate::service) fn session_ended(&self, reason: EndReason) {
+        self.ended
+            .get_or_create(&Ended {
+                reason: reason.as_str(),
+            })
+            .inc();
+    }
+
+    pub(in crate::service) fn reaper_passed(&self, now_ms: i64) {
+        self.reaper_last_pass.set(now_ms as f64 / 1000.0);
+    }
+
+    /// A proxied request whose answer head came after `seconds`.
+    pub fn proxied(&self, seconds: f64) {
+        self.proxy_requests.inc();
+        self.proxy_seconds.observe(seconds);
+    }
+
+    /// A relayed WebSocket, open while the guard lives.
+    pub fn websocket_opened(&self) -> WebSocketOpen<'_> {
+        self.websockets_open.inc();
+        WebSocketOpen(&self.websockets_open)
+    }
+}
+
+/// Counts one open WebSocket until dropped.
+pub struct WebSocketOpen<'a>(&'a Gauge);
+
+impl Drop for WebSocketOpen<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// What the database says, at one scrape.
+#[derive(Debug, Default, PartialEq)]
+pub(in crate::service) struct Snapshot {
+    pub sessions: Vec<(SessionState, EditorKind, i64)>,
+    pub slots: Vec<(String, &'static str, i64)>,
+    pub queue_length: i64,
+    pub queue_oldest_wait_s: f64,
+    pub credits_held: f64,
+    pub credits_charged: f64,
+    pub user_gpu_bytes: Vec<(String, i64)>,
+}
+
+impl Core {
+    /// The metrics in the OpenMetrics text format, the database's figures read now.
+    pub(in crate::service) async fn metrics_text(
+        &self,
+    ) -> Result<String, crate::store::StoreError> {
+        let snapshot = self.metrics_snapshot().await?;
+        let m = &self.metrics;
+        let _one = m.scraping.lock().await;
+        m.sessions.clear();
+        for state in SessionState::ALL.into_iter().filter(|s| s.is_live()) {
+            for editor in EditorKind::ALL {
+                m.sessions
+                    .get_or_create(&SessionsBy {
+                        state: state.as_str(),
+                        editor: editor.as_str(),
+                    })
+                    .set(0);
+            }
+        }
+        for (state, editor, count) in snapshot.sessions {
+            m.sessions
+                .get_or_create(&SessionsBy {
+                    state: state.as_str(),
+                    editor: editor.as_str(),
+                })
+                .set(count);
+        }
+        m.slots.clear();
+        for (gpu, status, count) in snapshot.slots {
+            m.slots.get_or_create(&SlotsBy { gpu, status }).set(count);
+        }
+        m.queue_length.set(snapshot.queue_length);
+        m.queue_oldest_wait.set(snapshot.queue_oldest_wait_s);
+        m.credits_held.set(snapshot.credits_held);
+        m.credits_charged.set(snapshot.credits_charged);
+        m.user_gpu_memory.clear();
+        for (user, bytes) in snapshot.user_gpu_bytes {
+            m.user_gpu_memory.get_or_create(&ByUser { user }).set(bytes);
+        }
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &m.registry)
+            .map_err(|_| crate::store::StoreError::NotFound("metrics encoding"))?;
+        Ok(text)
+    }
+
+    async fn metrics_snapshot(&self) -> Result<Snapshot, crate::store::StoreError> {
+        let now = self.now();
+        let live = self.store.live_sessions().await?;
+        let pool = self.store.admin_pool().await?;
+        let charged = self.store.charged_total().await?;
+        Ok(snapshot(now, &live, &pool, charged))
+    }
+}
+
+/// The scrape's figures from the live sessions and the pool: a pure function, tested alone.
+pub(in crate::service) fn snapshot(
+    now_ms: i64,
+    live: &[crate::store::SessionRecord],
+    pool: &[app::model::AdminGpu],
+    charged_milli: i64,
+) -> Snapshot {
+    use std::collections::BTreeMap;
+    let mut sessions: BTreeMap<(&'static str, EditorKind), (SessionState, i64)> = BTreeMap::new();
+    let mut held = 0i64;
+    for record in live {
+        sessions
+            .entry((record.state.as_str(), record.editor))
+            .or_insert((record.state, 0))
+            .1 += 1;
+        held += app::domain::credits::price_for_minutes(
+            record.price_per_hour,
+            record.duration_minutes as i64,
+        );
+    }
+    let queued: Vec<i64> = live
+        .iter()
+        .filter(|r| r.state == SessionState::Queued)
+        .map(|r| r.created_at)
+        .collect();
+    let mut slots = Vec::new();
+    let mut names: BTreeMap<&str, &str> = BTreeMap::new();
+    for gpu in pool {
+        let mut by_status: BTreeMap<&'static str, i64> = [("free", 0), ("warm", 0), ("used", 0)]
+            .into_iter()
+            .collect();
+        for slot in &gpu.slots {
+            let status = match (&slot.holder, &slot.user_name) {
+                (None, _) => "free",
+                (Some(_), None) => "warm",
+                (Some(holder), Some(user)) => {
+                    names.insert(holder.as_str(), user.as_str());
+                    "used"
+                }
+            };
+            *by_status.entry(status).or_default() += 1;
+        }
+        slots.extend(
+            by_status
+                .into_iter()
+                .map(|(status, count)| (gpu.id.clone(), status, count)),
+        );
+    }
+    let mut per_user: BTreeMap<String, i64> = BTreeMap::new();
+    for record in live {
+        if let (Some(used), Some(user)) = (record.gpu_used_mib, names.get(record.id.as_str())) {
+            *per_user.entry((*user).to_string()).or_default() += (used * 1024 * 1024) as i64;
+        }
+    }
+    Snapshot {
+        sessions: sessions
+            .into_iter()
+            .map(|((_, editor), (state, n))| (state, editor, n))
+            .collect(),
+        slots,
+        queue_length: queued.len() as i64,
+        queue_oldest_wait_s: queued
+            .iter()
+            .min()
+            .map_or(0.0, |oldest| (now_ms - oldest).max(0) as f64 / 1000.0),
+        credits_held: held as f64 / app::domain::credits::MILLI as f64,
+        credits_charged: charged_milli as f64 / app::domain::credits::MILLI as f64,
+        user_gpu_bytes: per_user.into_iter().collect(),
+    }
+}
