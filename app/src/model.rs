@@ -382,6 +382,9 @@ pub struct AdminSlot {
     pub user_name: Option<String>,
     pub editor: Option<EditorKind>,
     pub state: Option<SessionState>,
+    /// GPU memory its session used when last sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_used_mib: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

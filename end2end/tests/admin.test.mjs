@@ -43,6 +43,19 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     const launched = await launchByApi(owner);
     // Ready before the table is read, so that its editor can be entered.
     await readyByApi(owner, launched.id);
+    // The pool map draws every slot of each card once, and the one this session holds carries
+    // its user's name.
+    await page.getByRole('link', { name: 'Pool', exact: true }).click();
+    await page.waitForURL(/tab=pool/);
+    const map = page.getByTestId('pool-map');
+    await map.waitFor();
+    const slotsListed = await page.locator('section[data-gpu] tbody tr').count();
+    assert.ok(slotsListed > 0);
+    assert.equal(await map.locator('g.slice').count(), slotsListed, 'one slice in the picture per slot');
+    const held = map.locator(`g.slice[data-status="used"][data-user="${TARGET}"]`);
+    assert.equal(await held.count(), 1);
+    assert.match(await held.locator('title').textContent(), new RegExp(`^${TARGET} · marimo`));
+    await page.screenshot({ path: `${ARTIFACTS}/admin-pool-map.png`, fullPage: true });
     await page.getByRole('link', { name: 'Sessions', exact: true }).click();
     await page.waitForURL(/tab=sessions/);
     const session = page.locator(`tr[data-session="${launched.id}"]`);

@@ -2,6 +2,7 @@
 
 mod account;
 mod admin;
+mod charts;
 mod chips;
 mod credit_ask;
 mod dashboard;

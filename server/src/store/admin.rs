@@ -436,7 +436,7 @@ impl Store {
     /// The pool per GPU, each slot with the session (and user) or pre-started editor on it.
     pub async fn admin_pool(&self) -> Result<Vec<AdminGpu>> {
         let holders = sqlx::query(
-            "SELECT s.id, s.editor, s.state, u.name FROM sessions s JOIN users u ON u.id = s.user_id
+            "SELECT s.id, s.editor, s.state, s.gpu_used_mib, u.name FROM sessions s JOIN users u ON u.id = s.user_id
              WHERE s.slot_id IS NOT NULL AND s.state <> 'ended'",
         )
         .fetch_all(&self.pool)
@@ -451,6 +451,8 @@ impl Store {
                     r.try_get::<String, _>("name")?,
                     EditorKind::parse(&editor).ok_or(bad("editor"))?,
                     SessionState::parse(&state).ok_or(bad("state"))?,
+                    r.try_get::<Option<i64>, _>("gpu_used_mib")?
+                        .map(|mib| mib.max(0) as u64),
                 ),
             );
         }
@@ -478,11 +480,12 @@ impl Store {
                             id: slot.id,
                             slice_mib: slot.slice_mib,
                             cores_pct: slot.cores_pct,
-                            user_name: session.map(|(name, _, _)| name.clone()),
+                            user_name: session.map(|(name, ..)| name.clone()),
                             editor: session
-                                .map(|(_, editor, _)| *editor)
+                                .map(|(_, editor, ..)| *editor)
                                 .or(warm_editor.copied()),
-                            state: session.map(|(_, _, state)| *state),
+                            state: session.map(|(_, _, state, _)| *state),
+                            gpu_used_mib: session.and_then(|(.., used)| *used),
                             holder: slot.session_id,
                         }
                     })

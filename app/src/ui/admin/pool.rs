@@ -18,7 +18,11 @@ pub(super) fn PoolTab() -> impl IntoView {
                     view! { <p class="muted empty">"No GPU is configured: see [pool] in the configuration."</p> }
                         .into_any()
                 } else {
-                    gpus.into_iter().map(|gpu| view! { <PoolGpu gpu /> }).collect_view().into_any()
+                    view! {
+                        <crate::ui::charts::PoolMap gpus=gpus.clone() />
+                        {gpus.into_iter().map(|gpu| view! { <PoolGpu gpu /> }).collect_view()}
+                    }
+                        .into_any()
                 }
             },
         )}
