@@ -262,6 +262,9 @@ pub struct Dashboard {
     /// The newest lines of the user's credit history.
     #[serde(default)]
     pub history: Vec<LedgerLine>,
+    /// The balance at the end of each of the last 30 days (UTC), the last one now: milli-credits.
+    #[serde(default)]
+    pub balance_days: Vec<(i64, i64)>,
 }
 
 /// An API token as its owner may see it: never its secret, which only its hash stands for.

@@ -95,6 +95,11 @@ test('an added user signs in with the shown password, chooses their own, and is 
     await newcomer.goto(`${BASE}/`);
     await hydrated(newcomer);
     assert.equal(await newcomer.getByTestId('open-ask').count(), 0, 'the grant answered the ask');
+    // The balance line ends at the balance the API reports (milli-credits), 105 credits.
+    const me = await newcomer.evaluate(async () => (await fetch('/api/v1/me')).json());
+    assert.equal(me.credits.balance, 105_000);
+    assert.equal(await newcomer.getByTestId('balance-line').getAttribute('data-last-balance'), String(me.credits.balance));
+    await newcomer.screenshot({ path: `${ARTIFACTS}/dashboard-balance-line.png`, fullPage: true });
     const history = newcomer.getByTestId('credit-history');
     await history.locator('summary').click();
     const granted = history.locator('tr[data-kind="grant"]').first();

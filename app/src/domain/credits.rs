@@ -139,6 +139,32 @@ pub fn checked_note(note: &str) -> Result<&str, String> {
     Ok(note)
 }
 
+const DAY_MS: i64 = 86_400_000;
+
+/// The balance at the end of each of the last `days` UTC days, from ledger lines `(at_ms,
+/// amount)` in any order; the last point is at `now_ms` and is the balance now. Lines after
+/// `now_ms` are not counted.
+pub fn balance_by_day(lines: &[(i64, i64)], now_ms: i64, days: u32) -> Vec<(i64, i64)> {
+    let today = now_ms.div_euclid(DAY_MS) * DAY_MS;
+    (0..days.max(1))
+        .rev()
+        .map(|back| {
+            // The end of the day `back` days ago; today's point is now.
+            let at = if back == 0 {
+                now_ms
+            } else {
+                today - (back as i64 - 1) * DAY_MS - 1
+            };
+            let balance = lines
+                .iter()
+                .filter(|(when, _)| *when <= at)
+                .map(|(_, amount)| amount)
+                .sum();
+            (at, balance)
+        })
+        .collect()
+}
+
 /// Parses "12", "12.5" or "0.125" credits into milli-credits.
 pub fn parse(text: &str) -> Result<i64, String> {
     let text = text.trim();
@@ -253,6 +279,24 @@ mod tests {
     fn the_charge_never_exceeds_the_hold() {
         let s = settlement(100, 1000, Some(NOW - 120 * MINUTE), None, None, NOW);
         assert_eq!((s.released, s.charge), (100, 100));
+    }
+
+    #[test]
+    fn the_balance_by_day_ends_at_the_balance_now() {
+        let day = 86_400_000;
+        let now = 20 * day + 3_600_000; // an hour into day 20
+        let lines = [
+            (now + 5, 999),           // after now: not counted
+            (19 * day + 10, -2_000),  // day 19
+            (5 * day, 100_000),       // long ago
+            (20 * day + 60_000, 500), // today
+        ];
+        let points = balance_by_day(&lines, now, 3);
+        assert_eq!(points.len(), 3);
+        assert_eq!(points[0], (19 * day - 1, 100_000), "the end of day 18");
+        assert_eq!(points[1], (20 * day - 1, 98_000), "the end of day 19");
+        assert_eq!(points[2], (now, 98_500), "now");
+        assert_eq!(balance_by_day(&[], now, 0), vec![(now, 0)]);
     }
 
     #[test]

@@ -203,6 +203,69 @@ fn Slice(b: SliceBox) -> impl IntoView {
     }
 }
 
+/// A line's points in a `width` × `height` box: time left to right over the points' span, the
+/// value bottom to top from zero (or the lowest value, if below) to the highest.
+pub(crate) fn line_points(points: &[(i64, i64)], width: f64, height: f64) -> Vec<(f64, f64)> {
+    let (Some(first), Some(last)) = (points.first(), points.last()) else {
+        return Vec::new();
+    };
+    let span = (last.0 - first.0).max(1) as f64;
+    let low = points.iter().map(|p| p.1).min().unwrap_or(0).min(0) as f64;
+    let high = points.iter().map(|p| p.1).max().unwrap_or(0) as f64;
+    let range = (high - low).max(1.0);
+    points
+        .iter()
+        .map(|(at, value)| {
+            (
+                (at - first.0) as f64 / span * width,
+                height - (*value as f64 - low) / range * height,
+            )
+        })
+        .collect()
+}
+
+/// The user's balance over the last days, as a line: what they were given and spent.
+#[component]
+pub(crate) fn BalanceLine(points: Vec<(i64, i64)>) -> impl IntoView {
+    const W: f64 = 600.0;
+    const H: f64 = 120.0;
+    let Some(&(_, now)) = points.last() else {
+        return ().into_any();
+    };
+    let first = points.first().map_or(0, |p| p.0);
+    let high = points.iter().map(|p| p.1).max().unwrap_or(0);
+    let drawn = line_points(&points, W, H);
+    let path = drawn
+        .iter()
+        .map(|(x, y)| format!("{x:.1},{y:.1}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let (end_x, end_y) = drawn.last().copied().unwrap_or((W, H));
+    let label = format!(
+        "Your balance since {}: now {}, at most {}",
+        crate::domain::dates::day(first),
+        crate::domain::credits::with_unit(now),
+        crate::domain::credits::with_unit(high)
+    );
+    view! {
+        <figure class="balance-line">
+            <svg
+                viewBox=format!("-4 -8 {} {}", W + 8.0, H + 16.0)
+                role="img"
+                aria-label=label.clone()
+                data-testid="balance-line"
+                data-last-balance=now.to_string()
+            >
+                <line class="axis" x1="0" y1=H x2=W y2=H />
+                <polyline class="balance" points=path />
+                <circle class="now" cx=end_x cy=end_y r="4" />
+            </svg>
+            <figcaption class="muted small">{label}</figcaption>
+        </figure>
+    }
+    .into_any()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,6 +283,20 @@ mod tests {
             state: user.map(|_| SessionState::Ready),
             gpu_used_mib: used,
         }
+    }
+
+    #[test]
+    fn a_line_spans_its_box_with_zero_at_the_bottom() {
+        let points = line_points(&[(0, 0), (50, 100), (100, 50)], 200.0, 10.0);
+        assert_eq!(points, vec![(0.0, 10.0), (100.0, 0.0), (200.0, 5.0)]);
+        let below = line_points(&[(0, -10), (10, 10)], 10.0, 10.0);
+        assert_eq!(
+            below,
+            vec![(0.0, 10.0), (10.0, 0.0)],
+            "a negative low is the bottom"
+        );
+        assert!(line_points(&[], 1.0, 1.0).is_empty());
+        assert_eq!(line_points(&[(5, 7)], 10.0, 10.0), vec![(0.0, 0.0)]);
     }
 
     #[test]

@@ -42,6 +42,7 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
         images,
         isolation_warning,
         history,
+        balance_days,
     } = data;
     #[cfg(feature = "hydrate")]
     let live: Vec<SessionView> = sessions
@@ -168,6 +169,7 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
                             }
                         })
                 }}
+                <super::charts::BalanceLine points=balance_days />
                 <CreditHistory history />
             </section>
             <super::credit_ask::AskForCreditsCard credits_now=balance_now />

@@ -668,6 +668,16 @@ impl Sessions {
                 })
                 .collect(),
             history,
+            balance_days: {
+                let lines: Vec<(i64, i64)> = self
+                    .store
+                    .ledger(&viewer.id)
+                    .await?
+                    .iter()
+                    .map(|line| (line.at, line.amount))
+                    .collect();
+                credits::balance_by_day(&lines, self.now(), 30)
+            },
             quota: self.quota(viewer).await?,
             enforcement: self.enforcement.describe(),
             isolation_warning: self.isolation_warning(),
