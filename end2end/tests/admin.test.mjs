@@ -216,6 +216,15 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     for (const action of ['credits.grant', 'user.lock', 'user.unlock', 'quota.set', 'session.access']) {
       assert.match(text, new RegExp(`admin\\s+${action.replace('.', '\\.')}\\s+user ${TARGET}`), action);
     }
+    // The table downloads as CSV, with this browser's sign-in, every row the listing has.
+    const csvLink = page.getByTestId('csv-download');
+    assert.equal(await csvLink.getAttribute('href'), '/api/v1/admin/audit.csv');
+    const download = await page.request.get(`${BASE}${await csvLink.getAttribute('href')}`);
+    assert.equal(download.status(), 200);
+    assert.match(download.headers()['content-type'], /^text\/csv/);
+    const csv = await download.text();
+    assert.match(csv.split('\n')[0], /^at_utc,actor,action,target,detail/);
+    assert.match(csv, new RegExp(`admin,credits\\.grant,${TARGET},`));
   } finally {
     await browser.close();
   }

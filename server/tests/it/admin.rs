@@ -1126,3 +1126,82 @@ async fn a_forged_name_in_a_failed_sign_in_is_recorded_as_unknown_and_escaped() 
     assert!(targets.contains(&"user:bob".to_string()), "{targets:?}");
     app.stop().await;
 }
+
+#[tokio::test]
+async fn admin_tables_download_as_csv_with_the_listings_filters_and_no_formulas() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (alice_id, alice) = app.user("alice").await;
+    let (_, root) = admin(&app, "root", Scopes::ALL).await;
+    // A note that a spreadsheet would run as a formula.
+    app.call(
+        Method::POST,
+        &format!("/api/v1/admin/users/{alice_id}/credits"),
+        Some(&root),
+        Some(json!({ "amount": 5, "note": "=HYPERLINK(\"http://evil\")" })),
+    )
+    .await
+    .assert_status(StatusCode::OK);
+    for table in ["users", "sessions", "usage", "audit"] {
+        refused(
+            &app.get(&format!("/api/v1/admin/{table}.csv"), Some(&alice))
+                .await,
+            StatusCode::FORBIDDEN,
+            "admins only",
+        );
+    }
+    let users = app.get("/api/v1/admin/users.csv", Some(&root)).await;
+    users.assert_status(StatusCode::OK);
+    assert_eq!(users.headers["content-type"], "text/csv; charset=utf-8");
+    assert!(
+        users.headers["content-disposition"]
+            .to_str()
+            .unwrap()
+            .contains("users.csv")
+    );
+    let mut read = csv::Reader::from_reader(users.body.as_ref());
+    assert_eq!(&read.headers().unwrap()[0], "name");
+    let rows: Vec<csv::StringRecord> = read.records().map(Result::unwrap).collect();
+    let names: Vec<&str> = rows.iter().map(|r| &r[0]).collect();
+    assert!(
+        names.contains(&"alice") && names.contains(&"root"),
+        "{names:?}"
+    );
+    let alice_row = rows.iter().find(|r| &r[0] == "alice").unwrap();
+    let balance = app.get("/api/v1/me", Some(&alice)).await.json()["credits"]["balance"]
+        .as_i64()
+        .unwrap();
+    assert_eq!(&alice_row[4], app::domain::credits::format(balance));
+
+    // The listing's filter applies: nobody is locked.
+    let locked = app
+        .get("/api/v1/admin/users.csv?filter=locked", Some(&root))
+        .await;
+    assert_eq!(
+        csv::Reader::from_reader(locked.body.as_ref())
+            .records()
+            .count(),
+        0
+    );
+    app.get("/api/v1/admin/users.csv?filter=nonsense", Some(&root))
+        .await
+        .assert_status(StatusCode::BAD_REQUEST);
+
+    // The grant's note is in the audit download, written so that it is not a formula.
+    let audit = app
+        .get("/api/v1/admin/audit.csv?q=credits.grant", Some(&root))
+        .await;
+    audit.assert_status(StatusCode::OK);
+    let details: Vec<String> = csv::Reader::from_reader(audit.body.as_ref())
+        .records()
+        .map(|r| r.unwrap()[4].to_string())
+        .collect();
+    assert!(
+        details.iter().any(|d| d.contains("HYPERLINK")),
+        "{details:?}"
+    );
+    assert!(
+        details.iter().all(|d| !d.starts_with(['=', '+', '-', '@'])),
+        "{details:?}"
+    );
+    app.stop().await;
+}

@@ -198,6 +198,10 @@ fn endpoints() -> Vec<Endpoint> {
         rest(Method::GET, "/images", json!(null)),
         rest(Method::GET, "/promotions/{id}", json!(null)),
         rest(Method::GET, "/admin/users", json!(null)),
+        rest(Method::GET, "/admin/users.csv", json!(null)),
+        rest(Method::GET, "/admin/sessions.csv", json!(null)),
+        rest(Method::GET, "/admin/usage.csv", json!(null)),
+        rest(Method::GET, "/admin/audit.csv", json!(null)),
         rest(
             Method::POST,
             "/admin/users",

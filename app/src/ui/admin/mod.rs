@@ -108,6 +108,27 @@ fn admin_href(tab: Tab, query: &ListQuery) -> String {
     href
 }
 
+/// The table's CSV download with its search, filter and sort (every page), where it has one.
+fn csv_href(tab: Tab, query: &ListQuery) -> Option<String> {
+    let table = match tab {
+        Tab::Users => "users",
+        Tab::Sessions => "sessions",
+        Tab::Usage => "usage",
+        Tab::Audit => "audit",
+        _ => return None,
+    };
+    let place = ListQuery {
+        page: None,
+        ..query.clone()
+    };
+    let listing = admin_href(tab, &place);
+    let rest = listing
+        .split_once('&')
+        .map(|(_, rest)| format!("?{rest}"))
+        .unwrap_or_default();
+    Some(format!("/api/v1/admin/{table}.csv{rest}"))
+}
+
 #[component]
 pub fn AdminPage() -> impl IntoView {
     let query = use_query_map();
@@ -264,6 +285,21 @@ mod tests {
             "/admin?tab=audit"
         );
         assert_eq!(Tab::parse(Some("pool")), Tab::Pool);
+        let q = ListQuery {
+            q: Some("a&b".into()),
+            page: Some(3),
+            ..ListQuery::default()
+        };
+        assert_eq!(
+            csv_href(Tab::Audit, &q).as_deref(),
+            Some("/api/v1/admin/audit.csv?q=a%26b"),
+            "every page, the same search"
+        );
+        assert_eq!(
+            csv_href(Tab::Users, &ListQuery::default()).as_deref(),
+            Some("/api/v1/admin/users.csv")
+        );
+        assert_eq!(csv_href(Tab::Pool, &q), None);
         assert_eq!(Tab::parse(Some("nonsense")), Tab::Users);
     }
 }

@@ -62,6 +62,16 @@ pub(super) fn SearchForm(
             />
             {filter_select}
             <button type="submit">"Search"</button>
+            {move || {
+                super::csv_href(tab, &list.get())
+                    .map(|href| {
+                        view! {
+                            <a class="csv" href=href download data-testid="csv-download">
+                                "Download CSV"
+                            </a>
+                        }
+                    })
+            }}
         </form>
     }
 }

@@ -12,6 +12,10 @@ use serde::Serialize;
 pub(super) fn admin_router() -> Router<AppState> {
     Router::new()
         .route("/users", get(admin_users).post(admin_add_user))
+        .route("/users.csv", get(super::export::users_csv))
+        .route("/sessions.csv", get(super::export::sessions_csv))
+        .route("/usage.csv", get(super::export::usage_csv))
+        .route("/audit.csv", get(super::export::audit_csv))
         .route(
             "/users/{id}",
             axum::routing::patch(admin_change_user).delete(admin_delete_user),

@@ -1,6 +1,7 @@
 //! The REST API, `/api/v1/…`: the scripts' door to the same service functions as the pages.
 
 mod admin;
+mod export;
 mod images;
 mod promotions;
 mod sessions;
