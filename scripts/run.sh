@@ -10,5 +10,13 @@ scripts/setup.sh
 export PATH="$SANDBOX_EDITORS__TOOLS_DIR/build/node_modules/.bin:$PATH"
 cargo leptos build --release
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-export SANDBOX_SITE_ROOT=${SANDBOX_SITE_ROOT:-$ROOT/target/site}
+# Served from a copy of its own: the test command's `cargo leptos build` rewrites target/site, which
+# would take the pages away from a product running meanwhile.
+if [ -z "${SANDBOX_SITE_ROOT:-}" ]; then
+  rm -rf "$ROOT/target/site-run.new"
+  cp -r "$ROOT/target/site" "$ROOT/target/site-run.new"
+  rm -rf "$ROOT/target/site-run"
+  mv "$ROOT/target/site-run.new" "$ROOT/target/site-run"
+  export SANDBOX_SITE_ROOT=$ROOT/target/site-run
+fi
 exec "$TARGET/release/server" serve "$@"

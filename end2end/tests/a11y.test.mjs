@@ -75,6 +75,16 @@ test('every page passes axe-core without a serious violation, in light and dark'
           assert.equal(await page.getByText('default (configuration: kube.images)').count(), 0);
         }
       }
+      // On a phone the admin pages never scroll sideways: wide tables scroll in their own box.
+      await page.setViewportSize({ width: 390, height: 844 });
+      for (const tab of ['users', 'sessions', 'pool', 'usage', 'audit']) {
+        await page.goto(`${BASE}/admin?tab=${tab}`);
+        await hydrated(page);
+        await page.waitForLoadState('networkidle');
+        const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+        assert.ok(wide <= 390, `admin ${tab} at 390 px is ${wide} px wide`);
+      }
+      await page.screenshot({ path: `${ARTIFACTS}/admin-390-${colorScheme}.png` });
     } catch (error) {
       await page.screenshot({ path: `${ARTIFACTS}/a11y-failure-${colorScheme}.png` }).catch(() => {});
       throw error;
