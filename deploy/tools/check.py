@@ -205,6 +205,38 @@ def chart_rules(docs: list[dict], namespace: str, values: dict) -> list[str]:
     if not c["securityContext"].get("readOnlyRootFilesystem"):
         problems.append("server root filesystem is writable")
 
+    # Monitoring: the scraper's token from a Secret, the ServiceMonitor on the server's port and
+    # path with that Secret, and a way through the server's NetworkPolicy.
+    chart_defaults = yaml.safe_load((Path(__file__).parent.parent / "chart" / "values.yaml").read_text())
+    mon = merge(chart_defaults.get("monitoring", {}), values.get("monitoring", {}))
+    token_env = env.get("SANDBOX_METRICS__TOKEN", {}).get("valueFrom", {}).get("secretKeyRef", {})
+    if mon.get("tokenSecret") and token_env.get("name") != mon["tokenSecret"]:
+        problems.append("SANDBOX_METRICS__TOKEN does not come from monitoring.tokenSecret")
+    monitors = by_kind.get("ServiceMonitor", [])
+    if mon.get("serviceMonitor", {}).get("enabled"):
+        if len(monitors) != 1:
+            problems.append(f"expected one ServiceMonitor, found {len(monitors)}")
+        else:
+            sm = monitors[0]["spec"]
+            ep = sm["endpoints"][0]
+            cred = ep.get("authorization", {}).get("credentials", {})
+            if ep.get("port") != "http" or ep.get("path") != "/metrics":
+                problems.append("the ServiceMonitor does not scrape /metrics on the http port")
+            if cred.get("name") != mon.get("tokenSecret") or cred.get("key") != token_env.get("key"):
+                problems.append("the ServiceMonitor's bearer token is not the server's metrics token")
+            services = [d for d in by_kind.get("Service", [])
+                        if all(d["metadata"].get("labels", {}).get(k) == v
+                               for k, v in sm["selector"]["matchLabels"].items())]
+            if len(services) != 1:
+                problems.append(f"the ServiceMonitor selects {len(services)} Services, not the server's one")
+            for policy in by_kind.get("NetworkPolicy", []):
+                froms = [f for rule in policy["spec"].get("ingress", []) for f in rule.get("from", [])]
+                wanted = mon["serviceMonitor"].get("prometheusNamespaceSelector")
+                if not any(f.get("namespaceSelector") == wanted for f in froms):
+                    problems.append("the server's NetworkPolicy keeps Prometheus out")
+    elif monitors:
+        problems.append("a ServiceMonitor although monitoring.serviceMonitor.enabled is false")
+
     try:
         config = tomllib.loads(cm["data"]["config.toml"])
     except tomllib.TOMLDecodeError as e:

@@ -1,5 +1,6 @@
 //! Guardrail figures: allocator launches per second under 500 concurrent requests (50 warm slots,
-//! and 50 cold ones), and the reaper's pass over 2,000 ready sessions. SQLite always; PostgreSQL
+//! and 50 cold ones), the reaper's pass over 2,000 ready sessions, and a `/metrics` scrape with
+//! 100 live sessions of 100 users (time and CPU per scrape, its size). SQLite always; PostgreSQL
 //! too when DATABASE_URL names one (as in the test command). Prints medians of 3 rounds.
 //!
 //! cargo bench -p server --bench guardrails
@@ -194,6 +195,67 @@ async fn reaper(kind: &str) -> Option<Vec<f64>> {
     Some(times)
 }
 
+/// CPU time this process has used (user and system), in milliseconds.
+fn cpu_ms() -> f64 {
+    // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage only writes the struct it is given.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let ms = |t: libc::timeval| t.tv_sec as f64 * 1000.0 + t.tv_usec as f64 / 1000.0;
+    ms(usage.ru_utime) + ms(usage.ru_stime)
+}
+
+/// `/metrics` with 100 ready sessions of 100 users, each with a GPU reading: median wall time
+/// and CPU time per scrape (ms), and the text's size (bytes).
+async fn metrics_scrape(kind: &str) -> Option<(f64, f64, usize)> {
+    let (store, _) = fresh_store(kind).await?;
+    let gpus = pool_of(&store, 20).await;
+    for i in 0..100 {
+        let user = store
+            .create_user(&format!("user{i}"), None, Role::User, 1_000_000_000, None)
+            .await
+            .unwrap();
+        let launched = store.launch(plan(&user.id, false)).await.unwrap();
+        store
+            .mark_ready(&launched.record.id, "ready")
+            .await
+            .unwrap();
+        store
+            .record_sample(
+                &launched.record.id,
+                None,
+                Some(server::store::GpuSample {
+                    memory_used_mib: 1024 + i,
+                    utilization_pct: 40,
+                }),
+            )
+            .await
+            .unwrap();
+    }
+    let mut config = server::config::Config::default();
+    config.pool.warm.clear();
+    config.metrics.token = "bench".into();
+    let service = server::service::Service::new(
+        config,
+        store.clone(),
+        Arc::new(AlwaysAlive),
+        gpus,
+        server::gpu::Enforcement::None,
+    );
+    let scrape = || service.metrics_text(server::service::MetricsCaller::Token("bench"));
+    let size = scrape().await.unwrap().len();
+    let (mut wall, mut cpu) = (Vec::new(), Vec::new());
+    for _ in 0..50 {
+        let (t, c) = (Instant::now(), cpu_ms());
+        let text = scrape().await.unwrap();
+        wall.push(t.elapsed().as_secs_f64() * 1000.0);
+        cpu.push(cpu_ms() - c);
+        assert!(text.contains("sandbox_user_gpu_memory_used_bytes{user=\"user99\"}"));
+    }
+    store.close().await;
+    Some((median(wall), median(cpu), size))
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
@@ -229,6 +291,11 @@ async fn main() {
             median(cold.clone()),
             cold.len()
         );
+        if let Some((wall, cpu, size)) = metrics_scrape(kind).await {
+            println!(
+                "{kind}: /metrics with 100 live sessions of 100 users: {wall:.2} ms, CPU {cpu:.2} ms a scrape (median of 50), {size} bytes"
+            );
+        }
         if let Some(times) = reaper(kind).await {
             println!(
                 "{kind}: reaper pass over 2,000 ready sessions: median {:.1} ms, min {:.1} ms (5 passes)",
