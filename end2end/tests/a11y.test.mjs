@@ -33,6 +33,9 @@ const found = [];
 async function check(page, name) {
   await hydrated(page);
   for (const v of await violations(page)) found.push(`${name}: ${v}`);
+  // Each page as it was checked, kept with the run's artifacts.
+  const file = name.replace(/[^a-z0-9]+/gi, '-').replace(/^-|-$/g, '').toLowerCase();
+  await page.screenshot({ path: `${ARTIFACTS}/page-${file}.png`, fullPage: true });
 }
 
 function nothingFound() {
