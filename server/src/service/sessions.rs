@@ -669,13 +669,10 @@ impl Sessions {
                 .collect(),
             history,
             balance_days: {
-                let lines: Vec<(i64, i64)> = self
-                    .store
-                    .ledger(&viewer.id)
-                    .await?
-                    .iter()
-                    .map(|line| (line.at, line.amount))
-                    .collect();
+                // The balance before the window stands in as one line at its start.
+                let since = self.now() - 31 * 86_400_000;
+                let (before, mut lines) = self.store.ledger_since(&viewer.id, since).await?;
+                lines.push((since - 1, before));
                 credits::balance_by_day(&lines, self.now(), 30)
             },
             quota: self.quota(viewer).await?,

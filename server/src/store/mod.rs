@@ -950,6 +950,35 @@ impl Store {
         rows.iter().map(LedgerEntry::from_row).collect()
     }
 
+    /// The user's ledger from `since_ms` on, `(at, amount)`, and the balance before it: a
+    /// balance line over recent days without reading the whole history.
+    pub async fn ledger_since(
+        &self,
+        user_id: &str,
+        since_ms: i64,
+    ) -> Result<(i64, Vec<(i64, i64)>)> {
+        let before = sqlx::query(
+            "SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) AS balance FROM credit_ledger WHERE user_id = $1 AND at < $2",
+        )
+        .bind(user_id)
+        .bind(since_ms)
+        .fetch_one(&self.pool)
+        .await?
+        .try_get("balance")?;
+        let rows = sqlx::query(
+            "SELECT at, amount FROM credit_ledger WHERE user_id = $1 AND at >= $2 ORDER BY id",
+        )
+        .bind(user_id)
+        .bind(since_ms)
+        .fetch_all(&self.pool)
+        .await?;
+        let lines = rows
+            .iter()
+            .map(|r| Ok((r.try_get("at")?, r.try_get("amount")?)))
+            .collect::<Result<_>>()?;
+        Ok((before, lines))
+    }
+
     pub async fn ledger(&self, user_id: &str) -> Result<Vec<LedgerEntry>> {
         let rows = sqlx::query(
             "SELECT kind, amount, session_id, note, at FROM credit_ledger WHERE user_id = $1 ORDER BY id",
