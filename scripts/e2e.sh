@@ -81,7 +81,7 @@ admin_groups = ["gpu-admins"]
 registry = "http://127.0.0.1:$REGISTRY_PORT"
 repository_prefix = "e2e/"
 TOML
-for user in e2e e2e-idle e2e-queue e2e-queue-b e2e-target e2e-promote; do
+for user in e2e e2e-idle e2e-queue e2e-queue-b e2e-target e2e-promote e2e-cs e2e-victim; do
   echo "e2e-password" | "$BIN" --config "$DATA/e2e.toml" user add "$user" --password-stdin >/dev/null
 done
 # A local admin named as one of the provider's people, whom single sign-on must not make them.
@@ -101,7 +101,7 @@ for _ in $(seq 1 100); do
   sleep 0.2
 done
 export E2E_OIDC_URL="http://127.0.0.1:$OIDC_PORT"
-export E2E_REGISTRY_URL="http://127.0.0.1:$REGISTRY_PORT" E2E_DATA_DIR="$DATA"
+export E2E_REGISTRY_URL="http://127.0.0.1:$REGISTRY_PORT" E2E_DATA_DIR="$DATA" E2E_SERVER_PID="$SERVER"
 export E2E_BASE_URL="http://127.0.0.1:$PORT" E2E_USER=e2e E2E_PASSWORD=e2e-password
 export E2E_ARTIFACTS="$PWD/end2end/test-results"
 status=0

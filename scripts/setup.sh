@@ -110,8 +110,9 @@ fi
 # --- Test-only --------------------------------------------------------------------------------
 if [ "$WANT_TEST" = 1 ]; then
   # docker-registry: the CNCF distribution server, the promotion tests' registry on loopback;
-  # prometheus: scrapes a test server and answers PromQL (its service is never started here).
-  apt_install chromium postgresql docker-registry prometheus
+  # prometheus: scrapes a test server and answers PromQL (its service is never started here);
+  # sqlite3: the browser tests read a session's runtime handle from the server's database.
+  apt_install chromium postgresql docker-registry prometheus sqlite3
   if [ ! -d end2end/node_modules/playwright-core ] || [ ! -d end2end/node_modules/oidc-provider ] \
     || [ ! -d end2end/node_modules/axe-core ]; then
     say "installing playwright-core (no browser download: Debian's Chromium is used), oidc-provider, axe-core"

@@ -19,6 +19,7 @@
 //!   quota          per-user limits: sessions, GPU memory, minutes, disk
 //!   scope          what an API token may do (MissingScope)
 //!   session        the session state machine and why a session ended
+//!   usage          allocated vs busy per day, a session's readings, sparkline geometry
 //! model.rs         the wire types of the REST API, the server functions and the pages
 //! error.rs         AppError, the safe error every door shows, and From for the domain's errors
 //! api/             the pages' door to the server
@@ -26,6 +27,7 @@
 //!   backend.rs     trait Backend, which the server implements, and the context helpers (ssr)
 //! ui/              the Leptos pages: rendered on the server, hydrated in the browser
 //!   mod.rs         shell, App (the routes), NotFound, ErrorNotice
+//!   charts.rs      the pictures (SVG): pool map, balance line, usage per day, sparklines
 //!   format.rs      times, countdowns and sizes as the pages write them; the clock; hard_navigate
 //!   chips.rs       StateChip and PromotionChip, where a session or a promotion stands
 //!   login.rs       the sign-in page: local accounts and single sign-on

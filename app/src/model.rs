@@ -265,6 +265,9 @@ pub struct Dashboard {
     /// The balance at the end of each of the last 30 days (UTC), the last one now: milli-credits.
     #[serde(default)]
     pub balance_days: Vec<(i64, i64)>,
+    /// The user's last 30 days (UTC): slice memory held against the share of it in use.
+    #[serde(default)]
+    pub usage_days: Vec<crate::domain::usage::UsageDay>,
 }
 
 /// An API token as its owner may see it: never its secret, which only its hash stands for.

@@ -182,6 +182,21 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     await page.waitForURL(/tab=usage/);
     await page.getByLabel('Show').waitFor();
     await page.locator('[data-testid="usage"], .empty').first().waitFor();
+    // Usage per day: the period's days as the API reports them, a bar pair each; a week on ask.
+    const perDay = async (filter) => {
+      const chart = page.getByTestId('usage-days');
+      await chart.waitFor();
+      const api = await page.evaluate(async (f) => (await fetch(`/api/v1/admin/usage/days?filter=${f}`)).json(), filter);
+      const drawn = await chart.locator('g.day').evaluateAll((days) => days.map((d) => Number(d.dataset.day)));
+      assert.deepEqual(drawn, api.map((d) => d.day_ms), `${filter}: one bar pair per day`);
+      return api;
+    };
+    assert.equal((await perDay('30d')).length, 30);
+    await page.getByLabel('Show').selectOption('7d');
+    await page.getByRole('button', { name: 'Search' }).click();
+    await page.waitForURL(/filter=7d/);
+    await page.waitForFunction(() => document.querySelector('[data-testid="usage-days"]')?.dataset.days === '7');
+    assert.equal((await perDay('7d')).length, 7);
 
     await page.getByRole('link', { name: 'Settings' }).click();
     await page.waitForURL(/tab=settings/);

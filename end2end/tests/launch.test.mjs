@@ -152,6 +152,24 @@ test('launch JupyterLab, see it embedded, reload, reopen after signing in again,
     // Set up for us: JupyterLab asks nothing about news or updates.
     assert.equal(await frame.getByText(/Jupyter news|check for updates/i).count(), 0, 'no news or update prompt');
 
+    // Its use under the toolbar, drawn from the readings the API reports: the slice on its
+    // card's scale, and as many points on the RAM sparkline as minutes with a RAM reading.
+    const id = sessionUrl.split('/').pop();
+    const bar = page.getByTestId('slice-bar');
+    await bar.waitFor({ timeout: 30_000 });
+    assert.equal(await bar.getAttribute('data-slice'), '8192');
+    assert.match(await page.getByTestId('session-spent').innerText(), /^Spent [\d.]+ credits? · [\d.]+ credits? an hour$/);
+    const readings = () => page.evaluate(async (id) => (await fetch(`/api/v1/sessions/${id}/readings`)).json(), id);
+    // The page reads them on load and each minute; the API's count moves only at a minute's turn.
+    for (let i = 0; ; i += 1) {
+      const withRam = (await readings()).readings.filter((r) => r.ram_mib !== null).length;
+      const drawn = Number(await page.getByTestId('spark-ram').getAttribute('data-points'));
+      if (withRam > 0 && drawn === withRam) break;
+      assert.ok(i < 150, `the RAM sparkline draws the API's ${withRam} readings (it has ${drawn})`);
+      await page.waitForTimeout(1000);
+    }
+    await page.screenshot({ path: `${ARTIFACTS}/session-usage.png` });
+
     await page.getByRole('button', { name: 'Stop' }).click();
     assert.match(page.dialogs.at(-1) ?? '', /^Stop this session\? .*not saved.* is lost/, 'Stop asks first, saying what is lost');
     const ended = page.getByTestId('session-ended');
@@ -168,6 +186,17 @@ test('launch JupyterLab, see it embedded, reload, reopen after signing in again,
 
     await page.goto(`${BASE}/`);
     await page.getByText('No session is running').waitFor();
+    // The dashboard's pictures: 30 days held against busy, today's holding her slice; and the
+    // stopped session's cost among the bars, as the API reports it.
+    const days = page.getByTestId('my-usage-days');
+    assert.equal(await days.getAttribute('data-days'), '30');
+    assert.ok(Number(await days.locator('g.day').last().getAttribute('data-allocated')) > 0, 'today held a slice');
+    const charged = await page.evaluate(async (id) => (await (await fetch(`/api/v1/sessions/${id}`)).json()).cost.charged, id);
+    const costs = page.getByTestId('session-costs').locator('g.cost-row');
+    assert.ok(
+      (await costs.evaluateAll((rows) => rows.map((r) => Number(r.dataset.value)))).includes(charged),
+      `a bar of ${charged} milli-credits`,
+    );
     const after = await page.getByTestId('credit-balance').innerText();
     assert.ok(Number(after) < 100 && Number(after) > 99, `charged for the minutes used, refunded the rest: ${after}`);
 

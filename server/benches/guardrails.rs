@@ -1,6 +1,7 @@
 //! Guardrail figures: allocator launches per second under 500 concurrent requests (50 warm slots,
-//! and 50 cold ones), the reaper's pass over 2,000 ready sessions, and a `/metrics` scrape with
-//! 100 live sessions of 100 users (time and CPU per scrape, its size). SQLite always; PostgreSQL
+//! and 50 cold ones), the reaper's pass over 2,000 ready sessions, and with 100 live sessions of
+//! 100 users a `/metrics` scrape (time and CPU per scrape, its size), a pass of the sampler that
+//! keeps their per-minute readings, and the process's RSS after both. SQLite always; PostgreSQL
 //! too when DATABASE_URL names one (as in the test command). Prints medians of 3 rounds.
 //!
 //! cargo bench -p server --bench guardrails
@@ -205,9 +206,36 @@ fn cpu_ms() -> f64 {
     ms(usage.ru_utime) + ms(usage.ru_stime)
 }
 
-/// `/metrics` with 100 ready sessions of 100 users, each with a GPU reading: median wall time
-/// and CPU time per scrape (ms), and the text's size (bytes).
-async fn metrics_scrape(kind: &str) -> Option<(f64, f64, usize)> {
+/// What watching 100 ready sessions of 100 users costs: a scrape of `/metrics` (median wall and
+/// CPU ms, the text's bytes), a pass of the sampler that keeps their minutes (median wall and CPU
+/// ms), and this process's resident memory after both (MiB).
+struct Watching {
+    scrape_wall: f64,
+    scrape_cpu: f64,
+    scrape_bytes: usize,
+    sample_wall: f64,
+    sample_cpu: f64,
+    rss_mib: f64,
+}
+
+/// This process's resident memory, MiB.
+fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("VmRSS:")?
+                    .trim()
+                    .strip_suffix("kB")?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+async fn watching(kind: &str) -> Option<Watching> {
     let (store, _) = fresh_store(kind).await?;
     let gpus = pool_of(&store, 20).await;
     for i in 0..100 {
@@ -252,8 +280,23 @@ async fn metrics_scrape(kind: &str) -> Option<(f64, f64, usize)> {
         cpu.push(cpu_ms() - c);
         assert!(text.contains("sandbox_user_gpu_memory_used_bytes{user=\"user99\"}"));
     }
+    let (mut sample_wall, mut sample_cpu) = (Vec::new(), Vec::new());
+    for _ in 0..20 {
+        let (t, c) = (Instant::now(), cpu_ms());
+        service.guard.sample_activity().await;
+        sample_wall.push(t.elapsed().as_secs_f64() * 1000.0);
+        sample_cpu.push(cpu_ms() - c);
+    }
+    let rss = rss_mib();
     store.close().await;
-    Some((median(wall), median(cpu), size))
+    Some(Watching {
+        scrape_wall: median(wall),
+        scrape_cpu: median(cpu),
+        scrape_bytes: size,
+        sample_wall: median(sample_wall),
+        sample_cpu: median(sample_cpu),
+        rss_mib: rss,
+    })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -291,9 +334,14 @@ async fn main() {
             median(cold.clone()),
             cold.len()
         );
-        if let Some((wall, cpu, size)) = metrics_scrape(kind).await {
+        if let Some(w) = watching(kind).await {
             println!(
-                "{kind}: /metrics with 100 live sessions of 100 users: {wall:.2} ms, CPU {cpu:.2} ms a scrape (median of 50), {size} bytes"
+                "{kind}: /metrics with 100 live sessions of 100 users: {:.2} ms, CPU {:.2} ms a scrape (median of 50), {} bytes",
+                w.scrape_wall, w.scrape_cpu, w.scrape_bytes
+            );
+            println!(
+                "{kind}: the sampler's pass over them (readings kept a minute each): {:.2} ms, CPU {:.2} ms (median of 20); RSS {:.1} MiB",
+                w.sample_wall, w.sample_cpu, w.rss_mib
             );
         }
         if let Some(times) = reaper(kind).await {

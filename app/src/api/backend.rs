@@ -6,6 +6,7 @@
 use super::TokenForm;
 use crate::domain::launch::LaunchRequest;
 use crate::domain::listing::{ListQuery, Page};
+use crate::domain::usage::{SessionReadings, UsageDay};
 use crate::error::AppError;
 use crate::model::{
     AdminGpu, AdminSession, AdminUser, AuditLine, Dashboard, NewToken, PromotionView, Promotions,
@@ -44,6 +45,11 @@ pub trait Backend: Send + Sync + 'static {
         request: LaunchRequest,
     ) -> Result<SessionView, AppError>;
     async fn session(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError>;
+    async fn session_readings(
+        &self,
+        viewer: &Viewer,
+        id: &str,
+    ) -> Result<SessionReadings, AppError>;
     async fn stop(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError>;
     async fn heartbeat(
         &self,
@@ -77,6 +83,11 @@ pub trait Backend: Send + Sync + 'static {
         viewer: &Viewer,
         query: &ListQuery,
     ) -> Result<Page<UsageRow>, AppError>;
+    async fn admin_usage_days(
+        &self,
+        viewer: &Viewer,
+        query: &ListQuery,
+    ) -> Result<Vec<UsageDay>, AppError>;
     async fn admin_pool(&self, viewer: &Viewer) -> Result<Vec<AdminGpu>, AppError>;
     fn admin_settings(
         &self,

@@ -10,6 +10,7 @@
 #[cfg(feature = "ssr")]
 use crate::domain::launch::LaunchRequest;
 use crate::domain::listing::{ListQuery, Page};
+use crate::domain::usage::{SessionReadings, UsageDay};
 use crate::error::AppError;
 use crate::model::{
     AdminGpu, AdminSession, AdminUser, AuditLine, Dashboard, NewToken, PromotionView, Promotions,
@@ -98,6 +99,13 @@ pub async fn get_session(id: String) -> Result<SessionView, AppError> {
     backend::backend()?.session(&viewer, &id).await
 }
 
+/// The session's readings of the last hour, for its sparklines.
+#[server]
+pub async fn load_session_readings(id: String) -> Result<SessionReadings, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.session_readings(&viewer, &id).await
+}
+
 #[server]
 pub async fn stop_session(id: String) -> Result<SessionView, AppError> {
     let viewer = backend::require_viewer().await?;
@@ -172,6 +180,13 @@ pub async fn admin_audit(query: ListQuery) -> Result<Page<AuditLine>, AppError> 
 pub async fn admin_usage(query: ListQuery) -> Result<Page<UsageRow>, AppError> {
     let viewer = backend::require_viewer().await?;
     backend::backend()?.admin_usage(&viewer, &query).await
+}
+
+// JSON: a table's query may be all defaults, which a form encodes as nothing at all.
+#[server(input = leptos::server_fn::codec::Json)]
+pub async fn admin_usage_days(query: ListQuery) -> Result<Vec<UsageDay>, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.admin_usage_days(&viewer, &query).await
 }
 
 #[server]

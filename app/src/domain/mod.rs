@@ -24,3 +24,4 @@ pub mod quota;
 pub mod reaper;
 pub mod scope;
 pub mod session;
+pub mod usage;

@@ -43,6 +43,7 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
         isolation_warning,
         history,
         balance_days,
+        usage_days,
     } = data;
     #[cfg(feature = "hydrate")]
     let live: Vec<SessionView> = sessions
@@ -170,6 +171,32 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
                         })
                 }}
                 <super::charts::BalanceLine points=balance_days />
+                <h3>"What you held and what you used"</h3>
+                <super::charts::UsageDays days=usage_days testid="my-usage-days" />
+                {move || {
+                    let costs: Vec<(String, i64)> = listed
+                        .get()
+                        .into_iter()
+                        .filter_map(|s| {
+                            let cost = s.cost?;
+                            Some((
+                                format!("{} · {}", s.editor.label(), crate::domain::dates::minute(s.created_at_ms)),
+                                cost.charged,
+                            ))
+                        })
+                        .take(10)
+                        .collect();
+                    (!costs.is_empty())
+                        .then(|| {
+                            view! {
+                                <super::charts::CostBars
+                                    items=costs
+                                    testid="session-costs"
+                                    caption="What your last sessions cost, dearest first.".to_string()
+                                />
+                            }
+                        })
+                }}
                 <CreditHistory history />
             </section>
             <super::credit_ask::AskForCreditsCard credits_now=balance_now />

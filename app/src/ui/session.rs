@@ -1,10 +1,14 @@
 use super::ErrorNotice;
+use super::charts::{SliceBar, Sparkline};
 use super::chips::StateChip;
 use super::format::{format_countdown, use_clock};
-use crate::api::{ExtendSession, Heartbeat, Launch, StopSession, get_session};
+use crate::api::{
+    ExtendSession, Heartbeat, Launch, StopSession, get_session, load_session_readings,
+};
 use crate::domain::credits;
 use crate::domain::pool::format_mib;
 use crate::domain::session::SessionState;
+use crate::domain::usage::Reading;
 use crate::model::{SessionView, Step};
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
@@ -271,6 +275,71 @@ pub(super) fn apply_step(session: &mut SessionView, step: Step) {
         session.detail = Some(step.message.clone());
     }
     session.steps.push(step);
+}
+
+/// The session's use under its toolbar: GPU memory on its card's scale, the last hour of GPU,
+/// CPU and RAM as sparklines (read again each minute), and what it has cost so far.
+#[component]
+fn SessionUsage(session: RwSignal<SessionView>, now: ReadSignal<i64>) -> impl IntoView {
+    let id = session.with_untracked(|s| s.id.clone());
+    let minute = Memo::new(move |_| now.get() / 60_000);
+    let readings = Resource::new(
+        move || minute.get(),
+        move |_| load_session_readings(id.clone()),
+    );
+    let spent = move || {
+        session.with(|s| {
+            let elapsed = s.ready_at_ms.map_or(0, |ready| now.get() - ready);
+            (
+                credits::settle(s.held, s.price_per_hour, elapsed).0,
+                s.price_per_hour,
+            )
+        })
+    };
+    view! {
+        <div class="session-usage" data-testid="session-usage">
+            <Transition fallback=|| ()>
+                {move || Suspend::new(async move {
+                    let Ok(r) = readings.await else { return ().into_any() };
+                    let at = now.get_untracked();
+                    let series = |value: fn(&Reading) -> Option<f64>| {
+                        r.readings.iter().map(|x| (x.at_ms, value(x))).collect::<Vec<_>>()
+                    };
+                    let latest = |value: fn(&Reading) -> Option<f64>| {
+                        r.readings.iter().rev().find_map(value)
+                    };
+                    let highest = |value: fn(&Reading) -> Option<f64>| {
+                        r.readings.iter().filter_map(value).fold(0.0, f64::max)
+                    };
+                    let gpu = |x: &Reading| x.gpu_util_pct.map(f64::from);
+                    let cpu = |x: &Reading| x.cpu_milli.map(|m| f64::from(m) / 1000.0);
+                    let ram = |x: &Reading| x.ram_mib.map(|m| m as f64);
+                    let gpu_mib = r.readings.iter().rev().find_map(|x| x.gpu_mib);
+                    let cpu_max = r.cpu_limit.unwrap_or_else(|| highest(cpu).max(1.0));
+                    let ram_max = r
+                        .ram_limit_mib
+                        .map(|m| m as f64)
+                        .unwrap_or_else(|| highest(ram).max(1.0));
+                    view! {
+                        {r.card_mib.map(|card_mib| view! { <SliceBar card_mib slice_mib=r.slice_mib used_mib=gpu_mib /> })}
+                        <Sparkline name="GPU" testid="spark-gpu" values={series(gpu)} max=100.0 now_ms=at
+                            latest={latest(gpu).map(|p| format!("{p:.0} %"))} />
+                        <Sparkline name="CPU" testid="spark-cpu" values={series(cpu)} max=cpu_max now_ms=at
+                            latest={latest(cpu).map(|c| format!("{c:.2} cores"))} />
+                        <Sparkline name="RAM" testid="spark-ram" values={series(ram)} max=ram_max now_ms=at
+                            latest={latest(ram).map(|m| format_mib(m as u64))} />
+                    }
+                        .into_any()
+                })}
+            </Transition>
+            <span class="spark" data-testid="session-spent">
+                {move || {
+                    let (spent, per_hour) = spent();
+                    format!("Spent {} · {} an hour", credits::with_unit(spent), credits::with_unit(per_hour))
+                }}
+            </span>
+        </div>
+    }
 }
 
 #[component]
@@ -553,6 +622,7 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                         })
                 }}
             </header>
+            {move || ready.get().then(|| view! { <SessionUsage session now /> })}
             {move || {
                 stop.value()
                     .get()

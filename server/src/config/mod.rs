@@ -52,6 +52,8 @@ pub struct Config {
     pub promotion: promotion::PromotionConfig,
     /// Who may read `/metrics` besides admins.
     pub metrics: MetricsConfig,
+    /// How long sessions' per-minute readings are kept.
+    pub history: HistoryConfig,
     /// The file this configuration was read from, if any (hidden from editors).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -75,6 +77,20 @@ pub struct QuotasConfig {
 pub struct MetricsConfig {
     /// The scraper's bearer token; empty (the default): only admin credentials read it.
     pub token: String,
+}
+
+/// Sessions' readings (GPU, CPU, RAM, busy), one a minute, for the sparklines and usage per day.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HistoryConfig {
+    /// Readings older than this many days are forgotten (the admin usage reaches back 90).
+    pub retention_days: u32,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig { retention_days: 90 }
+    }
 }
 
 /// The reverse proxy to the editors.
@@ -316,6 +332,7 @@ impl Default for Config {
             oidc: None,
             promotion: promotion::PromotionConfig::default(),
             metrics: MetricsConfig::default(),
+            history: HistoryConfig::default(),
             local: local::LocalConfig::default(),
             source: None,
         }
@@ -531,6 +548,15 @@ impl Config {
             return bad(
                 "idle.reaper_period_ms",
                 "must be at least 50 ms (and idle.sample_seconds at least 1)".into(),
+            );
+        }
+        if !(1..=3650).contains(&self.history.retention_days) {
+            return bad(
+                "history.retention_days",
+                format!(
+                    "{} is not between 1 and 3650 days",
+                    self.history.retention_days
+                ),
             );
         }
         if self.pool.detected_slice_mib == 0 {

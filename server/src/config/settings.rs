@@ -209,6 +209,10 @@ pub fn settings(
                             .collect(),
                     ),
                 ),
+                (
+                    "Readings kept",
+                    format!("{} days, one a minute", config.history.retention_days),
+                ),
             ],
         ),
     ];

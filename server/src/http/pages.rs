@@ -4,6 +4,7 @@
 use crate::service::accounts::RequestAuth;
 use crate::service::{NewToken, Service};
 use app::domain::launch::LaunchRequest;
+use app::domain::usage::{SessionReadings, UsageDay};
 use app::error::AppError;
 use app::model::*;
 use std::sync::Arc;
@@ -136,6 +137,22 @@ impl app::api::Backend for PagesBackend {
 
     async fn session(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError> {
         self.0.sessions.session(viewer, id).await
+    }
+
+    async fn session_readings(
+        &self,
+        viewer: &Viewer,
+        id: &str,
+    ) -> Result<SessionReadings, AppError> {
+        self.0.sessions.readings(viewer, id).await
+    }
+
+    async fn admin_usage_days(
+        &self,
+        viewer: &Viewer,
+        query: &app::domain::listing::ListQuery,
+    ) -> Result<Vec<UsageDay>, AppError> {
+        self.0.admin.admin_usage_days(viewer, query).await
     }
 
     async fn stop(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError> {

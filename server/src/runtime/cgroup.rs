@@ -322,6 +322,35 @@ impl Group {
         }
     }
 
+    /// The memory the group's processes hold, in bytes, as `kubectl top` counts it (the working
+    /// set): what is charged to it less the file cache the kernel could drop at once.
+    pub fn working_set_bytes(&self) -> Option<u64> {
+        let dir = self.dirs.first()?;
+        let charged = if self.v2 {
+            "memory.current"
+        } else {
+            "memory.usage_in_bytes"
+        };
+        let charged: u64 = std::fs::read_to_string(dir.join(charged))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        let inactive = if self.v2 {
+            "inactive_file "
+        } else {
+            "total_inactive_file "
+        };
+        let cache = std::fs::read_to_string(dir.join("memory.stat"))
+            .ok()
+            .and_then(|text| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(inactive)?.trim().parse::<u64>().ok())
+            })
+            .unwrap_or(0);
+        Some(charged.saturating_sub(cache))
+    }
+
     /// Removes the group once it is empty; a group still holding processes stays.
     pub fn remove(&self) {
         for dir in &self.dirs {

@@ -1318,6 +1318,40 @@ impl Runtime for LocalRuntime {
         *seen = ticks.into_iter().map(|(h, t)| (h, (now, t))).collect();
         load
     }
+
+    async fn memory_used(&self, handles: &[String]) -> std::collections::HashMap<String, u64> {
+        use super::procfs;
+        let handles = handles.to_vec();
+        tokio::task::spawn_blocking(move || {
+            let mut used = std::collections::HashMap::new();
+            // A sandboxed editor's cgroup knows exactly; the others are summed from /proc.
+            let mut uncounted = Vec::new();
+            for raw in handles {
+                let group = serde_json::from_str::<Handle>(&raw)
+                    .ok()
+                    .and_then(|h| h.sandbox?.cgroup);
+                match group.and_then(|g| g.working_set_bytes()) {
+                    Some(bytes) => {
+                        used.insert(raw, bytes / (1024 * 1024));
+                    }
+                    None => uncounted.push(raw),
+                }
+            }
+            if !uncounted.is_empty() {
+                let page = procfs::page_bytes();
+                let pages =
+                    procfs::rss_pages_by_editor(&leaders_of(&uncounted), &procfs::read_processes());
+                used.extend(
+                    pages
+                        .into_iter()
+                        .map(|(handle, pages)| (handle, pages * page / (1024 * 1024))),
+                );
+            }
+            used
+        })
+        .await
+        .unwrap_or_default()
+    }
 }
 
 /// Bytes in the files under `dir` (links not followed); a missing directory is empty.

@@ -197,6 +197,11 @@ pub trait Runtime: Send + Sync + 'static {
         let _ = handles;
         std::collections::HashMap::new()
     }
+    /// Memory (MiB) each editor's processes hold now, where the runtime can see them.
+    async fn memory_used(&self, handles: &[String]) -> std::collections::HashMap<String, u64> {
+        let _ = handles;
+        std::collections::HashMap::new()
+    }
     /// The memory (MiB) and CPU cores a session of `slice_mib` gets beside its GPU, where this
     /// runtime limits them.
     fn session_resources(&self, slice_mib: u64) -> Option<(u64, f64)> {

@@ -15,6 +15,8 @@ pub struct ProcStat {
     pub pid: u32,
     pub ppid: u32,
     pub cpu_ticks: u64,
+    /// Resident memory, in pages.
+    pub rss_pages: u64,
 }
 
 /// Finds the editor a process belongs to: the process itself or its nearest ancestor that leads
@@ -61,15 +63,39 @@ pub fn ticks_by_editor(
     leaders: &HashMap<u32, String>,
     processes: &[ProcStat],
 ) -> HashMap<String, u64> {
+    sum_by_editor(leaders, processes, |p| p.cpu_ticks)
+}
+
+/// Resident pages per editor: the sum over its processes (pages two of them share count twice,
+/// so this is an upper bound; a sandboxed editor's cgroup gives the exact figure).
+pub fn rss_pages_by_editor(
+    leaders: &HashMap<u32, String>,
+    processes: &[ProcStat],
+) -> HashMap<String, u64> {
+    sum_by_editor(leaders, processes, |p| p.rss_pages)
+}
+
+fn sum_by_editor(
+    leaders: &HashMap<u32, String>,
+    processes: &[ProcStat],
+    value: impl Fn(&ProcStat) -> u64,
+) -> HashMap<String, u64> {
     let parents: HashMap<u32, u32> = processes.iter().map(|p| (p.pid, p.ppid)).collect();
     let mut owners = Owners::new(leaders, |pid| parents.get(&pid).copied());
-    let mut ticks = HashMap::new();
+    let mut sums = HashMap::new();
     for process in processes {
         if let Some(handle) = owners.of(process.pid) {
-            *ticks.entry(handle).or_default() += process.cpu_ticks;
+            *sums.entry(handle).or_default() += value(process);
         }
     }
-    ticks
+    sums
+}
+
+/// The size of a memory page, in bytes.
+pub fn page_bytes() -> u64 {
+    // SAFETY: sysconf only reads a constant of the system.
+    let bytes = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if bytes > 0 { bytes as u64 } else { 4096 }
 }
 
 /// Cores used on average between two readings of an editor's ticks. A process that ended takes
@@ -97,7 +123,7 @@ pub fn read_processes() -> Vec<ProcStat> {
 }
 
 /// `/proc/<pid>/stat`: after the command name (which may hold spaces and parentheses) come the
-/// state, the parent, …, utime (14), stime (15), cutime (16), cstime (17).
+/// state, the parent, …, utime (14), stime (15), cutime (16), cstime (17), …, rss (24).
 pub fn parse_stat(pid: u32, stat: &str) -> Option<ProcStat> {
     let after_name = &stat[stat.rfind(')')? + 1..];
     let fields: Vec<&str> = after_name.split_whitespace().collect();
@@ -106,6 +132,7 @@ pub fn parse_stat(pid: u32, stat: &str) -> Option<ProcStat> {
         pid,
         ppid: field(1)? as u32,
         cpu_ticks: field(11)? + field(12)? + field(13)? + field(14)?,
+        rss_pages: field(21).unwrap_or(0),
     })
 }
 
@@ -153,6 +180,7 @@ mod tests {
             pid,
             ppid,
             cpu_ticks,
+            rss_pages: cpu_ticks / 10,
         }
     }
 
@@ -170,6 +198,8 @@ mod tests {
         assert_eq!(ticks.len(), 2);
         assert_eq!(ticks["lab"], 350);
         assert_eq!(ticks["mo"], 7);
+        let pages = rss_pages_by_editor(&leaders(), &processes);
+        assert_eq!((pages["lab"], pages["mo"]), (1 + 30 + 4, 0));
     }
 
     #[test]
@@ -187,7 +217,11 @@ mod tests {
     #[test]
     fn a_stat_line_with_an_odd_command_name_parses() {
         let line = "4242 (my (odd) name) S 17 4242 4242 0 -1 4194560 100 0 0 0 250 30 4 6 20 0 1 0 12345 1000 10";
-        assert_eq!(parse_stat(4242, line), Some(p(4242, 17, 290)));
+        let parsed = ProcStat {
+            rss_pages: 10,
+            ..p(4242, 17, 290)
+        };
+        assert_eq!(parse_stat(4242, line), Some(parsed));
         assert_eq!(parse_stat(1, "garbage"), None);
     }
 

@@ -61,6 +61,7 @@ use app::domain::listing::{ListQuery, Listing, Page};
 use app::domain::quota::{Limits, Overrides, OverridesChange};
 use app::domain::scope::Scope;
 use app::domain::session::EndReason;
+use app::domain::usage::{self, UsageDay};
 use app::error::AppError;
 use app::model::{
     AdminGpu, AdminSession, AdminUser, AuditLine, EditorAccess, MadePassword, NewAccount, Role,
@@ -132,6 +133,20 @@ impl Admin {
             .store
             .admin_usage(&Listing::usage(query)?, self.now())
             .await?)
+    }
+
+    /// Everyone's usage per day over the tab's period: allocated against busy, launches, waits.
+    pub async fn admin_usage_days(
+        &self,
+        viewer: &Viewer,
+        query: &ListQuery,
+    ) -> Result<Vec<UsageDay>, AppError> {
+        require_admin(viewer)?;
+        let now = self.now();
+        // The period's days, today included: "7d" is today and the six before it.
+        let since = usage::day_of(Listing::usage(query)?.filter.since_ms(now)) + usage::DAY_MS;
+        let (spans, busy) = self.store.usage_spans(None, since, now).await?;
+        Ok(usage::per_day(&spans, &busy, since, now))
     }
 
     pub async fn admin_session(

@@ -34,7 +34,9 @@
 //! The sampler ([`Guard::sample_activity`], every `idle.sample_seconds`) asks each ready editor
 //! whether it works: a Jupyter kernel busy or starting, GPU work the runtime reports, or the
 //! editor's processes using `idle.busy_cpu_percent` of a core or more (`reaper::busy`); any of them
-//! moves `last_busy_at`. The GPU readings are also added to the session's sums for the usage page.
+//! moves `last_busy_at`. The GPU readings are also added to the session's sums for the usage page,
+//! and every reading (GPU, CPU, RAM, busy) to the session's minute (`session_samples`, the minute's
+//! highest; kept `history.retention_days`) for the session page's sparklines and usage per day.
 //!
 //! After a restart, before serving ([`Guard::recover`]): a `ready` session whose process still
 //! lives is re-adopted (the proxy finds it again); a `queued` one keeps its place in line, unless
@@ -59,6 +61,7 @@ use app::domain::quota::{self, Extended, ExtensionLimits, ExtensionRefused};
 use app::domain::reaper::{self, Watch};
 use app::domain::scope::Scope;
 use app::domain::session::{EndReason, SessionState};
+use app::domain::usage;
 use app::error::AppError;
 use app::model::{SessionView, Viewer};
 use std::sync::Arc;
@@ -753,6 +756,8 @@ impl Guard {
             .collect();
         let gpu = self.runtime.gpu_usage(&handles).await;
         let cpu = self.runtime.cpu_load(&handles).await;
+        let ram = self.runtime.memory_used(&handles).await;
+        let now = self.now();
         let cpu_floor = f64::from(self.config.idle.busy_cpu_percent) / 100.0;
         let within = self.config.idle.sample_seconds as f64 * 2.0;
         let probes = ready.iter().map(|record| async {
@@ -768,23 +773,38 @@ impl Guard {
                 }
                 _ => None,
             };
-            let usage = record.runtime_handle.as_ref().and_then(|h| gpu.get(h));
+            let gpu_use = record.runtime_handle.as_ref().and_then(|h| gpu.get(h));
             let sample = reaper::Sample {
                 editor_busy,
-                gpu_active: usage.is_some_and(|u| u.is_active(within)),
+                gpu_active: gpu_use.is_some_and(|u| u.is_active(within)),
                 cpu_cores: record
                     .runtime_handle
                     .as_ref()
                     .and_then(|h| cpu.get(h))
                     .copied(),
             };
-            let busy_at = reaper::busy(&sample, cpu_floor).then(|| self.now());
+            let busy_at = reaper::busy(&sample, cpu_floor).then_some(now);
+            let reading = usage::Reading {
+                at_ms: now,
+                gpu_mib: gpu_use.map(|u| u.memory_used_mib),
+                gpu_util_pct: gpu_use.map(|u| u.utilization_pct.min(100)),
+                cpu_milli: sample.cpu_cores.map(|c| (c * 1000.0).round() as u32),
+                ram_mib: record
+                    .runtime_handle
+                    .as_ref()
+                    .and_then(|h| ram.get(h))
+                    .copied(),
+                busy: busy_at.is_some(),
+            };
+            if let Err(e) = self.store.record_reading(&record.id, &reading).await {
+                tracing::warn!(session = %record.id, error = %e, "recording a reading");
+            }
             if let Err(e) = self
                 .store
                 .record_sample(
                     &record.id,
                     busy_at,
-                    usage.map(|u| crate::store::GpuSample {
+                    gpu_use.map(|u| crate::store::GpuSample {
                         memory_used_mib: u.memory_used_mib,
                         utilization_pct: u.utilization_pct.min(100),
                     }),
@@ -795,6 +815,10 @@ impl Guard {
             }
         });
         futures_util::future::join_all(probes).await;
+        let kept = i64::from(self.config.history.retention_days) * usage::DAY_MS;
+        if let Err(e) = self.store.prune_readings(now - kept).await {
+            tracing::warn!(error = %e, "forgetting old readings");
+        }
     }
 }
 

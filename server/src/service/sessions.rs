@@ -32,6 +32,7 @@ use app::domain::launch::{self, Catalog, EditorKind, LaunchRequest};
 use app::domain::pool::format_mib;
 use app::domain::scope::Scope;
 use app::domain::session::{EndReason, SessionState};
+use app::domain::usage::{self, SessionReadings};
 use app::error::AppError;
 use app::model::*;
 use std::collections::BTreeMap;
@@ -675,6 +676,14 @@ impl Sessions {
                 lines.push((since - 1, before));
                 credits::balance_by_day(&lines, self.now(), 30)
             },
+            usage_days: {
+                let since = self.now() - 29 * usage::DAY_MS;
+                let (spans, busy) = self
+                    .store
+                    .usage_spans(Some(&viewer.id), since, self.now())
+                    .await?;
+                usage::per_day(&spans, &busy, since, self.now())
+            },
             quota: self.quota(viewer).await?,
             enforcement: self.enforcement.describe(),
             isolation_warning: self.isolation_warning(),
@@ -715,6 +724,33 @@ impl Sessions {
         viewer.scopes.require(Scope::Read)?;
         self.owned_record(viewer, id).await?;
         self.view(id).await
+    }
+
+    /// The session's readings of the last hour (one a minute), and the scales to draw them on.
+    pub async fn readings(&self, viewer: &Viewer, id: &str) -> Result<SessionReadings, AppError> {
+        viewer.scopes.require(Scope::Read)?;
+        let record = self.owned_record(viewer, id).await?;
+        let limits = self.runtime.session_resources(record.slice_mib);
+        let card_mib = match &record.slot_id {
+            Some(slot) => self
+                .store
+                .pool()
+                .await?
+                .into_iter()
+                .find(|(_, slots)| slots.iter().any(|s| &s.id == slot))
+                .map(|(gpu, _)| gpu.memory_mib),
+            None => None,
+        };
+        Ok(SessionReadings {
+            slice_mib: record.slice_mib,
+            card_mib,
+            ram_limit_mib: limits.map(|(ram, _)| ram),
+            cpu_limit: limits.map(|(_, cores)| cores),
+            readings: self
+                .store
+                .readings_since(id, self.now() - 60 * usage::MINUTE_MS)
+                .await?,
+        })
     }
 
     pub async fn sessions(&self, viewer: &Viewer) -> Result<Vec<SessionView>, AppError> {

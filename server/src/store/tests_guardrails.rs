@@ -617,6 +617,106 @@ async fn extend_holds_more(store: Store) {
     assert_eq!(ledger_sum(&store, &alice.id).await, 3_000 - 34);
 }
 
+/// A minute keeps its highest reading; readings read back in order, prune by age, and the busy
+/// minutes count per day, weighted by slice, for one user or everyone.
+async fn readings_keep_each_minutes_highest(store: Store) {
+    use app::domain::usage::{MINUTE_MS, Reading, day_of, minute_of};
+    six_slots(&store).await;
+    let alice = user(&store, "alice", 10_000).await;
+    let bob = user(&store, "bob", 10_000).await;
+    let mut ids = Vec::new();
+    for who in [&alice, &bob] {
+        let launched = store
+            .launch(plan(&who.id, false, ROOMY, false))
+            .await
+            .unwrap();
+        store
+            .mark_ready(&launched.record.id, "ready")
+            .await
+            .unwrap();
+        ids.push(launched.record.id);
+    }
+    let now = now_ms();
+    let minute = minute_of(now) - 2 * MINUTE_MS;
+    let reading = |at: i64, cpu: Option<u32>, ram: Option<u64>, busy: bool| Reading {
+        at_ms: at,
+        gpu_mib: None,
+        gpu_util_pct: None,
+        cpu_milli: cpu,
+        ram_mib: ram,
+        busy,
+    };
+    let alices = &ids[0];
+    store
+        .record_reading(
+            alices,
+            &reading(minute + 1_000, Some(500), Some(300), false),
+        )
+        .await
+        .unwrap();
+    store
+        .record_reading(alices, &reading(minute + 20_000, Some(1_500), None, true))
+        .await
+        .unwrap();
+    store
+        .record_reading(
+            alices,
+            &reading(minute + 40_000, Some(200), Some(100), false),
+        )
+        .await
+        .unwrap();
+    store
+        .record_reading(alices, &reading(minute + MINUTE_MS, None, Some(50), false))
+        .await
+        .unwrap();
+    store
+        .record_reading(&ids[1], &reading(minute, Some(10), Some(10), true))
+        .await
+        .unwrap();
+    let read = store.readings_since(alices, minute).await.unwrap();
+    assert_eq!(
+        read,
+        vec![
+            reading(minute, Some(1_500), Some(300), true),
+            reading(minute + MINUTE_MS, None, Some(50), false),
+        ],
+        "one row a minute, each the minute's highest"
+    );
+    assert_eq!(
+        store
+            .readings_since(alices, minute + 1)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+
+    let (spans, busy) = store
+        .usage_spans(Some(&alice.id), now - 86_400_000, now)
+        .await
+        .unwrap();
+    assert_eq!(spans.len(), 1, "hers only");
+    assert_eq!(spans[0].slice_mib, SLICE);
+    assert_eq!(
+        busy,
+        vec![(day_of(minute), SLICE as i64)],
+        "one busy minute of her slice"
+    );
+    let (spans, busy) = store
+        .usage_spans(None, now - 86_400_000, now)
+        .await
+        .unwrap();
+    assert_eq!(spans.len(), 2, "everyone's");
+    assert_eq!(busy, vec![(day_of(minute), 2 * SLICE as i64)]);
+
+    assert_eq!(
+        store.prune_readings(minute + 1).await.unwrap(),
+        2,
+        "the oldest minute of both"
+    );
+    assert_eq!(store.readings_since(alices, 0).await.unwrap().len(), 1);
+}
+
 /// One reaper at a time: the lease is held until it expires, and its holder renews it.
 async fn lease_has_one_holder(store: Store) {
     assert!(store.try_lease("reaper", "a", 60_000).await.unwrap());
@@ -760,6 +860,7 @@ async fn slot_choice_follows_the_domain_rule(store: Store) {
 }
 
 on_both_fns! {
+    readings_keep_each_minutes_highest => readings_keep_each_minutes_highest_sqlite, readings_keep_each_minutes_highest_postgres;
     slot_choice_follows_the_domain_rule => slot_choice_follows_the_domain_rule_sqlite, slot_choice_follows_the_domain_rule_postgres;
     a_session_moves_to_the_card_hami_chose => a_session_moves_to_the_card_hami_chose_sqlite, a_session_moves_to_the_card_hami_chose_postgres;
     thousand_launches_exactly_k => thousand_launches_exactly_k_sqlite, thousand_launches_exactly_k_postgres;

@@ -93,6 +93,7 @@ fn endpoints() -> Vec<Endpoint> {
             json!({ "editor": "jupyterlab", "slice_mib": 8192, "duration_minutes": 30 }),
         ),
         server_fn::<GetSession>(Form, json!({ "id": "{id}" })),
+        server_fn::<LoadSessionReadings>(Form, json!({ "id": "{id}" })),
         server_fn::<StopSession>(Form, json!({ "id": "{id}" })),
         server_fn::<Heartbeat>(Form, json!({ "id": "{id}", "input": true })),
         server_fn::<ExtendSession>(Form, json!({ "id": "{id}", "minutes": 30 })),
@@ -106,6 +107,7 @@ fn endpoints() -> Vec<Endpoint> {
         server_fn::<AdminSessions>(Json, query.clone()),
         server_fn::<AdminAudit>(Json, query.clone()),
         server_fn::<AdminUsage>(Json, query.clone()),
+        server_fn::<AdminUsageDays>(Json, query.clone()),
         server_fn::<AdminPool>(Form, json!({})),
         server_fn::<ChangeUser>(
             Json,
@@ -170,6 +172,7 @@ fn endpoints() -> Vec<Endpoint> {
         rest(Method::GET, "/sessions/{id}", json!(null)),
         rest(Method::DELETE, "/sessions/{id}", json!(null)),
         rest(Method::GET, "/sessions/{id}/events", json!(null)),
+        rest(Method::GET, "/sessions/{id}/readings", json!(null)),
         rest(
             Method::POST,
             "/sessions/{id}/heartbeat",
@@ -245,6 +248,7 @@ fn endpoints() -> Vec<Endpoint> {
         rest(Method::GET, "/admin/pool", json!(null)),
         rest(Method::GET, "/admin/audit", json!(null)),
         rest(Method::GET, "/admin/usage", json!(null)),
+        rest(Method::GET, "/admin/usage/days", json!(null)),
         rest(Method::GET, "/admin/settings", json!(null)),
         rest(Method::GET, "/admin/promotions", json!(null)),
         rest(Method::GET, "/admin/images", json!(null)),

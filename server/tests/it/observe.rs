@@ -1,7 +1,7 @@
 //! What operators read: `/metrics` (who may scrape it, and that it follows launches and ends),
-//! the probes.
+//! the probes; and the readings the pictures draw (a session's minutes, usage per day).
 
-use crate::common::{FakeRuntime, TestApp};
+use crate::common::{FAKE_RAM_MIB, FakeRuntime, TestApp};
 use http::{Method, StatusCode};
 
 /// `/metrics` as the scraper with the configured token reads it.
@@ -127,6 +127,78 @@ async fn metrics_follow_launches_and_ends_for_admins_and_the_scrapers_token() {
         "{refused}"
     );
     app.stop().await;
+}
+
+#[tokio::test]
+async fn a_sessions_minutes_are_kept_for_its_owner_and_count_in_the_usage_per_day() {
+    let runtime = FakeRuntime::new();
+    // A job on one and a half cores: busy by the sampler's measure.
+    runtime
+        .cpu_centi_cores
+        .store(150, std::sync::atomic::Ordering::Relaxed);
+    let app = TestApp::start_with(Some(runtime), |config| {
+        config.idle.sample_seconds = 1;
+        config.pool.warm = Vec::new();
+    })
+    .await;
+    let (_, alice) = app.user("alice").await;
+    let (_, bob) = app.user("bob").await;
+    let root = app.admin_token("root").await;
+    let id = app.launch_ready(&alice, "jupyterlab").await;
+    let path = format!("/api/v1/sessions/{id}/readings");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    let read = loop {
+        let answer = app.get(&path, Some(&alice)).await;
+        answer.assert_status(StatusCode::OK);
+        let read = answer.json();
+        if read["readings"].as_array().is_some_and(|r| !r.is_empty()) {
+            break read;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no reading: {read}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert_eq!(read["slice_mib"], 8192);
+    assert_eq!(read["card_mib"], 49152, "the slice's card");
+    let minute = &read["readings"][0];
+    assert_eq!(minute["cpu_milli"], 1500, "{read}");
+    assert_eq!(minute["ram_mib"], FAKE_RAM_MIB, "{read}");
+    assert_eq!(minute["busy"], true, "{read}");
+    assert!(minute["gpu_mib"].is_null(), "no GPU to read here: {read}");
+    assert_eq!(
+        minute["at_ms"].as_i64().unwrap() % 60_000,
+        0,
+        "one row a minute"
+    );
+    // Hers alone: to anyone else the session does not exist.
+    app.get(&path, Some(&bob))
+        .await
+        .assert_status(StatusCode::NOT_FOUND);
+    app.get(&path, None)
+        .await
+        .assert_status(StatusCode::UNAUTHORIZED);
+
+    // Everyone's week, for admins only: today held her slice and was busy in it.
+    app.get("/api/v1/admin/usage/days?filter=7d", Some(&alice))
+        .await
+        .assert_status(StatusCode::FORBIDDEN);
+    let answer = app
+        .get("/api/v1/admin/usage/days?filter=7d", Some(&root))
+        .await;
+    answer.assert_status(StatusCode::OK);
+    let days = answer.json();
+    let days = days.as_array().unwrap();
+    assert_eq!(days.len(), 7, "{days:?}");
+    let today = days.last().unwrap();
+    assert_eq!(today["launches"], 1, "{today}");
+    assert!(today["allocated_mib_ms"].as_i64().unwrap() > 0, "{today}");
+    assert!(today["busy_mib_ms"].as_i64().unwrap() > 0, "{today}");
+    assert!(
+        today["busy_mib_ms"].as_i64() <= today["allocated_mib_ms"].as_i64(),
+        "{today}"
+    );
+    app.get("/api/v1/admin/usage/days?filter=forever", Some(&root))
+        .await
+        .assert_status(StatusCode::BAD_REQUEST);
 }
 
 #[tokio::test]

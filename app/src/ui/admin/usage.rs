@@ -2,16 +2,18 @@
 
 use super::Tab;
 use super::table::{Empty, Pager, SearchForm, SortHeader, loaded};
-use crate::api::admin_usage;
+use crate::api::{admin_usage, admin_usage_days};
 use crate::domain::credits;
 use crate::domain::listing::{ListQuery, Page};
 use crate::domain::pool::format_mib;
 use crate::model::UsageRow;
+use crate::ui::charts::{CostBars, UsageDays};
 use leptos::prelude::*;
 
 #[component]
 pub(super) fn UsageTab(list: Memo<ListQuery>) -> impl IntoView {
     let data = Resource::new(move || list.get(), admin_usage);
+    let days = Resource::new(move || list.get(), admin_usage_days);
     view! {
         <SearchForm
             tab=Tab::Usage
@@ -29,6 +31,11 @@ pub(super) fn UsageTab(list: Memo<ListQuery>) -> impl IntoView {
             "by slice size, the GPU's average utilization and memory in use where the runtime can "
             "see the GPU, and the credits charged in the period."
         </p>
+        {loaded(
+            days,
+            "Loading usage per day…",
+            move |days| view! { <UsageDays days testid="usage-days" /> }.into_any(),
+        )}
         {loaded(data, "Loading usage…", move |page| view! { <UsageTable page list /> }.into_any())}
     }
 }
@@ -41,7 +48,17 @@ fn UsageTable(page: Page<UsageRow>, list: Memo<ListQuery>) -> impl IntoView {
             .into_any();
     }
     let not_measured = || view! { <span class="muted">"not measured"</span> }.into_any();
+    let costs: Vec<(String, i64)> = page
+        .items
+        .iter()
+        .map(|row| (row.user_name.clone(), row.charged))
+        .collect();
     view! {
+        <CostBars
+            items=costs
+            testid="cost-per-user"
+            caption="Credits charged per user in the period, most first (this page of the table).".to_string()
+        />
         <table class="admin-table" data-testid="usage">
             <thead>
                 <tr>

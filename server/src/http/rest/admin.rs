@@ -36,6 +36,7 @@ pub(super) fn admin_router() -> Router<AppState> {
         .route("/pool", get(admin_pool))
         .route("/audit", get(admin_audit))
         .route("/usage", get(admin_usage))
+        .route("/usage/days", get(admin_usage_days))
         .route("/settings", get(admin_settings))
         .route("/promotions", get(promotions::admin_promotions))
         .route(
@@ -230,6 +231,21 @@ pub(super) async fn admin_usage(
 ) -> ApiResult<Json<app::domain::listing::Page<app::model::UsageRow>>> {
     Ok(Json(
         state.service.admin.admin_usage(&viewer, &query).await?,
+    ))
+}
+
+/// Everyone's usage per day over the period `?filter=7d|30d|90d` (default 30 days).
+pub(super) async fn admin_usage_days(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    ApiQuery(query): ApiQuery,
+) -> ApiResult<Json<Vec<app::domain::usage::UsageDay>>> {
+    Ok(Json(
+        state
+            .service
+            .admin
+            .admin_usage_days(&viewer, &query)
+            .await?,
     ))
 }
 

@@ -172,6 +172,7 @@ pub fn router() -> Router<AppState> {
             get(sessions::get_session).delete(sessions::delete_session),
         )
         .route("/sessions/{id}/events", get(sessions::session_events))
+        .route("/sessions/{id}/readings", get(sessions::session_readings))
         .route("/sessions/{id}/heartbeat", post(sessions::heartbeat))
         .route("/sessions/{id}/extend", post(sessions::extend))
         .route("/quota", get(quota))

@@ -63,6 +63,15 @@ pub(super) async fn get_session(
     ))
 }
 
+/// The last hour of the session's readings, one a minute.
+pub(super) async fn session_readings(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+) -> ApiResult<Json<app::domain::usage::SessionReadings>> {
+    Ok(Json(state.service.sessions.readings(&viewer, &id).await?))
+}
+
 pub(super) async fn delete_session(
     State(state): State<AppState>,
     ApiUser(viewer): ApiUser,

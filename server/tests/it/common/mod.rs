@@ -614,6 +614,10 @@ impl Runtime for FakeRuntime {
         handles.iter().map(|h| (h.clone(), cores)).collect()
     }
 
+    async fn memory_used(&self, handles: &[String]) -> std::collections::HashMap<String, u64> {
+        handles.iter().map(|h| (h.clone(), FAKE_RAM_MIB)).collect()
+    }
+
     fn workspace_dir(&self, user_name: &str) -> Option<PathBuf> {
         self.workspaces.as_ref().map(|w| w.join(user_name))
     }
@@ -647,6 +651,9 @@ impl Runtime for FakeRuntime {
 /// Lets the stand-in's `stream` route send its last line.
 pub static STREAM_GATE: std::sync::LazyLock<tokio::sync::Notify> =
     std::sync::LazyLock::new(tokio::sync::Notify::new);
+
+/// What the fake runtime says every editor's processes hold.
+pub const FAKE_RAM_MIB: u64 = 256;
 
 static FAKE_TASKS: std::sync::LazyLock<
     std::sync::Mutex<std::collections::HashMap<String, tokio::task::JoinHandle<()>>>,
