@@ -30,9 +30,10 @@ apt_install() {
 rustup target list --installed 2>/dev/null | grep -q wasm32-unknown-unknown || {
   say "rustup target add wasm32-unknown-unknown"; rustup target add wasm32-unknown-unknown; }
 
-if ! cargo leptos --version 2>/dev/null | grep -q "0.3.5"; then
-  say "installing cargo-leptos 0.3.5 (about 15 minutes on 2 cores, once)"
-  cargo install cargo-leptos --locked --version 0.3.5 --features no_downloads
+# 0.3.8: the first whose wasm splitter reads wasm-bindgen 0.2.128+ (the pages are split per route).
+if ! cargo leptos --version 2>/dev/null | grep -q "0.3.8"; then
+  say "installing cargo-leptos 0.3.8 (about 25 minutes on 2 cores, once)"
+  cargo install cargo-leptos --locked --version 0.3.8 --features no_downloads
 fi
 
 WB_VERSION=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/[^0-9.]/, ""); print; exit }' Cargo.lock)
@@ -111,8 +112,9 @@ fi
 if [ "$WANT_TEST" = 1 ]; then
   # docker-registry: the CNCF distribution server, the promotion tests' registry on loopback;
   # prometheus: scrapes a test server and answers PromQL (its service is never started here);
-  # sqlite3: the browser tests read a session's runtime handle from the server's database.
-  apt_install chromium postgresql docker-registry prometheus sqlite3
+  # sqlite3: the browser tests read a session's runtime handle from the server's database;
+  # buildah, podman and runc: the server image is built, pushed, pulled and run (image-test.sh).
+  apt_install chromium postgresql docker-registry prometheus sqlite3 buildah podman runc
   if [ ! -d end2end/node_modules/playwright-core ] || [ ! -d end2end/node_modules/oidc-provider ] \
     || [ ! -d end2end/node_modules/axe-core ]; then
     say "installing playwright-core (no browser download: Debian's Chromium is used), oidc-provider, axe-core"

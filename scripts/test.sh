@@ -31,8 +31,11 @@ echo "==> cargo test (unit, the folders' import order, store on SQLite + Postgre
 # build of the pages (effects then run at render, which the server never does).
 cargo test --workspace --exclude frontend --locked
 
-echo "==> cargo leptos build (pages + wasm)"
-cargo leptos build
+echo "==> cargo leptos build --split (pages + wasm, a chunk per page)"
+cargo leptos build --split
 
 echo "==> browser tests (Playwright + Chromium)"
 scripts/e2e.sh
+
+echo "==> the server image (buildah FROM scratch: reproducible, pushed, pulled by digest, run)"
+scripts/image-test.sh

@@ -60,6 +60,24 @@ for case in default production; do
   fi
 done
 
+# --- the chart runs the image the build makes ------------------------------------------------------
+built=$(scripts/image.sh --name)
+ref=${CARGO_TARGET_DIR:-$PWD/target}/image/server.ref
+[ -f "$ref" ] && built=$(cut -d@ -f1 "$ref")
+rendered=$("$PY" -c '
+import sys, yaml
+for doc in yaml.safe_load_all(open(sys.argv[1])):
+    if doc and doc.get("kind") == "Deployment":
+        for c in doc["spec"]["template"]["spec"]["containers"]:
+            if c["name"] == "server":
+                print(c["image"])
+' "$OUT/default.yaml")
+if [ "$rendered" = "$built" ]; then
+  ok "the chart's server image is the one scripts/image.sh builds ($built)"
+else
+  bad "the chart deploys '$rendered' but scripts/image.sh builds '$built' (image.repository and appVersion against Cargo.toml)"
+fi
+
 # --- the checks reject what they should ----------------------------------------------------------
 expect() { # FILE: its first line, "# expect: STAGE TEXT"
   sed -n '1s/^# expect: //p' "$1"

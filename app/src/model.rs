@@ -539,4 +539,32 @@ pub struct ImageView {
     pub pinned: bool,
     pub added_by: Option<String>,
     pub created_at_ms: Option<i64>,
+    /// The newest scanner report posted to it.
+    pub scan: Option<ScanView>,
+    /// Why the scan policy keeps it from being approved and launched; None: it passes.
+    pub blocked: Option<String>,
+}
+
+/// A scanner's report on an image, as summarized when it was posted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScanView {
+    pub id: String,
+    #[serde(flatten)]
+    pub summary: crate::domain::scan::ScanSummary,
+    pub posted_at_ms: i64,
+    pub posted_by: Option<String>,
+}
+
+impl ScanView {
+    /// The scan's own time where the report gives one (never later than its posting), else
+    /// when it was posted: what the policy's age counts from.
+    pub fn facts(&self) -> crate::domain::scan::ScanFacts {
+        crate::domain::scan::ScanFacts {
+            fixable: self.summary.fixable,
+            scanned_at_ms: self
+                .summary
+                .scanned_at_ms
+                .map_or(self.posted_at_ms, |at| at.min(self.posted_at_ms)),
+        }
+    }
 }

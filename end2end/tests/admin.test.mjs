@@ -1,5 +1,6 @@
 // The admin pages in the browser: grant credits, lock and unlock a user, search, the pool and the
 // audit log; a user who is not an admin is refused.
+import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, launchByApi, readyByApi, signIn } from './helpers.mjs';
@@ -219,6 +220,35 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     const added = page.locator(`tr[data-image="${reference}"]`);
     await added.waitFor();
     assert.match(await added.innerText(), /marimo, team build[\s\S]*by tag: can change[\s\S]*approved/);
+    await added.getByText('Held back: no scan report yet').waitFor();
+    // Its scan, posted as CI would (Trivy's JSON, made two days ago), shows by severity with
+    // the policy's verdict.
+    const trivy = readFileSync(new URL('../../server/tests/it/scans/trivy.json', import.meta.url), 'utf8')
+      .replaceAll('@ARTIFACT@', reference)
+      .replaceAll('@CREATED@', new Date(Date.now() - 2 * 86400000).toISOString());
+    const [scanStatus, scanned] = await page.evaluate(async ({ reference, trivy }) => {
+      const images = await (await fetch('/api/v1/admin/images')).json();
+      const id = images.find((i) => i.reference === reference).id;
+      const answer = await fetch(`/api/v1/admin/images/${id}/scans`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: trivy,
+      });
+      return [answer.status, await answer.json()];
+    }, { reference, trivy });
+    assert.equal(scanStatus, 201, JSON.stringify(scanned));
+    await page.reload();
+    await hydrated(page);
+    await added.waitFor();
+    const counts = added.getByTestId('scan-counts');
+    for (const severity of ['critical', 'high', 'medium', 'low']) {
+      assert.equal(
+        await counts.locator(`[data-severity="${severity}"]`).innerText(),
+        `${scanned.scan.found[severity]} ${severity}`,
+      );
+    }
+    assert.match(await added.innerText(), /3 with a fix · scanned 2 days ago[\s\S]*Trivy 0\.57\.1/);
+    await added.getByTestId('scan-blocked').filter({ hasText: '1 critical finding has a fix available' }).waitFor();
     await page.screenshot({ path: `${ARTIFACTS}/admin-images.png` });
     await added.getByRole('button', { name: 'Retire' }).click();
     await added.getByText('retired').waitFor();

@@ -59,6 +59,8 @@ pub async fn open_service(config: config::Config) -> anyhow_lite::Result<Arc<Ser
             };
             let kube =
                 runtime::kube::KubeRuntime::new(client, config.kube.clone()).with_timing(timing);
+            // The nodes' cards, not this pod's (it has none): declared, and enforced by HAMi.
+            let (gpus, enforcement) = runtime::gpu::on_kube(&config);
             Service::on_kube(config, store, Arc::new(kube), gpus, enforcement)
         }
     };

@@ -36,6 +36,83 @@ pub fn rfc3339(ms: i64) -> String {
     format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
 }
 
+/// Milliseconds since the epoch of a time as RFC 3339 writes it ("2026-05-26T09:15:02.38+02:00",
+/// "2026-05-27T10:02:11Z"), as scanners stamp their reports; None for anything else.
+pub fn parse_rfc3339(text: &str) -> Option<i64> {
+    let text = text.trim();
+    let number = |s: &str| -> Option<i64> {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse().ok())?
+    };
+    let (date, time) = text.split_once(['T', 't', ' '])?;
+    let mut ymd = date.splitn(3, '-');
+    let (year, month, day) = (
+        number(ymd.next()?)?,
+        number(ymd.next()?)?,
+        number(ymd.next()?)?,
+    );
+    // The offset: `Z`, or `±hh:mm` after the seconds.
+    let (clock, offset_minutes) = if let Some(clock) = time.strip_suffix(['Z', 'z']) {
+        (clock, 0)
+    } else {
+        let at = time.rfind(['+', '-'])?;
+        let (hours, minutes) = time[at + 1..].split_once(':')?;
+        let minutes = number(hours)? * 60 + number(minutes)?;
+        (
+            &time[..at],
+            if &time[at..=at] == "-" {
+                -minutes
+            } else {
+                minutes
+            },
+        )
+    };
+    let mut hms = clock.splitn(3, ':');
+    let (hour, minute) = (number(hms.next()?)?, number(hms.next()?)?);
+    let seconds = hms.next()?;
+    let (whole, fraction) = seconds.split_once('.').unwrap_or((seconds, ""));
+    let second = number(whole)?;
+    let millis = if fraction.is_empty() {
+        0
+    } else {
+        let digits: String = fraction.chars().chain("000".chars()).take(3).collect();
+        number(fraction)?;
+        number(&digits)?
+    };
+    let days_in_month = [
+        31,
+        28 + i64::from(year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)),
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    if !(1..=12).contains(&month)
+        || day < 1
+        || day > days_in_month[(month - 1) as usize]
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
+        return None;
+    }
+    // A civil date to days (Howard Hinnant's algorithm, the inverse of `utc_parts`).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset_minutes * 60;
+    Some(seconds * 1000 + millis)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,5 +125,34 @@ mod tests {
         assert_eq!(minute(1_709_251_199_999), "2024-02-29 23:59");
         assert_eq!(day(1_709_251_200_000), "2024-03-01");
         assert_eq!(day(-1), "1969-12-31");
+    }
+
+    #[test]
+    fn rfc3339_times_are_read_back_with_their_offsets() {
+        for ms in [0, 1_709_251_199_000, 1_780_000_000_000, -86_400_000] {
+            assert_eq!(parse_rfc3339(&rfc3339(ms)), Some(ms));
+        }
+        assert_eq!(
+            parse_rfc3339("2026-05-26T09:15:02.381517+02:00"),
+            parse_rfc3339("2026-05-26T07:15:02.381Z")
+        );
+        assert_eq!(
+            parse_rfc3339("2026-05-26T07:15:02.381Z").map(|ms| ms % 1000),
+            Some(381)
+        );
+        assert_eq!(
+            parse_rfc3339("2026-05-25T22:15:02-09:00"),
+            parse_rfc3339("2026-05-26T07:15:02Z")
+        );
+        for bad in [
+            "",
+            "yesterday",
+            "2026-02-30T00:00:00Z",
+            "2026-05-26T25:00:00Z",
+            "2026-05-26T07:15Z",
+            "2026-05-26",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
     }
 }

@@ -70,6 +70,8 @@ pub struct ImageChoice {
     pub id: String,
     pub editor: EditorKind,
     pub reference: String,
+    /// Why the scan policy keeps it from launching now; None: it may.
+    pub blocked: Option<String>,
 }
 
 /// What the pool and configuration offer right now.
@@ -152,11 +154,16 @@ pub fn validate(req: &LaunchRequest, catalog: &Catalog) -> Result<ValidLaunch, S
         (Some(id), Some(images)) => {
             let offered: Vec<&str> = images
                 .iter()
-                .filter(|i| i.editor == editor)
+                .filter(|i| i.editor == editor && i.blocked.is_none())
                 .map(|i| i.id.as_str())
                 .collect();
             match images.iter().find(|i| i.id == id) {
-                Some(image) if image.editor == editor => Some(image.reference.clone()),
+                Some(image) if image.editor == editor => match &image.blocked {
+                    None => Some(image.reference.clone()),
+                    Some(why) => {
+                        return Err(format!("image `{id}` may not be launched now: {why}"));
+                    }
+                },
                 Some(image) => {
                     return Err(format!(
                         "image `{id}` runs {}, not {}",
@@ -460,11 +467,19 @@ mod tests {
                     id: "i1".into(),
                     editor: EditorKind::JupyterLab,
                     reference: "reg.example/jupyter/torch:1".into(),
+                    blocked: None,
                 },
                 ImageChoice {
                     id: "m1".into(),
                     editor: EditorKind::Marimo,
                     reference: "reg.example/marimo:1".into(),
+                    blocked: None,
+                },
+                ImageChoice {
+                    id: "old".into(),
+                    editor: EditorKind::JupyterLab,
+                    reference: "reg.example/jupyter/torch:0".into(),
+                    blocked: Some("its newest scan is 40 days old".into()),
                 },
             ]),
             ..catalog()
@@ -480,6 +495,12 @@ mod tests {
         let err = validate(&with_image("m1"), &kube).unwrap_err();
         assert!(err.contains("runs marimo, not JupyterLab"), "{err}");
         let err = validate(&with_image("gone"), &kube).unwrap_err();
-        assert!(err.contains("choose one of: i1"), "{err}");
+        assert!(err.ends_with("choose one of: i1"), "{err}");
+        // Held back by the scan policy: refused with the policy's reason, and not offered.
+        let err = validate(&with_image("old"), &kube).unwrap_err();
+        assert!(
+            err.contains("may not be launched now: its newest scan is 40 days old"),
+            "{err}"
+        );
     }
 }

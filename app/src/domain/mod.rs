@@ -22,6 +22,7 @@ pub mod pricing;
 pub mod promotion;
 pub mod quota;
 pub mod reaper;
+pub mod scan;
 pub mod scope;
 pub mod session;
 pub mod usage;

@@ -28,8 +28,12 @@ pub struct KubeConfig {
     pub session_priority_class: String,
     /// StorageClass of workspace volumes; empty means the cluster's default.
     pub storage_class: String,
-    /// Workspace volume size, and the namespace's storage quota.
+    /// Workspace volume size, and the namespace's storage quota, for users whose quota sets no
+    /// disk size of their own (`quotas.max_disk_mib` or a per-user override sizes it otherwise).
     pub workspace_size_gib: u32,
+    /// HAMi shares the cluster's GPUs, holding each pod to its `gpumem` and `gpucores`: slices
+    /// are shown as enforced. False for a cluster whose GPUs are shared without it.
+    pub hami: bool,
     /// Pods one user may run at once (ResourceQuota `pods`).
     pub max_pods_per_user: u32,
     /// GPU memory one user may hold at once (ResourceQuota `limits.nvidia.com/gpumem`).
@@ -110,6 +114,7 @@ impl Default for KubeConfig {
             session_priority_class: "gpu-sandbox-session".into(),
             storage_class: String::new(),
             workspace_size_gib: 10,
+            hami: true,
             max_pods_per_user: 4,
             max_gpumem_mib_per_user: 49152,
             metrics_url: String::new(),

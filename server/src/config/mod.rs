@@ -54,6 +54,8 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// How long sessions' per-minute readings are kept.
     pub history: HistoryConfig,
+    /// What an added image's scans must show before it may be approved and launched.
+    pub image_policy: ImagePolicyConfig,
     /// The file this configuration was read from, if any (hidden from editors).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -90,6 +92,45 @@ pub struct HistoryConfig {
 impl Default for HistoryConfig {
     fn default() -> Self {
         HistoryConfig { retention_days: 90 }
+    }
+}
+
+/// The scan policy ([`app::domain::scan::ScanPolicy`]) for the images admins add; each
+/// editor's configured default (`kube.images`) is the platform's own and is not held to it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ImagePolicyConfig {
+    /// An image without a posted report may not be approved or launched.
+    pub require_scan: bool,
+    /// A report older than this many days no longer counts (0: any age).
+    pub max_age_days: u32,
+    /// Findings at this severity or worse with a fix available block the image: `critical`,
+    /// `high`, `medium`, `low`, `unknown`, or `none`.
+    pub block_fixable_at: String,
+}
+
+impl Default for ImagePolicyConfig {
+    fn default() -> Self {
+        let policy = app::domain::scan::ScanPolicy::default();
+        ImagePolicyConfig {
+            require_scan: policy.require_scan,
+            max_age_days: policy.max_age_days,
+            block_fixable_at: policy
+                .block_fixable_at
+                .map_or("none", |s| s.as_str())
+                .to_string(),
+        }
+    }
+}
+
+impl ImagePolicyConfig {
+    /// The policy; a `block_fixable_at` that names no severity was refused at start-up.
+    pub fn policy(&self) -> app::domain::scan::ScanPolicy {
+        app::domain::scan::ScanPolicy {
+            require_scan: self.require_scan,
+            max_age_days: self.max_age_days,
+            block_fixable_at: app::domain::scan::Severity::parse(&self.block_fixable_at),
+        }
     }
 }
 
@@ -333,6 +374,7 @@ impl Default for Config {
             promotion: promotion::PromotionConfig::default(),
             metrics: MetricsConfig::default(),
             history: HistoryConfig::default(),
+            image_policy: ImagePolicyConfig::default(),
             local: local::LocalConfig::default(),
             source: None,
         }
@@ -557,6 +599,19 @@ impl Config {
                     "{} is not between 1 and 3650 days",
                     self.history.retention_days
                 ),
+            );
+        }
+        let fixable = self.image_policy.block_fixable_at.trim();
+        if fixable != "none" && app::domain::scan::Severity::parse(fixable).is_none() {
+            return bad(
+                "image_policy.block_fixable_at",
+                format!("`{fixable}` is not one of critical, high, medium, low, unknown or none"),
+            );
+        }
+        if self.image_policy.max_age_days > 3650 {
+            return bad(
+                "image_policy.max_age_days",
+                "must be at most 3650 days (0: reports of any age count)".into(),
             );
         }
         if self.pool.detected_slice_mib == 0 {

@@ -216,6 +216,32 @@ pub fn settings(
             ],
         ),
     ];
+    let policy = &config.image_policy;
+    sections.push(section(
+        "Image scans",
+        vec![
+            (
+                "A report is needed",
+                if policy.require_scan { "yes" } else { "no" }.to_string(),
+            ),
+            (
+                "Reports count for",
+                if policy.max_age_days == 0 {
+                    "any age".to_string()
+                } else {
+                    format!("{} days", policy.max_age_days)
+                },
+            ),
+            (
+                "Fixable findings that block",
+                match policy.block_fixable_at.as_str() {
+                    "none" => "none".to_string(),
+                    "critical" => "critical".to_string(),
+                    other => format!("{other} or worse"),
+                },
+            ),
+        ],
+    ));
     sections.push(match &config.oidc {
         Some(oidc) => section(
             "Single sign-on",

@@ -483,8 +483,20 @@ async fn extend_used_sign_in(
     next.run(request).await
 }
 
-/// The largest body our own routes read (the server functions' limit); the API's is smaller.
+/// The largest body our own routes read (the server functions' limit); the API's is smaller,
+/// but for a scanner's report on an image.
 const MAX_OWN_BODY: usize = 2 * 1024 * 1024;
+
+fn own_body_limit(path: &str) -> usize {
+    let scans = path
+        .strip_prefix("/api/v1/admin/images/")
+        .is_some_and(|rest| rest.ends_with("/scans"));
+    if scans {
+        crate::service::images::MAX_REPORT_BYTES
+    } else {
+        MAX_OWN_BODY
+    }
+}
 
 /// A request's body must arrive within `proxy.body_timeout_seconds` of its head (none of our
 /// own routes takes a large one): a client that trickles one byte at a time cannot hold its
@@ -506,16 +518,20 @@ async fn read_body_in_time(
         )
             .into_response()
     };
+    let limit = own_body_limit(request.uri().path());
     let too_large = || {
         refuse(
             StatusCode::PAYLOAD_TOO_LARGE,
             "too_large",
-            "the request's body is larger than 2 MiB",
+            &format!(
+                "the request's body is larger than {} MiB",
+                limit / (1024 * 1024)
+            ),
         )
     };
     let within = std::time::Duration::from_secs(state.service.config().proxy.body_timeout_seconds);
     let (parts, body) = request.into_parts();
-    match tokio::time::timeout(within, axum::body::to_bytes(body, MAX_OWN_BODY)).await {
+    match tokio::time::timeout(within, axum::body::to_bytes(body, limit)).await {
         Ok(Ok(bytes)) => {
             let request = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
             next.run(request).await

@@ -31,6 +31,9 @@ pub enum Enforcement {
     None,
     /// HAMi-core's libvgpu.so, preloaded into the editor.
     HamiCore(String),
+    /// On Kubernetes: HAMi's device plugin and scheduler hold each pod to the `gpumem` and
+    /// `gpucores` it asks for (HAMi-core inside the container, set up by HAMi, not by us).
+    Hami,
 }
 
 impl Enforcement {
@@ -39,8 +42,26 @@ impl Enforcement {
         match self {
             Enforcement::None => "not enforced".into(),
             Enforcement::HamiCore(_) => "enforced by HAMi-core".into(),
+            Enforcement::Hami => "enforced by HAMi".into(),
         }
     }
+}
+
+/// The pool on Kubernetes: the declared cards (the nodes' GPUs, which this server does not
+/// see), enforced where `kube.hami` says HAMi shares them (the default).
+pub fn on_kube(config: &Config) -> (Vec<GpuSpec>, Enforcement) {
+    let enforced = config.kube.hami;
+    let gpus = config
+        .declared_gpus()
+        .into_iter()
+        .map(|g| GpuSpec { enforced, ..g })
+        .collect();
+    let enforcement = if enforced {
+        Enforcement::Hami
+    } else {
+        Enforcement::None
+    };
+    (gpus, enforcement)
 }
 
 /// The GPUs of the pool: real ones if NVML finds any, else the declared ones.

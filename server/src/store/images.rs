@@ -2,7 +2,9 @@
 
 use super::*;
 use app::domain::images::ImageState;
-use app::model::ImageView;
+use app::domain::scan::ScanSummary;
+use app::model::{ImageView, ScanView};
+use std::collections::HashMap;
 
 fn from_row(r: &AnyRow) -> Result<ImageView> {
     let editor: String = r.try_get("editor")?;
@@ -17,7 +19,22 @@ fn from_row(r: &AnyRow) -> Result<ImageView> {
         state: ImageState::parse(&state).ok_or(bad("image state"))?,
         added_by: r.try_get("added_by")?,
         created_at_ms: Some(r.try_get("created_at")?),
+        scan: None,
+        blocked: None,
     })
+}
+
+fn scan_from_row(r: &AnyRow) -> Result<(String, ScanView)> {
+    let summary: String = r.try_get("summary")?;
+    Ok((
+        r.try_get("image_id")?,
+        ScanView {
+            id: r.try_get("id")?,
+            summary: serde_json::from_str(&summary).map_err(|_| bad("scan summary"))?,
+            posted_at_ms: r.try_get("posted_at")?,
+            posted_by: r.try_get("posted_by")?,
+        },
+    ))
 }
 
 const COLUMNS: &str =
@@ -127,5 +144,76 @@ impl Store {
         .await?;
         w.commit().await?;
         Ok(true)
+    }
+
+    /// Keeps a scanner's report (its summary) on an image; false when the image does not exist.
+    pub async fn add_scan(
+        &self,
+        image_id: &str,
+        summary: &ScanSummary,
+        actor_id: &str,
+    ) -> Result<Option<String>> {
+        let now = self.now();
+        let id = new_id();
+        let json = serde_json::to_string(summary).map_err(|_| bad("scan summary"))?;
+        let mut w = self.begin_write().await?;
+        let exists = sqlx::query("SELECT id FROM images WHERE id = $1")
+            .bind(image_id)
+            .fetch_optional(&mut *w.tx)
+            .await?;
+        if exists.is_none() {
+            return Ok(None);
+        }
+        sqlx::query(
+            "INSERT INTO image_scans (id, image_id, scanned_at, posted_at, posted_by, summary)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(&id)
+        .bind(image_id)
+        .bind(summary.scanned_at_ms)
+        .bind(now)
+        .bind(actor_id)
+        .bind(&json)
+        .execute(&mut *w.tx)
+        .await?;
+        let found = &summary.found;
+        insert_audit(
+            &mut w,
+            Some(actor_id),
+            "image.scan",
+            &format!("image:{image_id}"),
+            &format!(
+                "{} {}: {} critical, {} high, {} medium, {} low ({} critical fixable)",
+                summary.format.as_str(),
+                summary.scanner,
+                found.critical,
+                found.high,
+                found.medium,
+                found.low,
+                summary.fixable.critical
+            ),
+            now,
+        )
+        .await?;
+        w.commit().await?;
+        Ok(Some(id))
+    }
+
+    /// Each image's newest report, by image id.
+    pub async fn latest_scans(&self) -> Result<HashMap<String, ScanView>> {
+        let rows = sqlx::query(
+            "SELECT s.id, s.image_id, s.posted_at, s.summary, u.name AS posted_by
+             FROM image_scans s LEFT JOIN users u ON u.id = s.posted_by
+             WHERE s.posted_at = (SELECT MAX(t.posted_at) FROM image_scans t WHERE t.image_id = s.image_id)
+             ORDER BY s.posted_at, s.id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut latest = HashMap::new();
+        for row in &rows {
+            let (image, scan) = scan_from_row(row)?;
+            latest.insert(image, scan);
+        }
+        Ok(latest)
     }
 }

@@ -1127,6 +1127,163 @@ async fn a_forged_name_in_a_failed_sign_in_is_recorded_as_unknown_and_escaped() 
     app.stop().await;
 }
 
+/// A scanner's report in one of the two formats, about `artifact`, made `days_ago`.
+pub fn report(format: &str, artifact: &str, days_ago: i64) -> String {
+    let created = app::domain::dates::rfc3339(server::util::now_ms() - days_ago * 86_400_000);
+    let template = match format {
+        "trivy" => include_str!("scans/trivy.json"),
+        _ => include_str!("scans/sarif.json"),
+    };
+    template
+        .replace("@ARTIFACT@", artifact)
+        .replace("@CREATED@", &created)
+}
+
+pub async fn post_report(app: &TestApp, token: &str, image_id: &str, body: String) -> Response {
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri(app.url(&format!("/api/v1/admin/images/{image_id}/scans")))
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(Full::new(body.into()))
+        .unwrap();
+    app.send(request).await
+}
+
+/// An image's newest scan decides, by the configured policy, whether it may be approved: no
+/// report, an old one, or a critical finding with a fix hold it back, with the reason; reports
+/// about another image, in another format or malformed are refused and change nothing.
+#[tokio::test]
+async fn an_images_scan_decides_whether_it_may_be_approved() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (_, root) = admin(&app, "root", Scopes::ALL).await;
+    let (_, alice) = app.user("alice").await;
+    let reference = "registry.example.com/ml/torch-notebook:2.5";
+    let added = app
+        .call(
+            Method::POST,
+            "/api/v1/admin/images",
+            Some(&root),
+            Some(json!({"editor": "jupyterlab", "reference": reference, "label": "PyTorch 2.5"})),
+        )
+        .await;
+    added.assert_status(StatusCode::CREATED);
+    let image = added.json();
+    let id = image["id"].as_str().unwrap().to_string();
+    assert!(image["scan"].is_null());
+    assert!(
+        image["blocked"]
+            .as_str()
+            .unwrap()
+            .contains("no scan report yet"),
+        "{image}"
+    );
+
+    // Who may post, and what is not a report.
+    post_report(&app, &alice, &id, report("trivy", reference, 1))
+        .await
+        .assert_status(StatusCode::FORBIDDEN);
+    post_report(&app, &root, "nope", report("trivy", reference, 1))
+        .await
+        .assert_status(StatusCode::NOT_FOUND);
+    for (body, says) in [
+        ("{\"bomFormat\": \"CycloneDX\"}".to_string(), "Trivy's JSON"),
+        ("not json".to_string(), "not JSON"),
+        (
+            "{\"version\": \"2.0.0\", \"runs\": []}".to_string(),
+            "version 2.1.0",
+        ),
+        (
+            report("trivy", "registry.example.com/ml/other:1", 1),
+            "not `registry.example.com/ml/torch-notebook:2.5`",
+        ),
+        (report("sarif", reference, -3), "more than a day from now"),
+    ] {
+        refused(
+            &post_report(&app, &root, &id, body).await,
+            StatusCode::BAD_REQUEST,
+            says,
+        );
+    }
+
+    // Trivy's JSON with a critical finding that has a fix: held back, with the counts.
+    let posted = post_report(&app, &root, &id, report("trivy", reference, 2)).await;
+    posted.assert_status(StatusCode::CREATED);
+    let image = posted.json();
+    let scan = &image["scan"];
+    assert_eq!(scan["format"], "trivy");
+    assert_eq!(scan["scanner"], "Trivy 0.57.1");
+    assert_eq!(
+        scan["found"],
+        json!({"critical": 1, "high": 1, "medium": 1, "low": 1, "unknown": 0})
+    );
+    assert_eq!(scan["fixable"]["critical"], 1);
+    assert_eq!(scan["fixable"]["low"], 0);
+    assert_eq!(scan["top"][0]["id"], "CVE-2024-45491");
+    assert_eq!(scan["posted_by"], "root");
+    assert!(
+        image["blocked"]
+            .as_str()
+            .unwrap()
+            .starts_with("1 critical finding has a fix available"),
+        "{image}"
+    );
+    // Retired, it may not be approved again while the policy says no.
+    app.call(
+        Method::PATCH,
+        &format!("/api/v1/admin/images/{id}"),
+        Some(&root),
+        Some(json!({"state": "retired"})),
+    )
+    .await
+    .assert_status(StatusCode::OK);
+    let image_path = format!("/api/v1/admin/images/{id}");
+    let approve = || {
+        app.call(
+            Method::PATCH,
+            &image_path,
+            Some(&root),
+            Some(json!({"state": "approved"})),
+        )
+    };
+    refused(
+        &approve().await,
+        StatusCode::CONFLICT,
+        "PyTorch 2.5 may not be approved: 1 critical finding has a fix",
+    );
+
+    // A report older than the policy's 30 days counts no more.
+    post_report(&app, &root, &id, report("sarif", reference, 40))
+        .await
+        .assert_status(StatusCode::CREATED);
+    refused(&approve().await, StatusCode::CONFLICT, "40 days old");
+
+    // SARIF of the rebuilt image (a low and a medium finding): approved.
+    let posted = post_report(&app, &root, &id, report("sarif", reference, 0)).await;
+    posted.assert_status(StatusCode::CREATED);
+    let image = posted.json();
+    assert_eq!(image["scan"]["format"], "sarif");
+    assert_eq!(
+        image["scan"]["found"],
+        json!({"critical": 0, "high": 0, "medium": 1, "low": 1, "unknown": 0})
+    );
+    assert_eq!(image["scan"]["fixable"]["medium"], 1);
+    assert!(image["blocked"].is_null(), "{image}");
+    let approved = approve().await;
+    approved.assert_status(StatusCode::OK);
+    assert_eq!(approved.json()["state"], "approved");
+
+    // The admin list shows the newest scan; each post is in the audit log.
+    let listed = app.get("/api/v1/admin/images", Some(&root)).await.json();
+    assert_eq!(listed[0]["scan"]["format"], "sarif");
+    let audit = app
+        .get("/api/v1/admin/audit?q=image.scan", Some(&root))
+        .await
+        .json();
+    assert_eq!(audit["total"], 3, "{audit}");
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn admin_tables_download_as_csv_with_the_listings_filters_and_no_formulas() {
     let app = TestApp::start(Some(FakeRuntime::new())).await;

@@ -264,6 +264,11 @@ fn endpoints() -> Vec<Endpoint> {
         ),
         rest(
             Method::POST,
+            "/admin/images/{id}/scans",
+            json!({ "SchemaVersion": 2, "Results": [] }),
+        ),
+        rest(
+            Method::POST,
             "/admin/promotions/{id}/{decision}",
             json!({ "reason": "fuzz" }),
         ),

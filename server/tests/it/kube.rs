@@ -262,6 +262,11 @@ async fn launch_and_stop_send_exactly_these_requests() {
                 ),
             ),
         },
+        // Already there: read, to grow it to the user's quota were it smaller (it is not).
+        get(
+            format!("{core}/persistentvolumeclaims/workspace"),
+            (200, to_json(plan.workspace_pvc())),
+        ),
         // The token: its value is random, checked below against what the proxy gets.
         Expect {
             method: Method::PATCH,
@@ -380,7 +385,7 @@ async fn launch_and_stop_send_exactly_these_requests() {
     runtime.stop(&running.handle).await.expect("stopped");
     let bodies = verifier.await.expect("every request as expected");
     // The Secret carries exactly the token the proxy presents; the pod never does.
-    let secret = &bodies[6];
+    let secret = &bodies[7];
     assert_eq!(secret["kind"], "Secret");
     assert_eq!(
         secret["metadata"]["labels"]["gpu-sandbox/session"],
@@ -389,7 +394,7 @@ async fn launch_and_stop_send_exactly_these_requests() {
     let token: k8s_openapi::ByteString =
         serde_json::from_value(secret["data"]["token"].clone()).unwrap();
     assert_eq!(String::from_utf8(token.0).unwrap(), running.secret);
-    assert!(!bodies[7].to_string().contains(&running.secret));
+    assert!(!bodies[8].to_string().contains(&running.secret));
 }
 
 #[tokio::test]
@@ -621,6 +626,8 @@ struct Cluster {
     conflicts: usize,
     next_ip: u32,
     fate: Option<Fate>,
+    /// Refuses to grow volumes, as a storage class without `allowVolumeExpansion` does.
+    fixed_size_volumes: bool,
     version: u64,
     /// Pod changes, for watches: (namespace, name, event type, pod).
     pod_events: Option<tokio::sync::broadcast::Sender<(String, String, &'static str, Value)>>,
@@ -781,9 +788,17 @@ impl FakeApi {
         if method == Method::GET && query.contains("watch=true") {
             return self.watch_pod(&path, &query);
         }
+        let merge = request
+            .headers()
+            .get("content-type")
+            .is_some_and(|v| v == "application/merge-patch+json");
         let body = request.into_body().collect().await.unwrap().to_bytes();
         let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        let (code, answer) = self.serve(&method, &path, &query, body);
+        let (code, answer) = if merge {
+            self.merge(&path, &query, body)
+        } else {
+            self.serve(&method, &path, &query, body)
+        };
         let text = match &answer {
             Value::String(s) => s.clone(),
             other => other.to_string(),
@@ -793,6 +808,65 @@ impl FakeApi {
             .header("content-type", "application/json")
             .body(axum::body::Body::from(text))
             .unwrap()
+    }
+
+    /// A JSON merge patch (RFC 7386), as `kubectl patch --type merge` sends; only workspace
+    /// volumes are patched so, to grow them.
+    fn merge(&self, path: &str, query: &str, patch: Value) -> (u16, Value) {
+        fn merge_into(target: &mut Value, patch: &Value) {
+            match (target, patch) {
+                (Value::Object(target), Value::Object(patch)) => {
+                    for (key, value) in patch {
+                        if value.is_null() {
+                            target.remove(key);
+                        } else {
+                            merge_into(target.entry(key.clone()).or_insert(Value::Null), value);
+                        }
+                    }
+                }
+                (target, patch) => *target = patch.clone(),
+            }
+        }
+        assert!(query.contains("fieldManager=gpu-sandbox"), "{query}");
+        let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        let [
+            "api",
+            "v1",
+            "namespaces",
+            ns,
+            "persistentvolumeclaims",
+            name,
+        ] = parts.as_slice()
+        else {
+            panic!("a merge patch of {path}: only workspace volumes are patched so");
+        };
+        let mut cluster = self.0.lock().unwrap();
+        *cluster
+            .calls
+            .entry(("MERGE".to_string(), "persistentvolumeclaims".to_string()))
+            .or_default() += 1;
+        if cluster.fixed_size_volumes {
+            return (
+                403,
+                status(
+                    403,
+                    "Forbidden",
+                    "only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize",
+                ),
+            );
+        }
+        let key = (
+            "persistentvolumeclaims".to_string(),
+            ns.to_string(),
+            name.to_string(),
+        );
+        match cluster.objects.get_mut(&key) {
+            Some(object) => {
+                merge_into(object, &patch);
+                (200, object.clone())
+            }
+            None => (404, status(404, "NotFound", "no such volume")),
+        }
     }
 
     fn serve(&self, method: &Method, path: &str, query: &str, body: Value) -> (u16, Value) {
@@ -985,6 +1059,119 @@ async fn ended_detail(app: &TestApp, token: &str, id: &str) -> Value {
     app.wait_for(token, id, |v| v["state"] == "ended").await
 }
 
+/// The workspace volume is sized by the user's disk quota and grows with it (never shrinks);
+/// where the storage class cannot grow volumes the launch still starts, on the volume as it
+/// is. On the cluster, slices read as enforced by HAMi.
+#[tokio::test]
+async fn a_workspace_is_sized_by_the_users_quota_and_grows_with_it() {
+    let (app, fake) = fake_app(4).await;
+    let (gus_id, gus) = app.user("gus").await;
+    let set_disk = |mib: u64| {
+        let app = &app;
+        let gus_id = gus_id.clone();
+        async move {
+            let overrides = app::domain::quota::Overrides {
+                max_disk_mib: Some(mib),
+                ..Default::default()
+            };
+            app.store
+                .set_quota(&gus_id, &overrides, None)
+                .await
+                .unwrap();
+        }
+    };
+    let sizes = || {
+        let cluster = fake.0.lock().unwrap();
+        let of = |resource: &str, name: &str| {
+            cluster.objects[&(
+                resource.to_string(),
+                "gsb-gus".to_string(),
+                name.to_string(),
+            )]
+                .clone()
+        };
+        (
+            of("persistentvolumeclaims", "workspace")["spec"]["resources"]["requests"]["storage"]
+                .clone(),
+            of("resourcequotas", "sandbox-quota")["spec"]["hard"]["requests.storage"].clone(),
+        )
+    };
+    let session = |label: &'static str| {
+        let app = &app;
+        let gus = gus.clone();
+        async move {
+            let id = app.launch_ready(&gus, "jupyterlab").await;
+            let stopped = app
+                .delete(&format!("/api/v1/sessions/{id}"), Some(&gus))
+                .await;
+            assert!(stopped.status.is_success(), "{label}");
+            ended_detail(app, &gus, &id).await;
+        }
+    };
+    set_disk(20 * 1024).await;
+    session("first").await;
+    assert_eq!(sizes(), (json!("20Gi"), json!("20Gi")), "made at the quota");
+    set_disk(30 * 1024 + 1).await;
+    session("grown").await;
+    assert_eq!(sizes(), (json!("31Gi"), json!("31Gi")), "grown, rounded up");
+    assert_eq!(fake.calls("MERGE", "persistentvolumeclaims"), 1);
+    set_disk(10 * 1024).await;
+    session("shrunk quota").await;
+    assert_eq!(sizes().0, json!("31Gi"), "a volume never shrinks");
+    assert_eq!(fake.calls("MERGE", "persistentvolumeclaims"), 1);
+    fake.0.lock().unwrap().fixed_size_volumes = true;
+    set_disk(40 * 1024).await;
+    session("class without expansion").await;
+    assert_eq!(sizes().0, json!("31Gi"), "refused by the class: as it was");
+    assert_eq!(fake.calls("MERGE", "persistentvolumeclaims"), 2);
+
+    let root = app
+        .service
+        .accounts
+        .create_user("root", Some("password123"), app::model::Role::Admin, None)
+        .await
+        .unwrap();
+    let viewer = root.viewer(app::domain::scope::Scopes::ALL);
+    let dashboard = app.service.sessions.dashboard(&viewer).await.unwrap();
+    assert_eq!(dashboard.enforcement, "enforced by HAMi");
+    assert!(
+        dashboard.gpus.iter().all(|g| g.enforced),
+        "{:?}",
+        dashboard.gpus
+    );
+    app.stop().await;
+}
+
+/// A cluster whose GPUs are shared without HAMi says so: its slices are promises.
+#[tokio::test]
+async fn without_hami_the_clusters_slices_read_as_not_enforced() {
+    let fake = FakeApi::default();
+    let kube_config = KubeConfig {
+        hami: false,
+        ..KubeConfig::default()
+    };
+    let runtime = KubeRuntime::new(fake.client(), kube_config.clone()).with_timing(fast());
+    let app = TestApp::start_kube(runtime, |c| c.kube = kube_config).await;
+    let (_, token) = app.user("hal").await;
+    let me = app.get("/api/v1/pool", Some(&token)).await;
+    me.assert_status(http::StatusCode::OK);
+    let root = app
+        .service
+        .accounts
+        .create_user("root", Some("password123"), app::model::Role::Admin, None)
+        .await
+        .unwrap();
+    let dashboard = app
+        .service
+        .sessions
+        .dashboard(&root.viewer(app::domain::scope::Scopes::ALL))
+        .await
+        .unwrap();
+    assert_eq!(dashboard.enforcement, "not enforced");
+    assert!(dashboard.gpus.iter().all(|g| !g.enforced));
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn concurrent_launches_for_several_users_share_nothing_and_all_start() {
     let (app, fake) = fake_app(4).await;
@@ -1139,8 +1326,39 @@ async fn a_launch_runs_the_approved_image_it_names() {
     );
     assert!(listed[..3].iter().all(|i| i["id"].is_null()));
     let (_, token) = app.user("ivy").await;
+    // Not scanned yet: the policy holds it back, and a launch naming it hears why.
+    assert_eq!(
+        app.get("/api/v1/images", Some(&token)).await.json(),
+        json!([])
+    );
+    let unscanned = app
+        .call(
+            http::Method::POST,
+            "/api/v1/sessions",
+            Some(&token),
+            Some(json!({"editor": "jupyterlab", "slice_mib": 8192, "duration_minutes": 30, "image": image_id})),
+        )
+        .await;
+    unscanned.assert_status(http::StatusCode::BAD_REQUEST);
+    assert!(
+        unscanned.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("may not be launched now: no scan report yet"),
+        "{}",
+        unscanned.json()
+    );
+    crate::admin::post_report(
+        &app,
+        &admin_token,
+        &image_id,
+        crate::admin::report("sarif", &reference, 1),
+    )
+    .await
+    .assert_status(http::StatusCode::CREATED);
     let offered = app.get("/api/v1/images", Some(&token)).await.json();
     assert_eq!(offered[0]["reference"], reference.as_str());
+    assert!(offered[0]["scan"].is_null(), "users do not see the scan");
 
     let launch = |image: Option<&str>, editor: &str| {
         let mut body = json!({"editor": editor, "slice_mib": 8192, "duration_minutes": 30});
@@ -1223,6 +1441,8 @@ async fn a_queued_launch_of_an_image_retired_meanwhile_ends_with_a_refund() {
             memory_mib: 8192,
             slice_mib: 8192,
         }];
+        // What is tested here is retiring; a cluster may run without scans.
+        c.image_policy.require_scan = false;
     })
     .await;
     let root = app

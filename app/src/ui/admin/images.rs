@@ -52,6 +52,13 @@ pub(super) fn ImagesTab() -> impl IntoView {
         <p class="muted">
             "Images users may choose at launch, besides each editor's configured default. The Kubernetes runtime runs them; the local runtime runs the editors installed on its machine. Pin images by digest (@sha256:…) so that a name cannot change under a running team."
         </p>
+        <p class="muted">
+            "Each added image carries its scan: post the scanner's report (Trivy's JSON or SARIF) to "
+            <code>"POST /api/v1/admin/images/<id>/scans"</code>
+            " with an admin token, e.g. from CI after "
+            <code>"trivy image -f json"</code>
+            ". The scan policy (Settings, Image scans) decides whether an image may be approved and launched."
+        </p>
         <form
             class="search add-image"
             on:submit=move |ev: leptos::ev::SubmitEvent| {
@@ -118,6 +125,7 @@ fn ImagesTable(
                     <th>"Label"</th>
                     <th>"Reference"</th>
                     <th>"State"</th>
+                    <th>"Scan"</th>
                     <th>"Added"</th>
                     <th></th>
                 </tr>
@@ -160,6 +168,9 @@ fn ImagesTable(
                                     <span class="chip">{pinned}</span>
                                 </td>
                                 <td>{image.state.as_str()}</td>
+                                <td class="scan">
+                                    <ScanCell scan=image.scan.clone() blocked=image.blocked.clone() default=image.id.is_none() />
+                                </td>
                                 <td>{added}</td>
                                 <td>{action}</td>
                             </tr>
@@ -169,4 +180,88 @@ fn ImagesTable(
             </tbody>
         </table>
     }
+}
+
+/// An image's newest scan: findings by severity, what has a fix, the report's age, and the
+/// policy's verdict.
+#[component]
+fn ScanCell(
+    scan: Option<crate::model::ScanView>,
+    blocked: Option<String>,
+    default: bool,
+) -> impl IntoView {
+    use crate::domain::scan::Severity;
+    if default {
+        return view! { <span class="muted">"the platform's own (configuration)"</span> }
+            .into_any();
+    }
+    let verdict = match blocked {
+        Some(why) => view! {
+            <p class="scan-verdict blocked" data-testid="scan-blocked">
+                "Held back: "
+                {why}
+            </p>
+        }
+        .into_any(),
+        None => view! { <p class="scan-verdict passes">"Passes the scan policy"</p> }.into_any(),
+    };
+    let Some(scan) = scan else {
+        return view! {
+            <span class="muted">"No report"</span>
+            {verdict}
+        }
+        .into_any();
+    };
+    let summary = &scan.summary;
+    let counts = Severity::ALL
+        .into_iter()
+        .filter(|s| summary.found.of(*s) > 0)
+        .map(|s| {
+            let found = summary.found.of(s);
+            let fixable = summary.fixable.of(s);
+            let title = format!("{fixable} of {found} {} with a fix available", s.as_str());
+            view! {
+                <span class=format!("chip severity-{}", s.as_str()) title=title data-severity=s.as_str()>
+                    {format!("{found} {}", s.as_str())}
+                </span>
+                " "
+            }
+        })
+        .collect_view();
+    let clean =
+        (summary.found.total() == 0).then_some(view! { <span class="chip">"no findings"</span> });
+    let age_days = (crate::ui::format::now_ms() - scan.facts().scanned_at_ms).max(0) / 86_400_000;
+    let age = match age_days {
+        0 => "today".to_string(),
+        1 => "1 day ago".to_string(),
+        n => format!("{n} days ago"),
+    };
+    let fixable = summary.fixable.total();
+    let top = summary
+        .top
+        .iter()
+        .take(3)
+        .map(|f| {
+            let fix = f
+                .fixed_in
+                .as_ref()
+                .map(|v| format!(", fixed in {v}"))
+                .unwrap_or_default();
+            view! { <li>{format!("{} ({}) in {}{fix}", f.id, f.severity.as_str(), if f.package.is_empty() { "?" } else { &f.package })}</li> }
+        })
+        .collect_view();
+    view! {
+        <div class="scan-counts" data-testid="scan-counts">{counts}{clean}</div>
+        <p class="muted">
+            {format!(
+                "{fixable} with a fix · scanned {age} ({}) by {} · posted by {}",
+                format_utc(scan.facts().scanned_at_ms),
+                summary.scanner,
+                scan.posted_by.clone().unwrap_or_else(|| "a removed user".into())
+            )}
+        </p>
+        <ul class="scan-top">{top}</ul>
+        {verdict}
+    }
+    .into_any()
 }

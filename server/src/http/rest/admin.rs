@@ -48,6 +48,12 @@ pub(super) fn admin_router() -> Router<AppState> {
             axum::routing::patch(images::admin_set_image),
         )
         .route(
+            "/images/{id}/scans",
+            post(images::admin_post_scan).layer(axum::extract::DefaultBodyLimit::max(
+                crate::service::images::MAX_REPORT_BYTES,
+            )),
+        )
+        .route(
             "/promotions/{id}/{decision}",
             post(promotions::admin_decide_promotion),
         )

@@ -54,3 +54,19 @@ pub(super) async fn admin_set_image(
             .await?,
     ))
 }
+
+/// A scanner's report on an image (Trivy JSON or SARIF), from an admin or the platform's CI
+/// with an admin token; the body is the report as the scanner wrote it.
+pub(super) async fn admin_post_scan(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+    report: axum::body::Bytes,
+) -> ApiResult<(StatusCode, Json<app::model::ImageView>)> {
+    let view = state
+        .service
+        .images
+        .post_scan(&viewer, &id, &report)
+        .await?;
+    Ok((StatusCode::CREATED, Json(view)))
+}

@@ -348,7 +348,8 @@ impl KubeRuntime {
     }
 
     /// Creates the object; one that is there already (409) is fine: names are deterministic.
-    async fn create<K>(&self, api: &Api<K>, object: &K, what: &str) -> Result<(), KubeError>
+    /// True when it was created now.
+    async fn create<K>(&self, api: &Api<K>, object: &K, what: &str) -> Result<bool, KubeError>
     where
         K: kube::Resource + Clone + Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
     {
@@ -357,8 +358,8 @@ impl KubeRuntime {
             ..PostParams::default()
         };
         match api.create(&params, object).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
             Err(e) => Err(KubeError::from_kube(what, e)),
         }
     }
@@ -399,12 +400,56 @@ impl KubeRuntime {
             "network policy",
         )
         .await?;
-        self.create(
-            &Api::<PersistentVolumeClaim>::namespaced(client, ns),
-            &plan.workspace_pvc(),
-            "workspace volume",
-        )
-        .await
+        let volumes = Api::<PersistentVolumeClaim>::namespaced(client, ns);
+        let created = self
+            .create(&volumes, &plan.workspace_pvc(), "workspace volume")
+            .await?;
+        if created {
+            return Ok(());
+        }
+        self.grow_workspace(&volumes, plan).await
+    }
+
+    /// A workspace made when the user's quota was smaller grows to it (never shrinks). Where the
+    /// storage class does not allow expansion the cluster refuses, and the session starts on
+    /// the volume as it is: a refusal is logged, not a failed launch.
+    async fn grow_workspace(
+        &self,
+        volumes: &Api<PersistentVolumeClaim>,
+        plan: &UserPlan<'_>,
+    ) -> Result<(), KubeError> {
+        let current = volumes
+            .get_opt(names::WORKSPACE_PVC)
+            .await
+            .map_err(|e| KubeError::from_kube("workspace volume", e))?
+            .and_then(|pvc| pvc.spec?.resources?.requests?.get("storage").cloned())
+            .and_then(|q| objects::storage_bytes(&q.0));
+        let wanted = u128::from(plan.workspace_gib) << 30;
+        if current.is_none_or(|bytes| bytes >= wanted) {
+            return Ok(());
+        }
+        let patch = serde_json::json!({
+            "spec": {"resources": {"requests": {"storage": plan.workspace_size()}}}
+        });
+        let params = PatchParams {
+            field_manager: Some(self.config.field_manager.clone()),
+            ..PatchParams::default()
+        };
+        match volumes
+            .patch(names::WORKSPACE_PVC, &params, &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(namespace = %plan.namespace, size = %plan.workspace_size(), "workspace volume grown to the user's quota");
+                Ok(())
+            }
+            Err(kube::Error::Api(status)) if matches!(status.code, 403 | 422) => {
+                tracing::warn!(namespace = %plan.namespace, size = %plan.workspace_size(), reason = %status.message,
+                    "the workspace volume cannot grow to the user's quota (does its storage class allow expansion?)");
+                Ok(())
+            }
+            Err(e) => Err(KubeError::from_kube("workspace volume", e)),
+        }
     }
 
     fn pods(&self, namespace: &str) -> Api<Pod> {
@@ -593,7 +638,7 @@ impl Runtime for KubeRuntime {
     }
 
     async fn start(&self, launch: &EditorLaunch) -> Result<Running, RuntimeError> {
-        let plan = UserPlan::new(&self.config, &launch.user_name);
+        let plan = UserPlan::new(&self.config, &launch.user_name).with_disk_quota(launch.disk_mib);
         let log = |e: KubeError| {
             tracing::warn!(session = %launch.session_id, error = %e, "kube launch");
             RuntimeError::from(e)
@@ -632,6 +677,7 @@ impl Runtime for KubeRuntime {
             .await?;
             self.create(&self.pods(&plan.namespace), &pod, "editor pod")
                 .await
+                .map(|_| ())
         }
         .await;
         let placed = match created {

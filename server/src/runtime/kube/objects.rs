@@ -78,6 +78,8 @@ pub struct UserPlan<'a> {
     pub namespace: String,
     /// The user's label value.
     pub user: String,
+    /// The workspace volume's size (and the namespace's storage quota), in GiB.
+    pub workspace_gib: u64,
 }
 
 impl<'a> UserPlan<'a> {
@@ -86,7 +88,22 @@ impl<'a> UserPlan<'a> {
             config,
             namespace: names::namespace_of(&config.namespace_prefix, user_name),
             user: names::user_label(&config.namespace_prefix, user_name),
+            workspace_gib: config.workspace_size_gib.into(),
         }
+    }
+
+    /// The workspace sized by the user's disk quota (MiB, rounded up to whole GiB); 0 (no
+    /// user yet, or no quota known): `kube.workspace_size_gib`.
+    pub fn with_disk_quota(mut self, disk_mib: u64) -> UserPlan<'a> {
+        if disk_mib > 0 {
+            self.workspace_gib = disk_mib.div_ceil(1024);
+        }
+        self
+    }
+
+    /// The workspace size as Kubernetes writes it.
+    pub fn workspace_size(&self) -> String {
+        format!("{}Gi", self.workspace_gib)
     }
 
     fn labels(&self) -> BTreeMap<String, String> {
@@ -143,10 +160,7 @@ impl<'a> UserPlan<'a> {
         let c = self.config;
         let hard = BTreeMap::from([
             ("pods".to_string(), q(c.max_pods_per_user.to_string())),
-            (
-                "requests.storage".to_string(),
-                q(format!("{}Gi", c.workspace_size_gib)),
-            ),
+            ("requests.storage".to_string(), q(self.workspace_size())),
             (
                 format!("limits.{GPU_MEM}"),
                 q(c.max_gpumem_mib_per_user.to_string()),
@@ -237,7 +251,7 @@ impl<'a> UserPlan<'a> {
 
     /// The user's workspace, kept across sessions. Created once and never re-applied: a volume's
     /// size cannot shrink and its class cannot change, so a later configuration change must not
-    /// fail every launch.
+    /// fail every launch. It grows with the user's quota ([`super::KubeRuntime::ensure_user`]).
     pub fn workspace_pvc(&self) -> PersistentVolumeClaim {
         let c = self.config;
         PersistentVolumeClaim {
@@ -248,7 +262,7 @@ impl<'a> UserPlan<'a> {
                 resources: Some(VolumeResourceRequirements {
                     requests: Some(BTreeMap::from([(
                         "storage".to_string(),
-                        q(format!("{}Gi", c.workspace_size_gib)),
+                        q(self.workspace_size()),
                     )])),
                     ..VolumeResourceRequirements::default()
                 }),
@@ -450,6 +464,29 @@ impl<'a> UserPlan<'a> {
 
 fn q(value: String) -> Quantity {
     Quantity(value)
+}
+
+/// Bytes of a storage quantity as volumes are sized ("10Gi", "500M", "1Ti", "1073741824");
+/// None for forms a volume size does not take (millis, exponents).
+pub fn storage_bytes(quantity: &str) -> Option<u128> {
+    let text = quantity.trim();
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let number: u128 = text[..digits].parse().ok()?;
+    let unit: u128 = match &text[digits..] {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        "Pi" => 1 << 50,
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        "T" => 1_000_000_000_000,
+        "P" => 1_000_000_000_000_000,
+        _ => return None,
+    };
+    number.checked_mul(unit)
 }
 
 fn env_value(name: &str, value: &str) -> EnvVar {

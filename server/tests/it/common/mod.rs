@@ -161,16 +161,13 @@ impl TestApp {
         };
         let gpus = config.declared_gpus();
         let (service, runtime) = match runtimes {
-            Runtimes::Kube(kube) => (
-                Service::on_kube(
-                    config,
-                    store.clone(),
-                    kube.clone(),
-                    gpus,
-                    server::gpu::Enforcement::None,
-                ),
-                kube as Arc<dyn Runtime>,
-            ),
+            Runtimes::Kube(kube) => {
+                let (gpus, enforcement) = server::gpu::on_kube(&config);
+                (
+                    Service::on_kube(config, store.clone(), kube.clone(), gpus, enforcement),
+                    kube as Arc<dyn Runtime>,
+                )
+            }
             Runtimes::Any(runtime) => {
                 let runtime =
                     runtime.unwrap_or_else(|| Arc::new(LocalRuntime::from_config(&config)));
