@@ -71,10 +71,11 @@ impl Core {
         editor: EditorKind,
         reference: &str,
     ) -> bool {
-        match self.approved_images().await {
-            Ok(images) => images
-                .iter()
-                .any(|i| i.editor == editor && i.reference == reference),
+        // Its state only: the scan policy was checked when the launch was made.
+        match self.store.images().await {
+            Ok(images) => images.iter().any(|i| {
+                i.state == ImageState::Approved && i.editor == editor && i.reference == reference
+            }),
             Err(e) => {
                 tracing::warn!(error = %e, "checking a session's image");
                 true

@@ -1041,6 +1041,16 @@ fn matches_selector(object: &Value, selector: &str) -> bool {
     })
 }
 
+/// An admin named root, as the service sees them.
+async fn admin_viewer(app: &TestApp) -> app::model::Viewer {
+    app.service
+        .accounts
+        .create_user("root", Some("password123"), app::model::Role::Admin, None)
+        .await
+        .unwrap()
+        .viewer(app::domain::scope::Scopes::ALL)
+}
+
 /// A server whose editors run as pods in the fake cluster.
 async fn fake_app(max_pods_per_user: u32) -> (TestApp, FakeApi) {
     let fake = FakeApi::default();
@@ -1125,13 +1135,7 @@ async fn a_workspace_is_sized_by_the_users_quota_and_grows_with_it() {
     assert_eq!(sizes().0, json!("31Gi"), "refused by the class: as it was");
     assert_eq!(fake.calls("MERGE", "persistentvolumeclaims"), 2);
 
-    let root = app
-        .service
-        .accounts
-        .create_user("root", Some("password123"), app::model::Role::Admin, None)
-        .await
-        .unwrap();
-    let viewer = root.viewer(app::domain::scope::Scopes::ALL);
+    let viewer = admin_viewer(&app).await;
     let dashboard = app.service.sessions.dashboard(&viewer).await.unwrap();
     assert_eq!(dashboard.enforcement, "enforced by HAMi");
     assert!(
@@ -1155,16 +1159,10 @@ async fn without_hami_the_clusters_slices_read_as_not_enforced() {
     let (_, token) = app.user("hal").await;
     let me = app.get("/api/v1/pool", Some(&token)).await;
     me.assert_status(http::StatusCode::OK);
-    let root = app
-        .service
-        .accounts
-        .create_user("root", Some("password123"), app::model::Role::Admin, None)
-        .await
-        .unwrap();
     let dashboard = app
         .service
         .sessions
-        .dashboard(&root.viewer(app::domain::scope::Scopes::ALL))
+        .dashboard(&admin_viewer(&app).await)
         .await
         .unwrap();
     assert_eq!(dashboard.enforcement, "not enforced");
@@ -1445,13 +1443,7 @@ async fn a_queued_launch_of_an_image_retired_meanwhile_ends_with_a_refund() {
         c.image_policy.require_scan = false;
     })
     .await;
-    let root = app
-        .service
-        .accounts
-        .create_user("root", Some("password123"), app::model::Role::Admin, None)
-        .await
-        .unwrap();
-    let viewer = root.viewer(app::domain::scope::Scopes::ALL);
+    let viewer = admin_viewer(&app).await;
     let image = app
         .service
         .images
