@@ -11,6 +11,9 @@ PORT=${IMAGE_TEST_PORT:-3150}
 REGISTRY_PORT=$((PORT + 1))
 WORK=$(mktemp -d)
 NAME=$(scripts/image.sh --name)
+# The server the test command built, beside its pages (a release build in the target directory
+# may be another commit's).
+export IMAGE_SERVER_BIN=${CARGO_TARGET_DIR:-$PWD/target}/debug/server
 REPO=127.0.0.1:$REGISTRY_PORT/${NAME%:*}
 REGISTRY=
 CONTAINER=
@@ -43,7 +46,10 @@ http: {addr: 127.0.0.1:$REGISTRY_PORT}
 YAML
 docker-registry serve "$WORK/registry.yml" >"$WORK/registry.log" 2>&1 &
 REGISTRY=$!
-for _ in $(seq 1 50); do curl -sf "http://127.0.0.1:$REGISTRY_PORT/v2/" >/dev/null && break; sleep 0.1; done
+# Waits are for outcomes, long enough for a busy machine: they only bound a hang.
+up() { curl -sf "http://127.0.0.1:$REGISTRY_PORT/v2/" >/dev/null; }
+for _ in $(seq 1 1200); do up && break; sleep 0.1; done
+up || { cat "$WORK/registry.log" >&2; fail "the registry never answered"; }
 buildah push --quiet --tls-verify=false --digestfile "$WORK/digest" "$NAME" "docker://$REPO:${NAME##*:}"
 digest=$(cat "$WORK/digest")
 echo "ok: pushed $REPO:${NAME##*:} ($digest)"
@@ -57,7 +63,7 @@ echo "ok: pulled back by digest"
 mkdir -p "$WORK/data"
 chown 10001:10001 "$WORK/data"
 healthy() {
-  for _ in $(seq 1 300); do
+  for _ in $(seq 1 1200); do
     curl -sf "http://127.0.0.1:$PORT/api/v1/health" | grep -q '"ok"' && return 0
     sleep 0.1
   done

@@ -7,16 +7,12 @@
 #   scripts/image.sh [NAME]     NAME defaults to the chart's image: <image.repository>:<version>
 #   scripts/image.sh --name     prints that default name (scripts/validate-deploy.sh checks it)
 #
-# Takes the server from $IMAGE_SERVER_BIN (default: the release build, else the debug build) and
-# the pages from $SANDBOX_SITE_ROOT (default target/site). Prints the image's id.
+# Takes the server from $IMAGE_SERVER_BIN (default: the release build) and the pages from
+# $SANDBOX_SITE_ROOT (default target/site), which must come from the same build. Prints the image's id.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET=${CARGO_TARGET_DIR:-$PWD/target}
-BIN=${IMAGE_SERVER_BIN:-}
-if [ -z "$BIN" ]; then
-  BIN="$TARGET/release/server"
-  [ -x "$BIN" ] || BIN="$TARGET/debug/server"
-fi
+BIN=${IMAGE_SERVER_BIN:-$TARGET/release/server}
 SITE=${SANDBOX_SITE_ROOT:-$PWD/target/site}
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 REPOSITORY=$(sed -n '/^image:/,/^[^ ]/s/^  repository: *//p' deploy/chart/values.yaml)
