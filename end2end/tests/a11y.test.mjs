@@ -53,6 +53,8 @@ test('every page passes axe-core without a serious violation, in light and dark'
       await check(page, `sign-in (${colorScheme})`);
       await signIn(page, 'admin');
       await page.waitForURL(`${BASE}/`);
+      // Moved in place: the dashboard's chunk may still be on its way.
+      await page.waitForFunction(() => document.title.startsWith('Dashboard'));
       await check(page, `dashboard (${colorScheme})`);
       for (const path of ['/tokens', '/account']) {
         await page.goto(`${BASE}${path}`);

@@ -281,7 +281,8 @@ test('someone who is not an admin is refused the admin pages', async () => {
   try {
     await signIn(page);
     await page.waitForURL(`${BASE}/`);
-    await hydrated(page);
+    // Moved in place: the dashboard's chunk may still be on its way (no link is no proof before).
+    await page.waitForFunction(() => document.title.startsWith('Dashboard'));
     assert.equal(await page.getByRole('link', { name: 'Admin', exact: true }).count(), 0);
     await page.goto(`${BASE}/admin`);
     const alert = page.getByRole('alert');

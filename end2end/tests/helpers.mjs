@@ -45,6 +45,8 @@ export async function launchBrowser() {
 
 // Waits until the page's wasm has taken over (frontend/src/lib.rs marks the body): typing into a
 // server-rendered form before that is lost when hydration attaches the inputs to their signals.
+// The mark stays through moves within the app (a sign-in's to the dashboard), whose pages are
+// lazy routes: after such a move, wait for the new page's content, not for this.
 export async function hydrated(page) {
   await page.waitForSelector('body[data-hydrated]', { state: 'attached' });
 }

@@ -48,6 +48,8 @@ test('the launch form offers what the quota and credits allow, and says why not'
     await signIn(page);
     await page.waitForURL(`${BASE}/`);
     await hydrated(page);
+    // Signed in, the page moves to the dashboard in place: its chunk may still be on its way.
+    await page.getByTestId('slice-choice').first().waitFor();
     assert.equal(await page.title(), 'Dashboard · GPU Sandbox');
     // The default quota (16 GB at once) refuses a whole 48 GB card: greyed, with the reason.
     const whole = page.locator('[data-testid="slice-choice"]:has(input[value="49152"])');
