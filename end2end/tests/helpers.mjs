@@ -9,10 +9,16 @@ export const ARTIFACTS = process.env.E2E_ARTIFACTS ?? 'test-results';
 // Every page of these browsers answers the product's confirmations (Stop, Lock, Delete…) with
 // OK, and keeps what they asked in `page.dialogs`, for the tests to check the words.
 function acceptDialogs(page) {
+  if (page.dialogs) return page;
   page.dialogs = [];
   page.on('dialog', (dialog) => {
     page.dialogs.push(dialog.message());
     dialog.accept().catch(() => {});
+  });
+  // A page script that fails says why in the run's log (a test then fails on what it waited for).
+  page.on('pageerror', (error) => console.error(`page error at ${page.url()}: ${error.message}`));
+  page.on('console', (message) => {
+    if (message.type() === 'error') console.error(`console error at ${page.url()}: ${message.text().slice(0, 2000)}`);
   });
   return page;
 }
