@@ -23,7 +23,9 @@ WRITES = {"create", "patch", "update", "delete", "deletecollection", "*"}
 # What the kube runtime may do; anything beyond it is a finding (see templates/rbac.yaml).
 RBAC_VERBS = {"get", "list", "watch", "create", "patch", "delete"}
 RBAC_RESOURCES = {"namespaces", "resourcequotas", "limitranges", "networkpolicies", "serviceaccounts",
-                  "persistentvolumeclaims", "secrets", "pods", "pods/log", "events"}
+                  "persistentvolumeclaims", "secrets", "pods", "pods/log", "pods/exec", "events"}
+# Subresources reached by a CONNECT (a stream into a pod), not by a write of an object.
+CONNECTS = {"pods/exec", "pods/attach", "pods/portforward", "pods/proxy"}
 
 
 def load_docs(text: str) -> list[dict]:
@@ -94,8 +96,11 @@ def confined(docs: list[dict]) -> list[str]:
                 conditions = " ".join(c.get("expression", "") for c in p["spec"].get("matchConditions", []))
                 if name in denying and f'"{user}"' in conditions and p["spec"].get("validations"):
                     for rule in p["spec"].get("matchConstraints", {}).get("resourceRules", []):
-                        if {"CREATE", "UPDATE", "DELETE"} <= set(rule.get("operations", [])):
-                            covered |= set(rule.get("resources", []))
+                        operations, resources = set(rule.get("operations", [])), set(rule.get("resources", []))
+                        if {"CREATE", "UPDATE", "DELETE"} <= operations:
+                            covered |= resources - CONNECTS
+                        if "CONNECT" in operations:
+                            covered |= resources & CONNECTS
             if writes - covered:
                 problems.append(f"{where(binding)}: {user} writes {sorted(writes - covered)} cluster-wide "
                                 "without a ValidatingAdmissionPolicy (with a Deny binding) confining it")
@@ -306,6 +311,7 @@ def admission_cases(policies: list[dict], prefix: str) -> list[str]:
     foreign_ns = {"metadata": {"name": "kube-system", "labels": {}}}
     lookalike = {"metadata": {"name": f"{prefix}team", "labels": {}}}
     obj = {"metadata": {"name": "x"}}
+    exec_options = {"kind": "PodExecOptions", "container": "editor", "command": ["sh", "-c", "cat"]}
     cases = [  # (what, resource, operation, object, oldObject, namespaceObject, allowed)
         ("a user namespace created", "namespaces", "CREATE", user_ns, None, None, True),
         ("a user namespace applied again", "namespaces", "UPDATE", user_ns, user_ns, None, True),
@@ -316,6 +322,10 @@ def admission_cases(policies: list[dict], prefix: str) -> list[str]:
          {"metadata": {"name": f"{prefix}team", "labels": ours}}, lookalike, None, False),
         ("a Secret in kube-system", "secrets", "UPDATE", obj, obj, foreign_ns, False),
         ("a pod in a namespace with our prefix but not ours", "pods", "CREATE", obj, None, lookalike, False),
+        # An exec is a CONNECT on pods (subresource exec) whose object is the PodExecOptions.
+        ("an exec into a user's editor (promotion)", "pods", "CONNECT", exec_options, None, user_ns, True),
+        ("an exec into a pod of kube-system", "pods", "CONNECT", exec_options, None, foreign_ns, False),
+        ("an exec into a namespace with our prefix but not ours", "pods", "CONNECT", exec_options, None, lookalike, False),
     ]
     account = spec["matchConditions"][0]["expression"].split('"')[1]
     problems = []

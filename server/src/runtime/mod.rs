@@ -13,6 +13,7 @@ pub mod kube;
 mod local;
 pub mod procfs;
 pub mod sandbox;
+pub mod workspace_file;
 
 pub use crate::config::RuntimeKind;
 pub use gpu::GpuUsage;
@@ -183,6 +184,40 @@ pub trait Runtime: Send + Sync + 'static {
     fn workspace_dir(&self, user_name: &str) -> Option<std::path::PathBuf> {
         let _ = user_name;
         None
+    }
+    /// Copies a file of a user's workspace aside for promotion, hashed and capped. By default
+    /// from [`Runtime::workspace_dir`] on this machine; a runtime that keeps workspaces
+    /// elsewhere reads through the session's editor.
+    async fn copy_workspace_file(
+        &self,
+        file: &workspace_file::WorkspaceFile<'_>,
+    ) -> Result<workspace_file::Copied, workspace_file::CopyError> {
+        let workspace = self.workspace_dir(file.user_name).ok_or_else(|| {
+            workspace_file::CopyError::Unavailable(
+                "promotion reads workspaces on this machine; this server's runtime keeps them elsewhere"
+                    .into(),
+            )
+        })?;
+        let (relative, into, max_bytes) = (
+            file.relative.to_string(),
+            file.into.to_path_buf(),
+            file.max_bytes,
+        );
+        let user_name = file.user_name.to_string();
+        tokio::task::spawn_blocking(move || {
+            workspace_file::copy_local(
+                &workspace,
+                &workspace_file::WorkspaceFile {
+                    user_name: &user_name,
+                    handle: None,
+                    relative: &relative,
+                    into: &into,
+                    max_bytes,
+                },
+            )
+        })
+        .await
+        .unwrap_or_else(|e| Err(workspace_file::CopyError::Io(std::io::Error::other(e))))
     }
     /// GPU use per editor handle, one sample for all (the reaper asks once per tick).
     /// Editors missing from the answer have no GPU use the runtime can see.

@@ -9,11 +9,11 @@
 //!   most 10 promotions per user may wait at once, and files are capped (`promotion.max_file_mib`),
 //!   since each holds disk.
 //! - Paths cannot leave the workspace: `app::domain::promotion` accepts only relative paths of
-//!   normal parts. The file is opened with `O_NOFOLLOW` (a link at the last step is refused) and
-//!   `O_NONBLOCK` (a FIFO cannot hang the request), and the path the kernel actually opened, read
-//!   back from `/proc/self/fd`, must lie inside the canonical workspace, so a link earlier in the
-//!   path, even one swapped in between check and open, cannot reach the server's own files. Only
-//!   regular files are copied.
+//!   normal parts, and the runtime copies the file ([`crate::runtime::workspace_file`]): on one
+//!   machine opened so that no link, however swapped in, reaches the server's own files; on a
+//!   cluster read through the session's running editor pod (its exec API), where a link out of
+//!   the volume is refused the same way and nothing of the server is within reach anyway. Only
+//!   regular files are copied; the provenance is the same either way.
 //! - Names are the user's own: the repository is `<repository_prefix><user>/<name>`, with the
 //!   user's name made into one path component one-to-one ([`repository_component`]). A lossy
 //!   mapping would have let "Alice" write into alice's repositories. So no user can overwrite
@@ -31,17 +31,17 @@
 //!   `.reject`, `.retry`, `.push`, `.fail`. Without a registry configured, a request is a 503
 //!   naming `promotion.registry`.
 //!
-//! Limits: the kube runtime keeps workspaces in volumes the server does not mount, so there a
-//! request answers that it cannot read them yet (reading through a short-lived pod would be the
-//! next step). The copies live on the requesting server's disk: with several replicas
-//! `data_dir/promotions` must be shared, or the push fails on another with "the copy is gone". The
-//! limit of 10 is checked before the copy, not under a lock, so requests sent at once can pass it
-//! together. A hard link in the workspace to a file the server can read passes the check; on one
+//! Limits: on a cluster the file is read while the session runs (its editor pod does the
+//! reading; an ended session answers 409). The copies live on the requesting server's disk: with
+//! several replicas `data_dir/promotions` must be shared, or the push fails on another with "the
+//! copy is gone". The limit of 10 is checked before the copy, not under a lock, so requests sent
+//! at once can pass it together. A hard link in the workspace to a file the server can read passes the check; on one
 //! machine editors run as the server's own account anyway (`runtime::local`), so that is no new
 //! power.
 
 use super::Promotions;
 use crate::registry::{Artifact, Registry};
+use crate::runtime::workspace_file::{CopyError, WorkspaceFile};
 use crate::store::NewPromotion;
 use app::domain::dates;
 use app::domain::listing::{ListQuery, Listing, Page};
@@ -49,9 +49,7 @@ use app::domain::promotion::{Decision, PromotionRequest, PromotionState, Provena
 use app::domain::scope::Scope;
 use app::error::AppError;
 use app::model::{PromotionView, Viewer};
-use sha2::{Digest, Sha256};
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// A push silent this long is taken over by whichever server looks next (its server died).
@@ -117,98 +115,6 @@ pub fn repository_component(user_name: &str) -> String {
     format!("{DIGESTED}{hex}")
 }
 
-/// Why a file could not be copied aside.
-#[derive(Debug, thiserror::Error)]
-enum StageError {
-    #[error("{0}")]
-    Refused(String),
-    #[error("{0}")]
-    TooLarge(String),
-    #[error("copying the file: {0}")]
-    Io(#[from] std::io::Error),
-}
-
-/// Copies `relative` from `workspace` to `into`, hashing it on the way; (bytes, hex sha256).
-///
-/// The file is opened without following a link at its last step, then the path the kernel
-/// opened is checked to lie inside the workspace: a link anywhere in the path that leads out
-/// (to the server's own files) is refused, however it was swapped in.
-fn stage(
-    workspace: &Path,
-    relative: &str,
-    into: &Path,
-    max_bytes: u64,
-) -> Result<(u64, String), StageError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let shown = relative;
-    let root = std::fs::canonicalize(workspace).map_err(|_| {
-        StageError::Refused(
-            "your workspace is empty: launch a session and save a file first".into(),
-        )
-    })?;
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        // A FIFO would block the open; a link at the last step is refused.
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(workspace.join(relative))
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ENOENT) | Some(libc::ENOTDIR) => {
-                StageError::Refused(format!("there is no file `{shown}` in your workspace"))
-            }
-            Some(libc::ELOOP) => StageError::Refused(format!(
-                "`{shown}` is a link; promote the file it points to"
-            )),
-            Some(libc::EACCES) => StageError::Refused(format!("`{shown}` cannot be read")),
-            // A socket.
-            Some(libc::ENXIO) => StageError::Refused(format!("`{shown}` is not a file")),
-            _ => StageError::Io(e),
-        })?;
-    let opened = std::fs::read_link(format!("/proc/self/fd/{}", {
-        use std::os::fd::AsRawFd;
-        file.as_raw_fd()
-    }))?;
-    if !opened.starts_with(&root) {
-        return Err(StageError::Refused(format!(
-            "`{shown}` leads outside your workspace"
-        )));
-    }
-    let metadata = file.metadata()?;
-    if !metadata.is_file() {
-        return Err(StageError::Refused(format!("`{shown}` is not a file")));
-    }
-    let too_large = || {
-        StageError::TooLarge(format!(
-            "`{shown}` is larger than the {} MiB a promotion may be",
-            max_bytes / (1024 * 1024)
-        ))
-    };
-    if metadata.len() > max_bytes {
-        return Err(too_large());
-    }
-    if let Some(parent) = into.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    let mut out = std::fs::File::create(into)?;
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; 256 * 1024];
-    let mut total = 0u64;
-    loop {
-        let n = file.read(&mut buffer)?;
-        if n == 0 {
-            break;
-        }
-        total += n as u64;
-        // It may grow while it is read.
-        if total > max_bytes {
-            return Err(too_large());
-        }
-        hasher.update(&buffer[..n]);
-        out.write_all(&buffer[..n])?;
-    }
-    out.sync_all()?;
-    Ok((total, hex::encode(hasher.finalize())))
-}
-
 impl Promotions {
     /// Where promotions keep their copies until pushed.
     fn staged(&self, id: &str) -> PathBuf {
@@ -253,12 +159,6 @@ impl Promotions {
                 &repository_component(&viewer.name),
             )
             .map_err(AppError::Invalid)?;
-        let workspace = self.runtime.workspace_dir(&viewer.name).ok_or_else(|| {
-            AppError::Unavailable(
-                "promotion reads workspaces on this machine; this server's runtime keeps them elsewhere"
-                    .into(),
-            )
-        })?;
         // One copy at a time per user on this server: requests at once do not each stage a
         // file of up to `max_file_mib` before the count refuses all but a few.
         let staging = staging_lock(&viewer.id);
@@ -277,22 +177,29 @@ impl Promotions {
         }
         let id = crate::util::new_id();
         let into = self.staged(&id);
-        let (path, copy, max) = (
-            checked.path.clone(),
-            into.clone(),
-            settings.max_file_mib * 1024 * 1024,
-        );
-        let staged = tokio::task::spawn_blocking(move || stage(&workspace, &path, &copy, max))
-            .await
-            .unwrap_or_else(|e| Err(StageError::Io(std::io::Error::other(e))));
-        let (size, sha256) = match staged {
-            Ok(done) => done,
+        // Only a running editor is handed over: a runtime that reads through it (kube) needs
+        // one, and one that reads this machine's disk ignores it.
+        let handle = session
+            .runtime_handle
+            .as_deref()
+            .filter(|_| session.state == app::domain::session::SessionState::Ready);
+        let file = WorkspaceFile {
+            user_name: &viewer.name,
+            handle,
+            relative: &checked.path,
+            into: &into,
+            max_bytes: settings.max_file_mib * 1024 * 1024,
+        };
+        let copied = match self.runtime.copy_workspace_file(&file).await {
+            Ok(copied) => copied,
             Err(e) => {
                 let _ = tokio::fs::remove_file(&into).await;
                 return Err(match e {
-                    StageError::Refused(why) => AppError::Invalid(why),
-                    StageError::TooLarge(why) => AppError::TooLarge(why),
-                    StageError::Io(e) => {
+                    CopyError::Refused(why) => AppError::Invalid(why),
+                    CopyError::TooLarge(why) => AppError::TooLarge(why),
+                    CopyError::NotNow(why) => AppError::Conflict(why),
+                    CopyError::Unavailable(why) => AppError::Unavailable(why),
+                    CopyError::Io(e) => {
                         tracing::error!(error = %e, "copying a file for promotion");
                         AppError::Internal
                     }
@@ -308,8 +215,8 @@ impl Promotions {
             repository: checked.repository,
             tag: checked.tag,
             media_type: checked.media_type.to_string(),
-            size_bytes: size,
-            sha256,
+            size_bytes: copied.bytes,
+            sha256: copied.sha256,
             image: session
                 .image
                 .clone()
@@ -519,15 +426,6 @@ impl Promotions {
 mod tests {
     use super::*;
 
-    fn workspace() -> (tempfile::TempDir, PathBuf) {
-        let dir = tempfile::tempdir().unwrap();
-        let ws = dir.path().join("ws");
-        std::fs::create_dir_all(ws.join("models")).unwrap();
-        std::fs::write(ws.join("models/m.bin"), b"hello").unwrap();
-        std::fs::write(dir.path().join("secret"), b"server's own").unwrap();
-        (dir, ws)
-    }
-
     #[test]
     fn each_user_name_has_a_component_of_its_own() {
         assert_eq!(repository_component("e2e-target"), "e2e-target");
@@ -558,39 +456,5 @@ mod tests {
         let posing = repository_component("Alice");
         assert_ne!(repository_component(&posing), posing);
         assert!(repository_component("Alice").starts_with("x--"));
-    }
-
-    #[test]
-    fn a_file_is_copied_with_its_checksum() {
-        let (dir, ws) = workspace();
-        let into = dir.path().join("staged/p1");
-        let (size, sha) = stage(&ws, "models/m.bin", &into, 1024).unwrap();
-        assert_eq!(size, 5);
-        assert_eq!(
-            sha,
-            "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
-        );
-        assert_eq!(std::fs::read(&into).unwrap(), b"hello");
-    }
-
-    #[test]
-    fn links_out_of_the_workspace_and_odd_files_are_refused() {
-        let (dir, ws) = workspace();
-        let into = dir.path().join("staged/x");
-        std::os::unix::fs::symlink(dir.path().join("secret"), ws.join("link")).unwrap();
-        std::os::unix::fs::symlink(dir.path(), ws.join("outside")).unwrap();
-        let refused = |path: &str| match stage(&ws, path, &into, 1024) {
-            Err(StageError::Refused(why)) => why,
-            other => panic!("{path}: {other:?}"),
-        };
-        assert!(refused("link").contains("is a link"));
-        assert!(refused("outside/secret").contains("outside your workspace"));
-        assert!(refused("models").contains("not a file"));
-        assert!(refused("nope.bin").contains("no file `nope.bin`"));
-        assert!(!into.exists(), "nothing was copied");
-        match stage(&ws, "models/m.bin", &into, 4) {
-            Err(StageError::TooLarge(why)) => assert!(why.contains("larger than"), "{why}"),
-            other => panic!("{other:?}"),
-        }
     }
 }

@@ -629,6 +629,10 @@ struct Cluster {
     /// Refuses to grow volumes, as a storage class without `allowVolumeExpansion` does.
     fixed_size_volumes: bool,
     version: u64,
+    /// Where volumes keep their files (`<root>/<namespace>/<claim>`), for exec into pods.
+    volumes: Option<std::path::PathBuf>,
+    /// The query of each exec, as the API server received it.
+    execs: Vec<String>,
     /// Pod changes, for watches: (namespace, name, event type, pod).
     pod_events: Option<tokio::sync::broadcast::Sender<(String, String, &'static str, Value)>>,
 }
@@ -781,10 +785,166 @@ impl FakeApi {
         kube::Client::new(router, "default")
     }
 
+    /// A client that reaches the fake over TCP on loopback, as exec's WebSocket upgrade needs
+    /// a real connection.
+    async fn tcp_client(&self) -> kube::Client {
+        let state = self.clone();
+        let router = axum::Router::new().fallback(move |request: axum::extract::Request| {
+            let state = state.clone();
+            async move { state.handle(request).await }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap()
+    }
+
+    /// Keeps volumes' files under `root`, so that execs into pods see their workspace.
+    fn keep_volumes_in(&self, root: &std::path::Path) {
+        self.0.lock().unwrap().volumes = Some(root.to_path_buf());
+    }
+
+    /// The directory standing for a volume (made on first use).
+    fn volume_dir(&self, namespace: &str, claim: &str) -> std::path::PathBuf {
+        let cluster = self.0.lock().unwrap();
+        let dir = cluster
+            .volumes
+            .as_ref()
+            .expect("keep_volumes_in first")
+            .join(namespace)
+            .join(claim);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn execs(&self) -> Vec<String> {
+        self.0.lock().unwrap().execs.clone()
+    }
+
+    /// An exec into a pod, as the kubelet runs it: the command runs here, with each path the
+    /// container mounts a claim at standing for that claim's directory, its stdout streamed on
+    /// channel 1 and its exit as a `Status` on channel 3 (`v4`/`v5.channel.k8s.io`).
+    async fn exec(&self, request: axum::extract::Request) -> axum::response::Response {
+        use axum::extract::FromRequestParts;
+        use axum::extract::ws::{Message, WebSocketUpgrade};
+        let (mut parts, _) = request.into_parts();
+        let path = parts.uri.path().to_string();
+        let query = parts.uri.query().unwrap_or("").to_string();
+        let params: Vec<(String, String)> = axum::extract::Query::try_from_uri(&parts.uri)
+            .map(|q| q.0)
+            .unwrap();
+        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        let ["api", "v1", "namespaces", ns, "pods", name, "exec"] = segments.as_slice() else {
+            return Response::builder()
+                .status(404)
+                .body(axum::body::Body::empty())
+                .unwrap();
+        };
+        let (ns, name) = (ns.to_string(), name.to_string());
+        let mounts: Vec<(String, std::path::PathBuf)> = {
+            let mut cluster = self.0.lock().unwrap();
+            cluster.execs.push(query.clone());
+            *cluster
+                .calls
+                .entry(("CONNECT".into(), "pods/exec".into()))
+                .or_default() += 1;
+            let key = ("pods".to_string(), ns.clone(), name.clone());
+            let Some(pod) = cluster.objects.get(&key).cloned() else {
+                let body = status(404, "NotFound", &format!("pods \"{name}\" not found"));
+                return Response::builder()
+                    .status(404)
+                    .body(axum::body::Body::from(body.to_string()))
+                    .unwrap();
+            };
+            let root = cluster.volumes.clone().expect("keep_volumes_in first");
+            let claims: BTreeMap<String, String> = pod["spec"]["volumes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| {
+                    Some((
+                        v["name"].as_str()?.to_string(),
+                        v["persistentVolumeClaim"]["claimName"]
+                            .as_str()?
+                            .to_string(),
+                    ))
+                })
+                .collect();
+            pod["spec"]["containers"][0]["volumeMounts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|m| {
+                    let claim = claims.get(m["name"].as_str()?)?;
+                    let dir = root.join(&ns).join(claim);
+                    std::fs::create_dir_all(&dir).unwrap();
+                    Some((m["mountPath"].as_str()?.to_string(), dir))
+                })
+                .collect()
+        };
+        let command: Vec<String> = params
+            .iter()
+            .filter(|(k, _)| k == "command")
+            .map(|(_, v)| {
+                mounts
+                    .iter()
+                    .find(|(at, _)| at == v)
+                    .map(|(_, dir)| dir.display().to_string())
+                    .unwrap_or_else(|| v.clone())
+            })
+            .collect();
+        let upgrade = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
+            Ok(upgrade) => upgrade,
+            Err(e) => return axum::response::IntoResponse::into_response(e),
+        };
+        upgrade
+            .protocols(["v5.channel.k8s.io", "v4.channel.k8s.io"])
+            .on_upgrade(move |mut socket| async move {
+                use tokio::io::AsyncReadExt;
+                let mut child = tokio::process::Command::new(&command[0])
+                    .args(&command[1..])
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::null())
+                    .kill_on_drop(true)
+                    .spawn()
+                    .unwrap();
+                let mut stdout = child.stdout.take().unwrap();
+                let mut buffer = vec![0u8; 64 * 1024];
+                loop {
+                    let n = stdout.read(&mut buffer[1..]).await.unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    buffer[0] = 1;
+                    let frame = Bytes::copy_from_slice(&buffer[..=n]);
+                    if socket.send(Message::Binary(frame)).await.is_err() {
+                        return;
+                    }
+                }
+                let code = child.wait().await.unwrap().code().unwrap_or(-1);
+                let exit = if code == 0 {
+                    json!({"metadata": {}, "status": "Success"})
+                } else {
+                    json!({"metadata": {}, "status": "Failure",
+                        "message": format!("command terminated with non-zero exit code: error executing command [{}], exit code {code}", command[0]),
+                        "reason": "NonZeroExitCode",
+                        "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]}})
+                };
+                let mut frame = vec![3u8];
+                frame.extend_from_slice(exit.to_string().as_bytes());
+                let _ = socket.send(Message::Binary(frame.into())).await;
+                let _ = socket.send(Message::Close(None)).await;
+            })
+    }
+
     async fn handle(&self, request: axum::extract::Request) -> axum::response::Response {
         let method = request.method().clone();
         let path = request.uri().path().to_string();
         let query = request.uri().query().unwrap_or("").to_string();
+        if path.ends_with("/exec") {
+            return self.exec(request).await;
+        }
         if method == Method::GET && query.contains("watch=true") {
             return self.watch_pod(&path, &query);
         }
@@ -1927,4 +2087,197 @@ on_both_runtimes! {
     launch_and_stop_settle_the_credits => launch_and_stop_settle_the_credits_local, launch_and_stop_settle_the_credits_kube;
     concurrent_launches_get_their_own_editors => concurrent_launches_get_their_own_editors_local, concurrent_launches_get_their_own_editors_kube;
     a_vanished_editor_ends_its_session_with_a_refund => a_vanished_editor_ends_its_session_with_a_refund_local, a_vanished_editor_ends_its_session_with_a_refund_kube;
+}
+
+/// Promotion on the cluster: the file is read through the session's editor pod (its exec API,
+/// the real read script run on the claim's directory), checked as locally, then pushed to a
+/// real registry with the same provenance.
+#[tokio::test]
+async fn on_the_cluster_a_promoted_file_is_read_through_the_editors_pod_and_pushed() {
+    use crate::promotion::{REGISTRY_PASSWORD, REGISTRY_USER, Registry, fetch, sha256_hex};
+    let registry = Registry::start().await;
+    let fake = FakeApi::default();
+    let volumes = tempfile::tempdir().unwrap();
+    fake.keep_volumes_in(volumes.path());
+    let kube_config = KubeConfig::default();
+    let runtime =
+        KubeRuntime::new(fake.tcp_client().await, kube_config.clone()).with_timing(fast());
+    let image = runtime.editor_image(EditorKind::JupyterLab);
+    let url = registry.url();
+    let app = TestApp::start_kube(runtime, |c| {
+        c.kube = kube_config;
+        c.promotion.registry = url;
+        c.promotion.repository_prefix = "sandbox/".into();
+        c.promotion.username = REGISTRY_USER.into();
+        c.promotion.password = REGISTRY_PASSWORD.into();
+        c.promotion.require_approval = true;
+        c.promotion.max_file_mib = 1;
+    })
+    .await;
+    let admin = app.admin_token("root").await;
+    let (_, alice) = app.user("alice").await;
+    let session = app.launch_ready(&alice, "jupyterlab").await;
+    let workspace = fake.volume_dir("gsb-alice", "workspace");
+    // More than one WebSocket frame of the fake's, and not a multiple of them.
+    let model: Vec<u8> = (0..700_001u32).map(|i| (i % 251) as u8).collect();
+    std::fs::create_dir_all(workspace.join("models")).unwrap();
+    std::fs::write(workspace.join("models/m.onnx"), &model).unwrap();
+    std::fs::write(workspace.join("big.bin"), vec![0u8; 1024 * 1024 + 1]).unwrap();
+    std::fs::write(volumes.path().join("elsewhere"), b"not alice's").unwrap();
+    std::os::unix::fs::symlink(volumes.path().join("elsewhere"), workspace.join("sneaky")).unwrap();
+    std::os::unix::fs::symlink(volumes.path(), workspace.join("out")).unwrap();
+
+    let promote = |body: Value| {
+        let app = &app;
+        let (alice, session) = (alice.clone(), session.clone());
+        async move {
+            app.call(
+                Method::POST,
+                &format!("/api/v1/sessions/{session}/promotions"),
+                Some(&alice),
+                Some(body),
+            )
+            .await
+        }
+    };
+    for (path, code, says) in [
+        ("sneaky", 400, "is a link"),
+        ("out/elsewhere", 400, "leads outside your workspace"),
+        ("models", 400, "is not a file"),
+        ("models/none.onnx", 400, "no file `models/none.onnx`"),
+        ("big.bin", 413, "larger than the 1 MiB"),
+    ] {
+        let answer = promote(json!({"path": path, "name": "x"})).await;
+        assert_eq!(
+            answer.status.as_u16(),
+            code,
+            "{path}: {}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        let message = answer.json()["message"].as_str().unwrap().to_string();
+        assert!(message.contains(says), "{path}: {message}");
+    }
+    let staged = app.service.config().data_dir.join("promotions");
+    assert!(
+        !staged.exists() || std::fs::read_dir(&staged).unwrap().next().is_none(),
+        "no refused request left a copy"
+    );
+
+    let created = promote(json!({"path": "models/m.onnx", "name": "vision/m", "tag": "v1"})).await;
+    assert_eq!(
+        created.status.as_u16(),
+        201,
+        "{}",
+        String::from_utf8_lossy(&created.body)
+    );
+    let view = created.json();
+    assert_eq!(view["sha256"], sha256_hex(&model));
+    assert_eq!(view["size_bytes"], model.len());
+    assert_eq!(
+        view["image"],
+        image.as_str(),
+        "the pod's image is the provenance"
+    );
+    // Each read was one exec into alice's editor container, the path an argument of its own.
+    let execs = fake.execs();
+    assert_eq!(execs.len(), 6, "{execs:?}");
+    let last: Vec<(String, String)> =
+        axum::extract::Query::try_from_uri(&format!("/x?{}", execs[5]).parse().unwrap())
+            .map(|q| q.0)
+            .unwrap();
+    let value = |key: &str| -> Vec<&str> {
+        last.iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    };
+    assert_eq!(value("container"), ["editor"]);
+    assert_eq!(value("stdout"), ["true"]);
+    assert!(value("stdin").iter().all(|v| *v == "false"), "{last:?}");
+    let command = value("command");
+    assert_eq!(command[..2], ["sh", "-c"]);
+    assert_eq!(command[4..], ["/workspace", "models/m.onnx", "1048576"]);
+    assert_eq!(fake.names("pods").len(), 1);
+    assert_eq!(fake.names("pods")[0].0, "gsb-alice");
+
+    // Approved, pushed: the registry holds the bytes read through the pod.
+    let id = view["id"].as_str().unwrap();
+    let approved = app
+        .call(
+            Method::POST,
+            &format!("/api/v1/admin/promotions/{id}/approve"),
+            Some(&admin),
+            None,
+        )
+        .await;
+    assert_eq!(
+        approved.status.as_u16(),
+        200,
+        "{}",
+        String::from_utf8_lossy(&approved.body)
+    );
+    let mut pushed = Value::Null;
+    for _ in 0..100 {
+        pushed = app
+            .get(&format!("/api/v1/promotions/{id}"), Some(&alice))
+            .await
+            .json();
+        if pushed["state"] == "pushed" || pushed["state"] == "failed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(pushed["state"], "pushed", "{pushed}");
+    let credentials = Some((REGISTRY_USER, REGISTRY_PASSWORD));
+    let oci = "application/vnd.oci.image.manifest.v1+json";
+    let (status, _, body) = fetch(
+        registry.addr,
+        "/v2/sandbox/alice/vision/m/manifests/v1",
+        credentials,
+        &[oci],
+    )
+    .await;
+    assert_eq!(status.as_u16(), 200);
+    let manifest: Value = serde_json::from_slice(&body).unwrap();
+    let annotations = &manifest["annotations"];
+    assert_eq!(annotations["dev.gpu-sandbox.promotion.user"], "alice");
+    assert_eq!(
+        annotations["dev.gpu-sandbox.promotion.session"],
+        session.as_str()
+    );
+    assert_eq!(
+        annotations["dev.gpu-sandbox.promotion.image"],
+        image.as_str()
+    );
+    let blob = format!(
+        "/v2/sandbox/alice/vision/m/blobs/{}",
+        manifest["layers"][0]["digest"].as_str().unwrap()
+    );
+    let (status, _, content) = fetch(registry.addr, &blob, credentials, &[]).await;
+    assert_eq!(status.as_u16(), 200);
+    assert!(content == model, "the registry holds the file as read");
+
+    // Once the session has ended there is no pod to read through: said so, nothing kept.
+    let stopped = app
+        .delete(&format!("/api/v1/sessions/{session}"), Some(&alice))
+        .await;
+    assert!(stopped.status.is_success());
+    ended_detail(&app, &alice, &session).await;
+    let after = promote(json!({"path": "models/m.onnx", "name": "again"})).await;
+    assert_eq!(
+        after.status.as_u16(),
+        409,
+        "{}",
+        String::from_utf8_lossy(&after.body)
+    );
+    assert!(
+        after.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("not running"),
+        "{}",
+        String::from_utf8_lossy(&after.body)
+    );
+    assert_eq!(fake.execs().len(), 6, "no exec without a pod");
+    app.stop().await;
 }

@@ -12,18 +12,18 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-const REGISTRY_USER: &str = "pusher";
-const REGISTRY_PASSWORD: &str = "registry-secret";
+pub(crate) const REGISTRY_USER: &str = "pusher";
+pub(crate) const REGISTRY_PASSWORD: &str = "registry-secret";
 
 /// A registry server of our own, on a free port; stopped when dropped.
-struct Registry {
-    addr: SocketAddr,
+pub(crate) struct Registry {
+    pub(crate) addr: SocketAddr,
     dir: tempfile::TempDir,
     child: Option<tokio::process::Child>,
 }
 
 impl Registry {
-    async fn start() -> Registry {
+    pub(crate) async fn start() -> Registry {
         let dir = tempfile::tempdir().unwrap();
         let addr = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -87,13 +87,13 @@ impl Registry {
         }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 }
 
 /// A GET to the registry: (status, headers, body).
-async fn fetch(
+pub(crate) async fn fetch(
     addr: SocketAddr,
     path: &str,
     credentials: Option<(&str, &str)>,
@@ -180,7 +180,7 @@ async fn call(
     app.call(Method::POST, &path, Some(&token), body).await
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(bytes))
 }

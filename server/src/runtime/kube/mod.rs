@@ -52,8 +52,10 @@
 //! node, which common plugins (Calico, Cilium) admit whatever the policy says.
 //! `nvidia.com/use-gpuuuid` is set only when the allocator knows a real card's UUID (NVML on the
 //! server); with declared GPUs HAMi picks the card, and the reconciler records which and moves the
-//! slot there. The server does not mount the workspaces, so promotion cannot read them here yet.
+//! slot there. The server does not mount the workspaces: promotion reads a file through the
+//! session's editor pod ([`files`]).
 
+pub mod files;
 pub mod hami;
 pub mod metrics;
 pub mod names;
@@ -632,6 +634,13 @@ impl KubeRuntime {
 
 #[async_trait::async_trait]
 impl Runtime for KubeRuntime {
+    async fn copy_workspace_file(
+        &self,
+        file: &super::workspace_file::WorkspaceFile<'_>,
+    ) -> Result<super::workspace_file::Copied, super::workspace_file::CopyError> {
+        self.copy_through_pod(file).await
+    }
+
     fn availability(&self) -> Vec<(EditorKind, Result<(), String>)> {
         // Images are validated at load; whether the cluster can pull them shows at launch.
         EditorKind::ALL.into_iter().map(|e| (e, Ok(()))).collect()
