@@ -15,15 +15,10 @@ export SANDBOX_LOG=${SANDBOX_LOG:-warn}
 # A real OpenID Connect provider for the single sign-on test.
 node end2end/oidc/provider.mjs "$OIDC_PORT" "http://127.0.0.1:$PORT/auth/oidc/callback" >"$DATA/oidc.log" 2>&1 &
 PROVIDER=$!
-# A real registry (Debian's docker-registry) for the promotion test; anonymous, on loopback.
-cat >"$DATA/registry.yml" <<YAML
-version: 0.1
-log: {level: error, accesslog: {disabled: true}}
-storage: {filesystem: {rootdirectory: $DATA/registry}}
-http: {addr: 127.0.0.1:$REGISTRY_PORT}
-YAML
-docker-registry serve "$DATA/registry.yml" >"$DATA/registry.log" 2>&1 &
-REGISTRY=$!
+# A real registry for the promotion test.
+. scripts/registry.sh
+start_registry "$DATA" "$REGISTRY_PORT"
+REGISTRY=$REGISTRY_PID
 SERVER=
 cleanup() {
   kill -TERM "$PROVIDER" "$REGISTRY" 2>/dev/null || true
@@ -96,10 +91,7 @@ for _ in $(seq 1 100); do
   curl -sf "http://127.0.0.1:$OIDC_PORT/.well-known/openid-configuration" >/dev/null && break
   sleep 0.2
 done
-for _ in $(seq 1 100); do
-  curl -s -o /dev/null "http://127.0.0.1:$REGISTRY_PORT/v2/" && break
-  sleep 0.2
-done
+wait_registry "$REGISTRY_PORT" || { cat "$DATA/registry.log"; exit 1; }
 export E2E_OIDC_URL="http://127.0.0.1:$OIDC_PORT"
 export E2E_REGISTRY_URL="http://127.0.0.1:$REGISTRY_PORT" E2E_DATA_DIR="$DATA" E2E_SERVER_PID="$SERVER"
 export E2E_BASE_URL="http://127.0.0.1:$PORT" E2E_USER=e2e E2E_PASSWORD=e2e-password

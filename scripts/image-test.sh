@@ -38,18 +38,10 @@ rebuilt_s=$(since "$start")
 echo "ok: reproducible, both builds are image $first"
 size=$(podman image inspect --format '{{.Size}}' "$NAME")
 
-cat >"$WORK/registry.yml" <<YAML
-version: 0.1
-log: {level: error, accesslog: {disabled: true}}
-storage: {filesystem: {rootdirectory: $WORK/registry}}
-http: {addr: 127.0.0.1:$REGISTRY_PORT}
-YAML
-docker-registry serve "$WORK/registry.yml" >"$WORK/registry.log" 2>&1 &
-REGISTRY=$!
-# Waits are for outcomes, long enough for a busy machine: they only bound a hang.
-up() { curl -sf "http://127.0.0.1:$REGISTRY_PORT/v2/" >/dev/null; }
-for _ in $(seq 1 1200); do up && break; sleep 0.1; done
-up || { cat "$WORK/registry.log" >&2; fail "the registry never answered"; }
+. scripts/registry.sh
+start_registry "$WORK" "$REGISTRY_PORT"
+REGISTRY=$REGISTRY_PID
+wait_registry "$REGISTRY_PORT" || { cat "$WORK/registry.log" >&2; fail "the registry never answered"; }
 buildah push --quiet --tls-verify=false --digestfile "$WORK/digest" "$NAME" "docker://$REPO:${NAME##*:}"
 digest=$(cat "$WORK/digest")
 echo "ok: pushed $REPO:${NAME##*:} ($digest)"

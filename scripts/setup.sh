@@ -113,8 +113,9 @@ if [ "$WANT_TEST" = 1 ]; then
   # docker-registry: the CNCF distribution server, the promotion tests' registry on loopback;
   # prometheus: scrapes a test server and answers PromQL (its service is never started here);
   # sqlite3: the browser tests read a session's runtime handle from the server's database;
-  # buildah, podman and runc: the server image is built, pushed, pulled and run (image-test.sh).
-  apt_install chromium postgresql docker-registry prometheus sqlite3 buildah podman runc
+  # buildah, podman and runc: the server image is built, pushed, pulled and run (image-test.sh);
+  # busybox-static and skopeo: the editor Containerfiles' stand-in base and pins (editor-images-test.sh).
+  apt_install chromium postgresql docker-registry prometheus sqlite3 buildah podman runc busybox-static skopeo
   if [ ! -d end2end/node_modules/playwright-core ] || [ ! -d end2end/node_modules/oidc-provider ] \
     || [ ! -d end2end/node_modules/axe-core ]; then
     say "installing playwright-core (no browser download: Debian's Chromium is used), oidc-provider, axe-core"

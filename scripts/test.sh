@@ -39,3 +39,5 @@ scripts/e2e.sh
 
 echo "==> the server image (buildah FROM scratch: reproducible, pushed, pulled by digest, run)"
 scripts/image-test.sh
+echo "==> the editor Containerfiles (built on a stand-in base) and their pins"
+scripts/editor-images-test.sh

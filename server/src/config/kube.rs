@@ -98,9 +98,9 @@ impl KubeImages {
 impl Default for KubeImages {
     fn default() -> Self {
         KubeImages {
-            jupyterlab: "quay.io/jupyter/pytorch-notebook:2025-10-20".into(),
-            marimo: "ghcr.io/marimo-team/marimo:latest".into(),
-            code_server: "codercom/code-server:4.100.3".into(),
+            jupyterlab: "quay.io/jupyter/pytorch-notebook:cuda12-pytorch-2.11.0@sha256:de7e7da7ba3e66cd2720ff9e72c93c43d24cb83478a032862acb7520fa8b2200".into(),
+            marimo: "ghcr.io/marimo-team/marimo:0.23.15".into(),
+            code_server: "docker.io/codercom/code-server:4.139.1@sha256:0c067c3cf09ed1830ce282387826be8feefef8a5828f462791c2df3f1007ee17".into(),
         }
     }
 }

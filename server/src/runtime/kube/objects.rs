@@ -717,4 +717,107 @@ pub(crate) mod tests {
             );
         }
     }
+
+    /// deploy/editors/<editor>.Containerfile, as `scripts/editor-images-test.sh` builds it.
+    fn containerfile(editor: EditorKind) -> &'static str {
+        match editor {
+            EditorKind::JupyterLab => {
+                include_str!("../../../../deploy/editors/jupyterlab.Containerfile")
+            }
+            EditorKind::Marimo => include_str!("../../../../deploy/editors/marimo.Containerfile"),
+            EditorKind::CodeServer => {
+                include_str!("../../../../deploy/editors/code-server.Containerfile")
+            }
+        }
+    }
+
+    /// A `KEY="value"` (or `KEY=value`) of the file's `ARG` or `LABEL` lines.
+    fn declared(file: &str, key: &str) -> Option<String> {
+        file.lines()
+            .map(|l| {
+                l.trim()
+                    .trim_start_matches("ARG ")
+                    .trim_start_matches("LABEL ")
+            })
+            .filter_map(|l| l.strip_prefix(&format!("{key}=")))
+            .map(|v| {
+                v.trim_end_matches('\\')
+                    .trim()
+                    .trim_matches('"')
+                    .to_string()
+            })
+            .next()
+    }
+
+    /// The editor Containerfiles state the pods' contract, and their bases are the server's
+    /// defaults and the chart's: one pin in three places, kept equal here.
+    #[test]
+    fn the_editor_containerfiles_match_the_pods_and_the_defaults() {
+        let values = include_str!("../../../../deploy/chart/values.yaml");
+        let chart_image = |key: &str| {
+            values
+                .lines()
+                .skip_while(|l| !l.starts_with("editorImages:"))
+                .find_map(|l| l.trim().strip_prefix(&format!("{key}: ")))
+                .map(str::to_string)
+        };
+        let defaults = crate::config::kube::KubeImages::default();
+        for editor in EditorKind::ALL {
+            let file = containerfile(editor);
+            let at = |key: &str| declared(file, key).unwrap_or_else(|| panic!("{editor:?}: {key}"));
+            let base = at("BASE");
+            assert_eq!(
+                defaults.of(editor),
+                base,
+                "{editor:?}: the server's default"
+            );
+            let chart_key = match editor {
+                EditorKind::CodeServer => "codeServer",
+                other => other.as_str(),
+            };
+            assert_eq!(
+                chart_image(chart_key).as_deref(),
+                Some(base.as_str()),
+                "{editor:?}: the chart's"
+            );
+            let tag = base
+                .split('@')
+                .next()
+                .unwrap()
+                .rsplit_once(':')
+                .map(|(_, t)| t);
+            assert!(
+                tag.is_some_and(|t| t != "latest" && t.contains('.')),
+                "{editor:?}: a version tag"
+            );
+            assert_eq!(at("dev.gpu-sandbox.editor"), editor.as_str());
+            assert_eq!(
+                at("dev.gpu-sandbox.user"),
+                format!("{RUN_AS_USER}:{RUN_AS_GROUP}")
+            );
+            assert_eq!(at("dev.gpu-sandbox.workspace"), WORKSPACE_DIR);
+            assert_eq!(
+                at("dev.gpu-sandbox.readiness-path"),
+                probe_path(editor, "{base}")
+            );
+            assert!(
+                file.contains(&format!("\nUSER {RUN_AS_USER}:{RUN_AS_GROUP}\n")),
+                "{editor:?}"
+            );
+            assert!(
+                file.contains(&format!("\nWORKDIR {WORKSPACE_DIR}\n")),
+                "{editor:?}"
+            );
+            assert!(
+                file.contains(&format!("`{}` on PATH", program(editor))),
+                "{editor:?}"
+            );
+        }
+        // JupyterLab is the CUDA build; it and code-server are pinned by digest. marimo's
+        // digest could not be resolved offline (scripts/pin-editor-images.sh does it).
+        assert!(defaults.jupyterlab.contains(":cuda12-"));
+        assert!(
+            defaults.jupyterlab.contains("@sha256:") && defaults.code_server.contains("@sha256:")
+        );
+    }
 }
