@@ -1009,7 +1009,7 @@ async fn admins_add_and_retire_approved_images() {
             "label",
         ),
         (
-            json!({"editor": "marimo", "reference": "ghcr.io/marimo-team/marimo:latest", "label": "x"}),
+            json!({"editor": "marimo", "reference": server::config::kube::KubeImages::default().marimo, "label": "x"}),
             StatusCode::CONFLICT,
             "configured default",
         ),
