@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Browser tests: serves the built site on a scratch data dir, creates a user, runs end2end/.
-# Expects `cargo leptos build` to have run (scripts/test.sh does).
+# Expects `cargo leptos build --split` to have run (scripts/test.sh does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET=${CARGO_TARGET_DIR:-$PWD/target}

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 [ $# -eq 1 ] || { echo "usage: $0 REGISTRY/PREFIX (e.g. registry.example.com/gpu-sandbox)" >&2; exit 2; }
 export SANDBOX_EDITORS__TOOLS_DIR=${SANDBOX_EDITORS__TOOLS_DIR:-$PWD/.tools}
 export PATH="$SANDBOX_EDITORS__TOOLS_DIR/build/node_modules/.bin:$PATH"
-cargo leptos build --release
+cargo leptos build --release --split
 TARGET=${CARGO_TARGET_DIR:-$PWD/target}
 NAME=$(scripts/image.sh --name)
 IMAGE_SERVER_BIN="$TARGET/release/server" scripts/image.sh "$NAME" >/dev/null

@@ -8,7 +8,7 @@ ROOT=$PWD
 export SANDBOX_EDITORS__TOOLS_DIR=${SANDBOX_EDITORS__TOOLS_DIR:-$ROOT/.tools}
 scripts/setup.sh
 export PATH="$SANDBOX_EDITORS__TOOLS_DIR/build/node_modules/.bin:$PATH"
-cargo leptos build --release
+cargo leptos build --release --split
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 # Served from a copy of its own: the test command's `cargo leptos build` rewrites target/site, which
 # would take the pages away from a product running meanwhile.

@@ -30,7 +30,7 @@ apt_install() {
 rustup target list --installed 2>/dev/null | grep -q wasm32-unknown-unknown || {
   say "rustup target add wasm32-unknown-unknown"; rustup target add wasm32-unknown-unknown; }
 
-# 0.3.8: the first whose wasm splitter (`--split`) reads wasm-bindgen 0.2.128+; the split is not used yet.
+# 0.3.8: the first whose wasm splitter reads wasm-bindgen 0.2.128+ (the pages are split per route).
 if ! cargo leptos --version 2>/dev/null | grep -q "0.3.8"; then
   say "installing cargo-leptos 0.3.8 (about 25 minutes on 2 cores, once)"
   cargo install cargo-leptos --locked --version 0.3.8 --features no_downloads

@@ -31,8 +31,8 @@ echo "==> cargo test (unit, the folders' import order, store on SQLite + Postgre
 # build of the pages (effects then run at render, which the server never does).
 cargo test --workspace --exclude frontend --locked
 
-echo "==> cargo leptos build (pages + wasm)"
-cargo leptos build
+echo "==> cargo leptos build --split (pages + wasm, a chunk per page)"
+cargo leptos build --split
 
 echo "==> browser tests (Playwright + Chromium)"
 scripts/e2e.sh

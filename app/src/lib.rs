@@ -75,4 +75,5 @@ pub mod model;
 mod ui;
 
 pub use domain::paths::is_local_path;
+pub use ui::hydration::hydration_done;
 pub use ui::{App, shell};

@@ -4,9 +4,18 @@
 #[wasm_bindgen::prelude::wasm_bindgen]
 pub fn hydrate() {
     console_error_panic_hook::set_once();
-    leptos::mount::hydrate_body(app::App);
-    // Buttons work from here on: browser tests wait for this before they type or click.
-    if let Some(body) = leptos::prelude::document().body() {
+    // Every page but sign-in is a lazy route (its own wasm chunk): hydration waits for the
+    // page's chunk, so it runs as a task (what `leptos::mount::hydrate_lazy` does), and says
+    // when it is done.
+    _ = any_spawner::Executor::init_wasm_bindgen();
+    leptos::task::spawn_local(async {
+        let body = leptos::prelude::document()
+            .body()
+            .expect("a page has a body");
+        let owner = leptos::mount::hydrate_from_async(body.clone(), app::App).await;
+        owner.forget();
+        app::hydration_done();
+        // Buttons work from here on: browser tests wait for this before they type or click.
         let _ = body.set_attribute("data-hydrated", "");
-    }
+    });
 }

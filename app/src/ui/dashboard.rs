@@ -217,8 +217,10 @@ fn follow_dashboard(
     let reload = move || {
         leptos::task::spawn_local(async move {
             if let Ok(fresh) = load_dashboard().await {
-                listed.set(fresh.sessions);
-                balance.set(fresh.credits);
+                super::hydration::after_hydration(move || {
+                    listed.set(fresh.sessions);
+                    balance.set(fresh.credits);
+                });
             }
         });
     };

@@ -55,7 +55,10 @@ pub(crate) fn confirmed(question: &str) -> bool {
 
 /// A ticking clock for countdowns; only ticks in the browser.
 pub(crate) fn use_clock() -> ReadSignal<i64> {
-    let (now, set_now) = signal(now_ms());
+    // The server's time at render, read back while hydrating: what depends on the clock (a
+    // warning shown near a deadline, the readings' minute) renders alike on both sides, however
+    // long the browser took to get here. The ticks then bring the browser's own time.
+    let (now, set_now) = signal(leptos::server::SharedValue::new_str(now_ms).into_inner());
     Effect::new(move |_| {
         if let Ok(handle) = set_interval_with_handle(
             move || set_now.set(now_ms()),

@@ -19,6 +19,7 @@ pub fn follow(id: &str, on_step: impl Fn(Step) + 'static) -> Follow {
     let url = format!("/api/v1/sessions/{id}/events");
     let source = web_sys::EventSource::new(&url).expect("EventSource is supported");
     let closer = source.clone();
+    let on_step = std::rc::Rc::new(on_step);
     let on_message =
         Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |ev: web_sys::MessageEvent| {
             let Some(text) = ev.data().as_string() else {
@@ -26,7 +27,8 @@ pub fn follow(id: &str, on_step: impl Fn(Step) + 'static) -> Follow {
             };
             if let Ok(step) = serde_json::from_str::<Step>(&text) {
                 let ended = step.state == crate::domain::session::SessionState::Ended;
-                on_step(step);
+                let on_step = on_step.clone();
+                super::hydration::after_hydration(move || on_step(step));
                 if ended {
                     closer.close();
                 }

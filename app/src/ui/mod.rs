@@ -7,6 +7,7 @@ mod chips;
 mod credit_ask;
 mod dashboard;
 mod format;
+pub mod hydration;
 #[cfg(feature = "hydrate")]
 mod live;
 mod login;
@@ -19,7 +20,7 @@ use crate::error::AppError;
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
 use leptos_router::components::{Redirect, Route, Router, Routes};
-use leptos_router::path;
+use leptos_router::{Lazy, LazyRoute, lazy_route, path};
 
 pub fn shell(options: LeptosOptions) -> impl IntoView {
     view! {
@@ -39,6 +40,35 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
     }
 }
 
+/// Each page but the sign-in page is a chunk of the browser's bundle of its own (`cargo leptos
+/// build --split`), fetched when someone opens it: the sign-in page loads none of them.
+macro_rules! lazy_page {
+    ($($route:ident => $page:path;)*) => {
+        $(
+            struct $route;
+
+            #[lazy_route]
+            impl LazyRoute for $route {
+                fn data() -> Self {
+                    $route
+                }
+
+                fn view(_this: Self) -> AnyView {
+                    view! { <$page /> }.into_any()
+                }
+            }
+        )*
+    };
+}
+
+lazy_page! {
+    DashboardRoute => dashboard::DashboardPage;
+    SessionRoute => session::SessionPage;
+    TokensRoute => tokens::TokensPage;
+    AdminRoute => admin::AdminPage;
+    AccountRoute => account::AccountPage;
+}
+
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
@@ -47,12 +77,12 @@ pub fn App() -> impl IntoView {
         <Title text="GPU Sandbox" />
         <Router>
             <Routes fallback=|| view! { <NotFound /> }>
-                <Route path=path!("/") view=dashboard::DashboardPage />
+                <Route path=path!("/") view={Lazy::<DashboardRoute>::new()} />
                 <Route path=path!("/login") view=login::LoginPage />
-                <Route path=path!("/sessions/:id") view=session::SessionPage />
-                <Route path=path!("/tokens") view=tokens::TokensPage />
-                <Route path=path!("/admin") view=admin::AdminPage />
-                <Route path=path!("/account") view=account::AccountPage />
+                <Route path=path!("/sessions/:id") view={Lazy::<SessionRoute>::new()} />
+                <Route path=path!("/tokens") view={Lazy::<TokensRoute>::new()} />
+                <Route path=path!("/admin") view={Lazy::<AdminRoute>::new()} />
+                <Route path=path!("/account") view={Lazy::<AccountRoute>::new()} />
             </Routes>
         </Router>
     }
