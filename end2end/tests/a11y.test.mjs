@@ -49,8 +49,15 @@ test('every page passes axe-core without a serious violation, in light and dark'
   for (const colorScheme of ['light', 'dark']) {
     const page = await browser.newPage({ viewport: { width: 1280, height: 900 }, colorScheme });
     try {
+      // Everything the sign-in page asks for is there (its icon included).
+      const missing = [];
+      const record = (r) => r.status() >= 400 && r.url().startsWith(BASE) && missing.push(`${r.status()} ${r.url()}`);
+      page.on('response', record);
       await page.goto(`${BASE}/login`);
       await check(page, `sign-in (${colorScheme})`);
+      await page.waitForLoadState('networkidle');
+      page.off('response', record);
+      assert.deepEqual(missing, [], missing.join('\n'));
       await signIn(page, 'admin');
       await page.waitForURL(`${BASE}/`);
       // Moved in place: the dashboard's chunk may still be on its way.
