@@ -203,18 +203,8 @@ pub trait Runtime: Send + Sync + 'static {
             file.into.to_path_buf(),
             file.max_bytes,
         );
-        let user_name = file.user_name.to_string();
         tokio::task::spawn_blocking(move || {
-            workspace_file::copy_local(
-                &workspace,
-                &workspace_file::WorkspaceFile {
-                    user_name: &user_name,
-                    handle: None,
-                    relative: &relative,
-                    into: &into,
-                    max_bytes,
-                },
-            )
+            workspace_file::copy_local(&workspace, &relative, &into, max_bytes)
         })
         .await
         .unwrap_or_else(|e| Err(workspace_file::CopyError::Io(std::io::Error::other(e))))

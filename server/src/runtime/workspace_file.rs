@@ -75,6 +75,42 @@ impl CopyError {
     }
 }
 
+/// Hashes and counts the bytes of a copy, refusing it past the cap (a file may grow while it is
+/// read): the one rule both copies follow.
+struct Tally<'a> {
+    hasher: Sha256,
+    bytes: u64,
+    relative: &'a str,
+    max_bytes: u64,
+}
+
+impl<'a> Tally<'a> {
+    fn new(relative: &'a str, max_bytes: u64) -> Self {
+        Tally {
+            hasher: Sha256::new(),
+            bytes: 0,
+            relative,
+            max_bytes,
+        }
+    }
+
+    fn add(&mut self, chunk: &[u8]) -> Result<(), CopyError> {
+        self.bytes += chunk.len() as u64;
+        if self.bytes > self.max_bytes {
+            return Err(CopyError::too_large(self.relative, self.max_bytes));
+        }
+        self.hasher.update(chunk);
+        Ok(())
+    }
+
+    fn done(self) -> Copied {
+        Copied {
+            bytes: self.bytes,
+            sha256: hex::encode(self.hasher.finalize()),
+        }
+    }
+}
+
 /// Copies a file of a workspace on this machine (blocking: run it off the async threads).
 ///
 /// The file is opened without following a link at its last step (`O_NOFOLLOW`) and without
@@ -82,16 +118,21 @@ impl CopyError {
 /// `/proc/self/fd`, must lie inside the canonical workspace, so a link earlier in the path, even
 /// one swapped in between check and open, cannot reach the server's own files. Only regular
 /// files are copied.
-pub fn copy_local(workspace: &Path, file: &WorkspaceFile<'_>) -> Result<Copied, CopyError> {
+pub fn copy_local(
+    workspace: &Path,
+    relative: &str,
+    into: &Path,
+    max_bytes: u64,
+) -> Result<Copied, CopyError> {
     use std::os::unix::fs::OpenOptionsExt;
-    let shown = file.relative;
+    let shown = relative;
     let root = std::fs::canonicalize(workspace).map_err(|_| {
         CopyError::Refused("your workspace is empty: launch a session and save a file first".into())
     })?;
     let mut source = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(workspace.join(file.relative))
+        .open(workspace.join(relative))
         .map_err(|e| match e.raw_os_error() {
             Some(libc::ENOENT) | Some(libc::ENOTDIR) => CopyError::missing(shown),
             Some(libc::ELOOP) => CopyError::link(shown),
@@ -111,34 +152,25 @@ pub fn copy_local(workspace: &Path, file: &WorkspaceFile<'_>) -> Result<Copied, 
     if !metadata.is_file() {
         return Err(CopyError::not_a_file(shown));
     }
-    if metadata.len() > file.max_bytes {
-        return Err(CopyError::too_large(shown, file.max_bytes));
+    if metadata.len() > max_bytes {
+        return Err(CopyError::too_large(shown, max_bytes));
     }
-    if let Some(parent) = file.into.parent() {
+    if let Some(parent) = into.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    let mut out = std::fs::File::create(file.into)?;
-    let mut hasher = Sha256::new();
+    let mut out = std::fs::File::create(into)?;
+    let mut tally = Tally::new(shown, max_bytes);
     let mut buffer = vec![0u8; 256 * 1024];
-    let mut total = 0u64;
     loop {
         let n = source.read(&mut buffer)?;
         if n == 0 {
             break;
         }
-        total += n as u64;
-        // It may grow while it is read.
-        if total > file.max_bytes {
-            return Err(CopyError::too_large(shown, file.max_bytes));
-        }
-        hasher.update(&buffer[..n]);
+        tally.add(&buffer[..n])?;
         out.write_all(&buffer[..n])?;
     }
     out.sync_all()?;
-    Ok(Copied {
-        bytes: total,
-        sha256: hex::encode(hasher.finalize()),
-    })
+    Ok(tally.done())
 }
 
 /// Copies what `source` yields to `file.into`, hashing it and stopping past `file.max_bytes`:
@@ -151,26 +183,18 @@ pub async fn copy_stream(
         tokio::fs::create_dir_all(parent).await?;
     }
     let mut out = tokio::fs::File::create(file.into).await?;
-    let mut hasher = Sha256::new();
+    let mut tally = Tally::new(file.relative, file.max_bytes);
     let mut buffer = vec![0u8; 256 * 1024];
-    let mut total = 0u64;
     loop {
         let n = source.read(&mut buffer).await?;
         if n == 0 {
             break;
         }
-        total += n as u64;
-        if total > file.max_bytes {
-            return Err(CopyError::too_large(file.relative, file.max_bytes));
-        }
-        hasher.update(&buffer[..n]);
+        tally.add(&buffer[..n])?;
         out.write_all(&buffer[..n]).await?;
     }
     out.sync_all().await?;
-    Ok(Copied {
-        bytes: total,
-        sha256: hex::encode(hasher.finalize()),
-    })
+    Ok(tally.done())
 }
 
 #[cfg(test)]
@@ -203,7 +227,7 @@ mod tests {
     fn a_file_is_copied_with_its_checksum() {
         let (dir, ws) = workspace();
         let into = dir.path().join("staged/p1");
-        let copied = copy_local(&ws, &file("models/m.bin", &into, 1024)).unwrap();
+        let copied = copy_local(&ws, "models/m.bin", &into, 1024).unwrap();
         assert_eq!(copied.bytes, 5);
         assert_eq!(copied.sha256, HELLO_SHA256);
         assert_eq!(std::fs::read(&into).unwrap(), b"hello");
@@ -215,7 +239,7 @@ mod tests {
         let into = dir.path().join("staged/x");
         std::os::unix::fs::symlink(dir.path().join("secret"), ws.join("link")).unwrap();
         std::os::unix::fs::symlink(dir.path(), ws.join("outside")).unwrap();
-        let refused = |path: &str| match copy_local(&ws, &file(path, &into, 1024)) {
+        let refused = |path: &str| match copy_local(&ws, path, &into, 1024) {
             Err(CopyError::Refused(why)) => why,
             other => panic!("{path}: {other:?}"),
         };
@@ -224,7 +248,7 @@ mod tests {
         assert!(refused("models").contains("not a file"));
         assert!(refused("nope.bin").contains("no file `nope.bin`"));
         assert!(!into.exists(), "nothing was copied");
-        match copy_local(&ws, &file("models/m.bin", &into, 4)) {
+        match copy_local(&ws, "models/m.bin", &into, 4) {
             Err(CopyError::TooLarge(why)) => assert!(why.contains("larger than"), "{why}"),
             other => panic!("{other:?}"),
         }

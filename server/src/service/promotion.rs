@@ -35,9 +35,9 @@
 //! reading; an ended session answers 409). The copies live on the requesting server's disk: with
 //! several replicas `data_dir/promotions` must be shared, or the push fails on another with "the
 //! copy is gone". The limit of 10 is checked before the copy, not under a lock, so requests sent
-//! at once can pass it together. A hard link in the workspace to a file the server can read passes the check; on one
-//! machine editors run as the server's own account anyway (`runtime::local`), so that is no new
-//! power.
+//! at once can pass it together. A hard link in the workspace to a file the server can read
+//! passes the check; on one machine editors run as the server's own account anyway
+//! (`runtime::local`), so that is no new power.
 
 use super::Promotions;
 use crate::registry::{Artifact, Registry};
