@@ -2216,17 +2216,10 @@ async fn on_the_cluster_a_promoted_file_is_read_through_the_editors_pod_and_push
         "{}",
         String::from_utf8_lossy(&approved.body)
     );
-    let mut pushed = Value::Null;
-    for _ in 0..100 {
-        pushed = app
-            .get(&format!("/api/v1/promotions/{id}"), Some(&alice))
-            .await
-            .json();
-        if pushed["state"] == "pushed" || pushed["state"] == "failed" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let pushed = crate::promotion::wait_for(&app, &alice, id, |v| {
+        v["state"] == "pushed" || v["state"] == "failed"
+    })
+    .await;
     assert_eq!(pushed["state"], "pushed", "{pushed}");
     let credentials = Some((REGISTRY_USER, REGISTRY_PASSWORD));
     let oci = "application/vnd.oci.image.manifest.v1+json";

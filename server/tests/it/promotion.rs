@@ -146,9 +146,15 @@ async fn admin_token(app: &TestApp) -> String {
     app.admin_token("root").await
 }
 
-/// Polls the promotion until `done` holds for it (10 s at most).
-async fn wait_for(app: &TestApp, token: &str, id: &str, done: impl Fn(&Value) -> bool) -> Value {
-    for _ in 0..100 {
+/// Polls the promotion until `done` holds for it (a minute at most: a bound on a hang, not a
+/// speed check).
+pub(crate) async fn wait_for(
+    app: &TestApp,
+    token: &str,
+    id: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    for _ in 0..600 {
         let view = app
             .get(&format!("/api/v1/promotions/{id}"), Some(token))
             .await
