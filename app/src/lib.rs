@@ -63,8 +63,8 @@
 //!    another tab.
 //!
 //! The server crate uses `api::Backend` (ssr only), [`api::TokenForm`], the server functions'
-//! types (for their `PATH`), [`domain`], [`model`], [`error`], [`App`], [`shell`] and
-//! [`is_local_path`].
+//! types (for their `PATH`), [`domain`], [`model`], [`error`], [`App`], [`shell`],
+//! [`is_local_path`] and (ssr) `dashboard_page`, which draws the dashboard's showing parts.
 
 #![recursion_limit = "512"]
 
@@ -75,5 +75,7 @@ pub mod model;
 mod ui;
 
 pub use domain::paths::is_local_path;
+#[cfg(feature = "ssr")]
+pub use ui::dashboard_page;
 pub use ui::hydration::hydration_done;
 pub use ui::{App, shell};

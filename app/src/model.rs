@@ -270,6 +270,35 @@ pub struct Dashboard {
     pub usage_days: Vec<crate::domain::usage::UsageDay>,
 }
 
+/// The dashboard as its page gets it: what the page's code reads and changes, and the parts that
+/// only show (the charts, the credit history, the pool) already drawn by the server, so that the
+/// browser carries no code for them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DashboardPage {
+    pub viewer: Viewer,
+    pub credits: CreditsView,
+    pub editors: Vec<EditorOption>,
+    pub slices: Vec<SliceOption>,
+    pub durations: DurationLimits,
+    pub sessions: Vec<SessionView>,
+    pub quota: QuotaView,
+    #[serde(default)]
+    pub isolation_warning: Option<String>,
+    #[serde(default)]
+    pub images: Vec<ImageView>,
+    pub drawn: DashboardDrawn,
+}
+
+/// The dashboard's parts drawn on the server: HTML rendered by the pages' own components (which
+/// escape every text), never taken from anywhere else.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DashboardDrawn {
+    /// Balance line, held against used per day, the last sessions' costs, the credit history.
+    pub spending: String,
+    /// The pool's cards and their slices.
+    pub pool: String,
+}
+
 /// An API token as its owner may see it: never its secret, which only its hash stands for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenRecord {

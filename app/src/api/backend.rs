@@ -9,8 +9,8 @@ use crate::domain::listing::{ListQuery, Page};
 use crate::domain::usage::{SessionReadings, UsageDay};
 use crate::error::AppError;
 use crate::model::{
-    AdminGpu, AdminSession, AdminUser, AuditLine, Dashboard, NewToken, PromotionView, Promotions,
-    SessionView, TokensPage, UsageRow, UserChange, Viewer,
+    AdminGpu, AdminSession, AdminUser, AuditLine, DashboardPage, NewToken, PromotionView,
+    Promotions, SessionView, TokensPage, UsageRow, UserChange, Viewer,
 };
 use leptos::prelude::*;
 use std::sync::Arc;
@@ -38,7 +38,7 @@ pub trait Backend: Send + Sync + 'static {
         form: TokenForm,
     ) -> Result<NewToken, AppError>;
     async fn revoke_token(&self, viewer: &Viewer, id: &str) -> Result<(), AppError>;
-    async fn dashboard(&self, viewer: &Viewer) -> Result<Dashboard, AppError>;
+    async fn dashboard(&self, viewer: &Viewer) -> Result<DashboardPage, AppError>;
     async fn launch(
         &self,
         viewer: &Viewer,

@@ -13,8 +13,8 @@ use crate::domain::listing::{ListQuery, Page};
 use crate::domain::usage::{SessionReadings, UsageDay};
 use crate::error::AppError;
 use crate::model::{
-    AdminGpu, AdminSession, AdminUser, AuditLine, Dashboard, NewToken, PromotionView, Promotions,
-    SessionView, TokensPage, UsageRow, UserChange, Viewer,
+    AdminGpu, AdminSession, AdminUser, AuditLine, DashboardPage, NewToken, PromotionView,
+    Promotions, SessionView, TokensPage, UsageRow, UserChange, Viewer,
 };
 use leptos::prelude::*;
 
@@ -71,7 +71,7 @@ pub async fn logout() -> Result<(), AppError> {
 }
 
 #[server]
-pub async fn load_dashboard() -> Result<Dashboard, AppError> {
+pub async fn load_dashboard() -> Result<DashboardPage, AppError> {
     let viewer = backend::require_viewer().await?;
     backend::backend()?.dashboard(&viewer).await
 }

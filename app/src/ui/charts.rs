@@ -206,6 +206,7 @@ fn Slice(b: SliceBox) -> impl IntoView {
 
 /// A line's points in a `width` × `height` box: time left to right over the points' span, the
 /// value bottom to top from zero (or the lowest value, if below) to the highest.
+#[cfg(any(feature = "ssr", test))]
 pub(crate) fn line_points(points: &[(i64, i64)], width: f64, height: f64) -> Vec<(f64, f64)> {
     let (Some(first), Some(last)) = (points.first(), points.last()) else {
         return Vec::new();
@@ -225,7 +226,9 @@ pub(crate) fn line_points(points: &[(i64, i64)], width: f64, height: f64) -> Vec
         .collect()
 }
 
-/// The user's balance over the last days, as a line: what they were given and spent.
+/// The user's balance over the last days, as a line: what they were given and spent. Drawn on
+/// the server only (the dashboard's drawn parts).
+#[cfg(feature = "ssr")]
 #[component]
 pub(crate) fn BalanceLine(points: Vec<(i64, i64)>) -> impl IntoView {
     const W: f64 = 600.0;

@@ -6,7 +6,9 @@ use crate::domain::credits;
 use crate::domain::launch::{self, EditorKind};
 use crate::domain::pool::format_mib;
 use crate::domain::session::SessionState;
-use crate::model::{CreditsView, Dashboard, GpuView, SessionView, Viewer};
+use crate::model::{CreditsView, DashboardPage, SessionView, Viewer};
+#[cfg(feature = "ssr")]
+use crate::model::{Dashboard, GpuView};
 use leptos::prelude::*;
 use leptos_router::hooks::use_navigate;
 
@@ -27,23 +29,74 @@ pub fn DashboardPage() -> impl IntoView {
     }
 }
 
+/// The dashboard for its page: the parts that only show drawn here, on the server, so that the
+/// browser loads no code for them; its reloads bring them drawn anew.
+#[cfg(feature = "ssr")]
+pub fn dashboard_page(data: Dashboard) -> DashboardPage {
+    let costs: Vec<(String, i64)> = data
+        .sessions
+        .iter()
+        .filter_map(|s| {
+            let cost = s.cost?;
+            Some((
+                format!(
+                    "{} · {}",
+                    s.editor.label(),
+                    crate::domain::dates::minute(s.created_at_ms)
+                ),
+                cost.charged,
+            ))
+        })
+        .take(10)
+        .collect();
+    let draw = |view: AnyView| Owner::new().with(|| view.to_html());
+    let spending = draw(
+        view! {
+            <super::charts::BalanceLine points=data.balance_days />
+            <h3>"What you held and what you used"</h3>
+            <super::charts::UsageDays days=data.usage_days testid="my-usage-days" />
+            {(!costs.is_empty())
+                .then(|| {
+                    view! {
+                        <super::charts::CostBars
+                            items=costs
+                            testid="session-costs"
+                            caption="What your last sessions cost, dearest first.".to_string()
+                        />
+                    }
+                })}
+            <CreditHistory history=data.history />
+        }
+        .into_any(),
+    );
+    let pool = draw(view! { <PoolStrip gpus=data.gpus enforcement=data.enforcement /> }.into_any());
+    DashboardPage {
+        viewer: data.viewer,
+        credits: data.credits,
+        editors: data.editors,
+        slices: data.slices,
+        durations: data.durations,
+        sessions: data.sessions,
+        quota: data.quota,
+        isolation_warning: data.isolation_warning,
+        images: data.images,
+        drawn: crate::model::DashboardDrawn { spending, pool },
+    }
+}
+
 #[component]
-fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoView {
-    let Dashboard {
+fn DashboardView(data: DashboardPage, stop: ServerAction<StopSession>) -> impl IntoView {
+    let DashboardPage {
         viewer,
         credits,
         editors,
         slices,
         durations,
-        gpus,
         sessions,
         quota,
-        enforcement,
         images,
         isolation_warning,
-        history,
-        balance_days,
-        usage_days,
+        drawn,
     } = data;
     #[cfg(feature = "hydrate")]
     let live: Vec<SessionView> = sessions
@@ -56,8 +109,9 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
     // every 15 s for what no stream of this page carries. The launch form is left as typed.
     let listed = RwSignal::new(sessions);
     let balance_now = RwSignal::new(credits.clone());
+    let drawn = RwSignal::new(drawn);
     #[cfg(feature = "hydrate")]
-    follow_dashboard(&live, listed, balance_now);
+    follow_dashboard(&live, listed, balance_now, drawn);
     #[cfg(feature = "hydrate")]
     {
         let ready: Vec<&SessionView> = live
@@ -170,49 +224,27 @@ fn DashboardView(data: Dashboard, stop: ServerAction<StopSession>) -> impl IntoV
                             }
                         })
                 }}
-                <super::charts::BalanceLine points=balance_days />
-                <h3>"What you held and what you used"</h3>
-                <super::charts::UsageDays days=usage_days testid="my-usage-days" />
-                {move || {
-                    let costs: Vec<(String, i64)> = listed
-                        .get()
-                        .into_iter()
-                        .filter_map(|s| {
-                            let cost = s.cost?;
-                            Some((
-                                format!("{} · {}", s.editor.label(), crate::domain::dates::minute(s.created_at_ms)),
-                                cost.charged,
-                            ))
-                        })
-                        .take(10)
-                        .collect();
-                    (!costs.is_empty())
-                        .then(|| {
-                            view! {
-                                <super::charts::CostBars
-                                    items=costs
-                                    testid="session-costs"
-                                    caption="What your last sessions cost, dearest first.".to_string()
-                                />
-                            }
-                        })
-                }}
-                <CreditHistory history />
+                <div class="spending" inner_html=move || drawn.with(|d| d.spending.clone())></div>
             </section>
             <super::credit_ask::AskForCreditsCard credits_now=balance_now />
             <super::promotion::PromotionsCard />
-            <PoolStrip gpus enforcement />
+            <section
+                class="pool"
+                aria-labelledby="pool-title"
+                inner_html=move || drawn.with(|d| d.pool.clone())
+            ></section>
         </main>
     }
 }
 
-/// Keeps the dashboard's lists and balance current: reloaded when one of the live sessions'
+/// Keeps the dashboard's lists, balance and drawn parts current: reloaded when one of the live sessions'
 /// streams says it became ready or ended, and every 15 s.
 #[cfg(feature = "hydrate")]
 fn follow_dashboard(
     live: &[SessionView],
     listed: RwSignal<Vec<SessionView>>,
     balance: RwSignal<CreditsView>,
+    drawn: RwSignal<crate::model::DashboardDrawn>,
 ) {
     let reload = move || {
         leptos::task::spawn_local(async move {
@@ -220,6 +252,7 @@ fn follow_dashboard(
                 super::hydration::after_hydration(move || {
                     listed.set(fresh.sessions);
                     balance.set(fresh.credits);
+                    drawn.set(fresh.drawn);
                 });
             }
         });
@@ -243,6 +276,7 @@ fn follow_dashboard(
 
 /// The newest lines of the user's credits: grants with the admin's note, holds, charges and what
 /// came back.
+#[cfg(feature = "ssr")]
 #[component]
 fn CreditHistory(history: Vec<crate::model::LedgerLine>) -> impl IntoView {
     if history.is_empty() {
@@ -728,10 +762,11 @@ fn SessionCard(session: SessionView, stop: ServerAction<StopSession>) -> impl In
     }
 }
 
+/// The pool's cards, inside the page's `section.pool`.
+#[cfg(feature = "ssr")]
 #[component]
 fn PoolStrip(gpus: Vec<GpuView>, enforcement: String) -> impl IntoView {
     view! {
-        <section class="pool" aria-labelledby="pool-title">
             <h2 id="pool-title">"GPU pool"</h2>
             <p class="muted">{format!("Slices on real cards: {enforcement}.")}</p>
             <div class="gpus">
@@ -786,6 +821,5 @@ fn PoolStrip(gpus: Vec<GpuView>, enforcement: String) -> impl IntoView {
                     })
                     .collect_view()}
             </div>
-        </section>
     }
 }

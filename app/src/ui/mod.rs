@@ -17,6 +17,8 @@ mod session;
 mod tokens;
 
 use crate::error::AppError;
+#[cfg(feature = "ssr")]
+pub use dashboard::dashboard_page;
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
 use leptos_router::components::{Redirect, Route, Router, Routes};

@@ -77,8 +77,9 @@ impl app::api::Backend for PagesBackend {
             .await
     }
 
-    async fn dashboard(&self, viewer: &Viewer) -> Result<Dashboard, AppError> {
-        self.0.sessions.dashboard(viewer).await
+    async fn dashboard(&self, viewer: &Viewer) -> Result<DashboardPage, AppError> {
+        let dashboard = self.0.sessions.dashboard(viewer).await?;
+        Ok(app::dashboard_page(dashboard))
     }
 
     async fn tokens_page(&self, request: &http::request::Parts) -> Result<TokensPage, AppError> {

@@ -370,3 +370,51 @@ async fn the_first_runs_admin_changes_the_printed_password_at_the_first_sign_in(
     assert_eq!(access.json()["confirmed"], false);
     app.stop().await;
 }
+
+/// The dashboard's charts, credit history and pool come drawn by the server (the browser carries
+/// no code for them): drawn by the pages' own components, so a note an admin typed is text there,
+/// never markup, and each card of the pool is drawn.
+#[tokio::test]
+async fn the_dashboards_drawn_parts_show_what_was_typed_as_text() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (_, root) = admin(&app, "root").await;
+    let (uma_id, _) = app.user("uma").await;
+    let note = r#"<img src=x onerror="alert(1)"> & more"#;
+    app.call(
+        Method::POST,
+        &format!("/api/v1/admin/users/{uma_id}/credits"),
+        Some(&root),
+        Some(json!({ "amount": "3", "note": note })),
+    )
+    .await
+    .assert_status(StatusCode::OK);
+    let cookie = app.sign_in_cookie("uma").await;
+    let page = server_fn(&app, path_of::<app::api::LoadDashboard>(), &cookie, "").await;
+    page.assert_status(StatusCode::OK);
+    let page = page.json();
+    let spending = page["drawn"]["spending"].as_str().unwrap();
+    assert!(
+        spending.contains("&lt;img src=x onerror=&quot;alert(1)&quot;&gt; &amp; more")
+            || spending.contains("&lt;img src=x onerror=\"alert(1)\"&gt; &amp; more"),
+        "{spending}"
+    );
+    assert!(!spending.contains("<img"), "{spending}");
+    for part in ["balance-line", "my-usage-days", "credit-history"] {
+        assert!(
+            spending.contains(&format!(r#"data-testid="{part}""#)),
+            "{part}: {spending}"
+        );
+    }
+    let pool = page["drawn"]["pool"].as_str().unwrap();
+    let cards = app.store.pool().await.unwrap().len();
+    assert!(cards > 0);
+    assert_eq!(
+        pool.matches(r#"data-testid="gpu""#).count(),
+        cards,
+        "{pool}"
+    );
+    assert!(pool.contains(r#"id="pool-title""#), "{pool}");
+    // What the page's own code reads is still data.
+    assert_eq!(page["viewer"]["name"], "uma");
+    assert!(page.get("history").is_none() && page.get("gpus").is_none());
+}
