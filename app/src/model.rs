@@ -293,8 +293,10 @@ pub struct DashboardPage {
 /// escape every text), never taken from anywhere else.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DashboardDrawn {
-    /// Balance line, held against used per day, the last sessions' costs, the credit history.
+    /// Balance line, held against used per day, the last sessions' costs.
     pub spending: String,
+    /// The newest lines of the credit history, as a table; empty when there are none.
+    pub history: String,
     /// The pool's cards and their slices.
     pub pool: String,
 }

@@ -104,6 +104,14 @@ test('an added user signs in with the shown password, chooses their own, and is 
     await history.locator('summary').click();
     const granted = history.locator('tr[data-kind="grant"]').first();
     assert.match(await granted.innerText(), /Granted\s+\+5\s+.*for the course/);
+    // The dashboard's reloads bring what the server drew anew: a second grant reaches the history,
+    // which stays open meanwhile.
+    await amount.fill('1');
+    await row.getByLabel(`Note for ${name}`).fill('one more');
+    await row.getByRole('button', { name: 'Grant' }).click();
+    await outcome.filter({ hasText: `Granted ${name} 1 ` }).waitFor();
+    await history.locator('tr[data-kind="grant"]', { hasText: 'one more' }).waitFor({ timeout: 60_000 });
+    assert.equal(await history.getAttribute('open'), '', 'the credit history stayed open');
     await page.goto(`${BASE}/admin?tab=audit&q=credits.grant`);
     await page.getByText(/\+5 credits: .*for the course/).first().waitFor();
     await page.goto(`${BASE}/admin`);

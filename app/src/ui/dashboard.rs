@@ -65,10 +65,14 @@ pub fn dashboard_page(data: Dashboard) -> DashboardPage {
                         />
                     }
                 })}
-            <CreditHistory history=data.history />
         }
         .into_any(),
     );
+    let history = if data.history.is_empty() {
+        String::new()
+    } else {
+        draw(view! { <CreditHistory history=data.history /> }.into_any())
+    };
     let pool = draw(view! { <PoolStrip gpus=data.gpus enforcement=data.enforcement /> }.into_any());
     DashboardPage {
         viewer: data.viewer,
@@ -80,7 +84,11 @@ pub fn dashboard_page(data: Dashboard) -> DashboardPage {
         quota: data.quota,
         isolation_warning: data.isolation_warning,
         images: data.images,
-        drawn: crate::model::DashboardDrawn { spending, pool },
+        drawn: crate::model::DashboardDrawn {
+            spending,
+            history,
+            pool,
+        },
     }
 }
 
@@ -225,6 +233,12 @@ fn DashboardView(data: DashboardPage, stop: ServerAction<StopSession>) -> impl I
                         })
                 }}
                 <div class="spending" inner_html=move || drawn.with(|d| d.spending.clone())></div>
+                <Show when=move || drawn.with(|d| !d.history.is_empty())>
+                    <details class="history" data-testid="credit-history">
+                        <summary>"Credit history"</summary>
+                        <div inner_html=move || drawn.with(|d| d.history.clone())></div>
+                    </details>
+                </Show>
             </section>
             <super::credit_ask::AskForCreditsCard credits_now=balance_now />
             <super::promotion::PromotionsCard />
@@ -275,13 +289,10 @@ fn follow_dashboard(
 }
 
 /// The newest lines of the user's credits: grants with the admin's note, holds, charges and what
-/// came back.
+/// came back. Drawn into the page's own `details`, which stays open across reloads.
 #[cfg(feature = "ssr")]
 #[component]
 fn CreditHistory(history: Vec<crate::model::LedgerLine>) -> impl IntoView {
-    if history.is_empty() {
-        return ().into_any();
-    }
     let what = |kind: &str| match kind {
         "grant" => "Granted",
         "adjust" => "Taken back",
@@ -291,37 +302,33 @@ fn CreditHistory(history: Vec<crate::model::LedgerLine>) -> impl IntoView {
         _ => "Changed",
     };
     view! {
-        <details class="history" data-testid="credit-history">
-            <summary>"Credit history"</summary>
-            <table class="ledger">
-                <thead>
-                    <tr>
-                        <th>"When (UTC)"</th>
-                        <th>"What"</th>
-                        <th class="num">"Credits"</th>
-                        <th>"Note"</th>
-                    </tr>
-                </thead>
-                <tbody>
-                    {history
-                        .into_iter()
-                        .map(|line| {
-                            let sign = if line.amount > 0 { "+" } else { "" };
-                            view! {
-                                <tr data-kind=line.kind.clone()>
-                                    <td>{super::format::format_utc(line.at_ms)}</td>
-                                    <td>{what(&line.kind)}</td>
-                                    <td class="num">{format!("{sign}{}", credits::format(line.amount))}</td>
-                                    <td>{line.note}</td>
-                                </tr>
-                            }
-                        })
-                        .collect_view()}
-                </tbody>
-            </table>
-        </details>
+        <table class="ledger">
+            <thead>
+                <tr>
+                    <th>"When (UTC)"</th>
+                    <th>"What"</th>
+                    <th class="num">"Credits"</th>
+                    <th>"Note"</th>
+                </tr>
+            </thead>
+            <tbody>
+                {history
+                    .into_iter()
+                    .map(|line| {
+                        let sign = if line.amount > 0 { "+" } else { "" };
+                        view! {
+                            <tr data-kind=line.kind.clone()>
+                                <td>{super::format::format_utc(line.at_ms)}</td>
+                                <td>{what(&line.kind)}</td>
+                                <td class="num">{format!("{sign}{}", credits::format(line.amount))}</td>
+                                <td>{line.note}</td>
+                            </tr>
+                        }
+                    })
+                    .collect_view()}
+            </tbody>
+        </table>
     }
-    .into_any()
 }
 
 #[component]

@@ -392,14 +392,16 @@ async fn the_dashboards_drawn_parts_show_what_was_typed_as_text() {
     let page = server_fn(&app, path_of::<app::api::LoadDashboard>(), &cookie, "").await;
     page.assert_status(StatusCode::OK);
     let page = page.json();
-    let spending = page["drawn"]["spending"].as_str().unwrap();
+    let history = page["drawn"]["history"].as_str().unwrap();
     assert!(
-        spending.contains("&lt;img src=x onerror=&quot;alert(1)&quot;&gt; &amp; more")
-            || spending.contains("&lt;img src=x onerror=\"alert(1)\"&gt; &amp; more"),
-        "{spending}"
+        history.contains("&lt;img src=x onerror=&quot;alert(1)&quot;&gt; &amp; more")
+            || history.contains("&lt;img src=x onerror=\"alert(1)\"&gt; &amp; more"),
+        "{history}"
     );
-    assert!(!spending.contains("<img"), "{spending}");
-    for part in ["balance-line", "my-usage-days", "credit-history"] {
+    assert!(!history.contains("<img"), "{history}");
+    assert!(history.contains(r#"<tr data-kind="grant">"#), "{history}");
+    let spending = page["drawn"]["spending"].as_str().unwrap();
+    for part in ["balance-line", "my-usage-days"] {
         assert!(
             spending.contains(&format!(r#"data-testid="{part}""#)),
             "{part}: {spending}"
