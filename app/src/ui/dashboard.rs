@@ -251,8 +251,8 @@ fn DashboardView(data: DashboardPage, stop: ServerAction<StopSession>) -> impl I
     }
 }
 
-/// Keeps the dashboard's lists, balance and drawn parts current: reloaded when one of the live sessions'
-/// streams says it became ready or ended, and every 15 s.
+/// Keeps the dashboard's lists, balance and drawn parts current: reloaded when one of the live
+/// sessions' streams says it became ready or ended, and every 15 s.
 #[cfg(feature = "hydrate")]
 fn follow_dashboard(
     live: &[SessionView],
