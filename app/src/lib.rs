@@ -36,6 +36,7 @@
 //!   tokens.rs      API tokens: listed, made, revoked
 //!   promotion.rs   Promote in a session's toolbar, and the dashboard's list of promotions
 //!   presence.rs    the heartbeat that tells the server someone is there
+//!   hydration.rs   what waits for hydration; PageJson and page_resource, the page data's reader
 //!   live.rs        the browser's end of the launch progress stream (hydrate only)
 //!   admin/         the admin pages
 //!     mod.rs       AdminPage, Tab, admin_href, ConfirmAdmin, the tab bar

@@ -285,8 +285,18 @@ pub struct DashboardPage {
     #[serde(default)]
     pub isolation_warning: Option<String>,
     #[serde(default)]
-    pub images: Vec<ImageView>,
+    pub images: Vec<ImageChoice>,
     pub drawn: DashboardDrawn,
+}
+
+/// An approved image as the launch form offers it: what the page shows and sends, no more.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageChoice {
+    /// None for the editor's configured default.
+    pub id: Option<String>,
+    pub editor: EditorKind,
+    pub label: String,
+    pub reference: String,
 }
 
 /// The dashboard's parts drawn on the server: HTML rendered by the pages' own components (which
@@ -299,6 +309,12 @@ pub struct DashboardDrawn {
     pub history: String,
     /// The pool's cards and their slices.
     pub pool: String,
+    /// The last ten ended sessions' cards; empty when there are none.
+    #[serde(default)]
+    pub recent: String,
+    /// The user's promotions and how files get pushed; empty where the server has no registry.
+    #[serde(default)]
+    pub promotions: String,
 }
 
 /// An API token as its owner may see it: never its secret, which only its hash stands for.

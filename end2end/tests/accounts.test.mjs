@@ -95,6 +95,16 @@ test('an added user signs in with the shown password, chooses their own, and is 
     await newcomer.goto(`${BASE}/`);
     await hydrated(newcomer);
     assert.equal(await newcomer.getByTestId('open-ask').count(), 0, 'the grant answered the ask');
+    // Asked again, then withdrawn: a plain form, after which the dashboard loads anew without it.
+    await ask.getByLabel('Credits').fill('3');
+    await ask.getByRole('button', { name: 'Ask an admin' }).click();
+    await ask.getByTestId('open-ask').waitFor();
+    await ask.getByRole('button', { name: 'Withdraw the ask' }).click();
+    await ask.getByLabel('Credits').waitFor();
+    await hydrated(newcomer);
+    assert.equal(await newcomer.getByTestId('open-ask').count(), 0, 'withdrawn');
+    const withdrawn = await newcomer.evaluate(async () => (await fetch('/api/v1/me')).json());
+    assert.equal(withdrawn.credits.request ?? null, null, 'the API has no open ask either');
     // The balance line ends at the balance the API reports (milli-credits), 105 credits.
     const me = await newcomer.evaluate(async () => (await fetch('/api/v1/me')).json());
     assert.equal(me.credits.balance, 105_000);

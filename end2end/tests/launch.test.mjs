@@ -208,8 +208,23 @@ test('launch JupyterLab, see it embedded, reload, reopen after signing in again,
     await page.getByTestId('launch-again').click();
     await page.waitForURL((url) => url.pathname.startsWith('/sessions/') && url.href !== endedPage, { timeout: 30_000 });
     await page.getByTestId('editor-frame').waitFor({ timeout: 90_000 });
-    await page.getByRole('button', { name: 'Stop' }).click();
-    await page.getByTestId('session-ended').waitFor({ timeout: 30_000 });
+    const againId = new URL(page.url()).pathname.split('/').pop();
+    // Stopped from its card on the dashboard: it leaves the live list for the recent sessions,
+    // and what was typed in the launch form stays.
+    await page.goto(`${BASE}/`);
+    await hydrated(page);
+    const typed = page.getByLabel('Duration (minutes)');
+    await typed.fill('7');
+    const liveCard = page.getByTestId('live-sessions').locator(`[data-session-id="${againId}"]`);
+    await liveCard.getByRole('button', { name: 'Stop' }).click();
+    assert.match(page.dialogs.at(-1) ?? '', /^Stop this session\?/, 'the card asks first too');
+    await page.getByText('No session is running').waitFor({ timeout: 30_000 });
+    assert.equal(await typed.inputValue(), '7', 'the launch form is left as typed');
+    const recent = page.locator('details.history', { hasText: 'Recent sessions' });
+    await recent.locator('summary').click();
+    const past = recent.locator(`[data-session-id="${againId}"]`);
+    await past.getByTestId('session-when').waitFor();
+    assert.match(await past.innerText(), /Ended: stopped by you/);
   } catch (error) {
     await page.screenshot({ path: `${ARTIFACTS}/failure.png` }).catch(() => {});
     throw error;

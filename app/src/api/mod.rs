@@ -67,7 +67,11 @@ pub async fn change_password(current: String, new: String) -> Result<(), AppErro
 
 #[server]
 pub async fn logout() -> Result<(), AppError> {
-    backend::logout().await
+    backend::logout().await?;
+    if backend::is_plain_form_post() {
+        leptos_axum::redirect("/login");
+    }
+    Ok(())
 }
 
 #[server]
@@ -227,7 +231,11 @@ pub async fn ask_for_credits(
 #[server]
 pub async fn withdraw_credit_request() -> Result<(), AppError> {
     let viewer = backend::require_viewer().await?;
-    backend::backend()?.withdraw_credit_request(&viewer).await
+    backend::backend()?.withdraw_credit_request(&viewer).await?;
+    if backend::is_plain_form_post() {
+        leptos_axum::redirect("/");
+    }
+    Ok(())
 }
 
 #[server]

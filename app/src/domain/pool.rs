@@ -75,7 +75,13 @@ pub fn format_mib(mib: u64) -> String {
     if mib >= 1024 && mib.is_multiple_of(1024) {
         format!("{} GB", mib / 1024)
     } else if mib >= 1024 {
-        format!("{:.1} GB", mib as f64 / 1024.0)
+        // Tenths of a GB in integers, rounded half to even as `{:.1}` of the float would be:
+        // the browser bundle then carries no float formatting.
+        let (mut tenths, rest) = ((mib * 10) / 1024, (mib * 10) % 1024);
+        if rest > 512 || (rest == 512 && tenths % 2 == 1) {
+            tenths += 1;
+        }
+        format!("{}.{} GB", tenths / 10, tenths % 10)
     } else {
         format!("{mib} MB")
     }
@@ -232,6 +238,18 @@ mod tests {
         assert_eq!(format_mib(8192), "8 GB");
         assert_eq!(format_mib(512), "512 MB");
         assert_eq!(format_mib(1536), "1.5 GB");
+        assert_eq!(
+            format_mib(1280),
+            "1.2 GB",
+            "half to even, as the float's format"
+        );
+        for mib in (1024u64..300_000).filter(|m| !m.is_multiple_of(1024)) {
+            assert_eq!(
+                format_mib(mib),
+                format!("{:.1} GB", mib as f64 / 1024.0),
+                "{mib} MiB"
+            );
+        }
     }
 
     #[test]

@@ -2,18 +2,20 @@
 //! sign-in whose password an admin set (or the first run printed) lands here and may do nothing
 //! else until it has chosen its own.
 
-use super::format::hard_navigate;
+use super::format::{hard_navigate, submitted};
 use crate::api::{ChangePassword, whoami};
 use crate::domain::accounts::MIN_PASSWORD_CHARS;
 use crate::domain::paths::is_local_path;
+use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
+use leptos::server_fn::ServerFn;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 #[component]
 pub fn AccountPage() -> impl IntoView {
     let change = ServerAction::<ChangePassword>::new();
-    let viewer = Resource::new(move || change.version().get(), |_| whoami());
+    let viewer = page_resource(move || change.version().get(), |_| whoami());
     let query = use_query_map();
     // The one the person chose must be typed twice; checked here, the server checks the rest.
     let (new, set_new) = signal(String::new());
@@ -85,7 +87,19 @@ pub fn AccountPage() -> impl IntoView {
                 })}
             </Transition>
             <h2>"Change your password"</h2>
-            <ActionForm action=change attr:class="stack" attr:data-testid="password-form">
+            <form
+                method="post"
+                action=ChangePassword::PATH
+                class="stack"
+                data-testid="password-form"
+                on:submit=move |ev| {
+                    ev.prevent_default();
+                    change.dispatch(ChangePassword {
+                        current: submitted(&ev, "current"),
+                        new: submitted(&ev, "new"),
+                    });
+                }
+            >
                 <label>
                     "Current password"
                     <input type="password" name="current" autocomplete="current-password" required />
@@ -131,7 +145,7 @@ pub fn AccountPage() -> impl IntoView {
                 >
                     {move || if change.pending().get() { "Changing…" } else { "Change password" }}
                 </button>
-            </ActionForm>
+            </form>
         </main>
     }
 }

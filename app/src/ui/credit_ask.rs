@@ -6,11 +6,11 @@ use crate::domain::credits;
 use crate::model::CreditsView;
 use crate::ui::format::format_utc;
 use leptos::prelude::*;
+use leptos::server_fn::ServerFn;
 
 #[component]
 pub(super) fn AskForCreditsCard(credits_now: RwSignal<CreditsView>) -> impl IntoView {
     let ask = ServerAction::<AskForCredits>::new();
-    let withdraw = ServerAction::<WithdrawCreditRequest>::new();
     let amount = RwSignal::new(String::new());
     let note = RwSignal::new(String::new());
     // The dashboard's reloads carry the ask too: a grant elsewhere closes it here.
@@ -21,19 +21,11 @@ pub(super) fn AskForCreditsCard(credits_now: RwSignal<CreditsView>) -> impl Into
             note.set(String::new());
         }
     });
-    Effect::new(move |_| {
-        if let Some(Ok(())) = withdraw.value().get() {
-            credits_now.update(|c| c.request = None);
-        }
-    });
     let refused = move || {
-        let failed = [
-            ask.value().get().and_then(Result::err),
-            withdraw.value().get().and_then(Result::err),
-        ];
-        failed.into_iter().flatten().next().map(|e| {
-            view! { <crate::ui::Refusal error=e /> }
-        })
+        ask.value()
+            .get()
+            .and_then(Result::err)
+            .map(|error| view! { <crate::ui::Refusal error /> })
     };
     let open = move || credits_now.get().request;
     view! {
@@ -53,14 +45,10 @@ pub(super) fn AskForCreditsCard(credits_now: RwSignal<CreditsView>) -> impl Into
                             },
                         )}
                     </p>
-                    <button
-                        disabled=move || withdraw.pending().get()
-                        on:click=move |_| {
-                            withdraw.dispatch(WithdrawCreditRequest {});
-                        }
-                    >
-                        "Withdraw the ask"
-                    </button>
+                    // A plain form: the server withdraws it and the dashboard loads anew.
+                    <form method="post" action=WithdrawCreditRequest::PATH class="inline">
+                        <button type="submit">"Withdraw the ask"</button>
+                    </form>
                 }
                 .into_any(),
                 None => view! {

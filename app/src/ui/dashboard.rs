@@ -1,7 +1,8 @@
 use super::ErrorNotice;
 use super::chips::StateChip;
 use super::format::{format_countdown, use_clock};
-use crate::api::{Launch, Logout, StopSession, load_dashboard};
+use super::hydration::page_resource;
+use crate::api::{Launch, Logout, load_dashboard};
 use crate::domain::credits;
 use crate::domain::launch::{self, EditorKind};
 use crate::domain::pool::format_mib;
@@ -10,18 +11,18 @@ use crate::model::{CreditsView, DashboardPage, SessionView, Viewer};
 #[cfg(feature = "ssr")]
 use crate::model::{Dashboard, GpuView};
 use leptos::prelude::*;
+use leptos::server_fn::ServerFn;
 use leptos_router::hooks::use_navigate;
 
 #[component]
 pub fn DashboardPage() -> impl IntoView {
-    let stop = ServerAction::<StopSession>::new();
-    let data = Resource::new(move || stop.version().get(), |_| load_dashboard());
+    let data = page_resource(|| (), |_| load_dashboard());
     view! {
         <leptos_meta::Title text="Dashboard · GPU Sandbox" />
         <Suspense fallback=|| view! { <p class="muted pad">"Loading your dashboard…"</p> }>
             {move || Suspend::new(async move {
                 match data.await {
-                    Ok(d) => view! { <DashboardView data=d stop /> }.into_any(),
+                    Ok(d) => view! { <DashboardView data=d /> }.into_any(),
                     Err(error) => view! { <ErrorNotice error /> }.into_any(),
                 }
             })}
@@ -32,7 +33,7 @@ pub fn DashboardPage() -> impl IntoView {
 /// The dashboard for its page: the parts that only show drawn here, on the server, so that the
 /// browser loads no code for them; its reloads bring them drawn anew.
 #[cfg(feature = "ssr")]
-pub fn dashboard_page(data: Dashboard) -> DashboardPage {
+pub fn dashboard_page(data: Dashboard, promotions: crate::model::Promotions) -> DashboardPage {
     let costs: Vec<(String, i64)> = data
         .sessions
         .iter()
@@ -74,6 +75,28 @@ pub fn dashboard_page(data: Dashboard) -> DashboardPage {
         draw(view! { <CreditHistory history=data.history /> }.into_any())
     };
     let pool = draw(view! { <PoolStrip gpus=data.gpus enforcement=data.enforcement /> }.into_any());
+    let past: Vec<SessionView> = data
+        .sessions
+        .iter()
+        .filter(|s| !s.state.is_live())
+        .take(10)
+        .cloned()
+        .collect();
+    let recent = if past.is_empty() {
+        String::new()
+    } else {
+        draw(
+            past.into_iter()
+                .map(|session| view! { <PastSessionCard session /> })
+                .collect_view()
+                .into_any(),
+        )
+    };
+    let promotions = if promotions.enabled {
+        draw(view! { <super::promotion::PromotionsDrawn promotions /> }.into_any())
+    } else {
+        String::new()
+    };
     DashboardPage {
         viewer: data.viewer,
         credits: data.credits,
@@ -83,17 +106,28 @@ pub fn dashboard_page(data: Dashboard) -> DashboardPage {
         sessions: data.sessions,
         quota: data.quota,
         isolation_warning: data.isolation_warning,
-        images: data.images,
+        images: data
+            .images
+            .into_iter()
+            .map(|i| crate::model::ImageChoice {
+                id: i.id,
+                editor: i.editor,
+                label: i.label,
+                reference: i.reference,
+            })
+            .collect(),
         drawn: crate::model::DashboardDrawn {
             spending,
             history,
             pool,
+            promotions,
+            recent,
         },
     }
 }
 
 #[component]
-fn DashboardView(data: DashboardPage, stop: ServerAction<StopSession>) -> impl IntoView {
+fn DashboardView(data: DashboardPage) -> impl IntoView {
     let DashboardPage {
         viewer,
         credits,
@@ -119,7 +153,14 @@ fn DashboardView(data: DashboardPage, stop: ServerAction<StopSession>) -> impl I
     let balance_now = RwSignal::new(credits.clone());
     let drawn = RwSignal::new(drawn);
     #[cfg(feature = "hydrate")]
-    follow_dashboard(&live, listed, balance_now, drawn);
+    let reload = reloader(listed, balance_now, drawn);
+    #[cfg(feature = "hydrate")]
+    follow_dashboard(&live, reload);
+    let refresh_now = move || {
+        #[cfg(feature = "hydrate")]
+        reload();
+    };
+    let refresh = move |_: leptos::ev::MouseEvent| refresh_now();
     #[cfg(feature = "hydrate")]
     {
         let ready: Vec<&SessionView> = live
@@ -203,35 +244,19 @@ fn DashboardView(data: DashboardPage, stop: ServerAction<StopSession>) -> impl I
                             <ul class="session-list" data-testid="live-sessions">
                                 {live
                                     .into_iter()
-                                    .map(|s| view! { <SessionCard session=s stop /> })
+                                    .map(|s| view! { <SessionCard session=s after_stop=refresh_now /> })
                                     .collect_view()}
                             </ul>
                         }
                             .into_any()
                     }
                 }}
-                {move || {
-                    let past: Vec<SessionView> = listed
-                        .get()
-                        .into_iter()
-                        .filter(|s| !s.state.is_live())
-                        .take(10)
-                        .collect();
-                    (!past.is_empty())
-                        .then(|| {
-                            view! {
-                                <details class="history">
-                                    <summary>"Recent sessions"</summary>
-                                    <ul class="session-list">
-                                        {past
-                                            .into_iter()
-                                            .map(|s| view! { <SessionCard session=s stop /> })
-                                            .collect_view()}
-                                    </ul>
-                                </details>
-                            }
-                        })
-                }}
+                <Show when=move || drawn.with(|d| !d.recent.is_empty())>
+                    <details class="history">
+                        <summary>"Recent sessions"</summary>
+                        <ul class="session-list" inner_html=move || drawn.with(|d| d.recent.clone())></ul>
+                    </details>
+                </Show>
                 <div class="spending" inner_html=move || drawn.with(|d| d.spending.clone())></div>
                 <Show when=move || drawn.with(|d| !d.history.is_empty())>
                     <details class="history" data-testid="credit-history">
@@ -241,7 +266,16 @@ fn DashboardView(data: DashboardPage, stop: ServerAction<StopSession>) -> impl I
                 </Show>
             </section>
             <super::credit_ask::AskForCreditsCard credits_now=balance_now />
-            <super::promotion::PromotionsCard />
+            <Show when=move || drawn.with(|d| !d.promotions.is_empty())>
+                <section class="card promotions" id="promotions" aria-labelledby="promotions-title">
+                    <h2 id="promotions-title">
+                        "Your promotions" <button class="link" on:click=refresh>
+                            "Refresh"
+                        </button>
+                    </h2>
+                    <div inner_html=move || drawn.with(|d| d.promotions.clone())></div>
+                </section>
+            </Show>
             <section
                 class="pool"
                 aria-labelledby="pool-title"
@@ -251,16 +285,14 @@ fn DashboardView(data: DashboardPage, stop: ServerAction<StopSession>) -> impl I
     }
 }
 
-/// Keeps the dashboard's lists, balance and drawn parts current: reloaded when one of the live
-/// sessions' streams says it became ready or ended, and every 15 s.
+/// Loads the dashboard anew into its lists, balance and drawn parts.
 #[cfg(feature = "hydrate")]
-fn follow_dashboard(
-    live: &[SessionView],
+fn reloader(
     listed: RwSignal<Vec<SessionView>>,
     balance: RwSignal<CreditsView>,
     drawn: RwSignal<crate::model::DashboardDrawn>,
-) {
-    let reload = move || {
+) -> impl Fn() + Copy + 'static {
+    move || {
         leptos::task::spawn_local(async move {
             if let Ok(fresh) = load_dashboard().await {
                 super::hydration::after_hydration(move || {
@@ -270,7 +302,13 @@ fn follow_dashboard(
                 });
             }
         });
-    };
+    }
+}
+
+/// Keeps the dashboard current: reloaded when one of the live sessions' streams says it became
+/// ready or ended, and every 15 s.
+#[cfg(feature = "hydrate")]
+fn follow_dashboard(live: &[SessionView], reload: impl Fn() + Copy + 'static) {
     let streams: Vec<super::live::Follow> = live
         .iter()
         .map(|s| {
@@ -334,13 +372,6 @@ fn CreditHistory(history: Vec<crate::model::LedgerLine>) -> impl IntoView {
 #[component]
 fn Header(viewer: Viewer, credits: RwSignal<CreditsView>) -> impl IntoView {
     let balance = credits;
-    let logout = ServerAction::<Logout>::new();
-    let navigate = use_navigate();
-    Effect::new(move |_| {
-        if let Some(Ok(())) = logout.value().get() {
-            navigate("/login", Default::default());
-        }
-    });
     view! {
         <header class="topbar">
             <a class="brand" href="/">
@@ -371,9 +402,12 @@ fn Header(viewer: Viewer, credits: RwSignal<CreditsView>) -> impl IntoView {
                         }
                     })}
                 <a href="/tokens">"API tokens"</a>
-                <button class="link" on:click=move |_| { logout.dispatch(crate::api::Logout {}); }>
-                    "Sign out"
-                </button>
+                // A plain form: the server signs out and sends the browser to the sign-in page.
+                <form method="post" action=Logout::PATH class="inline">
+                    <button type="submit" class="link">
+                        "Sign out"
+                    </button>
+                </form>
             </div>
         </header>
     }
@@ -384,7 +418,7 @@ fn LaunchForm(
     editors: Vec<crate::model::EditorOption>,
     slices: Vec<crate::model::SliceOption>,
     durations: crate::model::DurationLimits,
-    images: Vec<crate::model::ImageView>,
+    images: Vec<crate::model::ImageChoice>,
     limits: crate::domain::quota::Limits,
     usage: crate::domain::quota::Usage,
     /// Milli-credits the user may spend now.
@@ -488,7 +522,7 @@ fn LaunchForm(
     // Only where the runtime runs images (Kubernetes): the editor's approved ones.
     let image_choice = move || {
         let kind = editor.get();
-        let offered: Vec<crate::model::ImageView> = images
+        let offered: Vec<crate::model::ImageChoice> = images
             .iter()
             .filter(|i| i.editor == kind)
             .cloned()
@@ -668,11 +702,14 @@ fn LaunchForm(
     }
 }
 
+/// A live session's card: its countdowns, its place in line, and the ways to open or stop it.
 #[component]
-fn SessionCard(session: SessionView, stop: ServerAction<StopSession>) -> impl IntoView {
+fn SessionCard(
+    session: SessionView,
+    after_stop: impl Fn() + Copy + Send + Sync + 'static,
+) -> impl IntoView {
     let now = use_clock();
     let id = session.id.clone();
-    let live = session.state.is_live();
     let ends_at = session.ends_at_ms;
     let idle_at = session.idle_at_ms;
     let position = session.queue_position;
@@ -680,15 +717,9 @@ fn SessionCard(session: SessionView, stop: ServerAction<StopSession>) -> impl In
         crate::domain::pool::queue_words(session.waits_for.as_deref(), session.queue_eta_ms);
     let queued = session.state == SessionState::Queued;
     let href = format!("/sessions/{}", session.id);
-    let reason = session.end_reason.map(|r| r.describe());
     view! {
         <li class="card session-card" data-testid="session-card" data-session-id=session.id.clone()>
-            <div class="session-head">
-                <span class=format!("icon icon-{}", session.editor.as_str()) aria-hidden="true"></span>
-                <strong>{session.editor.label()}</strong>
-                <span class="muted">{format_mib(session.slice_mib)}</span>
-                <StateChip state=session.state />
-            </div>
+            {session_head(&session)}
             {(session.state == SessionState::Ready)
                 .then(|| {
                     ends_at
@@ -717,18 +748,57 @@ fn SessionCard(session: SessionView, stop: ServerAction<StopSession>) -> impl In
                         <p class="muted" data-testid="queue-eta">{waiting.clone()}</p>
                     }
                 })}
-            {(!live)
-                .then(|| {
-                    view! {
-                        <p class="muted" data-testid="session-when">
-                            {crate::ui::format::ran_for(
-                                session.created_at_ms,
-                                session.ready_at_ms,
-                                session.ended_at_ms,
-                            )}
-                        </p>
+            <div class="actions">
+                <a class="button" href=href>
+                    "Open"
+                </a>
+                <button
+                    class="danger"
+                    on:click=move |_| {
+                        if queued || crate::ui::format::confirmed(super::session::STOP_QUESTION) {
+                            let id = id.clone();
+                            leptos::task::spawn_local(async move {
+                                // Stopped or not (it may have ended meanwhile), the reload says.
+                                let _ = crate::api::stop_session(id).await;
+                                after_stop();
+                            });
+                        }
                     }
-                })}
+                >
+                    {if queued { "Leave queue" } else { "Stop" }}
+                </button>
+            </div>
+        </li>
+    }
+}
+
+/// What every session card starts with: the editor, the slice and where the session stands.
+fn session_head(session: &SessionView) -> impl IntoView + use<> {
+    view! {
+        <div class="session-head">
+            <span class=format!("icon icon-{}", session.editor.as_str()) aria-hidden="true"></span>
+            <strong>{session.editor.label()}</strong>
+            <span class="muted">{format_mib(session.slice_mib)}</span>
+            <StateChip state=session.state />
+        </div>
+    }
+}
+
+/// An ended session's card, drawn on the server: how long it ran, why it ended, what it cost.
+#[cfg(feature = "ssr")]
+#[component]
+fn PastSessionCard(session: SessionView) -> impl IntoView {
+    let reason = session.end_reason.map(|r| r.describe());
+    view! {
+        <li class="card session-card" data-testid="session-card" data-session-id=session.id.clone()>
+            {session_head(&session)}
+            <p class="muted" data-testid="session-when">
+                {crate::ui::format::ran_for(
+                    session.created_at_ms,
+                    session.ready_at_ms,
+                    session.ended_at_ms,
+                )}
+            </p>
             {reason.map(|r| view! { <p class="muted">{format!("Ended: {r}")}</p> })}
             {session
                 .cost
@@ -741,28 +811,6 @@ fn SessionCard(session: SessionView, stop: ServerAction<StopSession>) -> impl In
                                 credits::format(cost.returned)
                             )}
                         </p>
-                    }
-                })}
-            {live
-                .then(|| {
-                    view! {
-                        <div class="actions">
-                            <a class="button" href=href>
-                                "Open"
-                            </a>
-                            <button
-                                class="danger"
-                                on:click=move |_| {
-                                    if queued
-                                        || crate::ui::format::confirmed(super::session::STOP_QUESTION)
-                                    {
-                                        stop.dispatch(StopSession { id: id.clone() });
-                                    }
-                                }
-                            >
-                                {if queued { "Leave queue" } else { "Stop" }}
-                            </button>
-                        </div>
                     }
                 })}
         </li>

@@ -37,6 +37,25 @@ pub(crate) fn hard_navigate(path: &str) {
     let _ = path;
 }
 
+/// A field of the form a submit event came from, as the browser would post it: what was typed
+/// before the page's script loaded counts too.
+pub(crate) fn submitted(ev: &leptos::ev::SubmitEvent, name: &str) -> String {
+    #[cfg(feature = "hydrate")]
+    {
+        use wasm_bindgen::JsCast;
+        ev.target()
+            .and_then(|target| target.dyn_into::<web_sys::HtmlFormElement>().ok())
+            .and_then(|form| web_sys::FormData::new_with_form(&form).ok())
+            .and_then(|data| data.get(name).as_string())
+            .unwrap_or_default()
+    }
+    #[cfg(not(feature = "hydrate"))]
+    {
+        let _ = (ev, name);
+        String::new()
+    }
+}
+
 /// Asks the person `question` in the browser's own dialog; whether they said OK. Outside the
 /// browser (nothing is clicked there) the answer is yes.
 pub(crate) fn confirmed(question: &str) -> bool {
@@ -77,6 +96,7 @@ pub(crate) fn format_utc(ms: i64) -> String {
 
 /// When an ended session ran and for how long: "2026-12-01 02:24 UTC · in use 12 min", or
 /// "never started" when its editor was never ready.
+#[cfg(any(feature = "ssr", test))]
 pub(crate) fn ran_for(
     created_at_ms: i64,
     ready_at_ms: Option<i64>,

@@ -30,6 +30,44 @@ pub fn hydration_done() {
     }
 }
 
+/// The encoding of a page's data from the server's render to the browser: JSON, read as bytes
+/// the way the server functions' answers are read (`JsonSerdeCodec` reads it as a `str`). Each
+/// type then has one JSON reader in the bundle, shared by hydration and the page's reloads,
+/// rather than one for each.
+pub struct PageJson;
+
+impl<T: serde::Serialize> leptos::server::codee::Encoder<T> for PageJson {
+    type Error = serde_json::Error;
+    type Encoded = String;
+
+    fn encode(value: &T) -> Result<String, Self::Error> {
+        serde_json::to_string(value)
+    }
+}
+
+impl<T: serde::de::DeserializeOwned> leptos::server::codee::Decoder<T> for PageJson {
+    type Error = serde_json::Error;
+    type Encoded = str;
+
+    fn decode(text: &str) -> Result<T, Self::Error> {
+        serde_json::from_slice(text.as_bytes())
+    }
+}
+
+/// A resource of the page's data in [`PageJson`]: `Resource::new` of leptos, but for the reader.
+#[track_caller]
+pub fn page_resource<S, T, Fut>(
+    source: impl Fn() -> S + Send + Sync + 'static,
+    fetcher: impl Fn(S) -> Fut + Send + Sync + 'static,
+) -> leptos::prelude::Resource<T, PageJson>
+where
+    S: Send + Sync + Clone + PartialEq + 'static,
+    T: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+{
+    leptos::prelude::Resource::new_with_options(source, fetcher, false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,5 +86,19 @@ mod tests {
         let later = seen.clone();
         after_hydration(move || later.borrow_mut().push(3));
         assert_eq!(*seen.borrow(), [1, 2, 3], "after it, at once");
+    }
+
+    #[test]
+    fn page_data_comes_back_as_it_was_sent() {
+        use leptos::server::codee::{Decoder, Encoder};
+        let sent: Vec<(String, Option<i64>)> =
+            vec![("caf\u{e9} \"quoted\"".into(), Some(-3)), ("".into(), None)];
+        let text = <PageJson as Encoder<_>>::encode(&sent).unwrap();
+        let back: Vec<(String, Option<i64>)> = <PageJson as Decoder<_>>::decode(&text).unwrap();
+        assert_eq!(back, sent);
+        assert!(
+            <PageJson as Decoder<Vec<i64>>>::decode("[1,").is_err(),
+            "broken text is an error"
+        );
     }
 }

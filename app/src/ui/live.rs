@@ -25,7 +25,8 @@ pub fn follow(id: &str, on_step: impl Fn(Step) + 'static) -> Follow {
             let Some(text) = ev.data().as_string() else {
                 return;
             };
-            if let Ok(step) = serde_json::from_str::<Step>(&text) {
+            // Read as bytes, as the page's other JSON is: one reader in the bundle.
+            if let Ok(step) = serde_json::from_slice::<Step>(text.as_bytes()) {
                 let ended = step.state == crate::domain::session::SessionState::Ended;
                 let on_step = on_step.clone();
                 super::hydration::after_hydration(move || on_step(step));

@@ -1,8 +1,10 @@
-use super::format::hard_navigate;
+use super::format::{hard_navigate, submitted};
 use crate::api::Login;
 use crate::domain::encode::{PATH, percent_encode};
 use crate::domain::paths::is_local_path;
+use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
+use leptos::server_fn::ServerFn;
 use leptos_router::hooks::{use_navigate, use_query_map};
 
 #[component]
@@ -46,7 +48,7 @@ pub fn LoginPage() -> impl IntoView {
             }
         })
     };
-    let provider = Resource::new(|| (), |_| crate::api::single_sign_on());
+    let provider = page_resource(|| (), |_| crate::api::single_sign_on());
     let sso_href = move || {
         let next = query.read().get("next").filter(|n| is_local_path(n));
         match next {
@@ -72,7 +74,20 @@ pub fn LoginPage() -> impl IntoView {
                 <h1>"GPU Sandbox"</h1>
                 <p class="muted">"Sign in to launch a GPU workspace."</p>
                 <Transition>{sso}</Transition>
-                <ActionForm action=login>
+                // A plain form where the script has not loaded yet (the server sends the browser on).
+                <form
+                    method="post"
+                    action=Login::PATH
+                    on:submit=move |ev| {
+                        ev.prevent_default();
+                        let next = submitted(&ev, "next");
+                        login.dispatch(Login {
+                            name: submitted(&ev, "name"),
+                            password: submitted(&ev, "password"),
+                            next: (!next.is_empty()).then_some(next),
+                        });
+                    }
+                >
                     <input
                         type="hidden"
                         name="next"
@@ -95,7 +110,7 @@ pub fn LoginPage() -> impl IntoView {
                     <button type="submit" class="primary" disabled=move || login.pending().get()>
                         {move || if login.pending().get() { "Signing in…" } else { "Sign in" }}
                     </button>
-                </ActionForm>
+                </form>
             </div>
         </main>
     }

@@ -1,10 +1,14 @@
 //! Promotion in the pages: "Promote" in a session's toolbar sends a file of the workspace to
 //! the production registry; the dashboard lists the user's promotions and where each stands.
 
+#[cfg(feature = "ssr")]
 use super::chips::PromotionChip;
-use super::format::{format_bytes, format_utc};
-use crate::api::{PromoteFile, my_promotions};
+use super::format::format_bytes;
+#[cfg(feature = "ssr")]
+use super::format::format_utc;
+use crate::api::PromoteFile;
 use crate::domain::promotion::{PromotionRequest, PromotionState};
+#[cfg(feature = "ssr")]
 use crate::model::PromotionView;
 use leptos::prelude::*;
 
@@ -93,46 +97,22 @@ pub fn PromoteMenu(session_id: String) -> impl IntoView {
     }
 }
 
-/// The dashboard's list of the user's promotions; nothing where the server has no registry.
+/// The dashboard's list of the user's promotions, drawn on the server into the page's card.
+#[cfg(feature = "ssr")]
 #[component]
-pub fn PromotionsCard() -> impl IntoView {
-    let refresh = RwSignal::new(0u32);
-    let data = Resource::new(move || refresh.get(), |_| my_promotions());
+pub fn PromotionsDrawn(promotions: crate::model::Promotions) -> impl IntoView {
+    let approval = if promotions.needs_approval {
+        "An admin approves each file before it is pushed."
+    } else {
+        "Files are pushed as soon as they are marked."
+    };
     view! {
-        <Transition fallback=|| ()>
-            {move || Suspend::new(async move {
-                match data.await {
-                    Ok(promotions) if promotions.enabled => {
-                        let approval = if promotions.needs_approval {
-                            "An admin approves each file before it is pushed."
-                        } else {
-                            "Files are pushed as soon as they are marked."
-                        };
-                        view! {
-                            <section class="card promotions" id="promotions" aria-labelledby="promotions-title">
-                                <h2 id="promotions-title">
-                                    "Your promotions"
-                                    <button
-                                        class="link"
-                                        on:click=move |_| refresh.update(|n| *n += 1)
-                                    >
-                                        "Refresh"
-                                    </button>
-                                </h2>
-                                <p class="muted">{approval}</p>
-                                <PromotionList items=promotions.items />
-                            </section>
-                        }
-                            .into_any()
-                    }
-                    Ok(_) => ().into_any(),
-                    Err(error) => view! { <super::ErrorNotice error /> }.into_any(),
-                }
-            })}
-        </Transition>
+        <p class="muted">{approval}</p>
+        <PromotionList items=promotions.items />
     }
 }
 
+#[cfg(feature = "ssr")]
 #[component]
 fn PromotionList(items: Vec<PromotionView>) -> impl IntoView {
     if items.is_empty() {

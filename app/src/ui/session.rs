@@ -10,6 +10,7 @@ use crate::domain::pool::format_mib;
 use crate::domain::session::SessionState;
 use crate::domain::usage::Reading;
 use crate::model::{SessionView, Step};
+use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
@@ -20,7 +21,7 @@ pub(crate) const STOP_QUESTION: &str = "Stop this session? The editor closes: an
 pub fn SessionPage() -> impl IntoView {
     let params = use_params_map();
     let id = move || params.read().get("id").unwrap_or_default();
-    let data = Resource::new(id, get_session);
+    let data = page_resource(id, get_session);
     view! {
         <leptos_meta::Title text="Session · GPU Sandbox" />
         <Suspense fallback=|| view! { <p class="muted pad">"Loading the session…"</p> }>
@@ -283,7 +284,7 @@ pub(super) fn apply_step(session: &mut SessionView, step: Step) {
 fn SessionUsage(session: RwSignal<SessionView>, now: ReadSignal<i64>) -> impl IntoView {
     let id = session.with_untracked(|s| s.id.clone());
     let minute = Memo::new(move |_| now.get() / 60_000);
-    let readings = Resource::new(
+    let readings = page_resource(
         move || minute.get(),
         move |_| load_session_readings(id.clone()),
     );
@@ -419,7 +420,7 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
     let progress = move || session.with(|s| s.steps.last().map(|st| st.progress).unwrap_or(0));
     let stop_id = id.clone();
     let frame_path = Memo::new(move |_| query.read().get("path"));
-    let promotion_on = Resource::new(
+    let promotion_on = page_resource(
         || (),
         |_| async {
             crate::api::my_promotions()

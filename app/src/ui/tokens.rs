@@ -5,13 +5,14 @@ use super::ErrorNotice;
 use crate::api::{MakeToken, RevokeToken, TokenForm, load_tokens};
 use crate::domain::scope::{Scope, Scopes};
 use crate::model::{Confirmation, NewToken, TokenRecord, TokensPage};
+use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
 
 #[component]
 pub fn TokensPage() -> impl IntoView {
     let make = ServerAction::<MakeToken>::new();
     let revoke = ServerAction::<RevokeToken>::new();
-    let data = Resource::new(
+    let data = page_resource(
         move || (make.version().get(), revoke.version().get()),
         |_| load_tokens(),
     );

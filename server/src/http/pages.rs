@@ -79,7 +79,8 @@ impl app::api::Backend for PagesBackend {
 
     async fn dashboard(&self, viewer: &Viewer) -> Result<DashboardPage, AppError> {
         let dashboard = self.0.sessions.dashboard(viewer).await?;
-        Ok(app::dashboard_page(dashboard))
+        let promotions = self.promotions(viewer).await?;
+        Ok(app::dashboard_page(dashboard, promotions))
     }
 
     async fn tokens_page(&self, request: &http::request::Parts) -> Result<TokensPage, AppError> {

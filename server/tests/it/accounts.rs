@@ -371,14 +371,20 @@ async fn the_first_runs_admin_changes_the_printed_password_at_the_first_sign_in(
     app.stop().await;
 }
 
-/// The dashboard's charts, credit history and pool come drawn by the server (the browser carries
-/// no code for them): drawn by the pages' own components, so a note an admin typed is text there,
-/// never markup, and each card of the pool is drawn.
+/// The dashboard's charts, credit history, pool and ended sessions come drawn by the server (the
+/// browser carries no code for them): drawn by the pages' own components, so a note an admin
+/// typed is text there, never markup, and each card of the pool is drawn.
 #[tokio::test]
 async fn the_dashboards_drawn_parts_show_what_was_typed_as_text() {
     let app = TestApp::start(Some(FakeRuntime::new())).await;
     let (_, root) = admin(&app, "root").await;
-    let (uma_id, _) = app.user("uma").await;
+    let (uma_id, uma) = app.user("uma").await;
+    let session = app.launch_ready(&uma, "marimo").await;
+    app.delete(&format!("/api/v1/sessions/{session}"), Some(&uma))
+        .await
+        .assert_status(StatusCode::OK);
+    app.wait_for(&uma, &session, |v| v["state"] == "ended")
+        .await;
     let note = r#"<img src=x onerror="alert(1)"> & more"#;
     app.call(
         Method::POST,
@@ -416,7 +422,74 @@ async fn the_dashboards_drawn_parts_show_what_was_typed_as_text() {
         "{pool}"
     );
     assert!(pool.contains(r#"id="pool-title""#), "{pool}");
+    // The ended session is a drawn card; no registry here, so no promotions either.
+    let recent = page["drawn"]["recent"].as_str().unwrap();
+    assert_eq!(
+        recent.matches(r#"data-testid="session-card""#).count(),
+        1,
+        "{recent}"
+    );
+    assert!(
+        recent.contains(&format!(r#"data-session-id="{session}""#)),
+        "{recent}"
+    );
+    assert!(recent.contains("Ended: stopped by you"), "{recent}");
+    assert_eq!(page["drawn"]["promotions"], "");
     // What the page's own code reads is still data.
     assert_eq!(page["viewer"]["name"], "uma");
     assert!(page.get("history").is_none() && page.get("gpus").is_none());
+}
+
+/// A plain form's post, as a browser sends it before the page's script has loaded.
+async fn plain_form_post(app: &TestApp, path: &str, cookie: &str, form: &str) -> Response {
+    let request = Request::post(app.url(path))
+        .header("cookie", format!("sandbox_session={cookie}"))
+        .header("accept", "text/html,application/xhtml+xml")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("referer", app.url("/"))
+        .body(Full::new(form.to_string().into()))
+        .unwrap();
+    app.send(request).await
+}
+
+/// Withdrawing an ask and signing out are plain forms on the dashboard (no script of the page's
+/// own): each does its work and sends the browser on, to the dashboard and to the sign-in page.
+#[tokio::test]
+async fn withdrawing_an_ask_and_signing_out_work_as_plain_forms() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    app.user("uma").await;
+    let cookie = app.sign_in_cookie("uma").await;
+    server_fn(
+        &app,
+        path_of::<app::api::AskForCredits>(),
+        &cookie,
+        "amount=5&note=course",
+    )
+    .await
+    .assert_status(StatusCode::OK);
+    let me = async || {
+        let request = Request::get(app.url("/api/v1/me"))
+            .header("cookie", format!("sandbox_session={cookie}"))
+            .body(Full::new(bytes::Bytes::new()))
+            .unwrap();
+        app.send(request).await
+    };
+    assert_eq!(me().await.json()["credits"]["request"]["amount"], 5_000);
+
+    let withdrawn = plain_form_post(
+        &app,
+        path_of::<app::api::WithdrawCreditRequest>(),
+        &cookie,
+        "",
+    )
+    .await;
+    assert!(withdrawn.status.is_redirection(), "{:?}", withdrawn.status);
+    assert_eq!(withdrawn.headers["location"], "/");
+    assert!(me().await.json()["credits"].get("request").is_none());
+
+    let out = plain_form_post(&app, path_of::<app::api::Logout>(), &cookie, "").await;
+    assert!(out.status.is_redirection(), "{:?}", out.status);
+    assert_eq!(out.headers["location"], "/login");
+    me().await.assert_status(StatusCode::UNAUTHORIZED);
+    app.stop().await;
 }

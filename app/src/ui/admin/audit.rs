@@ -6,11 +6,12 @@ use crate::api::admin_audit;
 use crate::domain::listing::{ListQuery, Page};
 use crate::model::AuditLine;
 use crate::ui::format::format_utc;
+use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
 
 #[component]
 pub(super) fn AuditTab(list: Memo<ListQuery>) -> impl IntoView {
-    let data = Resource::new(move || list.get(), admin_audit);
+    let data = page_resource(move || list.get(), admin_audit);
     view! {
         <SearchForm tab=Tab::Audit list placeholder="Action, user or detail" filters=&[] />
         {loaded(data, "Loading the audit log…", move |page| view! { <AuditTable page list /> }.into_any())}

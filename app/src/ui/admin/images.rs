@@ -3,13 +3,14 @@
 use super::table::{Outcome, loaded};
 use crate::api::{AddImage, SetImageState, admin_images};
 use crate::ui::format::format_utc;
+use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
 
 #[component]
 pub(super) fn ImagesTab() -> impl IntoView {
     let add = ServerAction::<AddImage>::new();
     let change = ServerAction::<SetImageState>::new();
-    let data = Resource::new(
+    let data = page_resource(
         move || (add.version().get(), change.version().get()),
         |_| admin_images(),
     );

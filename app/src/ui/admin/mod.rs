@@ -26,6 +26,7 @@ use crate::domain::encode::{UNRESERVED, percent_encode};
 use crate::domain::listing::ListQuery;
 use crate::model::{AdminAccess, Confirmation};
 use crate::ui::ErrorNotice;
+use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
@@ -144,7 +145,7 @@ pub fn AdminPage() -> impl IntoView {
         }
     });
     let confirm = ServerAction::<ConfirmAdmin>::new();
-    let access = Resource::new(move || confirm.version().get(), |_| admin_access());
+    let access = page_resource(move || confirm.version().get(), |_| admin_access());
     view! {
         <leptos_meta::Title text=move || format!("{} · Admin · GPU Sandbox", tab.get().label()) />
         <crate::ui::SubPageBar section="Admin" />

@@ -4,11 +4,12 @@ use super::table::loaded;
 use crate::api::admin_pool;
 use crate::domain::pool::format_mib;
 use crate::model::AdminGpu;
+use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
 
 #[component]
 pub(super) fn PoolTab() -> impl IntoView {
-    let data = Resource::new(|| (), |_| admin_pool());
+    let data = page_resource(|| (), |_| admin_pool());
     view! {
         {loaded(
             data,

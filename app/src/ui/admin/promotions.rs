@@ -7,12 +7,13 @@ use crate::domain::listing::{ListQuery, Page};
 use crate::domain::promotion::{Decision, PromotionState};
 use crate::ui::chips::PromotionChip;
 use crate::ui::format::{format_bytes, format_utc};
+use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
 
 #[component]
 pub(super) fn PromotionsTab(list: Memo<ListQuery>) -> impl IntoView {
     let decide = ServerAction::<DecidePromotion>::new();
-    let data = Resource::new(
+    let data = page_resource(
         move || (list.get(), decide.version().get()),
         |(query, _)| admin_promotions(query),
     );
@@ -34,7 +35,7 @@ pub(super) fn PromotionsTab(list: Memo<ListQuery>) -> impl IntoView {
         },
     );
     // Said first, so that an empty list is not mistaken for nobody having asked yet.
-    let setup = Resource::new(|| (), |_| my_promotions());
+    let setup = page_resource(|| (), |_| my_promotions());
     let off_notice = move || {
         setup.get().and_then(Result::ok).filter(|p| !p.enabled).map(|_| {
             view! {

@@ -7,12 +7,13 @@ use crate::domain::listing::{ListQuery, Page};
 use crate::domain::pool::format_mib;
 use crate::model::AdminSession;
 use crate::ui::format::format_utc;
+use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
 
 #[component]
 pub(super) fn SessionsTab(list: Memo<ListQuery>) -> impl IntoView {
     let stop = ServerAction::<AdminStop>::new();
-    let data = Resource::new(
+    let data = page_resource(
         move || (list.get(), stop.version().get()),
         |(query, _)| admin_sessions(query),
     );

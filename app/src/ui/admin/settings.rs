@@ -2,11 +2,12 @@
 
 use super::table::loaded;
 use crate::api::admin_settings;
+use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
 
 #[component]
 pub(super) fn SettingsTab() -> impl IntoView {
-    let data = Resource::new(|| (), |_| admin_settings());
+    let data = page_resource(|| (), |_| admin_settings());
     view! {
         <p class="muted">
             "The configuration this server runs with. Change it in the configuration file (or its "

@@ -168,7 +168,7 @@ pub(super) fn Pager(
 /// `data` drawn by `show` once it has loaded (the last rows stay while the next load), or its
 /// error.
 pub(super) fn loaded<T>(
-    data: Resource<Result<T, crate::error::AppError>>,
+    data: Resource<Result<T, crate::error::AppError>, crate::ui::hydration::PageJson>,
     waiting: &'static str,
     show: impl Fn(T) -> AnyView + Copy + Send + Sync + 'static,
 ) -> impl IntoView

@@ -8,12 +8,13 @@ use crate::domain::listing::{ListQuery, Page};
 use crate::domain::pool::format_mib;
 use crate::model::UsageRow;
 use crate::ui::charts::{CostBars, UsageDays};
+use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
 
 #[component]
 pub(super) fn UsageTab(list: Memo<ListQuery>) -> impl IntoView {
-    let data = Resource::new(move || list.get(), admin_usage);
-    let days = Resource::new(move || list.get(), admin_usage_days);
+    let data = page_resource(move || list.get(), admin_usage);
+    let days = page_resource(move || list.get(), admin_usage_days);
     view! {
         <SearchForm
             tab=Tab::Usage

@@ -13,6 +13,7 @@ use crate::domain::pool::format_mib;
 use crate::error::AppError;
 use crate::model::{AdminUser, MadePassword, NewAccount, Role, UserChange};
 use crate::ui::format::{confirmed, format_utc};
+use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
 use std::collections::HashMap;
 
@@ -134,7 +135,7 @@ pub(super) fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
             changed.update(|n| *n += 1);
         }
     });
-    let data = Resource::new(
+    let data = page_resource(
         move || (list.get(), changed.get()),
         |(query, _)| admin_users(query),
     );
