@@ -438,6 +438,9 @@ pub struct AdminSlot {
     /// GPU memory its session used when last sampled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_used_mib: Option<u64>,
+    /// How busy its session kept the card when last sampled, in percent of the card.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_util_pct: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -447,6 +450,23 @@ pub struct AdminGpu {
     pub memory_mib: u64,
     pub enforced: bool,
     pub slots: Vec<AdminSlot>,
+}
+
+/// A launch waiting in the queue, for the admins' pool tab: who waits, for what, since when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminQueued {
+    pub session_id: String,
+    pub user_name: String,
+    pub editor: EditorKind,
+    pub slice_mib: u64,
+    /// A whole card.
+    pub burst: bool,
+    /// Its place in line for its size (1 = next).
+    pub position: u32,
+    pub queued_at_ms: i64,
+    /// When it should start, from the running sessions' end times; None when nothing running
+    /// of its size has an end.
+    pub eta_ms: Option<i64>,
 }
 
 /// What an admin changes about a user; what is left out stays.

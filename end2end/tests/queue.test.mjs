@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
-import { ARTIFACTS, BASE, hydrated, launchBrowser, signIn } from './helpers.mjs';
+import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, signIn } from './helpers.mjs';
 
 mkdirSync(ARTIFACTS, { recursive: true });
 
@@ -65,6 +65,23 @@ test('a full pool queues launches with their live place in line; the first start
       /^Waiting for a free 4 GB slice: expected by \d{4}-\d\d-\d\d \d\d:\d\d UTC/,
     );
     await hydrated(dashboard);
+
+    // An admin's pool tab lists the line beside the map: both waiting launches, in order.
+    const admin = await (await browser.newContext({ viewport: { width: 1280, height: 900 } })).newPage();
+    pages.push(admin);
+    await signIn(admin, 'admin');
+    await admin.waitForURL(`${BASE}/`);
+    await admin.goto(`${BASE}/admin?tab=pool`);
+    await hydrated(admin);
+    await admin.getByLabel('Your password').fill(PASSWORD);
+    await admin.getByRole('button', { name: 'Confirm' }).click();
+    const line = admin.getByTestId('admin-queue');
+    await line.getByRole('heading', { name: 'Queued launches (2)' }).waitFor();
+    const rows = await line.locator('tbody tr').allInnerTexts();
+    assert.match(rows[0], /^1\te2e-queue\tmarimo\t4 GB\t/);
+    assert.match(rows[1], /^2\te2e-queue-b\tmarimo\t4 GB\t/);
+    await admin.screenshot({ path: `${ARTIFACTS}/admin-queue.png`, fullPage: true });
+
     const holderId = holder.url().match(/\/sessions\/([0-9a-f]+)$/)[1];
     const holderCard = dashboard.locator(`[data-testid=live-sessions] [data-session-id="${holderId}"]`);
     await holderCard.waitFor();

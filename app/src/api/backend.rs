@@ -89,6 +89,10 @@ pub trait Backend: Send + Sync + 'static {
         query: &ListQuery,
     ) -> Result<Vec<UsageDay>, AppError>;
     async fn admin_pool(&self, viewer: &Viewer) -> Result<Vec<AdminGpu>, AppError>;
+    async fn admin_queue(
+        &self,
+        viewer: &Viewer,
+    ) -> Result<Vec<crate::model::AdminQueued>, AppError>;
     fn admin_settings(
         &self,
         viewer: &Viewer,

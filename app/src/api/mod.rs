@@ -199,6 +199,12 @@ pub async fn admin_pool() -> Result<Vec<AdminGpu>, AppError> {
     backend::backend()?.admin_pool(&viewer).await
 }
 
+#[server]
+pub async fn admin_queue() -> Result<Vec<crate::model::AdminQueued>, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.admin_queue(&viewer).await
+}
+
 // JSON: a table's query may be all defaults, which a form encodes as nothing at all.
 #[server(input = leptos::server_fn::codec::Json)]
 pub async fn change_user(user_id: String, change: UserChange) -> Result<(), AppError> {

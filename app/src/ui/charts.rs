@@ -92,12 +92,16 @@ pub(crate) fn card_layout(gpu: &AdminGpu, scale_mib: u64) -> Vec<SliceBox> {
                         ),
                         None => format!("{}, use not sampled yet", format_mib(slot.slice_mib)),
                     };
+                    let busy = slot
+                        .gpu_util_pct
+                        .map(|pct| format!(" · GPU {pct} % busy"))
+                        .unwrap_or_default();
                     (
                         used_mib.map_or(0.0, |used| {
                             (used as f64 / slot.slice_mib.max(1) as f64).clamp(0.0, 1.0)
                         }),
                         colour_of(user),
-                        format!("{user} · {editor} · {in_use}"),
+                        format!("{user} · {editor} · {in_use}{busy}"),
                     )
                 }
                 SliceUse::Warm => (
@@ -162,6 +166,21 @@ pub(crate) fn PoolMap(gpus: Vec<AdminGpu>) -> impl IntoView {
     }
 }
 
+/// A slice's name as it fits in `width` units at the map's 18-unit bold type (about 11 units a
+/// letter), shortened with an ellipsis, or nothing where not even three letters fit; the full
+/// name is in the slice's title.
+pub(crate) fn fitted_name(name: &str, width: f64) -> Option<String> {
+    let fits = ((width - 8.0) / 11.0).floor().max(0.0) as usize;
+    let letters = name.chars().count();
+    if letters <= fits {
+        Some(name.to_string())
+    } else if fits >= 4 {
+        Some(name.chars().take(fits - 1).chain(['…']).collect())
+    } else {
+        None
+    }
+}
+
 #[component]
 fn Slice(b: SliceBox) -> impl IntoView {
     let (status, user, class) = match &b.use_ {
@@ -173,7 +192,7 @@ fn Slice(b: SliceBox) -> impl IntoView {
         SliceUse::Warm => ("warm", None, "slice warm".to_string()),
         SliceUse::Free => ("free", None, "slice free".to_string()),
     };
-    let name = user.clone().filter(|_| b.width > 60.0);
+    let name = user.as_deref().and_then(|user| fitted_name(user, b.width));
     let fill_height = 48.0 * b.filled;
     view! {
         <g class=class data-slot=b.slot_id data-status=status data-user=user>
@@ -538,6 +557,7 @@ mod tests {
             editor: (user.is_some() || warm).then_some(EditorKind::Marimo),
             state: user.map(|_| SessionState::Ready),
             gpu_used_mib: used,
+            gpu_util_pct: None,
         }
     }
 
@@ -631,6 +651,26 @@ mod tests {
         );
         assert_eq!(boxes[1].use_, SliceUse::Warm);
         assert_eq!(boxes[2].use_, SliceUse::Free);
+        let mut busy = gpu.clone();
+        busy.slots[0].gpu_util_pct = Some(45);
+        assert!(
+            card_layout(&busy, 49152)[0]
+                .title
+                .ends_with("2 GB of 8 GB in use · GPU 45 % busy"),
+            "how busy it kept the card, where sampled"
+        );
+    }
+
+    #[test]
+    fn a_name_too_long_for_its_slice_is_shortened_or_left_to_the_title() {
+        assert_eq!(fitted_name("ada", 160.0).as_deref(), Some("ada"));
+        assert_eq!(fitted_name("e2e-queue", 79.0).as_deref(), Some("e2e-q…"));
+        assert_eq!(fitted_name("e2e-queue", 30.0), None);
+        assert_eq!(
+            fitted_name("émile-ñ", 90.0).as_deref(),
+            Some("émile-ñ"),
+            "letters, not bytes"
+        );
     }
 
     #[test]

@@ -218,6 +218,10 @@ impl app::api::Backend for PagesBackend {
         self.0.admin.admin_pool(viewer).await
     }
 
+    async fn admin_queue(&self, viewer: &Viewer) -> Result<Vec<app::model::AdminQueued>, AppError> {
+        self.0.admin.admin_queue(viewer).await
+    }
+
     async fn change_user(
         &self,
         viewer: &Viewer,

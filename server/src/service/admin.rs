@@ -60,12 +60,12 @@ use app::domain::credits;
 use app::domain::listing::{ListQuery, Listing, Page};
 use app::domain::quota::{Limits, Overrides, OverridesChange};
 use app::domain::scope::Scope;
-use app::domain::session::EndReason;
+use app::domain::session::{EndReason, SessionState};
 use app::domain::usage::{self, UsageDay};
 use app::error::AppError;
 use app::model::{
-    AdminGpu, AdminSession, AdminUser, AuditLine, EditorAccess, MadePassword, NewAccount, Role,
-    SettingsSection, UsageRow, UserChange, Viewer,
+    AdminGpu, AdminQueued, AdminSession, AdminUser, AuditLine, EditorAccess, MadePassword,
+    NewAccount, Role, SettingsSection, UsageRow, UserChange, Viewer,
 };
 use std::sync::Arc;
 
@@ -219,6 +219,40 @@ impl Admin {
     pub async fn admin_pool(&self, viewer: &Viewer) -> Result<Vec<AdminGpu>, AppError> {
         require_admin(viewer)?;
         Ok(self.store.admin_pool().await?)
+    }
+
+    /// Every launch waiting in the queue, in order of size and place, with who waits and when it
+    /// should start.
+    pub async fn admin_queue(&self, viewer: &Viewer) -> Result<Vec<AdminQueued>, AppError> {
+        require_admin(viewer)?;
+        let positions = self.store.queue_positions().await?;
+        if positions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let live = self.store.live_sessions().await?;
+        let pool = self.store.pool().await?;
+        let user_ids: Vec<&str> = live
+            .iter()
+            .filter(|r| r.state == SessionState::Queued)
+            .map(|r| r.user_id.as_str())
+            .collect();
+        let names = self.store.user_names(&user_ids).await?;
+        Ok(positions
+            .into_iter()
+            .filter_map(|(id, _, _, position)| {
+                let record = live.iter().find(|r| r.id == id)?;
+                Some(AdminQueued {
+                    session_id: id,
+                    user_name: names.get(&record.user_id).cloned().unwrap_or_default(),
+                    editor: record.editor,
+                    slice_mib: record.slice_mib,
+                    burst: record.burst,
+                    position,
+                    queued_at_ms: record.queued_at.unwrap_or(record.created_at),
+                    eta_ms: super::sessions::queue_eta(&live, &pool, record, position),
+                })
+            })
+            .collect())
     }
 
     /// The configuration the server runs with, in words: what admins ask about when a launch

@@ -74,6 +74,7 @@ pub struct Metrics {
     credits_held: FloatGauge,
     credits_charged: FloatGauge,
     user_gpu_memory: Family<ByUser, Gauge>,
+    user_gpu_utilization: Family<ByUser, FloatGauge>,
     /// One scrape at a time: each clears and refills the database's gauges.
     scraping: tokio::sync::Mutex<()>,
 }
@@ -177,6 +178,14 @@ impl Metrics {
             Unit::Bytes,
             user_gpu_memory.clone(),
         );
+        let user_gpu_utilization = Family::<ByUser, FloatGauge>::default();
+        registry.register_with_unit(
+            "user_gpu_utilization",
+            "How busy each user's live sessions kept their cards when last sampled, in cards \
+             (two sessions at 30 % of a card read 0.6)",
+            Unit::Other("cards".into()),
+            user_gpu_utilization.clone(),
+        );
         // Every series from the start, at zero: a rate over a series that appears late misses its
         // first events, and a dashboard shows "no data" rather than 0.
         for editor in EditorKind::ALL {
@@ -215,6 +224,7 @@ impl Metrics {
             credits_held,
             credits_charged,
             user_gpu_memory,
+            user_gpu_utilization,
             scraping: tokio::sync::Mutex::new(()),
         }
     }
@@ -281,6 +291,8 @@ pub(in crate::service) struct Snapshot {
     pub credits_held: f64,
     pub credits_charged: f64,
     pub user_gpu_bytes: Vec<(String, i64)>,
+    /// Per user, the cards' worth of GPU compute their sessions used (1.0 = one whole card).
+    pub user_gpu_cards: Vec<(String, f64)>,
 }
 
 impl Core {
@@ -321,6 +333,12 @@ impl Core {
         m.user_gpu_memory.clear();
         for (user, bytes) in snapshot.user_gpu_bytes {
             m.user_gpu_memory.get_or_create(&ByUser { user }).set(bytes);
+        }
+        m.user_gpu_utilization.clear();
+        for (user, cards) in snapshot.user_gpu_cards {
+            m.user_gpu_utilization
+                .get_or_create(&ByUser { user })
+                .set(cards);
         }
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &m.registry)
@@ -363,7 +381,8 @@ pub(in crate::service) fn snapshot(
         .map(|r| r.created_at)
         .collect();
     let mut slots = Vec::new();
-    let mut names: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut bytes: BTreeMap<String, i64> = BTreeMap::new();
+    let mut cards: BTreeMap<String, f64> = BTreeMap::new();
     for gpu in pool {
         let mut by_status: BTreeMap<&'static str, i64> = [("free", 0), ("warm", 0), ("used", 0)]
             .into_iter()
@@ -372,8 +391,13 @@ pub(in crate::service) fn snapshot(
             let status = match (&slot.holder, &slot.user_name) {
                 (None, _) => "free",
                 (Some(_), None) => "warm",
-                (Some(holder), Some(user)) => {
-                    names.insert(holder.as_str(), user.as_str());
+                (Some(_), Some(user)) => {
+                    if let Some(used) = slot.gpu_used_mib {
+                        *bytes.entry(user.clone()).or_default() += (used * 1024 * 1024) as i64;
+                    }
+                    if let Some(busy) = slot.gpu_util_pct {
+                        *cards.entry(user.clone()).or_default() += f64::from(busy) / 100.0;
+                    }
                     "used"
                 }
             };
@@ -384,12 +408,6 @@ pub(in crate::service) fn snapshot(
                 .into_iter()
                 .map(|(status, count)| (gpu.id.clone(), status, count)),
         );
-    }
-    let mut per_user: BTreeMap<String, i64> = BTreeMap::new();
-    for record in live {
-        if let (Some(used), Some(user)) = (record.gpu_used_mib, names.get(record.id.as_str())) {
-            *per_user.entry((*user).to_string()).or_default() += (used * 1024 * 1024) as i64;
-        }
     }
     Snapshot {
         sessions: sessions
@@ -404,6 +422,135 @@ pub(in crate::service) fn snapshot(
             .map_or(0.0, |oldest| (now_ms - oldest).max(0) as f64 / 1000.0),
         credits_held: held as f64 / app::domain::credits::MILLI as f64,
         credits_charged: charged_milli as f64 / app::domain::credits::MILLI as f64,
-        user_gpu_bytes: per_user.into_iter().collect(),
+        user_gpu_bytes: bytes.into_iter().collect(),
+        user_gpu_cards: cards.into_iter().collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use app::model::{AdminGpu, AdminSlot};
+
+    fn record(id: &str, state: SessionState, created_at: i64) -> crate::store::SessionRecord {
+        crate::store::SessionRecord {
+            id: id.into(),
+            user_id: "u".into(),
+            editor: EditorKind::JupyterLab,
+            slice_mib: 8192,
+            duration_minutes: 30,
+            price_per_hour: 2_000,
+            slot_id: None,
+            gpu_id: None,
+            gpu_model: None,
+            cores_pct: None,
+            state,
+            end_reason: None,
+            detail: None,
+            upstream: None,
+            editor_token: None,
+            runtime_handle: None,
+            created_at,
+            ready_at: None,
+            ends_at: None,
+            ended_at: None,
+            last_activity_at: created_at,
+            queued_at: None,
+            burst: false,
+            last_api_at: None,
+            last_heartbeat_at: None,
+            last_input_at: None,
+            last_busy_at: None,
+            gpu_used_mib: None,
+            driver: None,
+            image: None,
+        }
+    }
+
+    fn slot(id: &str, user: Option<&str>, held: bool, used: Option<(u64, u32)>) -> AdminSlot {
+        AdminSlot {
+            id: id.into(),
+            slice_mib: 8192,
+            cores_pct: 16,
+            holder: held.then(|| format!("s-{id}")),
+            user_name: user.map(str::to_string),
+            editor: held.then_some(EditorKind::Marimo),
+            state: user.map(|_| SessionState::Ready),
+            gpu_used_mib: used.map(|(mib, _)| mib),
+            gpu_util_pct: used.map(|(_, pct)| pct),
+        }
+    }
+
+    fn gpu(id: &str, slots: Vec<AdminSlot>) -> AdminGpu {
+        AdminGpu {
+            id: id.into(),
+            model: "L40S".into(),
+            memory_mib: 49_152,
+            enforced: true,
+            slots,
+        }
+    }
+
+    #[test]
+    fn a_users_sessions_add_up_across_cards_and_warm_editors_count_as_nobodys() {
+        let pool = [
+            gpu(
+                "g0",
+                vec![
+                    slot("a", Some("alice"), true, Some((1024, 30))),
+                    slot("b", None, true, None),
+                    slot("c", None, false, None),
+                ],
+            ),
+            gpu(
+                "g1",
+                vec![
+                    slot("d", Some("alice"), true, Some((512, 30))),
+                    slot("e", Some("bob"), true, None),
+                ],
+            ),
+        ];
+        let taken = snapshot(0, &[], &pool, 0);
+        assert_eq!(
+            taken.user_gpu_bytes,
+            [("alice".to_string(), 1536 * 1024 * 1024)],
+            "bob has no reading yet, so no figure rather than a zero"
+        );
+        assert_eq!(taken.user_gpu_cards.len(), 1);
+        assert_eq!(taken.user_gpu_cards[0].0, "alice");
+        assert!((taken.user_gpu_cards[0].1 - 0.6).abs() < 1e-9, "{taken:?}");
+        assert_eq!(
+            taken.slots,
+            [
+                ("g0".to_string(), "free", 1),
+                ("g0".to_string(), "used", 1),
+                ("g0".to_string(), "warm", 1),
+                ("g1".to_string(), "free", 0),
+                ("g1".to_string(), "used", 2),
+                ("g1".to_string(), "warm", 0),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_queue_waits_from_its_oldest_launch_and_every_live_session_holds_its_price() {
+        let live = [
+            record("q1", SessionState::Queued, 40_000),
+            record("q2", SessionState::Queued, 10_000),
+            record("r", SessionState::Ready, 0),
+        ];
+        let taken = snapshot(70_000, &live, &[], 5_500);
+        assert_eq!(taken.queue_length, 2);
+        assert_eq!(taken.queue_oldest_wait_s, 60.0);
+        // 2 credits an hour for 30 minutes, three times.
+        assert_eq!(taken.credits_held, 3.0);
+        assert_eq!(taken.credits_charged, 5.5);
+        assert_eq!(
+            taken.sessions,
+            [
+                (SessionState::Queued, EditorKind::JupyterLab, 2),
+                (SessionState::Ready, EditorKind::JupyterLab, 1),
+            ]
+        );
     }
 }

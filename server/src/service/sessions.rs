@@ -827,7 +827,7 @@ fn memory_note(memory_mib: u64, kills: u64) -> String {
 /// When the queued `record` at `position` should start: the `position`-th end among the running
 /// sessions holding its size (for a whole card, each card of its memory frees when its last
 /// session ends).
-fn queue_eta(
+pub(in crate::service) fn queue_eta(
     live: &[SessionRecord],
     pool: &[(crate::store::GpuRecord, Vec<crate::store::SlotRecord>)],
     record: &SessionRecord,

@@ -436,7 +436,7 @@ impl Store {
     /// The pool per GPU, each slot with the session (and user) or pre-started editor on it.
     pub async fn admin_pool(&self) -> Result<Vec<AdminGpu>> {
         let holders = sqlx::query(
-            "SELECT s.id, s.editor, s.state, s.gpu_used_mib, u.name FROM sessions s JOIN users u ON u.id = s.user_id
+            "SELECT s.id, s.editor, s.state, s.gpu_used_mib, s.gpu_util_pct, u.name FROM sessions s JOIN users u ON u.id = s.user_id
              WHERE s.slot_id IS NOT NULL AND s.state <> 'ended'",
         )
         .fetch_all(&self.pool)
@@ -453,6 +453,8 @@ impl Store {
                     SessionState::parse(&state).ok_or(bad("state"))?,
                     r.try_get::<Option<i64>, _>("gpu_used_mib")?
                         .map(|mib| mib.max(0) as u64),
+                    r.try_get::<Option<i64>, _>("gpu_util_pct")?
+                        .map(|pct| pct.clamp(0, 100) as u32),
                 ),
             );
         }
@@ -484,8 +486,9 @@ impl Store {
                             editor: session
                                 .map(|(_, editor, ..)| *editor)
                                 .or(warm_editor.copied()),
-                            state: session.map(|(_, _, state, _)| *state),
-                            gpu_used_mib: session.and_then(|(.., used)| *used),
+                            state: session.map(|(_, _, state, ..)| *state),
+                            gpu_used_mib: session.and_then(|(_, _, _, used, _)| *used),
+                            gpu_util_pct: session.and_then(|(.., busy)| *busy),
                             holder: slot.session_id,
                         }
                     })
@@ -494,7 +497,11 @@ impl Store {
             .collect())
     }
 
-    async fn user_names(&self, ids: &[&str]) -> Result<std::collections::HashMap<String, String>> {
+    /// The names of the users `ids`, by id.
+    pub async fn user_names(
+        &self,
+        ids: &[&str],
+    ) -> Result<std::collections::HashMap<String, String>> {
         if ids.is_empty() {
             return Ok(Default::default());
         }

@@ -548,12 +548,13 @@ impl Store {
         sqlx::query(
             "UPDATE sessions SET last_busy_at = COALESCE($1, last_busy_at), gpu_used_mib = $2,
              gpu_samples = gpu_samples + $3, gpu_util_sum = gpu_util_sum + $4,
-             gpu_mib_sum = gpu_mib_sum + COALESCE($2, 0) WHERE id = $5",
+             gpu_mib_sum = gpu_mib_sum + COALESCE($2, 0), gpu_util_pct = $5 WHERE id = $6",
         )
         .bind(busy_at)
         .bind(gpu.map(|g| g.memory_used_mib as i64))
         .bind(i64::from(gpu.is_some()))
         .bind(gpu.map_or(0, |g| i64::from(g.utilization_pct)))
+        .bind(gpu.map(|g| i64::from(g.utilization_pct)))
         .bind(session_id)
         .execute(&self.pool)
         .await?;

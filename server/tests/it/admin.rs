@@ -43,6 +43,7 @@ async fn only_admins_with_the_admin_scope_reach_the_admin_api() {
         "/api/v1/admin/users",
         "/api/v1/admin/sessions",
         "/api/v1/admin/pool",
+        "/api/v1/admin/queue",
         "/api/v1/admin/audit",
         "/api/v1/admin/usage",
         "/api/v1/admin/settings",

@@ -109,6 +109,7 @@ fn endpoints() -> Vec<Endpoint> {
         server_fn::<AdminUsage>(Json, query.clone()),
         server_fn::<AdminUsageDays>(Json, query.clone()),
         server_fn::<AdminPool>(Form, json!({})),
+        server_fn::<AdminQueue>(Form, json!({})),
         server_fn::<ChangeUser>(
             Json,
             json!({ "user_id": "{user}", "change": { "role": "user", "locked": false } }),
@@ -246,6 +247,7 @@ fn endpoints() -> Vec<Endpoint> {
             json!({ "reason": "fuzz" }),
         ),
         rest(Method::GET, "/admin/pool", json!(null)),
+        rest(Method::GET, "/admin/queue", json!(null)),
         rest(Method::GET, "/admin/audit", json!(null)),
         rest(Method::GET, "/admin/usage", json!(null)),
         rest(Method::GET, "/admin/usage/days", json!(null)),

@@ -408,6 +408,35 @@ async fn a_full_pool_queues_with_positions_and_starts_by_itself() {
         .unwrap()
         .slices;
     assert_eq!(dashboard_slices[0].queued, 2);
+    // Admins see the line beside the pool: who waits, for what, in which place, until when.
+    let root = app.admin_token("root").await;
+    let line = app.get("/api/v1/admin/queue", Some(&root)).await.json();
+    let seen: Vec<(&str, &str, u64, u64)> = line
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| {
+            (
+                q["user_name"].as_str().unwrap(),
+                q["editor"].as_str().unwrap(),
+                q["slice_mib"].as_u64().unwrap(),
+                q["position"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [("u3", "jupyterlab", 8192, 1), ("u4", "marimo", 8192, 2)]
+    );
+    assert_eq!(line[0]["session_id"], third["id"]);
+    let eta = |i: usize| line[i]["eta_ms"].as_i64();
+    assert!(
+        eta(0).is_some() && eta(1) >= eta(0),
+        "each starts when one of the two running sessions ends: {line}"
+    );
+    app.get("/api/v1/admin/queue", Some(&tokens[0].1))
+        .await
+        .assert_status(StatusCode::FORBIDDEN);
 
     app.delete(&format!("/api/v1/sessions/{first}"), Some(&tokens[0].1))
         .await

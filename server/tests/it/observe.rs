@@ -275,6 +275,22 @@ async fn the_dashboard_and_the_alerts_name_only_metrics_the_server_exports() {
         text.contains("sandbox_user_gpu_memory_used_bytes{user=\"alice\"} 1073741824"),
         "{text}"
     );
+    assert!(
+        text.contains("sandbox_user_gpu_utilization_cards{user=\"alice\"} 0.5"),
+        "{text}"
+    );
+    // The pool map's slice says the same.
+    let root = app.admin_token("root").await;
+    let pool = app.get("/api/v1/admin/pool", Some(&root)).await.json();
+    let held: Vec<&serde_json::Value> = pool[0]["slots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["user_name"] == "alice")
+        .collect();
+    assert_eq!(held.len(), 1, "{pool}");
+    assert_eq!(held[0]["gpu_used_mib"], 1024);
+    assert_eq!(held[0]["gpu_util_pct"], 50);
     let families = declared_families(&text);
     assert!(families.len() >= 14, "{families:?}");
     let dashboard = repo_file("deploy/monitoring/grafana-dashboard.json");

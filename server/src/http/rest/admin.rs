@@ -34,6 +34,7 @@ pub(super) fn admin_router() -> Router<AppState> {
         .route("/sessions/{id}", get(admin_session).delete(admin_stop))
         .route("/sessions/{id}/access", post(admin_open_editor))
         .route("/pool", get(admin_pool))
+        .route("/queue", get(admin_queue))
         .route("/audit", get(admin_audit))
         .route("/usage", get(admin_usage))
         .route("/usage/days", get(admin_usage_days))
@@ -218,6 +219,13 @@ pub(super) async fn admin_pool(
     ApiUser(viewer): ApiUser,
 ) -> ApiResult<Json<Vec<app::model::AdminGpu>>> {
     Ok(Json(state.service.admin.admin_pool(&viewer).await?))
+}
+
+pub(super) async fn admin_queue(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+) -> ApiResult<Json<Vec<app::model::AdminQueued>>> {
+    Ok(Json(state.service.admin.admin_queue(&viewer).await?))
 }
 
 pub(super) async fn admin_audit(
