@@ -41,3 +41,8 @@ echo "==> the server image (buildah FROM scratch: reproducible, pushed, pulled b
 scripts/image-test.sh
 echo "==> the editor Containerfiles (built on a stand-in base) and their pins"
 scripts/editor-images-test.sh
+
+# Last: it rewrites target/site, which the image above took from the debug build.
+echo "==> the page bundle, release build: sign-in and the dashboard at most 400 KB of wasm, gzip"
+PATH="$SANDBOX_EDITORS__TOOLS_DIR/build/node_modules/.bin:$PATH" cargo leptos build --release --split --frontend-only
+python3 bench/bundle.py --budget sign-in=400000 --budget dashboard=400000

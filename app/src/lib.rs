@@ -76,7 +76,7 @@ pub mod model;
 mod ui;
 
 pub use domain::paths::is_local_path;
-#[cfg(feature = "ssr")]
-pub use ui::dashboard_page;
 pub use ui::hydration::hydration_done;
 pub use ui::{App, shell};
+#[cfg(feature = "ssr")]
+pub use ui::{admin_pool_page, dashboard_page};

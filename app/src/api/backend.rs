@@ -9,8 +9,8 @@ use crate::domain::listing::{ListQuery, Page};
 use crate::domain::usage::{SessionReadings, UsageDay};
 use crate::error::AppError;
 use crate::model::{
-    AdminGpu, AdminSession, AdminUser, AuditLine, DashboardPage, NewToken, PromotionView,
-    Promotions, SessionView, TokensPage, UsageRow, UserChange, Viewer,
+    AdminSession, AdminUser, AuditLine, DashboardPage, NewToken, PromotionView, Promotions,
+    SessionView, TokensPage, UsageRow, UserChange, Viewer,
 };
 use leptos::prelude::*;
 use std::sync::Arc;
@@ -88,11 +88,8 @@ pub trait Backend: Send + Sync + 'static {
         viewer: &Viewer,
         query: &ListQuery,
     ) -> Result<Vec<UsageDay>, AppError>;
-    async fn admin_pool(&self, viewer: &Viewer) -> Result<Vec<AdminGpu>, AppError>;
-    async fn admin_queue(
-        &self,
-        viewer: &Viewer,
-    ) -> Result<Vec<crate::model::AdminQueued>, AppError>;
+    /// The pool tab, drawn (`crate::admin_pool_page`).
+    async fn admin_pool_page(&self, viewer: &Viewer) -> Result<String, AppError>;
     fn admin_settings(
         &self,
         viewer: &Viewer,

@@ -13,8 +13,8 @@ use crate::domain::listing::{ListQuery, Page};
 use crate::domain::usage::{SessionReadings, UsageDay};
 use crate::error::AppError;
 use crate::model::{
-    AdminGpu, AdminSession, AdminUser, AuditLine, DashboardPage, NewToken, PromotionView,
-    Promotions, SessionView, TokensPage, UsageRow, UserChange, Viewer,
+    AdminSession, AdminUser, AuditLine, DashboardPage, NewToken, PromotionView, Promotions,
+    SessionView, TokensPage, UsageRow, UserChange, Viewer,
 };
 use leptos::prelude::*;
 
@@ -193,16 +193,11 @@ pub async fn admin_usage_days(query: ListQuery) -> Result<Vec<UsageDay>, AppErro
     backend::backend()?.admin_usage_days(&viewer, &query).await
 }
 
+/// The pool tab, drawn: the pool map, the queue and each GPU's slots.
 #[server]
-pub async fn admin_pool() -> Result<Vec<AdminGpu>, AppError> {
+pub async fn load_admin_pool() -> Result<String, AppError> {
     let viewer = backend::require_viewer().await?;
-    backend::backend()?.admin_pool(&viewer).await
-}
-
-#[server]
-pub async fn admin_queue() -> Result<Vec<crate::model::AdminQueued>, AppError> {
-    let viewer = backend::require_viewer().await?;
-    backend::backend()?.admin_queue(&viewer).await
+    backend::backend()?.admin_pool_page(&viewer).await
 }
 
 // JSON: a table's query may be all defaults, which a form encodes as nothing at all.

@@ -11,12 +11,16 @@ pub mod hydration;
 #[cfg(feature = "hydrate")]
 mod live;
 mod login;
+#[cfg(any(feature = "ssr", test))]
+mod pool_map;
 mod presence;
 mod promotion;
 mod session;
 mod tokens;
 
 use crate::error::AppError;
+#[cfg(feature = "ssr")]
+pub use admin::admin_pool_page;
 #[cfg(feature = "ssr")]
 pub use dashboard::dashboard_page;
 use leptos::prelude::*;

@@ -214,12 +214,10 @@ impl app::api::Backend for PagesBackend {
         self.0.admin.admin_settings(viewer)
     }
 
-    async fn admin_pool(&self, viewer: &Viewer) -> Result<Vec<AdminGpu>, AppError> {
-        self.0.admin.admin_pool(viewer).await
-    }
-
-    async fn admin_queue(&self, viewer: &Viewer) -> Result<Vec<app::model::AdminQueued>, AppError> {
-        self.0.admin.admin_queue(viewer).await
+    async fn admin_pool_page(&self, viewer: &Viewer) -> Result<String, AppError> {
+        let gpus = self.0.admin.admin_pool(viewer).await?;
+        let waiting = self.0.admin.admin_queue(viewer).await?;
+        Ok(app::admin_pool_page(gpus, waiting))
     }
 
     async fn change_user(

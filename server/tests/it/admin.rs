@@ -718,7 +718,7 @@ async fn the_pages_admin_functions_refuse_a_user_and_wait_for_an_admins_password
             .unwrap();
         app.send(request).await
     };
-    let pool = <app::api::AdminPool as leptos::server_fn::ServerFn>::PATH;
+    let pool = <app::api::LoadAdminPool as leptos::server_fn::ServerFn>::PATH;
     let users = <app::api::AdminUsers as leptos::server_fn::ServerFn>::PATH;
     let access = <app::api::AdminAccess as leptos::server_fn::ServerFn>::PATH;
     let confirm = <app::api::ConfirmAdmin as leptos::server_fn::ServerFn>::PATH;

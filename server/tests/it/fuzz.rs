@@ -108,8 +108,7 @@ fn endpoints() -> Vec<Endpoint> {
         server_fn::<AdminAudit>(Json, query.clone()),
         server_fn::<AdminUsage>(Json, query.clone()),
         server_fn::<AdminUsageDays>(Json, query.clone()),
-        server_fn::<AdminPool>(Form, json!({})),
-        server_fn::<AdminQueue>(Form, json!({})),
+        server_fn::<LoadAdminPool>(Form, json!({})),
         server_fn::<ChangeUser>(
             Json,
             json!({ "user_id": "{user}", "change": { "role": "user", "locked": false } }),

@@ -14,6 +14,8 @@
 mod audit;
 mod images;
 mod pool;
+#[cfg(feature = "ssr")]
+pub use pool::admin_pool_page;
 mod promotions;
 mod sessions;
 mod settings;

@@ -1,42 +1,48 @@
-//! The pool tab: each GPU, its slots and who holds them, and the launches waiting for one.
+//! The pool tab: the pool map, the launches waiting for a slot, and each GPU's slots with who
+//! holds them. It only shows, so it comes drawn by the server ([`admin_pool_page`]) and the
+//! browser loads no code for it.
 
 use super::table::loaded;
-use crate::api::{admin_pool, admin_queue};
+use crate::api::load_admin_pool;
+#[cfg(feature = "ssr")]
 use crate::domain::pool::format_mib;
+#[cfg(feature = "ssr")]
 use crate::model::{AdminGpu, AdminQueued};
+#[cfg(feature = "ssr")]
 use crate::ui::format::format_utc;
 use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
 
 #[component]
 pub(super) fn PoolTab() -> impl IntoView {
-    let data = page_resource(|| (), |_| admin_pool());
-    let queue = page_resource(|| (), |_| admin_queue());
+    let drawn = page_resource(|| (), |_| load_admin_pool());
     view! {
         {loaded(
-            data,
+            drawn,
             "Loading the pool…",
-            move |gpus| {
-                if gpus.is_empty() {
-                    view! { <p class="muted empty">"No GPU is configured: see [pool] in the configuration."</p> }
-                        .into_any()
-                } else {
-                    view! {
-                        <crate::ui::charts::PoolMap gpus=gpus.clone() />
-                        {loaded(
-                            queue,
-                            "Loading the queue…",
-                            |waiting| view! { <QueueCard waiting /> }.into_any(),
-                        )}
-                        {gpus.into_iter().map(|gpu| view! { <PoolGpu gpu /> }).collect_view()}
-                    }
-                        .into_any()
-                }
-            },
+            |html| view! { <div class="pool-tab" inner_html=html></div> }.into_any(),
         )}
     }
 }
 
+/// The pool tab as HTML, drawn with the components below; every text in it is escaped.
+#[cfg(feature = "ssr")]
+pub fn admin_pool_page(gpus: Vec<AdminGpu>, waiting: Vec<AdminQueued>) -> String {
+    let body = if gpus.is_empty() {
+        view! { <p class="muted empty">"No GPU is configured: see [pool] in the configuration."</p> }
+            .into_any()
+    } else {
+        view! {
+            <crate::ui::pool_map::PoolMap gpus=gpus.clone() />
+            <QueueCard waiting />
+            {gpus.into_iter().map(|gpu| view! { <PoolGpu gpu /> }).collect_view()}
+        }
+        .into_any()
+    };
+    Owner::new().with(|| body.to_html())
+}
+
+#[cfg(feature = "ssr")]
 #[component]
 fn PoolGpu(gpu: AdminGpu) -> impl IntoView {
     let used = gpu.slots.iter().filter(|s| s.state.is_some()).count();
@@ -97,6 +103,7 @@ fn PoolGpu(gpu: AdminGpu) -> impl IntoView {
 }
 
 /// The launches waiting for a slot, in line per size: what the map's full cards hold back.
+#[cfg(feature = "ssr")]
 #[component]
 fn QueueCard(waiting: Vec<AdminQueued>) -> impl IntoView {
     view! {
@@ -149,5 +156,56 @@ fn QueueCard(waiting: Vec<AdminQueued>) -> impl IntoView {
                     .into_any()
             }}
         </section>
+    }
+}
+
+#[cfg(all(test, feature = "ssr"))]
+mod tests {
+    use super::*;
+    use crate::domain::launch::EditorKind;
+    use crate::domain::session::SessionState;
+    use crate::model::AdminSlot;
+
+    #[test]
+    fn the_drawn_pool_shows_the_map_the_line_and_every_slot_with_names_as_text() {
+        let odd = "<img src=x onerror=alert(1)>";
+        let slot = |id: &str, user: Option<&str>| AdminSlot {
+            id: id.into(),
+            slice_mib: 8192,
+            cores_pct: 50,
+            holder: user.map(|_| format!("s-{id}")),
+            user_name: user.map(str::to_string),
+            editor: user.map(|_| EditorKind::Marimo),
+            state: user.map(|_| SessionState::Ready),
+            gpu_used_mib: user.map(|_| 2048),
+            gpu_util_pct: user.map(|_| 45),
+        };
+        let gpus = vec![AdminGpu {
+            id: "g0".into(),
+            model: "L40S".into(),
+            memory_mib: 16384,
+            enforced: true,
+            slots: vec![slot("g0s0", Some(odd)), slot("g0s1", None)],
+        }];
+        let waiting = vec![AdminQueued {
+            session_id: "q1".into(),
+            user_name: "bea".into(),
+            editor: EditorKind::JupyterLab,
+            slice_mib: 8192,
+            burst: false,
+            position: 1,
+            queued_at_ms: 1_764_640_800_000,
+            eta_ms: None,
+        }];
+        let html = admin_pool_page(gpus, waiting);
+        assert!(!html.contains(odd), "markup in a name stays text: {html}");
+        assert!(html.contains("&lt;img src=x"), "{html}");
+        assert_eq!(html.matches("<g data-slot=").count(), 2, "{html}");
+        assert!(html.contains("Queued launches (1)"), "{html}");
+        assert!(html.contains("after launches not started yet"), "{html}");
+        assert!(html.contains("2 GB · GPU 45 %"), "{html}");
+        assert!(html.contains("data-gpu=\"g0\""), "{html}");
+        let nothing = admin_pool_page(Vec::new(), Vec::new());
+        assert!(nothing.contains("No GPU is configured"), "{nothing}");
     }
 }
