@@ -90,6 +90,9 @@ test('a full pool queues launches with their live place in line; the first start
     // and the open dashboard follows without a reload.
     await stop(holder);
     await holderCard.waitFor({ state: 'detached', timeout: 20_000 });
+    // The admin's open pool tab follows: one launch left in line, now first.
+    await line.getByRole('heading', { name: 'Queued launches (1)' }).waitFor({ timeout: 60_000 });
+    assert.match(await line.locator('tbody tr').innerText(), /^1\te2e-queue-b\t/);
     await dashboard.getByTestId('queue-position').waitFor({ state: 'detached', timeout: 20_000 });
     await editorFrame(first).waitFor({ timeout: 60_000 });
     await progress(second).getByText(/position 1 in line/).waitFor({ timeout: 30_000 });

@@ -16,6 +16,13 @@ use leptos::prelude::*;
 #[component]
 pub(super) fn PoolTab() -> impl IntoView {
     let drawn = page_resource(|| (), |_| load_admin_pool());
+    // Live: drawn anew every 15 s, the last drawing shown meanwhile.
+    #[cfg(feature = "hydrate")]
+    if let Ok(handle) =
+        set_interval_with_handle(move || drawn.refetch(), std::time::Duration::from_secs(15))
+    {
+        on_cleanup(move || handle.clear());
+    }
     view! {
         {loaded(
             drawn,
