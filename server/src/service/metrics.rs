@@ -1,9 +1,9 @@
 //! What the server tells Prometheus (`GET /metrics`, OpenMetrics text, by `prometheus-client`).
 //!
-//! Two kinds of figures. Events this process saw are counted as they happen: launches by how
-//! they were placed, launch-to-ready times, sessions ended by reason, proxy requests and open
-//! WebSockets, the reaper's last pass. What the database knows (sessions by state, the queue,
-//! slots per GPU, credits held, GPU memory per user) is read at each scrape, so every replica
+//! Two kinds of figures. Events this process saw are counted as they happen: launches by how they
+//! were placed, launch-to-ready times, sessions ended by reason, proxy requests and open
+//! WebSockets, the reaper's last pass. What the database knows (sessions by state, the queue, slots
+//! per GPU, credits held, GPU memory and compute per user) is read at each scrape, so every replica
 //! reports the same state and a restarted one loses nothing. Label values are bounded: states,
 //! editors, reasons and GPUs are fixed sets; users appear only while they hold a live session,
 //! which the pool's slot count bounds.
