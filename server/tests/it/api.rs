@@ -911,11 +911,8 @@ async fn a_session_whose_time_ran_out_is_ended_with_a_charge() {
     )
     .await;
     app.service.guard.reap().await;
-    let view = app
-        .get(&format!("/api/v1/sessions/{id}"), Some(&token))
-        .await
-        .json();
-    assert_eq!(view["state"], "ended");
+    // The background reaper may have begun this stop a moment before: wait for its end.
+    let view = app.wait_for(&token, &id, |v| v["state"] == "ended").await;
     assert_eq!(view["end_reason"], "timer");
     assert_eq!(
         runtime.stopped.lock().unwrap().len(),
