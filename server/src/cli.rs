@@ -56,6 +56,19 @@ enum Command {
         #[command(subcommand)]
         command: QuotaCommand,
     },
+    /// Show that GPU slices hold on this machine: the cards NVML finds, then a sandbox made as
+    /// for a session asks the driver for half its slice (given) and one and a half (refused).
+    GpuCheck {
+        /// The slice to try, in MiB (pool.detected_slice_mib when left out).
+        #[arg(long)]
+        slice_mib: Option<u64>,
+    },
+    /// Ask the CUDA driver for MiB on card 0 and print what came of it (run by gpu-check).
+    #[command(hide = true)]
+    GpuProbe {
+        #[arg(long)]
+        mib: u64,
+    },
 }
 
 #[derive(Subcommand)]
@@ -180,6 +193,11 @@ fn init_logs() {
 pub fn main() -> ExitCode {
     init_logs();
     let cli = Cli::parse();
+    // In a sandbox, with nothing of the server's: no configuration, no runtime.
+    if let Some(Command::GpuProbe { mib }) = cli.command {
+        print_probe(mib);
+        return ExitCode::SUCCESS;
+    }
     let config = match Config::load(cli.config.as_deref()) {
         Ok(config) => config,
         Err(e) => {
@@ -200,9 +218,35 @@ pub fn main() -> ExitCode {
     }
 }
 
+fn print_probe(mib: u64) {
+    let probe = crate::runtime::gpu_check::probe(mib);
+    println!(
+        "{}",
+        serde_json::to_string(&probe).expect("a probe is JSON")
+    );
+}
+
 async fn dispatch(command: Command, config: Config) -> Result<(), String> {
     match command {
         Command::Serve => serve(config).await,
+        Command::GpuCheck { slice_mib } => {
+            let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
+            let report = tokio::task::spawn_blocking(move || {
+                crate::runtime::gpu_check::run(&config, slice_mib, &exe)
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+            print!("{}", report.text());
+            if report.passed() {
+                Ok(())
+            } else {
+                Err("the GPU check failed (see above)".into())
+            }
+        }
+        Command::GpuProbe { mib } => {
+            print_probe(mib);
+            Ok(())
+        }
         Command::Migrate => {
             crate::util::private_dir(&config.data_dir).map_err(|e| {
                 format!("cannot create data_dir {}: {e}", config.data_dir.display())

@@ -87,7 +87,7 @@ pub fn discover(config: &Config) -> (Vec<GpuSpec>, Enforcement) {
     (config.declared_gpus(), Enforcement::None)
 }
 
-fn detect_nvidia(
+pub fn detect_nvidia(
     slice_mib: u64,
     enforced: bool,
 ) -> Result<Vec<GpuSpec>, nvml_wrapper::error::NvmlError> {
@@ -108,6 +108,10 @@ fn detect_nvidia(
     }
     Ok(gpus)
 }
+
+/// What a sandbox does instead of these variables of [`slice_env`]: it preloads HAMi-core for
+/// every program from its install path, where no variable can unset it.
+pub const UNSANDBOXED_PRELOAD_ENV: [&str; 2] = ["LD_PRELOAD", "CUDA_REDIRECT"];
 
 /// Environment that binds a process to its slice of `gpu`.
 pub fn slice_env(
@@ -130,7 +134,10 @@ pub fn slice_env(
     env.push(("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()));
     env.push(("CUDA_VISIBLE_DEVICES".into(), index.to_string()));
     if let Enforcement::HamiCore(library) = enforcement {
+        // Unsandboxed, HAMi-core is this preload; its `dlsym` hook finds its own hooks through
+        // CUDA_REDIRECT (a sandbox mounts it at its install path and preloads it for every program).
         env.push(("LD_PRELOAD".into(), library.clone()));
+        env.push(("CUDA_REDIRECT".into(), library.clone()));
         env.push(("CUDA_DEVICE_MEMORY_LIMIT_0".into(), format!("{slice_mib}m")));
         env.push(("CUDA_DEVICE_SM_LIMIT".into(), cores_pct.to_string()));
     }
@@ -287,6 +294,7 @@ mod tests {
         );
         assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), Some("1"));
         assert_eq!(get(&env, "LD_PRELOAD"), Some("/opt/libvgpu.so"));
+        assert_eq!(get(&env, "CUDA_REDIRECT"), Some("/opt/libvgpu.so"));
         assert_eq!(get(&env, "CUDA_DEVICE_MEMORY_LIMIT_0"), Some("8192m"));
         assert_eq!(get(&env, "CUDA_DEVICE_SM_LIMIT"), Some("16"));
     }

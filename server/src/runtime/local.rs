@@ -798,14 +798,8 @@ impl Runtime for LocalRuntime {
                     wrapped.extend(editor_command);
                     editor_command = wrapped;
                 }
-                if let Some(preload) = &sandbox.preload
-                    && !launch.slice_devices().is_empty()
-                {
-                    tokio::fs::write(
-                        super::sandbox::preload_file(&run_dir),
-                        format!("{}\n", preload.display()),
-                    )
-                    .await?;
+                if sandbox.preload.is_some() && !launch.slice_devices().is_empty() {
+                    super::sandbox::write_preload_file(&run_dir)?;
                 }
                 let devices = launch.slice_devices();
                 let spec = super::sandbox::Spec {
@@ -869,7 +863,16 @@ impl Runtime for LocalRuntime {
                 "GIT_CEILING_DIRECTORIES",
                 home.parent().unwrap_or(std::path::Path::new("/")),
             )
-            .envs(launch.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .envs(
+                launch
+                    .env
+                    .iter()
+                    .filter(|(k, _)| {
+                        sandbox.is_none()
+                            || !super::gpu::UNSANDBOXED_PRELOAD_ENV.contains(&k.as_str())
+                    })
+                    .map(|(k, v)| (k.as_str(), v.as_str())),
+            )
             .envs(editors::secret_env(launch.editor, &secret))
             .stdin(if stdin_secret.is_some() {
                 Stdio::piped()

@@ -8,6 +8,7 @@ pub mod cgroup;
 pub mod disk;
 pub mod editors;
 pub mod gpu;
+pub mod gpu_check;
 pub mod idmap;
 pub mod kube;
 mod local;
@@ -48,25 +49,27 @@ impl EditorLaunch {
     /// its environment binds (`CUDA_VISIBLE_DEVICES`, numbered as the driver's nodes with
     /// `CUDA_DEVICE_ORDER=PCI_BUS_ID`); none for a slice without a card.
     pub fn slice_devices(&self) -> Vec<std::path::PathBuf> {
-        let card = self
-            .env
+        self.env
             .iter()
             .find(|(k, _)| k == "CUDA_VISIBLE_DEVICES")
-            .and_then(|(_, v)| v.parse::<u32>().ok());
-        match card {
-            Some(index) => [
-                format!("/dev/nvidia{index}"),
-                "/dev/nvidiactl".into(),
-                "/dev/nvidia-uvm".into(),
-                "/dev/nvidia-uvm-tools".into(),
-                "/dev/nvidia-modeset".into(),
-            ]
-            .into_iter()
-            .map(std::path::PathBuf::from)
-            .collect(),
-            None => Vec::new(),
-        }
+            .and_then(|(_, v)| v.parse::<u32>().ok())
+            .map(card_devices)
+            .unwrap_or_default()
     }
+}
+
+/// The device nodes of card `index` (the driver's numbering) and NVIDIA's control devices.
+pub fn card_devices(index: u32) -> Vec<std::path::PathBuf> {
+    [
+        format!("/dev/nvidia{index}"),
+        "/dev/nvidiactl".into(),
+        "/dev/nvidia-uvm".into(),
+        "/dev/nvidia-uvm-tools".into(),
+        "/dev/nvidia-modeset".into(),
+    ]
+    .into_iter()
+    .map(std::path::PathBuf::from)
+    .collect()
 }
 
 /// Which share of which card a session holds.

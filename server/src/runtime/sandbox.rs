@@ -106,6 +106,20 @@ pub fn preload_file(run_dir: &Path) -> PathBuf {
     run_dir.join("ld.so.preload")
 }
 
+/// Where HAMi-core is mounted inside: its own install path. Its `dlsym` hook hands out the
+/// allocation hooks it finds in the library at that path; preloaded from anywhere else it
+/// loads, shows the slice's size, and limits nothing (seen on an H200).
+pub const HAMI_CORE_INSIDE: &str = "/usr/local/vgpu/libvgpu.so";
+
+/// Writes the sandbox's `/etc/ld.so.preload` into `run_dir`, readable by the editor's account:
+/// the dynamic loader reads it as the editor, and skips a file it cannot read without a word.
+pub fn write_preload_file(run_dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let file = preload_file(run_dir);
+    std::fs::write(&file, format!("{HAMI_CORE_INSIDE}\n"))?;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))
+}
+
 /// The `bwrap` command line (after the program) for `spec`, with the editor's command last.
 pub fn arguments(spec: &Spec<'_>, tools: &Tools) -> Vec<OsString> {
     let mut args = Args::default();
@@ -134,7 +148,21 @@ pub fn arguments(spec: &Spec<'_>, tools: &Tools) -> Vec<OsString> {
         "--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm",
     ]);
     args.push(["--tmpfs", "/run"]);
-    for dir in spec.system.iter().chain(spec.tools) {
+    for dir in spec.system {
+        if dir.exists() {
+            args.open_parents(dir, spec.system);
+            args.paths("--ro-bind", dir, dir);
+        }
+    }
+    if let Some(library) = spec.preload {
+        args.file_at(library, Path::new(HAMI_CORE_INSIDE), spec.system);
+        args.file_at(
+            &preload_file(spec.run_dir),
+            Path::new("/etc/ld.so.preload"),
+            spec.system,
+        );
+    }
+    for dir in spec.tools {
         if dir.exists() {
             args.open_parents(dir, spec.system);
             args.paths("--ro-bind", dir, dir);
@@ -167,13 +195,6 @@ pub fn arguments(spec: &Spec<'_>, tools: &Tools) -> Vec<OsString> {
             args.paths("--dev-bind", device, device);
         }
     }
-    if spec.preload.is_some() {
-        args.paths(
-            "--ro-bind",
-            &preload_file(spec.run_dir),
-            Path::new("/etc/ld.so.preload"),
-        );
-    }
     args.push(["--chdir"]);
     args.0.push(spec.workdir.into());
     args.push(["--"]);
@@ -203,6 +224,53 @@ impl Args {
 
     fn paths(&mut self, option: &str, from: &Path, to: &Path) {
         self.0.extend([option.into(), from.into(), to.into()]);
+    }
+
+    /// Mounts `file` read-only at `inside`, a path under the read-only system folders that the
+    /// host may not have: bwrap cannot make a mount point in a read-only bind, so the nearest
+    /// folder above it that exists is made again (a tmpfs with each of the host's entries bound
+    /// back, links as links, and the folders down to `inside`), then made read-only.
+    fn file_at(&mut self, file: &Path, inside: &Path, system: &[PathBuf]) {
+        let base = inside.ancestors().skip(1).find(|a| a.is_dir());
+        let rebuild = base.filter(|base| {
+            !inside.exists()
+                && system
+                    .iter()
+                    .any(|s| base.starts_with(s) && s != Path::new("/"))
+        });
+        let Some(base) = rebuild else {
+            self.paths("--ro-bind", file, inside);
+            return;
+        };
+        self.push(["--perms", "0755", "--tmpfs"]);
+        self.0.push(base.into());
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(base)
+            .map(|dir| dir.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        entries.sort();
+        for entry in entries {
+            if entry.is_symlink() {
+                if let Ok(target) = std::fs::read_link(&entry) {
+                    self.0
+                        .extend(["--symlink".into(), target.into(), entry.into()]);
+                }
+            } else {
+                self.paths("--ro-bind-try", &entry, &entry);
+            }
+        }
+        let mut missing: Vec<&Path> = inside
+            .ancestors()
+            .skip(1)
+            .take_while(|a| *a != base)
+            .collect();
+        missing.reverse();
+        for folder in missing {
+            self.push(["--perms", "0755", "--dir"]);
+            self.0.push(folder.into());
+        }
+        self.paths("--ro-bind", file, inside);
+        self.push(["--remount-ro"]);
+        self.0.push(base.into());
     }
 
     /// bwrap makes the folders above a mount point 0700, which the editor's account could not
@@ -326,9 +394,6 @@ impl Sandbox {
         }
         let preload = (!config.pool.hami_core_library.is_empty())
             .then(|| PathBuf::from(&config.pool.hami_core_library));
-        if let Some(dir) = preload.as_ref().and_then(|p| p.parent()) {
-            tool_dirs.push(dir.to_path_buf());
-        }
         let listen = config.listen_addr();
         let sandbox = Sandbox {
             cgroups: if tools.root {
@@ -438,7 +503,7 @@ impl Sandbox {
 }
 
 /// A fresh, empty, private folder.
-fn tempfile_dir() -> Result<PathBuf, String> {
+pub(crate) fn tempfile_dir() -> Result<PathBuf, String> {
     let dir = std::env::temp_dir().join(format!(
         "gsb-probe-{}-{}",
         std::process::id(),
@@ -788,6 +853,38 @@ mod tests {
             args.contains("--ro-bind /srv/run/s1/ld.so.preload /etc/ld.so.preload"),
             "{args}"
         );
+        assert!(
+            args.contains("--ro-bind /opt/hami/libvgpu.so /usr/local/vgpu/libvgpu.so"),
+            "{args}"
+        );
+    }
+
+    #[test]
+    fn a_file_where_the_read_only_system_has_no_mount_point_gets_its_folder_made_again() {
+        let system = tempfile::tempdir().unwrap();
+        let root = system.path();
+        std::fs::create_dir(root.join("bin")).unwrap();
+        std::fs::write(root.join("hosts"), "").unwrap();
+        std::os::unix::fs::symlink("bin", root.join("sbin")).unwrap();
+        let mut args = Args::default();
+        let inside = root.join("vgpu/lib/libvgpu.so");
+        args.file_at(Path::new("/opt/lib.so"), &inside, &[root.to_path_buf()]);
+        let made = text(&args.0);
+        let r = root.display();
+        let expected = format!(
+            "--perms 0755 --tmpfs {r} --ro-bind-try {r}/bin {r}/bin --ro-bind-try {r}/hosts {r}/hosts \
+             --symlink bin {r}/sbin --perms 0755 --dir {r}/vgpu --perms 0755 --dir {r}/vgpu/lib \
+             --ro-bind /opt/lib.so {r}/vgpu/lib/libvgpu.so --remount-ro {r}"
+        );
+        assert_eq!(made, expected);
+        // Where the host has the file, it is mounted over; outside the system, nothing is
+        // made again (bwrap then says what it cannot do).
+        let mut args = Args::default();
+        args.file_at(Path::new("/x"), &root.join("hosts"), &[root.to_path_buf()]);
+        assert_eq!(text(&args.0), format!("--ro-bind /x {r}/hosts"));
+        let mut args = Args::default();
+        args.file_at(Path::new("/x"), &root.join("new"), &[]);
+        assert_eq!(text(&args.0), format!("--ro-bind /x {r}/new"));
     }
 
     #[test]

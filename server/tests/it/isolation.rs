@@ -757,3 +757,47 @@ async fn what_one_user_left_in_a_pre_started_editor_never_reaches_the_next() {
         "the next user saw what the first left: {seen}"
     );
 }
+
+/// HAMi-core reaches every program of a GPU session's sandbox through the sandbox's own
+/// `/etc/ld.so.preload`, mounted where the host has none, with the library at HAMi-core's install
+/// path: a program started with `LD_PRELOAD` unset still has it. No GPU here, so a system library
+/// stands in for it; `server gpu-check` runs the same probe on a GPU server (see BENCHMARKS.md).
+#[test]
+fn a_gpu_sandbox_preloads_its_slice_limiter_into_a_program_that_unset_ld_preload() {
+    let stand_in = [
+        "/usr/lib/x86_64-linux-gnu/libz.so.1",
+        "/lib/x86_64-linux-gnu/libz.so.1",
+        "/usr/lib/aarch64-linux-gnu/libz.so.1",
+        "/usr/lib64/libz.so.1",
+    ]
+    .into_iter()
+    .map(std::path::Path::new)
+    .find(|p| p.is_file())
+    .expect("zlib, to stand in for HAMi-core");
+    let data = tempfile::tempdir().unwrap();
+    let mut config = server::config::Config {
+        data_dir: data.path().to_path_buf(),
+        ..Default::default()
+    };
+    config.pool.hami_core_library = stand_in.display().to_string();
+    config.local.workspace_disks = false;
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_server"));
+    let sandbox = server::runtime::sandbox::Sandbox::prepare(&config, &[exe]).expect("a sandbox");
+    let env = vec![
+        ("LD_PRELOAD".to_string(), stand_in.display().to_string()),
+        (
+            "CUDA_DEVICE_MEMORY_LIMIT_0".to_string(),
+            "1024m".to_string(),
+        ),
+    ];
+    use server::runtime::gpu_check::{Outcome, probe_in_sandbox, probe_unsandboxed};
+    let inside = probe_in_sandbox(&sandbox, 0, &env, exe, 64).expect("the probe ran");
+    assert!(inside.preloaded, "{inside:?}");
+    // No driver here: the probe says so rather than guessing.
+    assert_eq!(
+        inside.outcome,
+        Outcome::Failed("libcuda.so.1 is not installed".into())
+    );
+    let outside = probe_unsandboxed(exe, &env, 64).expect("the probe ran");
+    assert!(!outside.preloaded, "{outside:?}");
+}

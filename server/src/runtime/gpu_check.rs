@@ -1,0 +1,443 @@
+//! `server gpu-check`: shows, on the machine the server runs on, what the pool page claims for a
+//! slice. NVML finds the cards; then an editor's sandbox is made as for a session (the slice's
+//! card only, its environment, HAMi-core preloaded through the sandbox's own
+//! `/etc/ld.so.preload`) and a program in it asks the CUDA driver for memory: half the slice must
+//! be given, and one and a half slices refused with `LD_PRELOAD` unset. The same request without
+//! the sandbox's preload shows what the slice would be without it. The program in the sandbox is
+//! this binary (`server gpu-probe`), which finds the driver as every CUDA program does
+//! (`dlopen`), so HAMi-core's hooks see it as they would a notebook's kernel.
+
+use super::gpu::{self, Enforcement};
+use super::sandbox::{self, Sandbox, Spec};
+use crate::config::Config;
+use serde::{Deserialize, Serialize};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// One step of the check and what it found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    pub name: &'static str,
+    /// Passed; `None` for a step that only informs.
+    pub passed: Option<bool>,
+    pub detail: String,
+}
+
+/// Everything the check found, in order; it stops at the first step that fails.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub steps: Vec<Step>,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        !self.steps.is_empty() && self.steps.iter().all(|s| s.passed != Some(false))
+    }
+
+    fn step(&mut self, name: &'static str, passed: Option<bool>, detail: String) -> bool {
+        self.steps.push(Step {
+            name,
+            passed,
+            detail,
+        });
+        passed != Some(false)
+    }
+
+    /// The report as people read it, one line a step and the verdict last.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for step in &self.steps {
+            let mark = match step.passed {
+                Some(true) => "ok  ",
+                Some(false) => "FAIL",
+                None => "    ",
+            };
+            out.push_str(&format!("{mark} {}: {}\n", step.name, step.detail));
+        }
+        out.push_str(if self.passed() {
+            "GPU slices on this machine are enforced.\n"
+        } else {
+            "GPU slices on this machine are NOT enforced.\n"
+        });
+        out
+    }
+}
+
+/// What one request for device memory came to, as `server gpu-probe` prints it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Probe {
+    /// The card's memory as the program saw it (HAMi-core shows the slice's size).
+    pub total_mib: u64,
+    /// HAMi-core was loaded into the program from its path in the sandbox.
+    pub preloaded: bool,
+    pub outcome: Outcome,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "is", content = "detail")]
+pub enum Outcome {
+    Allowed,
+    /// The driver said out of memory.
+    Refused,
+    /// Anything else (no driver, no card, another error): the check cannot conclude.
+    Failed(String),
+}
+
+/// The check, for a slice of `slice_mib` on the first card NVML finds.
+pub fn run(config: &Config, slice_mib: Option<u64>, exe: &Path) -> Report {
+    let mut report = Report::default();
+    let gpus = match gpu::detect_nvidia(config.pool.detected_slice_mib, true) {
+        Ok(gpus) if !gpus.is_empty() => gpus,
+        Ok(_) => {
+            report.step("NVML", Some(false), "the driver lists no card".into());
+            return report;
+        }
+        Err(e) => {
+            report.step(
+                "NVML",
+                Some(false),
+                format!("no NVIDIA driver answered ({e})"),
+            );
+            return report;
+        }
+    };
+    let listed: Vec<String> = gpus
+        .iter()
+        .map(|g| format!("{} {} ({} MiB)", g.model, g.id, g.memory_mib))
+        .collect();
+    report.step(
+        "NVML",
+        Some(true),
+        format!("{} card(s): {}", gpus.len(), listed.join(", ")),
+    );
+    let card = &gpus[0];
+    let slice = slice_mib
+        .unwrap_or(config.pool.detected_slice_mib)
+        .clamp(256, (card.memory_mib / 2).max(256));
+    let library = PathBuf::from(&config.pool.hami_core_library);
+    if config.pool.hami_core_library.is_empty() {
+        report.step(
+            "HAMi-core",
+            Some(false),
+            "pool.hami_core_library is not set: a slice is a promise, not a limit".into(),
+        );
+        return report;
+    }
+    if !library.is_file() {
+        report.step(
+            "HAMi-core",
+            Some(false),
+            format!("{} is not a file", library.display()),
+        );
+        return report;
+    }
+    report.step("HAMi-core", Some(true), library.display().to_string());
+    let sandbox = match Sandbox::prepare(config, &[exe]) {
+        Ok(sandbox) => sandbox,
+        Err(why) => {
+            report.step("sandbox", Some(false), why);
+            return report;
+        }
+    };
+    report.step("sandbox", Some(true), sandbox.describe());
+    let enforcement = Enforcement::HamiCore(config.pool.hami_core_library.clone());
+    let env = gpu::slice_env(card, slice, 100, &enforcement);
+    let within = slice / 2;
+    let past = slice + slice / 2;
+    let index = card.cuda_index.unwrap_or(0);
+    let tried = probe_in_sandbox(&sandbox, index, &env, exe, within);
+    if !report.step(
+        "within the slice",
+        Some(
+            tried
+                .as_ref()
+                .is_ok_and(|p| p.preloaded && p.outcome == Outcome::Allowed),
+        ),
+        describe(within, slice, &tried),
+    ) {
+        return report;
+    }
+    let tried = probe_in_sandbox(&sandbox, index, &env, exe, past);
+    report.step(
+        "past the slice, LD_PRELOAD unset",
+        Some(
+            tried
+                .as_ref()
+                .is_ok_and(|p| p.preloaded && p.outcome == Outcome::Refused),
+        ),
+        describe(past, slice, &tried),
+    );
+    let tried = probe_unsandboxed(exe, &env, past);
+    report.step(
+        "the same without the sandbox's preload",
+        None,
+        describe(past, slice, &tried),
+    );
+    report
+}
+
+fn describe(mib: u64, slice: u64, tried: &Result<Probe, String>) -> String {
+    match tried {
+        Ok(Probe {
+            total_mib,
+            preloaded,
+            outcome,
+        }) => {
+            let what = match outcome {
+                Outcome::Allowed => "given".to_string(),
+                Outcome::Refused => "refused (out of memory)".to_string(),
+                Outcome::Failed(why) => format!("not tried: {why}"),
+            };
+            let loaded = if *preloaded { "loaded" } else { "not loaded" };
+            format!(
+                "{mib} MiB of a {slice} MiB slice {what}; the card shows {total_mib} MiB; \
+                 HAMi-core {loaded}"
+            )
+        }
+        Err(why) => format!("{mib} MiB: the probe did not run ({why})"),
+    }
+}
+
+/// Runs `exe gpu-probe` (this binary) in a sandbox made as for a session on card `index`, with
+/// the session's slice environment less the preload variables: the sandbox's own preload must
+/// hold alone.
+pub fn probe_in_sandbox(
+    sandbox: &Sandbox,
+    index: u32,
+    env: &[(String, String)],
+    exe: &Path,
+    mib: u64,
+) -> Result<Probe, String> {
+    let run_dir = sandbox::tempfile_dir()?;
+    let result = (|| {
+        sandbox::write_preload_file(&run_dir).map_err(|e| format!("the preload file: {e}"))?;
+        let devices = super::card_devices(index);
+        let command: Vec<OsString> = vec![
+            exe.as_os_str().into(),
+            "gpu-probe".into(),
+            "--mib".into(),
+            mib.to_string().into(),
+        ];
+        let spec = Spec {
+            system: &sandbox.system,
+            tools: &sandbox.tool_dirs,
+            hidden: &sandbox.hidden,
+            home: &run_dir,
+            home_inside: Path::new("/home/user"),
+            run_dir: &run_dir,
+            run_inside: Path::new("/run/editor"),
+            devices: &devices,
+            preload: sandbox.preload.as_deref(),
+            account: sandbox
+                .accounts
+                .as_ref()
+                .map(|_| (sandbox.local.editor_uid, sandbox.local.editor_uid)),
+            workdir: Path::new("/"),
+            command: &command,
+        };
+        let bwrap = sandbox.tools.bwrap.as_ref().ok_or("no bwrap")?;
+        run_probe(bwrap, &sandbox::arguments(&spec, &sandbox.tools), env)
+    })();
+    let _ = std::fs::remove_dir_all(&run_dir);
+    result
+}
+
+/// The same request outside any sandbox, with the slice's environment less the preload
+/// variables: what a terminal's `env -u LD_PRELOAD` would get without the sandbox.
+pub fn probe_unsandboxed(exe: &Path, env: &[(String, String)], mib: u64) -> Result<Probe, String> {
+    let args: Vec<OsString> = vec!["gpu-probe".into(), "--mib".into(), mib.to_string().into()];
+    let mut program = vec![exe.as_os_str().to_os_string()];
+    program.extend(args);
+    run_probe(Path::new(&program[0]), &program[1..], env)
+}
+
+/// Runs `program args…` with only the editors' inherited variables and `env` less the preload
+/// variables, and reads the probe's answer from its last line.
+fn run_probe(program: &Path, args: &[OsString], env: &[(String, String)]) -> Result<Probe, String> {
+    let mut command = std::process::Command::new(program);
+    command
+        .args(args)
+        .env_clear()
+        .envs(
+            super::editors::INHERITED_ENV
+                .iter()
+                .filter_map(|k| std::env::var(k).ok().map(|v| (*k, v))),
+        )
+        .envs(
+            env.iter()
+                .filter(|(k, _)| !gpu::UNSANDBOXED_PRELOAD_ENV.contains(&k.as_str()))
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+        )
+        .stdin(std::process::Stdio::null());
+    // As an editor is started: the server's umask (077) would make what bwrap creates inside
+    // unreadable to the editor's account.
+    // SAFETY: umask between fork and exec is async-signal-safe and touches only the child.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        command.pre_exec(|| {
+            libc::umask(0o022);
+            Ok(())
+        });
+    }
+    let out = command
+        .output()
+        .map_err(|e| format!("{}: {e}", program.display()))?;
+    parse_probe(&String::from_utf8_lossy(&out.stdout)).ok_or_else(|| {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last: Vec<&str> = err.lines().rev().take(3).collect();
+        format!(
+            "exit {}: {}",
+            out.status,
+            last.into_iter().rev().collect::<Vec<_>>().join(" / ")
+        )
+    })
+}
+
+/// The probe's answer: its last line that is one.
+pub fn parse_probe(stdout: &str) -> Option<Probe> {
+    stdout
+        .lines()
+        .rev()
+        .find_map(|line| serde_json::from_str(line.trim()).ok())
+}
+
+/// `server gpu-probe`: asks the CUDA driver of card 0 for `mib` MiB, found as CUDA programs find
+/// it (`dlopen`, then `dlsym`), which is where HAMi-core hooks in.
+pub fn probe(mib: u64) -> Probe {
+    let preloaded = std::fs::read_to_string("/proc/self/maps")
+        .is_ok_and(|maps| maps.contains(sandbox::HAMI_CORE_INSIDE));
+    match driver_probe(mib) {
+        Ok((total_mib, outcome)) => Probe {
+            total_mib,
+            preloaded,
+            outcome,
+        },
+        Err(why) => Probe {
+            total_mib: 0,
+            preloaded,
+            outcome: Outcome::Failed(why),
+        },
+    }
+}
+
+fn driver_probe(mib: u64) -> Result<(u64, Outcome), String> {
+    type Init = unsafe extern "C" fn(u32) -> i32;
+    type DeviceGet = unsafe extern "C" fn(*mut i32, i32) -> i32;
+    type CtxCreate = unsafe extern "C" fn(*mut *mut libc::c_void, u32, i32) -> i32;
+    type MemInfo = unsafe extern "C" fn(*mut usize, *mut usize) -> i32;
+    type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> i32;
+    const OUT_OF_MEMORY: i32 = 2;
+    // SAFETY: dlopen/dlsym with NUL-terminated names; each symbol is cast to the signature the
+    // CUDA driver API documents for it, and called with pointers to live locals.
+    unsafe {
+        let library = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW);
+        if library.is_null() {
+            return Err("libcuda.so.1 is not installed".into());
+        }
+        let symbol = |name: &std::ffi::CStr| {
+            let f = libc::dlsym(library, name.as_ptr());
+            (!f.is_null())
+                .then_some(f)
+                .ok_or_else(|| format!("libcuda has no {}", name.to_string_lossy()))
+        };
+        let init: Init = std::mem::transmute(symbol(c"cuInit")?);
+        let device_get: DeviceGet = std::mem::transmute(symbol(c"cuDeviceGet")?);
+        let ctx_create: CtxCreate = std::mem::transmute(symbol(c"cuCtxCreate_v2")?);
+        let mem_info: MemInfo = std::mem::transmute(symbol(c"cuMemGetInfo_v2")?);
+        let mem_alloc: MemAlloc = std::mem::transmute(symbol(c"cuMemAlloc_v2")?);
+        let check = |what: &str, code: i32| {
+            if code == 0 {
+                Ok(())
+            } else {
+                Err(format!("{what} failed (CUDA error {code})"))
+            }
+        };
+        check("cuInit", init(0))?;
+        let mut device = 0;
+        check("cuDeviceGet", device_get(&mut device, 0))?;
+        let mut context = std::ptr::null_mut();
+        check("cuCtxCreate", ctx_create(&mut context, 0, device))?;
+        let (mut free, mut total) = (0usize, 0usize);
+        check("cuMemGetInfo", mem_info(&mut free, &mut total))?;
+        let mut pointer = 0u64;
+        let outcome = match mem_alloc(&mut pointer, (mib as usize) << 20) {
+            0 => Outcome::Allowed,
+            OUT_OF_MEMORY => Outcome::Refused,
+            code => Outcome::Failed(format!("cuMemAlloc failed (CUDA error {code})")),
+        };
+        Ok(((total >> 20) as u64, outcome))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probes_answer_is_its_last_json_line_whatever_the_libraries_print() {
+        let out = "[HAMI-core Msg]: Initializing.....\n\
+                   {\"total_mib\":8192,\"preloaded\":true,\"outcome\":{\"is\":\"refused\"}}\n\
+                   [HAMI-core Msg]: Cleanup on exit\n";
+        assert_eq!(
+            parse_probe(out),
+            Some(Probe {
+                total_mib: 8192,
+                preloaded: true,
+                outcome: Outcome::Refused
+            })
+        );
+        assert_eq!(parse_probe("no answer\n"), None);
+        let failed = Probe {
+            total_mib: 0,
+            preloaded: false,
+            outcome: Outcome::Failed("libcuda.so.1 is not installed".into()),
+        };
+        let line = serde_json::to_string(&failed).unwrap();
+        assert_eq!(parse_probe(&line), Some(failed));
+    }
+
+    #[test]
+    fn without_a_driver_the_probe_says_so_and_the_check_fails_at_nvml() {
+        if libc_has_cuda() {
+            return;
+        }
+        assert_eq!(
+            probe(64).outcome,
+            Outcome::Failed("libcuda.so.1 is not installed".into())
+        );
+        let report = run(&Config::default(), None, Path::new("/bin/true"));
+        assert!(!report.passed());
+        assert_eq!(report.steps.len(), 1, "{report:?}");
+        assert_eq!(report.steps[0].name, "NVML");
+        assert!(
+            report.text().ends_with("NOT enforced.\n"),
+            "{}",
+            report.text()
+        );
+    }
+
+    #[test]
+    fn a_report_passes_only_when_no_step_failed() {
+        let mut report = Report::default();
+        assert!(!report.passed(), "an empty check proves nothing");
+        report.step("NVML", Some(true), "1 card".into());
+        report.step("control", None, "given".into());
+        assert!(report.passed());
+        assert!(report.text().contains("ok   NVML: 1 card\n"));
+        report.step("past the slice", Some(false), "given".into());
+        assert!(!report.passed());
+        assert!(report.text().contains("FAIL past the slice: given\n"));
+    }
+
+    fn libc_has_cuda() -> bool {
+        // SAFETY: dlopen with a NUL-terminated name; the handle is closed at once.
+        unsafe {
+            let handle = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_LAZY);
+            if handle.is_null() {
+                return false;
+            }
+            libc::dlclose(handle);
+            true
+        }
+    }
+}
