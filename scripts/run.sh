@@ -9,6 +9,8 @@ export SANDBOX_EDITORS__TOOLS_DIR=${SANDBOX_EDITORS__TOOLS_DIR:-$ROOT/.tools}
 scripts/setup.sh
 export PATH="$SANDBOX_EDITORS__TOOLS_DIR/build/node_modules/.bin:$PATH"
 cargo leptos build --release --split
+# Beside the server: what GPU sandboxes preload before HAMi-core (README: GPU slices).
+cargo build --release -p slice-pin --locked
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 # Served from a copy of its own: the test command's `cargo leptos build` rewrites target/site, which
 # would take the pages away from a product running meanwhile.

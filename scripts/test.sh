@@ -29,6 +29,8 @@ cargo clippy -p frontend --target wasm32-unknown-unknown --locked -- -D warnings
 echo "==> cargo test (unit, the folders' import order, store on SQLite + PostgreSQL, API, proxy, real editors)"
 # Without the wasm crate: its `hydrate` features would otherwise be unified into the server's
 # build of the pages (effects then run at render, which the server never does).
+# The pin GPU sandboxes preload (libslice_pin.so), beside the binaries the tests run.
+cargo build -p slice-pin --locked
 cargo test --workspace --exclude frontend --locked
 
 echo "==> cargo leptos build --split (pages + wasm, a chunk per page)"

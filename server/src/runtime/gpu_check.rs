@@ -70,6 +70,8 @@ pub struct Probe {
     pub total_mib: u64,
     /// HAMi-core was loaded into the program from its path in the sandbox.
     pub preloaded: bool,
+    /// The slice's memory limit as HAMi-core reads it (`getenv`), whatever the environment.
+    pub limit_seen: Option<String>,
     pub outcome: Outcome,
 }
 
@@ -140,12 +142,25 @@ pub fn run(config: &Config, slice_mib: Option<u64>, exe: &Path) -> Report {
         }
     };
     report.step("sandbox", Some(true), sandbox.describe());
+    if !report.step(
+        "settings pinned",
+        Some(sandbox.pin.is_some()),
+        match &sandbox.pin {
+            Some(pin) => format!("{} preloaded first", pin.display()),
+            None => format!(
+                "{} is not beside this program (cargo build -p slice-pin)",
+                sandbox::PIN_LIBRARY
+            ),
+        },
+    ) {
+        return report;
+    }
     let enforcement = Enforcement::HamiCore(config.pool.hami_core_library.clone());
     let env = gpu::slice_env(card, slice, 100, &enforcement);
     let within = slice / 2;
     let past = slice + slice / 2;
     let index = card.cuda_index.unwrap_or(0);
-    let tried = probe_in_sandbox(&sandbox, index, &env, exe, within);
+    let tried = probe_in_sandbox(&sandbox, index, &env, &[], exe, within);
     if !report.step(
         "within the slice",
         Some(
@@ -157,9 +172,9 @@ pub fn run(config: &Config, slice_mib: Option<u64>, exe: &Path) -> Report {
     ) {
         return report;
     }
-    let tried = probe_in_sandbox(&sandbox, index, &env, exe, past);
+    let tried = probe_in_sandbox(&sandbox, index, &env, &[LIMIT], exe, past);
     report.step(
-        "past the slice, LD_PRELOAD unset",
+        "past the slice, LD_PRELOAD and the limit unset",
         Some(
             tried
                 .as_ref()
@@ -181,6 +196,7 @@ fn describe(mib: u64, slice: u64, tried: &Result<Probe, String>) -> String {
         Ok(Probe {
             total_mib,
             preloaded,
+            limit_seen,
             outcome,
         }) => {
             let what = match outcome {
@@ -189,28 +205,34 @@ fn describe(mib: u64, slice: u64, tried: &Result<Probe, String>) -> String {
                 Outcome::Failed(why) => format!("not tried: {why}"),
             };
             let loaded = if *preloaded { "loaded" } else { "not loaded" };
+            let limit = limit_seen.as_deref().unwrap_or("none");
             format!(
                 "{mib} MiB of a {slice} MiB slice {what}; the card shows {total_mib} MiB; \
-                 HAMi-core {loaded}"
+                 HAMi-core {loaded}, its limit read as {limit}"
             )
         }
         Err(why) => format!("{mib} MiB: the probe did not run ({why})"),
     }
 }
 
+/// The slice's memory limit, as [`gpu::slice_env`] names it.
+const LIMIT: &str = "CUDA_DEVICE_MEMORY_LIMIT_0";
+
 /// Runs `exe gpu-probe` (this binary) in a sandbox made as for a session on card `index`, with
-/// the session's slice environment less the preload variables: the sandbox's own preload must
-/// hold alone.
+/// the session's slice environment less the preload variables and `unset`: the sandbox's own
+/// preload and pinned settings must hold alone.
 pub fn probe_in_sandbox(
     sandbox: &Sandbox,
     index: u32,
-    env: &[(String, String)],
+    slice_env: &[(String, String)],
+    unset: &[&str],
     exe: &Path,
     mib: u64,
 ) -> Result<Probe, String> {
     let run_dir = sandbox::tempfile_dir()?;
     let result = (|| {
-        sandbox::write_preload_file(&run_dir).map_err(|e| format!("the preload file: {e}"))?;
+        sandbox::write_preload_files(&run_dir, sandbox.pin.is_some(), slice_env)
+            .map_err(|e| format!("the preload files: {e}"))?;
         let devices = super::card_devices(index);
         let command: Vec<OsString> = vec![
             exe.as_os_str().into(),
@@ -227,7 +249,7 @@ pub fn probe_in_sandbox(
             run_dir: &run_dir,
             run_inside: Path::new("/run/editor"),
             devices: &devices,
-            preload: sandbox.preload.as_deref(),
+            preload: sandbox.gpu_preload(),
             account: sandbox
                 .accounts
                 .as_ref()
@@ -236,7 +258,12 @@ pub fn probe_in_sandbox(
             command: &command,
         };
         let bwrap = sandbox.tools.bwrap.as_ref().ok_or("no bwrap")?;
-        run_probe(bwrap, &sandbox::arguments(&spec, &sandbox.tools), env)
+        let env: Vec<(String, String)> = slice_env
+            .iter()
+            .filter(|(k, _)| !unset.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        run_probe(bwrap, &sandbox::arguments(&spec, &sandbox.tools), &env)
     })();
     let _ = std::fs::remove_dir_all(&run_dir);
     result
@@ -306,17 +333,21 @@ pub fn parse_probe(stdout: &str) -> Option<Probe> {
 pub fn probe(mib: u64) -> Probe {
     let preloaded = std::fs::read_to_string("/proc/self/maps")
         .is_ok_and(|maps| maps.contains(sandbox::HAMI_CORE_INSIDE));
-    match driver_probe(mib) {
-        Ok((total_mib, outcome)) => Probe {
-            total_mib,
-            preloaded,
-            outcome,
-        },
-        Err(why) => Probe {
-            total_mib: 0,
-            preloaded,
-            outcome: Outcome::Failed(why),
-        },
+    // SAFETY: getenv with a NUL-terminated name; its answer is copied at once.
+    let limit_seen = unsafe {
+        let value = libc::getenv(c"CUDA_DEVICE_MEMORY_LIMIT_0".as_ptr());
+        (!value.is_null()).then(|| {
+            std::ffi::CStr::from_ptr(value)
+                .to_string_lossy()
+                .into_owned()
+        })
+    };
+    let (total_mib, outcome) = driver_probe(mib).unwrap_or_else(|why| (0, Outcome::Failed(why)));
+    Probe {
+        total_mib,
+        preloaded,
+        limit_seen,
+        outcome,
     }
 }
 
@@ -376,13 +407,14 @@ mod tests {
     #[test]
     fn the_probes_answer_is_its_last_json_line_whatever_the_libraries_print() {
         let out = "[HAMI-core Msg]: Initializing.....\n\
-                   {\"total_mib\":8192,\"preloaded\":true,\"outcome\":{\"is\":\"refused\"}}\n\
+                   {\"total_mib\":8192,\"preloaded\":true,\"limit_seen\":\"8192m\",\"outcome\":{\"is\":\"refused\"}}\n\
                    [HAMI-core Msg]: Cleanup on exit\n";
         assert_eq!(
             parse_probe(out),
             Some(Probe {
                 total_mib: 8192,
                 preloaded: true,
+                limit_seen: Some("8192m".into()),
                 outcome: Outcome::Refused
             })
         );
@@ -390,6 +422,7 @@ mod tests {
         let failed = Probe {
             total_mib: 0,
             preloaded: false,
+            limit_seen: None,
             outcome: Outcome::Failed("libcuda.so.1 is not installed".into()),
         };
         let line = serde_json::to_string(&failed).unwrap();

@@ -799,7 +799,11 @@ impl Runtime for LocalRuntime {
                     editor_command = wrapped;
                 }
                 if sandbox.preload.is_some() && !launch.slice_devices().is_empty() {
-                    super::sandbox::write_preload_file(&run_dir)?;
+                    super::sandbox::write_preload_files(
+                        &run_dir,
+                        sandbox.pin.is_some(),
+                        &launch.env,
+                    )?;
                 }
                 let devices = launch.slice_devices();
                 let spec = super::sandbox::Spec {
@@ -811,7 +815,7 @@ impl Runtime for LocalRuntime {
                     run_dir: &run_dir,
                     run_inside: &run_inside,
                     devices: &devices,
-                    preload: sandbox.preload.as_deref().filter(|_| !devices.is_empty()),
+                    preload: sandbox.gpu_preload().filter(|_| !devices.is_empty()),
                     account,
                     workdir: &workdir,
                     command: &editor_command,

@@ -88,9 +88,9 @@ pub struct Spec<'a> {
     pub run_inside: &'a Path,
     /// Device nodes the editor may use (its slice's GPU and NVIDIA's control devices).
     pub devices: &'a [PathBuf],
-    /// A library every program in the sandbox preloads (HAMi-core), through its own
+    /// What every program in the sandbox preloads (HAMi-core), through its own
     /// `/etc/ld.so.preload`: unsetting `LD_PRELOAD` does not escape it.
-    pub preload: Option<&'a Path>,
+    pub preload: Option<Preload<'a>>,
     /// As root: the account the editor runs as.
     pub account: Option<(u32, u32)>,
     /// Where the editor starts (its home, or its run directory for a pre-started editor,
@@ -100,10 +100,24 @@ pub struct Spec<'a> {
     pub command: &'a [OsString],
 }
 
-/// Where a file with one preloaded library's path is written for the sandbox's
-/// `/etc/ld.so.preload` (in the run directory, read-only inside).
+/// What a GPU session's sandbox preloads for every program.
+#[derive(Clone, Copy, Debug)]
+pub struct Preload<'a> {
+    /// HAMi-core's `libvgpu.so`.
+    pub library: &'a Path,
+    /// `libslice_pin.so` (the `slice-pin` crate): HAMi-core's settings read as the slice's,
+    /// whatever a program does to its environment. Preloaded first.
+    pub pin: Option<&'a Path>,
+}
+
+/// Where the sandbox's `/etc/ld.so.preload` is written (in the run directory, read-only inside).
 pub fn preload_file(run_dir: &Path) -> PathBuf {
     run_dir.join("ld.so.preload")
+}
+
+/// Where the slice's pinned settings are written, for the sandbox's `/etc/gpu-slice.env`.
+pub fn pinned_file(run_dir: &Path) -> PathBuf {
+    run_dir.join("gpu-slice.env")
 }
 
 /// Where HAMi-core is mounted inside: its own install path. Its `dlsym` hook hands out the
@@ -111,13 +125,62 @@ pub fn preload_file(run_dir: &Path) -> PathBuf {
 /// loads, shows the slice's size, and limits nothing (seen on an H200).
 pub const HAMI_CORE_INSIDE: &str = "/usr/local/vgpu/libvgpu.so";
 
-/// Writes the sandbox's `/etc/ld.so.preload` into `run_dir`, readable by the editor's account:
-/// the dynamic loader reads it as the editor, and skips a file it cannot read without a word.
-pub fn write_preload_file(run_dir: &Path) -> std::io::Result<()> {
+/// Where the pin is mounted inside, beside HAMi-core.
+pub const PIN_INSIDE: &str = "/usr/local/vgpu/libslice_pin.so";
+
+/// The pin's file inside (`slice_pin::PINNED_FILE`).
+pub const PINNED_INSIDE: &str = "/etc/gpu-slice.env";
+
+/// HAMi-core's settings for a slice, from the slice's environment (`gpu::slice_env`), one
+/// `NAME=value` a line: its limits, no card-wide fallback limit, its accounting file in the
+/// sandbox's own `/tmp`, its hooks from its install path, the default utilization policy.
+pub fn pinned_settings(slice_env: &[(String, String)]) -> String {
+    let get = |name: &str| {
+        slice_env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map_or("", |(_, v)| v.as_str())
+    };
+    [
+        (
+            "CUDA_DEVICE_MEMORY_LIMIT_0",
+            get("CUDA_DEVICE_MEMORY_LIMIT_0"),
+        ),
+        ("CUDA_DEVICE_SM_LIMIT", get("CUDA_DEVICE_SM_LIMIT")),
+        ("CUDA_DEVICE_MEMORY_LIMIT", ""),
+        ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/cudevshr.cache"),
+        ("CUDA_REDIRECT", HAMI_CORE_INSIDE),
+        ("GPU_CORE_UTILIZATION_POLICY", "default"),
+    ]
+    .iter()
+    .map(|(name, value)| format!("{name}={value}\n"))
+    .collect()
+}
+
+/// Writes the sandbox's `/etc/ld.so.preload` (the pin first, where there is one) and the
+/// slice's pinned settings into `run_dir`, readable by the editor's account: the dynamic
+/// loader reads them as the editor, and skips a file it cannot read without a word.
+pub fn write_preload_files(
+    run_dir: &Path,
+    pin: bool,
+    slice_env: &[(String, String)],
+) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    let file = preload_file(run_dir);
-    std::fs::write(&file, format!("{HAMI_CORE_INSIDE}\n"))?;
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))
+    let mut libraries = String::new();
+    if pin {
+        libraries.push_str(PIN_INSIDE);
+        libraries.push('\n');
+    }
+    libraries.push_str(HAMI_CORE_INSIDE);
+    libraries.push('\n');
+    for (file, text) in [
+        (preload_file(run_dir), libraries),
+        (pinned_file(run_dir), pinned_settings(slice_env)),
+    ] {
+        std::fs::write(&file, text)?;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))?;
+    }
+    Ok(())
 }
 
 /// The `bwrap` command line (after the program) for `spec`, with the editor's command last.
@@ -154,13 +217,17 @@ pub fn arguments(spec: &Spec<'_>, tools: &Tools) -> Vec<OsString> {
             args.paths("--ro-bind", dir, dir);
         }
     }
-    if let Some(library) = spec.preload {
-        args.file_at(library, Path::new(HAMI_CORE_INSIDE), spec.system);
-        args.file_at(
-            &preload_file(spec.run_dir),
-            Path::new("/etc/ld.so.preload"),
-            spec.system,
-        );
+    if let Some(preload) = spec.preload {
+        let (preload_list, pinned) = (preload_file(spec.run_dir), pinned_file(spec.run_dir));
+        let mut files = vec![
+            (preload.library, Path::new(HAMI_CORE_INSIDE)),
+            (preload_list.as_path(), Path::new("/etc/ld.so.preload")),
+        ];
+        if let Some(pin) = preload.pin {
+            files.push((pin, Path::new(PIN_INSIDE)));
+            files.push((pinned.as_path(), Path::new(PINNED_INSIDE)));
+        }
+        args.files_at(&files, spec.system);
     }
     for dir in spec.tools {
         if dir.exists() {
@@ -226,53 +293,79 @@ impl Args {
         self.0.extend([option.into(), from.into(), to.into()]);
     }
 
-    /// Mounts `file` read-only at `inside`, a path under the read-only system folders that the
-    /// host may not have: bwrap cannot make a mount point in a read-only bind, so the nearest
-    /// folder above it that exists is made again (a tmpfs with each of the host's entries bound
-    /// back, links as links, and the folders down to `inside`), then made read-only.
-    fn file_at(&mut self, file: &Path, inside: &Path, system: &[PathBuf]) {
-        let base = inside.ancestors().skip(1).find(|a| a.is_dir());
-        let rebuild = base.filter(|base| {
-            !inside.exists()
-                && system
-                    .iter()
-                    .any(|s| base.starts_with(s) && s != Path::new("/"))
-        });
-        let Some(base) = rebuild else {
-            self.paths("--ro-bind", file, inside);
-            return;
+    /// Mounts each `(file, inside)` read-only at `inside`, a path under the read-only system
+    /// folders that the host may not have: bwrap cannot make a mount point in a read-only bind,
+    /// so the nearest folder above it that exists is made again, once for all the files below
+    /// it (a tmpfs with each of the host's entries bound back, links as links, and the folders
+    /// down to each file), then made read-only. A file the host has is mounted over.
+    fn files_at(&mut self, files: &[(&Path, &Path)], system: &[PathBuf]) {
+        let base_of = |inside: &Path| -> Option<PathBuf> {
+            if inside.exists() {
+                return None;
+            }
+            inside
+                .ancestors()
+                .skip(1)
+                .find(|a| a.is_dir())
+                .filter(|base| {
+                    system
+                        .iter()
+                        .any(|s| base.starts_with(s) && s != Path::new("/"))
+                })
+                .map(Path::to_path_buf)
         };
-        self.push(["--perms", "0755", "--tmpfs"]);
-        self.0.push(base.into());
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(base)
-            .map(|dir| dir.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
-        entries.sort();
-        for entry in entries {
-            if entry.is_symlink() {
-                if let Ok(target) = std::fs::read_link(&entry) {
-                    self.0
-                        .extend(["--symlink".into(), target.into(), entry.into()]);
-                }
-            } else {
-                self.paths("--ro-bind-try", &entry, &entry);
+        let mut bases: Vec<PathBuf> = Vec::new();
+        for (_, inside) in files {
+            if let Some(base) = base_of(inside)
+                && !bases.contains(&base)
+            {
+                bases.push(base);
             }
         }
-        let mut missing: Vec<&Path> = inside
-            .ancestors()
-            .skip(1)
-            .take_while(|a| *a != base)
-            .collect();
-        missing.reverse();
-        for folder in missing {
-            self.push(["--perms", "0755", "--dir"]);
-            self.0.push(folder.into());
+        for base in &bases {
+            self.push(["--perms", "0755", "--tmpfs"]);
+            self.0.push(base.into());
+            let mut entries: Vec<PathBuf> = std::fs::read_dir(base)
+                .map(|dir| dir.flatten().map(|e| e.path()).collect())
+                .unwrap_or_default();
+            entries.sort();
+            for entry in entries {
+                if entry.is_symlink() {
+                    if let Ok(target) = std::fs::read_link(&entry) {
+                        self.0
+                            .extend(["--symlink".into(), target.into(), entry.into()]);
+                    }
+                } else {
+                    self.paths("--ro-bind-try", &entry, &entry);
+                }
+            }
+            let mut made: Vec<&Path> = Vec::new();
+            for (file, inside) in files {
+                if base_of(inside).as_ref() != Some(base) {
+                    continue;
+                }
+                let mut missing: Vec<&Path> = inside
+                    .ancestors()
+                    .skip(1)
+                    .take_while(|a| a != base && !made.contains(a))
+                    .collect();
+                missing.reverse();
+                for folder in missing {
+                    made.push(folder);
+                    self.push(["--perms", "0755", "--dir"]);
+                    self.0.push(folder.into());
+                }
+                self.paths("--ro-bind", file, inside);
+            }
+            self.push(["--remount-ro"]);
+            self.0.push(base.into());
         }
-        self.paths("--ro-bind", file, inside);
-        self.push(["--remount-ro"]);
-        self.0.push(base.into());
+        for (file, inside) in files {
+            if base_of(inside).is_none() {
+                self.paths("--ro-bind", file, inside);
+            }
+        }
     }
-
     /// bwrap makes the folders above a mount point 0700, which the editor's account could not
     /// pass through: each is made open first, once.
     fn open_parents(&mut self, dest: &Path, system: &[PathBuf]) {
@@ -369,6 +462,8 @@ pub struct Sandbox {
     pub disks: Result<super::disk::Disks, String>,
     /// HAMi-core, preloaded in every sandbox with a GPU.
     pub preload: Option<PathBuf>,
+    /// `libslice_pin.so`, preloaded before it where found.
+    pub pin: Option<PathBuf>,
 }
 
 impl Sandbox {
@@ -394,6 +489,13 @@ impl Sandbox {
         }
         let preload = (!config.pool.hami_core_library.is_empty())
             .then(|| PathBuf::from(&config.pool.hami_core_library));
+        let pin = preload.as_ref().and_then(|_| find_pin());
+        if preload.is_some() && pin.is_none() {
+            tracing::warn!(
+                "{PIN_LIBRARY} is not beside the server: a program that unsets its slice's limit \
+                 before any other of its session used the GPU passes HAMi-core"
+            );
+        }
         let listen = config.listen_addr();
         let sandbox = Sandbox {
             cgroups: if tools.root {
@@ -424,9 +526,18 @@ impl Sandbox {
             forward: listen.ip().is_loopback().then(|| listen.port()),
             local: config.local.clone(),
             preload,
+            pin,
         };
         sandbox.check()?;
         Ok(sandbox)
+    }
+
+    /// What a GPU session's sandbox preloads, where HAMi-core is configured.
+    pub fn gpu_preload(&self) -> Option<Preload<'_>> {
+        self.preload.as_deref().map(|library| Preload {
+            library,
+            pin: self.pin.as_deref(),
+        })
     }
 
     /// Runs a sandbox once, so a machine that cannot (no user namespaces, say) says so at start
@@ -511,6 +622,19 @@ pub(crate) fn tempfile_dir() -> Result<PathBuf, String> {
     ));
     std::fs::create_dir_all(&dir).map_err(|e| format!("a folder for the sandbox check: {e}"))?;
     Ok(dir)
+}
+
+/// The pin's file name (`cargo build -p slice-pin` makes it beside the server's binary).
+pub const PIN_LIBRARY: &str = "libslice_pin.so";
+
+/// `libslice_pin.so` beside this program, or one folder up (a test binary in `deps/`).
+fn find_pin() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    exe.ancestors()
+        .skip(1)
+        .take(2)
+        .map(|dir| dir.join(PIN_LIBRARY))
+        .find(|p| p.is_file())
 }
 
 /// The folders an editor's program needs: its virtualenv and the Python that made it, or its
@@ -837,7 +961,10 @@ mod tests {
                 control.clone(),
                 devices.path().join("missing"),
             ],
-            preload: Some(Path::new("/opt/hami/libvgpu.so")),
+            preload: Some(Preload {
+                library: Path::new("/opt/hami/libvgpu.so"),
+                pin: Some(Path::new("/opt/gs/libslice_pin.so")),
+            }),
             account: None,
             workdir: Path::new("/home/user"),
             command: &command,
@@ -857,6 +984,50 @@ mod tests {
             args.contains("--ro-bind /opt/hami/libvgpu.so /usr/local/vgpu/libvgpu.so"),
             "{args}"
         );
+        assert!(
+            args.contains("--ro-bind /opt/gs/libslice_pin.so /usr/local/vgpu/libslice_pin.so"),
+            "{args}"
+        );
+        assert!(
+            args.contains("--ro-bind /srv/run/s1/gpu-slice.env /etc/gpu-slice.env"),
+            "{args}"
+        );
+    }
+
+    #[test]
+    fn the_pinned_settings_are_the_slices_limits_and_hamis_own_places() {
+        let env = crate::runtime::gpu::slice_env(
+            &app::domain::pool::GpuSpec {
+                id: "GPU-1".into(),
+                model: "L40S".into(),
+                memory_mib: 49_152,
+                slice_mib: 8192,
+                enforced: true,
+                cuda_index: Some(1),
+            },
+            8192,
+            50,
+            &crate::runtime::gpu::Enforcement::HamiCore("/opt/libvgpu.so".into()),
+        );
+        assert_eq!(
+            pinned_settings(&env),
+            "CUDA_DEVICE_MEMORY_LIMIT_0=8192m\nCUDA_DEVICE_SM_LIMIT=50\n\
+             CUDA_DEVICE_MEMORY_LIMIT=\nCUDA_DEVICE_MEMORY_SHARED_CACHE=/tmp/cudevshr.cache\n\
+             CUDA_REDIRECT=/usr/local/vgpu/libvgpu.so\nGPU_CORE_UTILIZATION_POLICY=default\n"
+        );
+        let run = tempfile::tempdir().unwrap();
+        write_preload_files(run.path(), true, &env).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(preload_file(run.path())).unwrap(),
+            format!("{PIN_INSIDE}\n{HAMI_CORE_INSIDE}\n"),
+            "the pin first, so its getenv comes first"
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(pinned_file(run.path()))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o644, "the editor's account reads it");
     }
 
     #[test]
@@ -867,23 +1038,34 @@ mod tests {
         std::fs::write(root.join("hosts"), "").unwrap();
         std::os::unix::fs::symlink("bin", root.join("sbin")).unwrap();
         let mut args = Args::default();
-        let inside = root.join("vgpu/lib/libvgpu.so");
-        args.file_at(Path::new("/opt/lib.so"), &inside, &[root.to_path_buf()]);
+        let (one, two) = (
+            root.join("vgpu/lib/libvgpu.so"),
+            root.join("vgpu/lib/pin.so"),
+        );
+        let system = [root.to_path_buf()];
+        args.files_at(
+            &[
+                (Path::new("/opt/lib.so"), &one),
+                (Path::new("/opt/pin.so"), &two),
+            ],
+            &system,
+        );
         let made = text(&args.0);
         let r = root.display();
         let expected = format!(
             "--perms 0755 --tmpfs {r} --ro-bind-try {r}/bin {r}/bin --ro-bind-try {r}/hosts {r}/hosts \
              --symlink bin {r}/sbin --perms 0755 --dir {r}/vgpu --perms 0755 --dir {r}/vgpu/lib \
-             --ro-bind /opt/lib.so {r}/vgpu/lib/libvgpu.so --remount-ro {r}"
+             --ro-bind /opt/lib.so {r}/vgpu/lib/libvgpu.so --ro-bind /opt/pin.so {r}/vgpu/lib/pin.so \
+             --remount-ro {r}"
         );
-        assert_eq!(made, expected);
+        assert_eq!(made, expected, "one folder made again for both");
         // Where the host has the file, it is mounted over; outside the system, nothing is
         // made again (bwrap then says what it cannot do).
         let mut args = Args::default();
-        args.file_at(Path::new("/x"), &root.join("hosts"), &[root.to_path_buf()]);
+        args.files_at(&[(Path::new("/x"), &root.join("hosts"))], &system);
         assert_eq!(text(&args.0), format!("--ro-bind /x {r}/hosts"));
         let mut args = Args::default();
-        args.file_at(Path::new("/x"), &root.join("new"), &[]);
+        args.files_at(&[(Path::new("/x"), &root.join("new"))], &[]);
         assert_eq!(text(&args.0), format!("--ro-bind /x {r}/new"));
     }
 

@@ -760,10 +760,12 @@ async fn what_one_user_left_in_a_pre_started_editor_never_reaches_the_next() {
 
 /// HAMi-core reaches every program of a GPU session's sandbox through the sandbox's own
 /// `/etc/ld.so.preload`, mounted where the host has none, with the library at HAMi-core's install
-/// path: a program started with `LD_PRELOAD` unset still has it. No GPU here, so a system library
-/// stands in for it; `server gpu-check` runs the same probe on a GPU server (see BENCHMARKS.md).
+/// path: a program started with `LD_PRELOAD` unset still has it, and with the slice's limit unset
+/// too it still reads the slice's limit (the pin, `libslice_pin.so`, answers HAMi-core's
+/// `getenv` from the sandbox's read-only settings). No GPU here, so a system library stands in
+/// for HAMi-core; `server gpu-check` runs the same probe on a GPU server.
 #[test]
-fn a_gpu_sandbox_preloads_its_slice_limiter_into_a_program_that_unset_ld_preload() {
+fn a_gpu_sandbox_preloads_its_slice_limiter_and_pins_its_limit_for_a_program_that_unset_both() {
     let stand_in = [
         "/usr/lib/x86_64-linux-gnu/libz.so.1",
         "/lib/x86_64-linux-gnu/libz.so.1",
@@ -783,6 +785,10 @@ fn a_gpu_sandbox_preloads_its_slice_limiter_into_a_program_that_unset_ld_preload
     config.local.workspace_disks = false;
     let exe = std::path::Path::new(env!("CARGO_BIN_EXE_server"));
     let sandbox = server::runtime::sandbox::Sandbox::prepare(&config, &[exe]).expect("a sandbox");
+    assert!(
+        sandbox.pin.is_some(),
+        "libslice_pin.so beside the test binary: cargo build -p slice-pin"
+    );
     let env = vec![
         ("LD_PRELOAD".to_string(), stand_in.display().to_string()),
         (
@@ -791,13 +797,19 @@ fn a_gpu_sandbox_preloads_its_slice_limiter_into_a_program_that_unset_ld_preload
         ),
     ];
     use server::runtime::gpu_check::{Outcome, probe_in_sandbox, probe_unsandboxed};
-    let inside = probe_in_sandbox(&sandbox, 0, &env, exe, 64).expect("the probe ran");
+    let unset = ["CUDA_DEVICE_MEMORY_LIMIT_0"];
+    let inside = probe_in_sandbox(&sandbox, 0, &env, &unset, exe, 64).expect("the probe ran");
     assert!(inside.preloaded, "{inside:?}");
+    assert_eq!(inside.limit_seen.as_deref(), Some("1024m"), "{inside:?}");
     // No driver here: the probe says so rather than guessing.
     assert_eq!(
         inside.outcome,
         Outcome::Failed("libcuda.so.1 is not installed".into())
     );
-    let outside = probe_unsandboxed(exe, &env, 64).expect("the probe ran");
+    // Outside, the same program has neither the library nor a limit it did not set.
+    let outside = probe_unsandboxed(exe, &env[1..], 64).expect("the probe ran");
     assert!(!outside.preloaded, "{outside:?}");
+    assert_eq!(outside.limit_seen.as_deref(), Some("1024m"));
+    let bare = probe_unsandboxed(exe, &[], 64).expect("the probe ran");
+    assert_eq!(bare.limit_seen, None, "{bare:?}");
 }
