@@ -1,11 +1,11 @@
 //! `server gpu-check`: shows, on the machine the server runs on, what the pool page claims for a
 //! slice. NVML finds the cards; then an editor's sandbox is made as for a session (the slice's
-//! card only, its environment, HAMi-core preloaded through the sandbox's own
+//! card only, its environment, HAMi-core and the pin preloaded through the sandbox's own
 //! `/etc/ld.so.preload`) and a program in it asks the CUDA driver for memory: half the slice must
-//! be given, and one and a half slices refused with `LD_PRELOAD` unset. The same request without
-//! the sandbox's preload shows what the slice would be without it. The program in the sandbox is
-//! this binary (`server gpu-probe`), which finds the driver as every CUDA program does
-//! (`dlopen`), so HAMi-core's hooks see it as they would a notebook's kernel.
+//! be given, and one and a half slices refused with `LD_PRELOAD` and the limit unset. The same
+//! request without the sandbox's preload shows what the slice would be without it. The program
+//! in the sandbox is this binary (`server gpu-probe`), which finds the driver as every CUDA
+//! program does (`dlopen`), so HAMi-core's hooks see it as they would a notebook's kernel.
 
 use super::gpu::{self, Enforcement};
 use super::sandbox::{self, Sandbox, Spec};
