@@ -609,6 +609,16 @@ impl Sandbox {
             (Network::Egress, None) => "network: none (pasta is not installed)".to_string(),
             (Network::None, _) => "network: none".to_string(),
         });
+        if self.preload.is_some() {
+            parts.push(match &self.pin {
+                Some(_) => "GPU slices: HAMi-core preloaded for every program, its limits pinned"
+                    .to_string(),
+                None => format!(
+                    "GPU slices: HAMi-core preloaded, its limits not pinned ({PIN_LIBRARY} is not \
+                     beside the server: a program can unset its limit)"
+                ),
+            });
+        }
         parts.join("; ")
     }
 }

@@ -789,6 +789,17 @@ fn a_gpu_sandbox_preloads_its_slice_limiter_and_pins_its_limit_for_a_program_tha
         sandbox.pin.is_some(),
         "libslice_pin.so beside the test binary: cargo build -p slice-pin"
     );
+    // What Admin → Settings shows.
+    let shown = sandbox.describe();
+    assert!(
+        shown.contains("HAMi-core preloaded for every program, its limits pinned"),
+        "{shown}"
+    );
+    let unpinned = server::runtime::sandbox::Sandbox {
+        pin: None,
+        ..sandbox.clone()
+    };
+    assert!(unpinned.describe().contains("its limits not pinned"));
     let env = vec![
         ("LD_PRELOAD".to_string(), stand_in.display().to_string()),
         (
