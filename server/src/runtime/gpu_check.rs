@@ -163,11 +163,7 @@ pub fn run(config: &Config, slice_mib: Option<u64>, exe: &Path) -> Report {
     let tried = probe_in_sandbox(&sandbox, index, &env, &[], exe, within);
     if !report.step(
         "within the slice",
-        Some(
-            tried
-                .as_ref()
-                .is_ok_and(|p| p.preloaded && p.outcome == Outcome::Allowed),
-        ),
+        Some(preloaded_and(&tried, Outcome::Allowed)),
         describe(within, slice, &tried),
     ) {
         return report;
@@ -175,11 +171,7 @@ pub fn run(config: &Config, slice_mib: Option<u64>, exe: &Path) -> Report {
     let tried = probe_in_sandbox(&sandbox, index, &env, &[LIMIT], exe, past);
     report.step(
         "past the slice, LD_PRELOAD and the limit unset",
-        Some(
-            tried
-                .as_ref()
-                .is_ok_and(|p| p.preloaded && p.outcome == Outcome::Refused),
-        ),
+        Some(preloaded_and(&tried, Outcome::Refused)),
         describe(past, slice, &tried),
     );
     let tried = probe_unsandboxed(exe, &env, past);
@@ -189,6 +181,13 @@ pub fn run(config: &Config, slice_mib: Option<u64>, exe: &Path) -> Report {
         describe(past, slice, &tried),
     );
     report
+}
+
+/// The probe ran with HAMi-core loaded and came to `outcome`.
+fn preloaded_and(tried: &Result<Probe, String>, outcome: Outcome) -> bool {
+    tried
+        .as_ref()
+        .is_ok_and(|p| p.preloaded && p.outcome == outcome)
 }
 
 fn describe(mib: u64, slice: u64, tried: &Result<Probe, String>) -> String {
@@ -234,12 +233,8 @@ pub fn probe_in_sandbox(
         sandbox::write_preload_files(&run_dir, sandbox.pin.is_some(), slice_env)
             .map_err(|e| format!("the preload files: {e}"))?;
         let devices = super::card_devices(index);
-        let command: Vec<OsString> = vec![
-            exe.as_os_str().into(),
-            "gpu-probe".into(),
-            "--mib".into(),
-            mib.to_string().into(),
-        ];
+        let mut command = vec![exe.as_os_str().to_os_string()];
+        command.extend(probe_args(mib));
         let spec = Spec {
             system: &sandbox.system,
             tools: &sandbox.tool_dirs,
@@ -272,10 +267,12 @@ pub fn probe_in_sandbox(
 /// The same request outside any sandbox, with the slice's environment less the preload
 /// variables: what a terminal's `env -u LD_PRELOAD` would get without the sandbox.
 pub fn probe_unsandboxed(exe: &Path, env: &[(String, String)], mib: u64) -> Result<Probe, String> {
-    let args: Vec<OsString> = vec!["gpu-probe".into(), "--mib".into(), mib.to_string().into()];
-    let mut program = vec![exe.as_os_str().to_os_string()];
-    program.extend(args);
-    run_probe(Path::new(&program[0]), &program[1..], env)
+    run_probe(exe, &probe_args(mib), env)
+}
+
+/// `server gpu-probe --mib N`'s arguments.
+fn probe_args(mib: u64) -> Vec<OsString> {
+    vec!["gpu-probe".into(), "--mib".into(), mib.to_string().into()]
 }
 
 /// Runs `program args…` with only the editors' inherited variables and `env` less the preload
