@@ -52,9 +52,11 @@ if [ ! -x "$TOOLS/build/node_modules/.bin/wasm-opt" ]; then
 fi
 
 # --- Sandboxes: bubblewrap (each editor's own files, processes and network), pasta (its way out,
-# without this machine's own services), socat (marimo's socket), setpriv (util-linux) -------------
-if ! command -v bwrap >/dev/null || ! command -v pasta >/dev/null || ! command -v socat >/dev/null; then
-  apt_install bubblewrap passt socat || echo "warning: no sandbox tools; editors will not be isolated (one user at most)"
+# without this machine's own services), nftables (the rules that keep it off private networks,
+# metadata services and this machine's addresses), socat (marimo's socket), setpriv (util-linux) ---
+if ! command -v bwrap >/dev/null || ! command -v pasta >/dev/null || ! command -v socat >/dev/null \
+  || ! command -v nft >/dev/null; then
+  apt_install bubblewrap passt socat nftables || echo "warning: no sandbox tools; editors will not be isolated (one user at most)"
 fi
 
 # --- Editors ----------------------------------------------------------------------------------
@@ -115,7 +117,8 @@ if [ "$WANT_TEST" = 1 ]; then
   # sqlite3: the browser tests read a session's runtime handle from the server's database;
   # buildah, podman and runc: the server image is built, pushed, pulled and run (image-test.sh);
   # busybox-static and skopeo: the editor Containerfiles' stand-in base and pins (editor-images-test.sh).
-  apt_install chromium postgresql docker-registry prometheus sqlite3 buildah podman runc busybox-static skopeo
+  # iproute2: the network tests make test hosts of their own (ip netns, a veth pair).
+  apt_install chromium postgresql docker-registry prometheus sqlite3 buildah podman runc busybox-static skopeo iproute2
   if [ ! -d end2end/node_modules/playwright-core ] || [ ! -d end2end/node_modules/oidc-provider ] \
     || [ ! -d end2end/node_modules/axe-core ]; then
     say "installing playwright-core (no browser download: Debian's Chromium is used), oidc-provider, axe-core"

@@ -109,7 +109,7 @@ async fn pool_of(store: &Store, cards: usize) -> Vec<GpuSpec> {
             memory_mib: 81920,
             slice_mib: SLICE,
             enforced: false,
-            cuda_index: None,
+            device_minor: None,
         })
         .collect();
     let slots: Vec<_> = gpus

@@ -57,8 +57,9 @@ pub async fn open_service(config: config::Config) -> anyhow_lite::Result<Arc<Ser
                 start_timeout: Duration::from_secs(config.sessions.ready_timeout_seconds),
                 ..runtime::kube::Timing::default()
             };
-            let kube =
-                runtime::kube::KubeRuntime::new(client, config.kube.clone()).with_timing(timing);
+            let kube = runtime::kube::KubeRuntime::new(client, config.kube.clone())
+                .with_network(config.network.clone())
+                .with_timing(timing);
             // The nodes' cards, not this pod's (it has none): declared, and enforced by HAMi.
             let (gpus, enforcement) = runtime::gpu::on_kube(&config);
             Service::on_kube(config, store, Arc::new(kube), gpus, enforcement)

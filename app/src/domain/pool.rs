@@ -13,8 +13,9 @@ pub struct GpuSpec {
     pub slice_mib: u64,
     /// Whether the slice's limits are enforced on the card (HAMi-core or MPS), not just advisory.
     pub enforced: bool,
-    /// Index for CUDA_VISIBLE_DEVICES, when the card is real.
-    pub cuda_index: Option<u32>,
+    /// The card's device node, `/dev/nvidia<minor>` (the driver's minor number, which need not
+    /// be its NVML or CUDA index), when the card is real.
+    pub device_minor: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,7 +167,7 @@ mod tests {
             memory_mib,
             slice_mib,
             enforced: false,
-            cuda_index: None,
+            device_minor: None,
         }
     }
 

@@ -69,7 +69,7 @@ mod tests {
             memory_mib,
             slice_mib,
             enforced: false,
-            cuda_index: None,
+            device_minor: None,
         }
     }
 

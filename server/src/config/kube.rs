@@ -45,36 +45,6 @@ pub struct KubeConfig {
     pub images: KubeImages,
     /// The port every editor listens on inside its pod.
     pub editor_port: u16,
-    /// Addresses (CIDR) a user's pod may never reach, within an egress that is otherwise open:
-    /// the cluster's private ranges and the clouds' metadata and host-agent endpoints. The
-    /// stricter choice, no egress but through an egress proxy, is a NetworkPolicy of your own.
-    pub egress_deny: Vec<String>,
-}
-
-/// The default of `kube.egress_deny`: private ranges (pods, services, nodes), link-local (every
-/// cloud's metadata server, 169.254.169.254), carrier-grade NAT, and Azure's WireServer, which
-/// hands out node credentials from outside those ranges.
-pub const DEFAULT_EGRESS_DENY: [&str; 6] = [
-    "10.0.0.0/8",
-    "172.16.0.0/12",
-    "192.168.0.0/16",
-    "169.254.0.0/16",
-    "100.64.0.0/10",
-    "168.63.129.16/32",
-];
-
-/// `a.b.c.d/n` with n from 1 to 32 and nothing set below the prefix: what NetworkPolicy accepts
-/// in the `except` of the `0.0.0.0/0` block user pods reach the world through (a strict subset).
-pub fn is_ipv4_block(s: &str) -> bool {
-    let Some((address, bits)) = s.split_once('/') else {
-        return false;
-    };
-    match (address.parse::<std::net::Ipv4Addr>(), bits.parse::<u32>()) {
-        (Ok(address), Ok(bits)) if (1..=32).contains(&bits) => {
-            u32::from(address).checked_shl(bits).unwrap_or(0) == 0
-        }
-        _ => false,
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -120,7 +90,6 @@ impl Default for KubeConfig {
             metrics_url: String::new(),
             images: KubeImages::default(),
             editor_port: 8888,
-            egress_deny: DEFAULT_EGRESS_DENY.iter().map(|s| s.to_string()).collect(),
         }
     }
 }
@@ -206,15 +175,6 @@ impl KubeConfig {
         if self.editor_port == 0 {
             return bad("editor_port", "must be between 1 and 65535");
         }
-        if let Some(wrong) = self.egress_deny.iter().find(|c| !is_ipv4_block(c)) {
-            return bad(
-                "egress_deny",
-                &format!(
-                    "{} is not an IPv4 range inside 0.0.0.0/0 with nothing set below its prefix (e.g. 168.63.129.16/32)",
-                    app::domain::encode::shown(wrong)
-                ),
-            );
-        }
         Ok(())
     }
 }
@@ -276,24 +236,6 @@ images = { jupyterlab = "registry.local/jupyter:1", marimo = "registry.local/mar
     }
 
     #[test]
-    fn denied_ranges_are_ipv4_blocks_strictly_inside_the_world() {
-        for good in ["168.63.129.16/32", "10.0.0.0/8", "128.0.0.0/1"] {
-            assert!(is_ipv4_block(good), "{good}");
-        }
-        for bad in [
-            "168.63.129.16",
-            "10.0.0.1/8",
-            "10.0.0.0/33",
-            "0.0.0.0/0",
-            "fd00::/8",
-            "a/8",
-            "10.0.0.0/x",
-        ] {
-            assert!(!is_ipv4_block(bad), "{bad}");
-        }
-    }
-
-    #[test]
     fn errors_name_the_key() {
         type Change = fn(&mut KubeConfig);
         let cases: Vec<(Change, &str)> = vec![
@@ -316,14 +258,6 @@ images = { jupyterlab = "registry.local/jupyter:1", marimo = "registry.local/mar
                 "kube.images.code_server",
             ),
             (|c| c.editor_port = 0, "kube.editor_port"),
-            (
-                |c| c.egress_deny = vec!["168.63.129.16".into()],
-                "kube.egress_deny",
-            ),
-            (
-                |c| c.egress_deny = vec!["10.0.0.1/8".into()],
-                "kube.egress_deny",
-            ),
         ];
         for (change, key) in cases {
             let mut config = KubeConfig::default();

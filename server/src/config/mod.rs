@@ -4,6 +4,7 @@
 
 pub mod kube;
 pub mod local;
+pub mod network;
 pub mod oidc;
 pub mod promotion;
 pub mod settings;
@@ -45,6 +46,8 @@ pub struct Config {
     pub runtime: RuntimeKind,
     /// How the local runtime keeps editors apart.
     pub local: local::LocalConfig,
+    /// What editors reach on the network, on either runtime.
+    pub network: network::NetworkConfig,
     pub kube: KubeConfig,
     /// Sign-in with an OpenID Connect provider, besides local accounts.
     pub oidc: Option<oidc::OidcConfig>,
@@ -376,6 +379,7 @@ impl Default for Config {
             history: HistoryConfig::default(),
             image_policy: ImagePolicyConfig::default(),
             local: local::LocalConfig::default(),
+            network: network::NetworkConfig::default(),
             source: None,
         }
     }
@@ -722,6 +726,9 @@ impl Config {
         if let Some((key, why)) = self.local.problem() {
             return bad(&format!("local.{key}"), why);
         }
+        if let Some((key, why)) = self.network.problem() {
+            return bad(&format!("network.{key}"), why);
+        }
         Ok(())
     }
 
@@ -804,7 +811,7 @@ impl Config {
                 memory_mib: g.memory_mib,
                 slice_mib: g.slice_mib,
                 enforced: false,
-                cuda_index: None,
+                device_minor: None,
             })
             .collect()
     }

@@ -327,7 +327,7 @@ mod tests {
             memory_mib: 49_152,
             slice_mib: 8_192,
             enforced: false,
-            cuda_index: None,
+            device_minor: None,
         };
         let editors = [
             (EditorKind::JupyterLab, Ok(())),

@@ -87,26 +87,53 @@ pub fn discover(config: &Config) -> (Vec<GpuSpec>, Enforcement) {
     (config.declared_gpus(), Enforcement::None)
 }
 
+/// One card as the driver reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Card {
+    pub uuid: String,
+    pub name: String,
+    pub memory_mib: u64,
+    /// Its device node's number, `/dev/nvidia<minor>`: not necessarily its NVML index.
+    pub minor: u32,
+}
+
+/// The pool's cards, in the driver's order, each sold in slices of `slice_mib`.
+pub fn specs_of(cards: &[Card], slice_mib: u64, enforced: bool) -> Vec<GpuSpec> {
+    cards
+        .iter()
+        .map(|card| GpuSpec {
+            id: card.uuid.clone(),
+            model: card.name.clone(),
+            memory_mib: card.memory_mib,
+            slice_mib: slice_mib.min(card.memory_mib),
+            enforced,
+            device_minor: Some(card.minor),
+        })
+        .collect()
+}
+
+/// The cards NVML finds.
+pub fn nvidia_cards() -> Result<Vec<Card>, nvml_wrapper::error::NvmlError> {
+    let nvml = nvml_wrapper::Nvml::init()?;
+    let count = nvml.device_count()?;
+    let mut cards = Vec::new();
+    for index in 0..count {
+        let device = nvml.device_by_index(index)?;
+        cards.push(Card {
+            uuid: device.uuid()?,
+            name: device.name()?,
+            memory_mib: device.memory_info()?.total / (1024 * 1024),
+            minor: device.minor_number()?,
+        });
+    }
+    Ok(cards)
+}
+
 pub fn detect_nvidia(
     slice_mib: u64,
     enforced: bool,
 ) -> Result<Vec<GpuSpec>, nvml_wrapper::error::NvmlError> {
-    let nvml = nvml_wrapper::Nvml::init()?;
-    let count = nvml.device_count()?;
-    let mut gpus = Vec::new();
-    for index in 0..count {
-        let device = nvml.device_by_index(index)?;
-        let memory_mib = device.memory_info()?.total / (1024 * 1024);
-        gpus.push(GpuSpec {
-            id: device.uuid()?,
-            model: device.name()?,
-            memory_mib,
-            slice_mib: slice_mib.min(memory_mib),
-            enforced,
-            cuda_index: Some(index),
-        });
-    }
-    Ok(gpus)
+    Ok(specs_of(&nvidia_cards()?, slice_mib, enforced))
 }
 
 /// What a sandbox does instead of these variables of [`slice_env`]: it preloads HAMi-core for
@@ -124,15 +151,15 @@ pub fn slice_env(
         ("SANDBOX_GPU_MODEL".to_string(), gpu.model.clone()),
         ("SANDBOX_SLICE_MIB".to_string(), slice_mib.to_string()),
     ];
-    let Some(index) = gpu.cuda_index else {
+    if gpu.device_minor.is_none() {
         // A declared (virtual) GPU: hide any real card from the editor.
         env.push(("CUDA_VISIBLE_DEVICES".into(), String::new()));
         return env;
-    };
-    // The index is NVML's, which counts cards in PCI bus order; CUDA counts fastest first
-    // unless told otherwise, which on a mixed host names another card.
+    }
+    // By UUID: an index means another card to CUDA (fastest first), to NVML (PCI order) and
+    // inside a sandbox that shows one card (which CUDA numbers 0); a UUID names this card to all.
     env.push(("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()));
-    env.push(("CUDA_VISIBLE_DEVICES".into(), index.to_string()));
+    env.push(("CUDA_VISIBLE_DEVICES".into(), gpu.id.clone()));
     if let Enforcement::HamiCore(library) = enforcement {
         // Unsandboxed, HAMi-core is this preload; its `dlsym` hook finds its own hooks through
         // CUDA_REDIRECT (a sandbox mounts it at its install path and preloads it for every program).
@@ -269,14 +296,14 @@ impl NvmlSampler {
 mod tests {
     use super::*;
 
-    fn gpu(cuda_index: Option<u32>) -> GpuSpec {
+    fn gpu(device_minor: Option<u32>) -> GpuSpec {
         GpuSpec {
             id: "GPU-1".into(),
             model: "L40S".into(),
             memory_mib: 49152,
             slice_mib: 8192,
-            enforced: cuda_index.is_some(),
-            cuda_index,
+            enforced: device_minor.is_some(),
+            device_minor,
         }
     }
 
@@ -292,7 +319,7 @@ mod tests {
             16,
             &Enforcement::HamiCore("/opt/libvgpu.so".into()),
         );
-        assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), Some("1"));
+        assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), Some("GPU-1"));
         assert_eq!(get(&env, "LD_PRELOAD"), Some("/opt/libvgpu.so"));
         assert_eq!(get(&env, "CUDA_REDIRECT"), Some("/opt/libvgpu.so"));
         assert_eq!(get(&env, "CUDA_DEVICE_MEMORY_LIMIT_0"), Some("8192m"));
@@ -302,7 +329,7 @@ mod tests {
     #[test]
     fn without_enforcement_only_the_card_is_chosen() {
         let env = slice_env(&gpu(Some(0)), 8192, 16, &Enforcement::None);
-        assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), Some("0"));
+        assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), Some("GPU-1"));
         assert_eq!(get(&env, "CUDA_DEVICE_ORDER"), Some("PCI_BUS_ID"));
         assert_eq!(get(&env, "LD_PRELOAD"), None);
     }
@@ -312,6 +339,64 @@ mod tests {
         let env = slice_env(&gpu(None), 8192, 16, &Enforcement::None);
         assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), Some(""));
         assert_eq!(get(&env, "CUDA_DEVICE_ORDER"), None);
+    }
+
+    /// `n` cards whose minor numbers are not their indexes (the driver numbers nodes in probe
+    /// order, NVML in PCI order): each session sees its own card's node and is bound to it by
+    /// UUID, whatever its index.
+    #[test]
+    fn each_card_of_one_two_or_eight_is_its_own_node_and_uuid() {
+        let minors: [&[u32]; 3] = [&[0], &[1, 0], &[3, 0, 7, 1, 6, 2, 5, 4]];
+        for minors in minors {
+            let cards: Vec<Card> = minors
+                .iter()
+                .enumerate()
+                .map(|(index, minor)| Card {
+                    uuid: format!("GPU-{index}-{minor}"),
+                    name: "NVIDIA L40S".into(),
+                    memory_mib: 46068,
+                    minor: *minor,
+                })
+                .collect();
+            let specs = specs_of(&cards, 8192, true);
+            assert_eq!(specs.len(), cards.len());
+            for (card, spec) in cards.iter().zip(&specs) {
+                let env = slice_env(spec, 8192, 16, &Enforcement::None);
+                assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), Some(card.uuid.as_str()));
+                let launch = crate::runtime::EditorLaunch {
+                    session_id: "s".into(),
+                    user_name: "alice".into(),
+                    editor: app::domain::launch::EditorKind::JupyterLab,
+                    base_path: "/s/s/".into(),
+                    env,
+                    slice: crate::runtime::SliceBinding {
+                        gpu_uuid: Some(spec.id.clone()),
+                        device_minor: spec.device_minor,
+                        memory_mib: 8192,
+                        cores_pct: 16,
+                    },
+                    prestart: false,
+                    image: None,
+                    disk_mib: 0,
+                };
+                let devices: Vec<String> = launch
+                    .slice_devices()
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect();
+                assert_eq!(
+                    devices,
+                    [
+                        format!("/dev/nvidia{}", card.minor),
+                        "/dev/nvidiactl".into(),
+                        "/dev/nvidia-uvm".into()
+                    ],
+                    "{} cards, the card at minor {}",
+                    cards.len(),
+                    card.minor
+                );
+            }
+        }
     }
 
     fn leaders() -> HashMap<u32, String> {

@@ -159,8 +159,8 @@ pub fn run(config: &Config, slice_mib: Option<u64>, exe: &Path) -> Report {
     let env = gpu::slice_env(card, slice, 100, &enforcement);
     let within = slice / 2;
     let past = slice + slice / 2;
-    let index = card.cuda_index.unwrap_or(0);
-    let tried = probe_in_sandbox(&sandbox, index, &env, &[], exe, within);
+    let minor = card.device_minor.unwrap_or(0);
+    let tried = probe_in_sandbox(&sandbox, minor, &env, &[], exe, within);
     if !report.step(
         "within the slice",
         Some(preloaded_and(&tried, Outcome::Allowed)),
@@ -168,7 +168,7 @@ pub fn run(config: &Config, slice_mib: Option<u64>, exe: &Path) -> Report {
     ) {
         return report;
     }
-    let tried = probe_in_sandbox(&sandbox, index, &env, &[LIMIT], exe, past);
+    let tried = probe_in_sandbox(&sandbox, minor, &env, &[LIMIT], exe, past);
     report.step(
         "past the slice, LD_PRELOAD and the limit unset",
         Some(preloaded_and(&tried, Outcome::Refused)),
@@ -217,12 +217,12 @@ fn describe(mib: u64, slice: u64, tried: &Result<Probe, String>) -> String {
 /// The slice's memory limit, as [`gpu::slice_env`] names it.
 const LIMIT: &str = "CUDA_DEVICE_MEMORY_LIMIT_0";
 
-/// Runs `exe gpu-probe` (this binary) in a sandbox made as for a session on card `index`, with
+/// Runs `exe gpu-probe` (this binary) in a sandbox made as for a session on card `minor`, with
 /// the session's slice environment less the preload variables and `unset`: the sandbox's own
 /// preload and pinned settings must hold alone.
 pub fn probe_in_sandbox(
     sandbox: &Sandbox,
-    index: u32,
+    minor: u32,
     slice_env: &[(String, String)],
     unset: &[&str],
     exe: &Path,
@@ -232,7 +232,7 @@ pub fn probe_in_sandbox(
     let result = (|| {
         sandbox::write_preload_files(&run_dir, sandbox.pin.is_some(), slice_env)
             .map_err(|e| format!("the preload files: {e}"))?;
-        let devices = super::card_devices(index);
+        let devices = super::card_devices(minor);
         let mut command = vec![exe.as_os_str().to_os_string()];
         command.extend(probe_args(mib));
         let spec = Spec {

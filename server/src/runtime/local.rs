@@ -129,6 +129,9 @@ struct SandboxHandle {
     /// The `pasta` process that gives the sandbox its network.
     #[serde(default)]
     egress: Option<(i32, Option<u64>)>,
+    /// What the editor reaches on the network, in words, or why nothing.
+    #[serde(default)]
+    network: Option<String>,
     /// A pre-started editor's home, a mount point the workspace is mounted on.
     #[serde(default)]
     slot: Option<PathBuf>,
@@ -240,7 +243,10 @@ impl LocalRuntime {
                 if let Ok(disks) = &sandbox.disks {
                     disks.mount_all(&absolute(&config.data_dir).join("workspaces"));
                 }
-                tracing::info!(isolation = %sandbox.describe(), "editors run in sandboxes")
+                tracing::info!(isolation = %sandbox.describe(), "editors run in sandboxes");
+                if let Some(gaps) = sandbox.gaps() {
+                    tracing::warn!(%gaps, "what the sandboxes do not hold here");
+                }
             }
             Err(why) => tracing::warn!(%why, "editors are not isolated from each other"),
         }
@@ -957,10 +963,18 @@ impl Runtime for LocalRuntime {
                         log_tail: log_tail(&log_path, 20),
                     });
                 };
-                let egress = match (sandbox.local.network, &sandbox.tools.pasta) {
+                let (egress, network) = match (sandbox.local.network, &sandbox.tools.pasta) {
                     (crate::config::local::Network::Egress, Some(pasta)) => {
                         let (pasta, forward, root) =
                             (pasta.clone(), sandbox.forward, sandbox.tools.root);
+                        let nft = sandbox.tools.nft.clone();
+                        let edge = super::egress::Edge {
+                            allow: sandbox.edge.allow(),
+                            deny: sandbox.edge.deny(),
+                            own: super::egress::own_addresses(),
+                            resolvers: super::egress::host_resolvers(),
+                        };
+                        let words = sandbox.edge.describe();
                         let procs_files =
                             group.as_ref().map(|g| g.procs_files()).unwrap_or_default();
                         tokio::task::spawn_blocking(move || {
@@ -969,13 +983,42 @@ impl Runtime for LocalRuntime {
                                 settled_ms = began.elapsed().as_millis() as u64,
                                 "sandbox settled"
                             );
-                            start_egress(&pasta, init, forward, root, &egress_log, procs_files)
+                            let edged = nft
+                                .ok_or_else(|| "nftables (nft) is not installed".to_string())
+                                .and_then(|nft| {
+                                    super::egress::install(&nft, init, root, &edge.ruleset())
+                                });
+                            match edged {
+                                Ok(()) => {
+                                    let pasta = start_egress(
+                                        &pasta,
+                                        init,
+                                        forward,
+                                        root,
+                                        &egress_log,
+                                        procs_files,
+                                    );
+                                    let words = match pasta {
+                                        Some(_) => words,
+                                        None => "none: pasta did not start".to_string(),
+                                    };
+                                    (pasta, Some(words))
+                                }
+                                Err(why) => {
+                                    tracing::warn!(error = %why, "the sandbox's network rules; the editor has no network");
+                                    let words = format!(
+                                        "none: the network rules could not be set ({why})"
+                                    );
+                                    use std::io::Write;
+                                    let _ = writeln!(&egress_log, "network: {words}");
+                                    (None, Some(words))
+                                }
+                            }
                         })
                         .await
-                        .ok()
-                        .flatten()
+                        .unwrap_or((None, None))
                     }
-                    _ => None,
+                    _ => (None, Some(sandbox.network_words())),
                 };
                 tracing::debug!(session = %launch.session_id, sandbox_ms = sandboxed_in.as_millis() as u64, "sandbox made");
                 Some(SandboxHandle {
@@ -983,6 +1026,7 @@ impl Runtime for LocalRuntime {
                     init_started: process_start_time(init),
                     cgroup: group,
                     egress,
+                    network,
                     slot: prestart_slot.then(|| workspace.clone()),
                     lent: account.map(|(uid, _)| uid).filter(|_| prestart_slot),
                 })
@@ -1055,6 +1099,15 @@ impl Runtime for LocalRuntime {
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
+    }
+
+    fn isolation_gaps(&self) -> Option<String> {
+        self.sandbox().and_then(super::sandbox::Sandbox::gaps)
+    }
+
+    fn network_of(&self, handle: &str) -> Option<String> {
+        let handle: Handle = serde_json::from_str(handle).ok()?;
+        handle.sandbox?.network
     }
 
     fn isolation(&self) -> Result<String, String> {

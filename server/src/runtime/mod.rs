@@ -7,6 +7,7 @@ pub mod activity;
 pub mod cgroup;
 pub mod disk;
 pub mod editors;
+pub mod egress;
 pub mod gpu;
 pub mod gpu_check;
 pub mod idmap;
@@ -45,27 +46,24 @@ pub struct EditorLaunch {
 }
 
 impl EditorLaunch {
-    /// The device nodes of the slice's card (and NVIDIA's control devices), by the CUDA index
-    /// its environment binds (`CUDA_VISIBLE_DEVICES`, numbered as the driver's nodes with
-    /// `CUDA_DEVICE_ORDER=PCI_BUS_ID`); none for a slice without a card.
+    /// The device nodes of the slice's card (by its minor number) and NVIDIA's control
+    /// devices; none for a slice without a card.
     pub fn slice_devices(&self) -> Vec<std::path::PathBuf> {
-        self.env
-            .iter()
-            .find(|(k, _)| k == "CUDA_VISIBLE_DEVICES")
-            .and_then(|(_, v)| v.parse::<u32>().ok())
+        self.slice
+            .device_minor
             .map(card_devices)
             .unwrap_or_default()
     }
 }
 
-/// The device nodes of card `index` (the driver's numbering) and NVIDIA's control devices.
-pub fn card_devices(index: u32) -> Vec<std::path::PathBuf> {
+/// The device nodes a session on card `minor` needs: the card's own and the two CUDA opens for
+/// every card (the control device and unified memory); no other card's, no display or
+/// profiling device.
+pub fn card_devices(minor: u32) -> Vec<std::path::PathBuf> {
     [
-        format!("/dev/nvidia{index}"),
+        format!("/dev/nvidia{minor}"),
         "/dev/nvidiactl".into(),
         "/dev/nvidia-uvm".into(),
-        "/dev/nvidia-uvm-tools".into(),
-        "/dev/nvidia-modeset".into(),
     ]
     .into_iter()
     .map(std::path::PathBuf::from)
@@ -77,6 +75,8 @@ pub fn card_devices(index: u32) -> Vec<std::path::PathBuf> {
 pub struct SliceBinding {
     /// NVIDIA UUID when the allocator chose a real card; `None` for declared (virtual) GPUs.
     pub gpu_uuid: Option<String>,
+    /// That card's device node number (`/dev/nvidia<minor>`), on this machine.
+    pub device_minor: Option<u32>,
     pub memory_mib: u64,
     /// Share of the card's compute, 1..=100.
     pub cores_pct: u32,
@@ -247,6 +247,17 @@ pub trait Runtime: Send + Sync + 'static {
     async fn last_words(&self, handle: &str) -> String {
         let _ = handle;
         String::new()
+    }
+    /// What the editor of `handle` reaches on the network, in words, where this runtime sets it
+    /// per editor (or could not, and it reaches nothing).
+    fn network_of(&self, handle: &str) -> Option<String> {
+        let _ = handle;
+        None
+    }
+    /// What the isolation in force does not hold on this machine, in words for every page
+    /// (editors are sandboxed, but some limit cannot be set here); None where all of it holds.
+    fn isolation_gaps(&self) -> Option<String> {
+        None
     }
     /// How editors are kept apart from each other and from the server, or why they are not.
     fn isolation(&self) -> Result<String, String> {

@@ -13,13 +13,15 @@
 //! server's account. Its network is a namespace of its own: loopback only, or, with egress on,
 //! `pasta` (Debian's passt) gives it the outside through the server's sockets with the host's
 //! loopback unmapped, so neither the database nor another editor is reachable; the product's own
-//! address is forwarded in. An editor that listens only on TCP (marimo) is reached through a Unix
+//! address is forwarded in; nftables rules in its namespace refuse private ranges, metadata
+//! services and this machine's own addresses (`super::egress`). An editor that listens only on TCP (marimo) is reached through a Unix
 //! socket in its run directory that `socat` forwards inside the sandbox, so no other account
 //! can bind its port first.
 
 use super::cgroup;
 use crate::config::Config;
 use crate::config::local::{LocalConfig, Network};
+use crate::config::network::NetworkConfig;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -29,6 +31,8 @@ pub struct Tools {
     pub bwrap: Option<PathBuf>,
     pub setpriv: Option<PathBuf>,
     pub pasta: Option<PathBuf>,
+    /// nftables' front end: the network edge of each sandbox (`super::egress`).
+    pub nft: Option<PathBuf>,
     pub socat: Option<PathBuf>,
     /// The server runs as root: editors get accounts of their own.
     pub root: bool,
@@ -40,6 +44,7 @@ impl Tools {
             bwrap: which("bwrap"),
             setpriv: which("setpriv"),
             pasta: which("pasta"),
+            nft: which("nft"),
             socat: which("socat"),
             // SAFETY: geteuid only reads this process's effective user id.
             root: unsafe { libc::geteuid() } == 0,
@@ -453,6 +458,8 @@ pub struct Sandbox {
     /// Where the sessions' cgroups go; None where this server may not make them.
     pub cgroups: Option<cgroup::Layout>,
     pub network: Network,
+    /// What an editor with egress reaches (`[network]`).
+    pub edge: NetworkConfig,
     /// The product's own port on the host's loopback, forwarded into each sandbox.
     pub forward: Option<u16>,
     pub local: LocalConfig,
@@ -523,7 +530,10 @@ impl Sandbox {
             tool_dirs,
             hidden: config.source.iter().cloned().collect(),
             network: config.local.network,
-            forward: listen.ip().is_loopback().then(|| listen.port()),
+            edge: config.network.clone(),
+            // Listening on every address includes the host's loopback, which pasta forwards from.
+            forward: (listen.ip().is_loopback() || listen.ip().is_unspecified())
+                .then(|| listen.port()),
             local: config.local.clone(),
             preload,
             pin,
@@ -579,6 +589,47 @@ impl Sandbox {
         Ok(())
     }
 
+    /// What an editor reaches on the network, in words, as far as this machine allows it.
+    pub fn network_words(&self) -> String {
+        match (self.network, &self.tools.pasta, &self.tools.nft) {
+            (Network::Egress, Some(_), Some(_)) => self.edge.describe(),
+            (Network::Egress, None, _) => "none (pasta is not installed)".to_string(),
+            (Network::Egress, Some(_), None) => {
+                "none (nftables is not installed: without its rules an editor would reach this \
+                 machine's networks)"
+                    .to_string()
+            }
+            (Network::None, _, _) => "none (local.network = \"none\")".to_string(),
+        }
+    }
+
+    /// What the sandbox cannot hold here, in words for every page: without root there are no
+    /// accounts of their own, no limits per session, no quota while writing and no pre-started
+    /// editors (giving one a user's workspace is a mount); without nftables or pasta no network.
+    pub fn gaps(&self) -> Option<String> {
+        let mut gaps = Vec::new();
+        if !self.tools.root {
+            gaps.push(
+                "editors run as the server's own account (it does not run as root), so there are \
+                 no memory, CPU or process limits per session, the disk quota is checked at launch \
+                 only, and no editor is pre-started (each launch starts one)",
+            );
+        } else if self.cgroups.is_none() {
+            gaps.push("there are no memory, CPU or process limits per session (no cgroups here)");
+        }
+        if self.network == Network::Egress
+            && (self.tools.pasta.is_none() || self.tools.nft.is_none())
+        {
+            gaps.push("editors have no network (pasta or nftables is not installed)");
+        }
+        (!gaps.is_empty()).then(|| {
+            format!(
+                "Editors are sandboxed from each other, but on this server {}.",
+                gaps.join("; ")
+            )
+        })
+    }
+
     /// What the sandbox is, for the admin's settings page.
     pub fn describe(&self) -> String {
         let mut parts = vec![
@@ -602,13 +653,7 @@ impl Sandbox {
                 "no memory, CPU or process limits (the server may not make cgroups)".to_string()
             }
         });
-        parts.push(match (self.network, &self.tools.pasta) {
-            (Network::Egress, Some(_)) => {
-                "network: the outside world, not this machine".to_string()
-            }
-            (Network::Egress, None) => "network: none (pasta is not installed)".to_string(),
-            (Network::None, _) => "network: none".to_string(),
-        });
+        parts.push(format!("network: {}", self.network_words()));
         if self.preload.is_some() {
             parts.push(match &self.pin {
                 Some(_) => "GPU slices: HAMi-core preloaded for every program, its limits pinned"
@@ -867,6 +912,7 @@ mod tests {
             bwrap: Some("/usr/bin/bwrap".into()),
             setpriv: Some("/usr/bin/setpriv".into()),
             pasta: Some("/usr/bin/pasta".into()),
+            nft: Some("/usr/sbin/nft".into()),
             socat: Some("/usr/bin/socat".into()),
             root,
         }
@@ -1013,7 +1059,7 @@ mod tests {
                 memory_mib: 49_152,
                 slice_mib: 8192,
                 enforced: true,
-                cuda_index: Some(1),
+                device_minor: Some(1),
             },
             8192,
             50,

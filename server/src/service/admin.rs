@@ -265,7 +265,14 @@ impl Admin {
             &self.gpus,
             &self.enforcement.describe(),
             &self.runtime.availability(),
-            &self.runtime.isolation(),
+            // What does not hold here is said beside what does (a warm pool off, say, and why).
+            &self
+                .runtime
+                .isolation()
+                .map(|isolation| match self.runtime.isolation_gaps() {
+                    Some(gaps) => format!("{isolation}. {gaps}"),
+                    None => isolation,
+                }),
         ))
     }
 

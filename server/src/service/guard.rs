@@ -258,7 +258,10 @@ impl Core {
             base_path: format!("/s/{}/", record.id),
             env,
             slice: SliceBinding {
-                gpu_uuid: gpu.filter(|g| g.cuda_index.is_some()).map(|g| g.id.clone()),
+                gpu_uuid: gpu
+                    .filter(|g| g.device_minor.is_some())
+                    .map(|g| g.id.clone()),
+                device_minor: gpu.and_then(|g| g.device_minor),
                 memory_mib: record.slice_mib,
                 cores_pct,
             },

@@ -43,9 +43,10 @@ impl Core {
     /// What every page says when editors are not kept apart (no sandbox on this machine, or
     /// `local.isolation = "none"`).
     pub(in crate::service) fn isolation_warning(&self) -> Option<String> {
-        self.runtime.isolation().err().map(|_| {
-            "Editors on this server are not isolated from each other: code another user runs can read your files.".to_string()
-        })
+        match self.runtime.isolation() {
+            Err(_) => Some("Editors on this server are not isolated from each other: code another user runs can read your files.".to_string()),
+            Ok(_) => self.runtime.isolation_gaps(),
+        }
     }
 
     /// Where a sandbox is wanted and none can be made, the server serves one account: refuses
@@ -136,6 +137,13 @@ impl Core {
                 }
                 for step in launched.steps {
                     self.events.publish(&id, step);
+                }
+                if let Some(words) = warm
+                    .runtime_handle
+                    .as_deref()
+                    .and_then(|handle| self.runtime.network_of(handle))
+                {
+                    self.step(&id, &format!("Network: {words}"), 100).await;
                 }
                 self.metrics.launched("warm", editor);
                 self.metrics
@@ -232,7 +240,10 @@ impl Core {
             base_path: format!("/s/{}/", record.id),
             env,
             slice: crate::runtime::SliceBinding {
-                gpu_uuid: gpu.filter(|g| g.cuda_index.is_some()).map(|g| g.id.clone()),
+                gpu_uuid: gpu
+                    .filter(|g| g.device_minor.is_some())
+                    .map(|g| g.id.clone()),
+                device_minor: gpu.and_then(|g| g.device_minor),
                 memory_mib,
                 cores_pct,
             },
@@ -275,6 +286,10 @@ impl Core {
             )
             .await;
             return;
+        }
+        if let Some(words) = self.runtime.network_of(&running.handle) {
+            self.step(session_id, &format!("Network: {words}"), 50)
+                .await;
         }
         self.step(
             session_id,

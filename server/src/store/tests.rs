@@ -130,7 +130,7 @@ fn gpu(id: &str, memory_mib: u64, slice_mib: u64) -> GpuSpec {
         memory_mib,
         slice_mib,
         enforced: false,
-        cuda_index: None,
+        device_minor: None,
     }
 }
 

@@ -49,7 +49,7 @@ async fn cards_of_ten(store: &Store, cards: usize) -> Vec<String> {
             memory_mib: 81920,
             slice_mib: SLICE,
             enforced: false,
-            cuda_index: None,
+            device_minor: None,
         })
         .collect();
     let slots: Vec<SlotSpec> = gpus
@@ -571,7 +571,7 @@ fn gpu_of(id: &str, model: &str) -> GpuSpec {
         memory_mib: 49152,
         slice_mib: SLICE,
         enforced: false,
-        cuda_index: None,
+        device_minor: None,
     }
 }
 

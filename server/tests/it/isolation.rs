@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio_tungstenite::tungstenite::Message;
 
 /// Runs `code` in a new kernel of the session's JupyterLab, through the proxy; what it printed.
-async fn run_python(app: &TestApp, token: &str, id: &str, code: &str) -> String {
+pub(crate) async fn run_python(app: &TestApp, token: &str, id: &str, code: &str) -> String {
     let kernel = app
         .call(
             Method::POST,

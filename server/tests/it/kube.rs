@@ -35,6 +35,7 @@ fn launch_for(user: &str, session_id: &str, editor: EditorKind) -> EditorLaunch 
         env: vec![],
         slice: SliceBinding {
             gpu_uuid: None,
+            device_minor: None,
             memory_mib: 8192,
             cores_pct: 25,
         },

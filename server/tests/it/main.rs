@@ -24,6 +24,9 @@
 //! - `kube`: a scripted API server asserting every request, a stateful fake one through the real
 //!   service and store, HAMi metrics, and a real cluster with `KUBECONFIG` and
 //!   `SANDBOX_KUBE_E2E=1`.
+//! - `network_edge`: from a real kernel in its sandbox, test hosts of the test's own (a private
+//!   host, a metadata service, this machine's own address) refused by default and reached with
+//!   the deny list emptied or a range allowed; the rules out of the kernel's reach.
 //! - `observe`: `/metrics` (who may scrape, and that it follows launches, refusals and ends),
 //!   JSON logs with request ids, the probes.
 //! - `oidc`: single sign-on against a real `oidc-provider` (npm): the code flow, roles from groups,
@@ -50,6 +53,7 @@ mod fuzz;
 mod guardrails;
 mod isolation;
 mod kube;
+mod network_edge;
 mod observe;
 mod oidc;
 mod promotion;

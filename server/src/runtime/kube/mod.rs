@@ -304,6 +304,7 @@ impl From<KubeError> for RuntimeError {
 pub struct KubeRuntime {
     client: kube::Client,
     config: KubeConfig,
+    network: crate::config::network::NetworkConfig,
     timing: Timing,
     metrics: Option<metrics::MetricsClient>,
 }
@@ -315,9 +316,16 @@ impl KubeRuntime {
         KubeRuntime {
             client,
             config,
+            network: crate::config::network::NetworkConfig::default(),
             timing: Timing::default(),
             metrics,
         }
+    }
+
+    /// User pods reach what `network` says (`[network]`) rather than the default.
+    pub fn with_network(mut self, network: crate::config::network::NetworkConfig) -> KubeRuntime {
+        self.network = network;
+        self
     }
 
     pub fn with_timing(mut self, timing: Timing) -> KubeRuntime {
@@ -647,7 +655,9 @@ impl Runtime for KubeRuntime {
     }
 
     async fn start(&self, launch: &EditorLaunch) -> Result<Running, RuntimeError> {
-        let plan = UserPlan::new(&self.config, &launch.user_name).with_disk_quota(launch.disk_mib);
+        let plan = UserPlan::new(&self.config, &launch.user_name)
+            .with_network(&self.network)
+            .with_disk_quota(launch.disk_mib);
         let log = |e: KubeError| {
             tracing::warn!(session = %launch.session_id, error = %e, "kube launch");
             RuntimeError::from(e)

@@ -10,9 +10,9 @@
 //!   `limits.nvidia.com/gpumem`;
 //! - a LimitRange: CPU and memory defaults and ceilings;
 //! - a NetworkPolicy: ingress only from `server_namespace` to the editor port; egress only to DNS
-//!   in kube-system and to public addresses (0.0.0.0/0 but `kube.egress_deny`: by default the
-//!   private, link-local/metadata and CGNAT ranges and Azure's WireServer), so no other user's
-//!   pods, no nodes, no cloud metadata service;
+//!   in kube-system, to public addresses (`0.0.0.0/0` and `::/0` but `network.egress_deny`: by
+//!   default the private, link-local/metadata and CGNAT ranges and Azure's WireServer) and to
+//!   `network.egress_allow`, so no other user's pods, no nodes, no cloud metadata service;
 //! - the workspace volume (PVC).
 //!
 //! Per session: a Secret `session-<id>-token` with the editor's token, and the pod `session-<id>`:
@@ -30,6 +30,7 @@
 
 use super::names::{self, *};
 use crate::config::kube::KubeConfig;
+use crate::config::network::NetworkConfig;
 use crate::runtime::EditorLaunch;
 use app::domain::launch::EditorKind;
 use k8s_openapi::ByteString;
@@ -74,6 +75,8 @@ const TMP_SIZE: &str = "4Gi";
 #[derive(Clone, Debug)]
 pub struct UserPlan<'a> {
     pub config: &'a KubeConfig,
+    /// What the user's pods may reach (`[network]`).
+    pub network: &'a NetworkConfig,
     /// The namespace name.
     pub namespace: String,
     /// The user's label value.
@@ -84,12 +87,21 @@ pub struct UserPlan<'a> {
 
 impl<'a> UserPlan<'a> {
     pub fn new(config: &'a KubeConfig, user_name: &str) -> UserPlan<'a> {
+        static DEFAULT_NETWORK: std::sync::LazyLock<NetworkConfig> =
+            std::sync::LazyLock::new(NetworkConfig::default);
         UserPlan {
             config,
+            network: &DEFAULT_NETWORK,
             namespace: names::namespace_of(&config.namespace_prefix, user_name),
             user: names::user_label(&config.namespace_prefix, user_name),
             workspace_gib: config.workspace_size_gib.into(),
         }
+    }
+
+    /// The user's pods reach what `network` says rather than the default.
+    pub fn with_network(mut self, network: &'a NetworkConfig) -> UserPlan<'a> {
+        self.network = network;
+        self
     }
 
     /// The workspace sized by the user's disk quota (MiB, rounded up to whole GiB); 0 (no
@@ -235,18 +247,54 @@ impl<'a> UserPlan<'a> {
                         ports: Some(vec![port("UDP", 53), port("TCP", 53)]),
                     },
                     NetworkPolicyEgressRule {
-                        to: Some(vec![NetworkPolicyPeer {
-                            ip_block: Some(IPBlock {
-                                cidr: "0.0.0.0/0".into(),
-                                except: Some(self.config.egress_deny.clone()),
-                            }),
-                            ..NetworkPolicyPeer::default()
-                        }]),
+                        to: Some(self.egress_peers()),
                         ports: None,
                     },
                 ]),
             }),
         }
+    }
+
+    /// The world of each family less the denied ranges of that family, then each allowed range
+    /// (peers of one rule add up, so an allowed range is reached even inside a denied one).
+    fn egress_peers(&self) -> Vec<NetworkPolicyPeer> {
+        // IPv4-mapped IPv6 is IPv4 to a pod's stack, and no `except` of `::/0` to the API server.
+        let mapped: ipnet::IpNet = "::ffff:0:0/96".parse().expect("a range");
+        let deny: Vec<ipnet::IpNet> = self
+            .network
+            .deny()
+            .into_iter()
+            .filter(|net| !mapped.contains(net))
+            .collect();
+        let block = |world: &str, v4: bool| {
+            let except: Vec<String> = deny
+                .iter()
+                .filter(|net| matches!(net, ipnet::IpNet::V4(_)) == v4)
+                .map(ToString::to_string)
+                .collect();
+            NetworkPolicyPeer {
+                ip_block: Some(IPBlock {
+                    cidr: world.into(),
+                    except: (!except.is_empty()).then_some(except),
+                }),
+                ..NetworkPolicyPeer::default()
+            }
+        };
+        let allowed = self
+            .network
+            .allow()
+            .into_iter()
+            .map(|net| NetworkPolicyPeer {
+                ip_block: Some(IPBlock {
+                    cidr: net.to_string(),
+                    except: None,
+                }),
+                ..NetworkPolicyPeer::default()
+            });
+        [block("0.0.0.0/0", true), block("::/0", false)]
+            .into_iter()
+            .chain(allowed)
+            .collect()
     }
 
     /// The user's workspace, kept across sessions. Created once and never re-applied: a volume's
@@ -574,6 +622,7 @@ pub(crate) mod tests {
             env: vec![],
             slice: SliceBinding {
                 gpu_uuid: gpu_uuid.map(String::from),
+                device_minor: None,
                 memory_mib: 8192,
                 cores_pct: 25,
             },
@@ -601,34 +650,38 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn egress_is_denied_to_the_configured_ranges_and_by_default_to_azures_wireserver() {
-        let denied = |config: &KubeConfig| {
-            let policy =
-                serde_json::to_value(UserPlan::new(config, "bob").network_policy()).unwrap();
-            policy["spec"]["egress"][1]["to"][0]["ipBlock"]["except"].clone()
+    fn egress_is_denied_to_the_configured_ranges_per_family_and_allowed_ranges_are_added() {
+        let peers = |network: &NetworkConfig| {
+            let config = KubeConfig::default();
+            let policy = serde_json::to_value(
+                UserPlan::new(&config, "bob")
+                    .with_network(network)
+                    .network_policy(),
+            )
+            .unwrap();
+            policy["spec"]["egress"][1]["to"].clone()
         };
-        let defaults = denied(&KubeConfig::default());
-        assert!(
-            defaults
-                .as_array()
-                .unwrap()
-                .contains(&"168.63.129.16/32".into()),
-            "{defaults}"
-        );
-        assert!(
-            defaults
-                .as_array()
-                .unwrap()
-                .contains(&"169.254.0.0/16".into()),
-            "{defaults}"
-        );
-        let config = KubeConfig {
+        let defaults = peers(&NetworkConfig::default());
+        let v4 = defaults[0]["ipBlock"]["except"].as_array().unwrap();
+        let v6 = defaults[1]["ipBlock"]["except"].as_array().unwrap();
+        assert_eq!(defaults[0]["ipBlock"]["cidr"], "0.0.0.0/0");
+        assert_eq!(defaults[1]["ipBlock"]["cidr"], "::/0");
+        for denied in ["168.63.129.16/32", "169.254.0.0/16", "10.0.0.0/8"] {
+            assert!(v4.contains(&denied.into()), "{defaults}");
+        }
+        assert!(v6.contains(&"fc00::/7".into()), "{defaults}");
+        assert!(!v6.iter().any(|r| r.as_str().unwrap().contains('.')));
+        let network = NetworkConfig {
             egress_deny: vec!["203.0.113.0/24".into(), "198.51.100.7/32".into()],
-            ..KubeConfig::default()
+            egress_allow: vec!["10.9.0.0/16".into()],
         };
         assert_eq!(
-            denied(&config),
-            serde_json::json!(["203.0.113.0/24", "198.51.100.7/32"])
+            peers(&network),
+            serde_json::json!([
+                {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["203.0.113.0/24", "198.51.100.7/32"]}},
+                {"ipBlock": {"cidr": "::/0"}},
+                {"ipBlock": {"cidr": "10.9.0.0/16"}},
+            ])
         );
     }
 
