@@ -407,6 +407,10 @@ fn router(state: AppState, service: Arc<Service>) -> Router {
             body_state,
             read_body_in_time,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            while_the_database_is_down,
+        ))
         .layer(axum::middleware::from_fn(server_fn_error_status))
         .layer(axum::middleware::from_fn(refuse_cross_site))
         .layer(axum::middleware::from_fn_with_state(
@@ -415,6 +419,39 @@ fn router(state: AppState, service: Arc<Service>) -> Router {
         ))
         .layer(axum::middleware::from_fn(request_span))
         .with_state(state)
+}
+
+/// While the database does not answer, a request that needs it gets 503
+/// `database_unavailable` at once, and one already waiting for it gets it as soon as that is
+/// seen, rather than each waiting out the pool's timeout. Liveness and the pages' files need no
+/// database; editors are past this (`/s/`, from the route cache).
+async fn while_the_database_is_down(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let path = request.uri().path();
+    if path == "/livez" || path.starts_with("/pkg/") || path == "/favicon.svg" {
+        return next.run(request).await;
+    }
+    let unavailable = || {
+        let error = app::error::AppError::DatabaseUnavailable;
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            // The next look at the database is a second away.
+            [(http::header::RETRY_AFTER, "1")],
+            axum::Json(serde_json::json!({ "error": error.code(), "message": error.to_string() })),
+        )
+            .into_response()
+    };
+    if state.service.database_down() {
+        return unavailable();
+    }
+    let mut watch = state.service.database_watch();
+    tokio::select! {
+        answer = next.run(request) => answer,
+        _ = watch.wait_for(|down| *down) => unavailable(),
+    }
 }
 
 const REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");

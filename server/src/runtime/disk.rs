@@ -115,6 +115,38 @@ impl Disks {
         }
     }
 
+    /// Unmounts every workspace's file system, once no editor runs (the server stops them all
+    /// at a graceful stop): nothing is left mounted, and each loop device goes with its mount.
+    /// One an editor still used would stay referenced from its sandbox: never called then.
+    pub fn unmount_all(&self, workspaces: &Path) -> usize {
+        let Ok(entries) = std::fs::read_dir(&self.images) else {
+            return 0;
+        };
+        let mut unmounted = 0;
+        for entry in entries.flatten() {
+            let image = entry.path();
+            let Some(name) = image
+                .file_stem()
+                .filter(|_| image.extension().is_some_and(|e| e == "ext4"))
+            else {
+                continue;
+            };
+            let Ok(workspace) = std::fs::canonicalize(workspaces.join(name)) else {
+                continue;
+            };
+            if !super::sandbox::is_mount_point(&workspace) {
+                continue;
+            }
+            match run(Command::new("umount").arg(&workspace)) {
+                Ok(()) => unmounted += 1,
+                Err(e) => {
+                    tracing::warn!(workspace = %workspace.display(), error = %e, "unmounting a workspace")
+                }
+            }
+        }
+        unmounted
+    }
+
     /// The size of the workspace's file system, in MiB, where it has one.
     pub fn size_mib(&self, workspace: &Path) -> Option<u64> {
         std::fs::metadata(self.image_of(workspace))

@@ -18,11 +18,14 @@
 //! `server/tests/it/editors.rs`). Its working directory is its run directory, since a process's
 //! working directory would stay the deleted empty one.
 //!
-//! Restarts: the handle (pid, the process's start time from `/proc/<pid>/stat`, socket, log) is
-//! stored by the service and also written to `data/run/<id>/handle.json`, so an editor started by a
-//! server that died before recording it is still found: `sweep` stops every editor whose handle no
-//! live session or ready pre-started editor owns. A re-adopted editor must be the same process: the
-//! same pid with the same start time. A stopped editor's run directory is renamed at once and
+//! Restarts: an editor outlives the server that started it (a process group of its own; a
+//! sandbox, its pasta and its workspace mount are not tied to the server process), so a restart
+//! or a crash costs nobody their kernels. The handle (pid, the process's start time from
+//! `/proc/<pid>/stat`, socket, log; a sandbox's first process, cgroup and pasta) is stored by the
+//! service and also written to `data/run/<id>/handle.json`, so an editor started by a server that
+//! died before recording it is still found: `sweep` stops every editor whose handle no live
+//! session or ready pre-started editor owns, at the next start (orphans live at most until then).
+//! A re-adopted editor must be the same process: the same pid with the same start time. A stopped editor's run directory is renamed at once and
 //! deleted in the background, since its caches may be large, and a pre-started editor's link and
 //! empty home go with it; the log stays. CPU use is summed over each editor's whole process tree
 //! (`runtime::procfs`), GPU use comes from NVML (`runtime::gpu`).
@@ -433,7 +436,10 @@ fn start_egress(
         .args(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(log);
+        .stderr(log)
+        // A group of its own, like the editor's: a Ctrl-C to the server's terminal (or any
+        // signal to its group) must not take a surviving sandbox's network with it.
+        .process_group(0);
     // SAFETY: between fork and exec this only writes to cgroup files, through
     // async-signal-safe calls on memory made before the fork.
     unsafe {
@@ -1099,6 +1105,18 @@ impl Runtime for LocalRuntime {
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
+    }
+
+    async fn release_storage(&self) {
+        let Some(disks) = self.sandbox().and_then(|s| s.disks.as_ref().ok()).cloned() else {
+            return;
+        };
+        let workspaces = self.workspaces_dir();
+        let unmounted = tokio::task::spawn_blocking(move || disks.unmount_all(&workspaces)).await;
+        tracing::info!(
+            workspaces = unmounted.unwrap_or(0),
+            "workspace file systems unmounted"
+        );
     }
 
     fn isolation_gaps(&self) -> Option<String> {

@@ -160,6 +160,9 @@ pub trait Runtime: Send + Sync + 'static {
     async fn sweep(&self, _owned: &std::collections::HashSet<String>) -> usize {
         0
     }
+    /// At a graceful stop that stopped every editor: lets go of what they used on this machine
+    /// (workspace file systems), so nothing of ours stays mounted.
+    async fn release_storage(&self) {}
     /// Whether editors can be started ahead of demand and given a workspace later.
     fn prestarts_editors(&self) -> bool {
         false

@@ -202,9 +202,9 @@ pub fn arguments(spec: &Spec<'_>, tools: &Tools) -> Vec<OsString> {
         "--unshare-cgroup-try",
         // A terminal's input cannot be pushed back to the server's (TIOCSTI).
         "--new-session",
-        // The outer bwrap is the handle's pid: when it dies, so does everything inside, as a
-        // crashed editor would, rather than an editor nobody watches.
-        "--die-with-parent",
+        // No `--die-with-parent`: a sandbox lives as long as its session, not as long as the
+        // server process. A server that restarts (or crashes) finds it by its first process and
+        // its cgroup and adopts it; one nobody owns any more is ended by the next start's sweep.
         "--hostname",
         "sandbox",
     ]);

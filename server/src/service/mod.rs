@@ -292,6 +292,16 @@ impl Service {
         self.core.now()
     }
 
+    /// The database did not answer its last look: what needs it is answered 503 at once.
+    pub fn database_down(&self) -> bool {
+        self.core.store.database_down()
+    }
+
+    /// Told when the database stops or starts answering.
+    pub fn database_watch(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.core.store.database_watch()
+    }
+
     /// The store of sign-in sessions, for the doors' session layer.
     pub fn sign_in_sessions(&self) -> crate::store::HttpSessionStore {
         crate::store::HttpSessionStore::new(self.core.store.clone())

@@ -1,5 +1,6 @@
 //! The server's own work, beside the requests: one tick loop, the instance lease, the warm-pool
-//! keeper and the queue's dispatcher; and the order in which they wind down at shutdown.
+//! keeper, the queue's dispatcher and the database's watch; and the order in which they wind
+//! down at shutdown.
 //!
 //! The tick runs every `idle.reaper_period_ms` (5 s by default), the first a period after start,
 //! since start-up recovered the sessions itself. In order: the proxy's activity is written, so the
@@ -13,7 +14,8 @@
 //! refused with 503, no warm editor starts, the queue is not dispatched), and the warm-pool keeper
 //! is awaited, so no editor starts afterwards or is left half-started without a record; activity is
 //! written; with `sessions.stop_on_shutdown` every live session but the queued ones is stopped
-//! (`admin`, unused credits refunded); the warm editors are stopped and waited for; the instance
+//! (`admin`, unused credits refunded); the warm editors are stopped and waited for (with
+//! `stop_on_shutdown`, the workspaces' file systems then unmounted); the instance
 //! lease is given up, so the next server need not wait for it to run out; and last the shutdown
 //! signal, so open progress streams show the end before they close. The listener then gives
 //! requests in flight 10 s to finish.
@@ -31,6 +33,8 @@ pub struct Workers {
     background: JoinHandle<()>,
     lease: JoinHandle<()>,
     queue: JoinHandle<()>,
+    /// Looks whether the database answers (`Store::watch_database`).
+    database: JoinHandle<()>,
     /// Taken and waited for at shutdown.
     warm_pool: Mutex<Option<JoinHandle<()>>>,
 }
@@ -43,6 +47,10 @@ impl Workers {
             lease: tokio::spawn(super::guard::keep_instance_lease(guard.clone())),
             warm_pool: Mutex::new(Some(tokio::spawn(guard.clone().keep_warm_pool()))),
             queue: tokio::spawn(guard.clone().keep_queue_moving()),
+            database: tokio::spawn({
+                let store = guard.store.clone();
+                async move { store.watch_database().await }
+            }),
             guard,
         }
     }
@@ -67,6 +75,10 @@ impl Workers {
                 .await;
         }
         stopping.stop_warm_pool().await;
+        if stopping.config.sessions.stop_on_shutdown {
+            // Every editor is stopped: nothing of theirs stays mounted either.
+            stopping.runtime.release_storage().await;
+        }
         stopping.release_instance().await;
         // After the stops, so open progress streams show the end before they close.
         stopping.shutdown.send_replace(true);
@@ -77,6 +89,7 @@ impl Workers {
         self.background.abort();
         self.lease.abort();
         self.queue.abort();
+        self.database.abort();
     }
 }
 

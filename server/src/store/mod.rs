@@ -136,7 +136,18 @@ pub struct Store {
     sqlite_writer: Arc<Mutex<()>>,
     /// The time every row is stamped with.
     clock: Arc<dyn Clock>,
+    /// Whether the database answered its last look ([`Store::watch_database`]): while it does
+    /// not, requests are answered 503 at once instead of each waiting out the pool's
+    /// [`ACQUIRE_TIMEOUT`].
+    down: Arc<tokio::sync::watch::Sender<bool>>,
+    /// For those looks: a connection of their own, outside the pool. Holds the password; never
+    /// printed.
+    url: Arc<str>,
 }
+
+/// How often a server looks whether its database answers, and how long one look may take.
+pub const DATABASE_LOOK: Duration = Duration::from_secs(1);
+const DATABASE_LOOK_TIMEOUT: Duration = Duration::from_secs(3);
 
 impl Store {
     pub async fn connect(url: &str) -> Result<Store> {
@@ -168,7 +179,64 @@ impl Store {
             kind,
             sqlite_writer: Arc::new(Mutex::new(())),
             clock: Arc::new(SystemClock),
+            down: Arc::new(tokio::sync::watch::channel(false).0),
+            url: url.into(),
         })
+    }
+
+    /// The database did not answer the last look: requests needing it get 503 at once.
+    pub fn database_down(&self) -> bool {
+        *self.down.borrow()
+    }
+
+    /// Told when the database stops or starts answering.
+    pub fn database_watch(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.down.subscribe()
+    }
+
+    /// Looks every [`DATABASE_LOOK`] whether PostgreSQL answers, on a connection of its own: a
+    /// refused or dropped connection is seen at once, a hung one after a few seconds. (A pool's
+    /// acquire retries for its whole timeout before it gives up, which every request of an
+    /// outage would otherwise wait out.) SQLite is a file of this machine: nothing to watch.
+    pub async fn watch_database(&self) {
+        use sqlx::Connection;
+        if self.kind == DbKind::Sqlite {
+            return;
+        }
+        let mut connection: Option<sqlx::AnyConnection> = None;
+        let mut tick = tokio::time::interval(DATABASE_LOOK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let answered = tokio::time::timeout(DATABASE_LOOK_TIMEOUT, async {
+                if connection.is_none() {
+                    connection = Some(sqlx::AnyConnection::connect(&self.url).await?);
+                }
+                match connection.as_mut() {
+                    Some(c) => c.ping().await,
+                    None => Ok(()),
+                }
+            })
+            .await;
+            let down = !matches!(answered, Ok(Ok(())));
+            if down {
+                connection = None;
+            }
+            self.down.send_if_modified(|was| {
+                let changed = *was != down;
+                if changed {
+                    if down {
+                        tracing::warn!(
+                            "the database does not answer: requests get 503 until it does"
+                        );
+                    } else {
+                        tracing::info!("the database answers again");
+                    }
+                }
+                *was = down;
+                changed
+            });
+        }
     }
 
     /// The same database, its rows stamped by `clock` (tests set the time by hand).

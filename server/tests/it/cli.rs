@@ -3,7 +3,11 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-fn server(data: &std::path::Path, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+pub(crate) fn server(
+    data: &std::path::Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> (i32, String, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_server"))
         .args(args)
         .env("SANDBOX_DATA_DIR", data)
@@ -261,7 +265,7 @@ fn start_serve(
 }
 
 /// [`start_serve`] with more environment; also the rest of what it prints, line by line.
-fn start_serve_with(
+pub(crate) fn start_serve_with(
     data: &std::path::Path,
     config: &std::path::Path,
     env: &[(&str, &str)],
@@ -418,7 +422,7 @@ fn json_logs_carry_each_requests_id() {
     terminate(child);
 }
 
-fn terminate(mut child: std::process::Child) {
+pub(crate) fn terminate(mut child: std::process::Child) {
     let pid = child.id().to_string();
     Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     let status = child.wait().unwrap();

@@ -136,6 +136,24 @@ async fn a_database_outage_answers_503_and_heals() {
         answer.assert_status(StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(answer.json()["error"], "database_unavailable", "{path}");
     }
+    // Once the server's own look has seen the outage, every request is answered from it, not
+    // after the pool's wait: the answer says when to look again.
+    let seen = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let answer = app.get("/api/v1/me", Some(&token)).await;
+            if answer.headers.get("retry-after").is_some() {
+                return answer;
+            }
+        }
+    })
+    .await
+    .expect("the outage is seen by the server's look at the database");
+    seen.assert_status(StatusCode::SERVICE_UNAVAILABLE);
+    for path in ["/api/v1/sessions", "/", "/admin"] {
+        let answer = app.get(path, Some(&token)).await;
+        answer.assert_status(StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(answer.headers["retry-after"], "1", "{path}");
+    }
     let launch = app.launch(&token, "jupyterlab", 30).await;
     launch.assert_status(StatusCode::SERVICE_UNAVAILABLE);
     app.get("/livez", None).await.assert_status(StatusCode::OK);

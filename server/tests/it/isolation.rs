@@ -14,25 +14,50 @@ use tokio_tungstenite::tungstenite::Message;
 
 /// Runs `code` in a new kernel of the session's JupyterLab, through the proxy; what it printed.
 pub(crate) async fn run_python(app: &TestApp, token: &str, id: &str, code: &str) -> String {
-    let kernel = app
-        .call(
-            Method::POST,
-            &format!("/s/{id}/api/kernels"),
-            Some(token),
-            Some(json!({ "name": "python3" })),
-        )
-        .await;
+    let kernel = start_kernel(app.addr, token, id).await;
+    execute(app.addr, token, id, &kernel, code).await
+}
+
+/// A new kernel of the session's JupyterLab, through the proxy of the server at `addr`; its id.
+pub(crate) async fn start_kernel(addr: std::net::SocketAddr, token: &str, id: &str) -> String {
+    let kernel = crate::common::call_at(
+        addr,
+        Method::POST,
+        &format!("/s/{id}/api/kernels"),
+        Some(token),
+        Some(json!({ "name": "python3" })),
+    )
+    .await;
     kernel.assert_status(StatusCode::CREATED);
-    let kernel_id = kernel.json()["id"].as_str().unwrap().to_string();
-    let mut socket = app
-        .websocket(&format!("/s/{id}/api/kernels/{kernel_id}/channels"), token)
-        .await
-        .expect("kernel websocket");
+    kernel.json()["id"].as_str().unwrap().to_string()
+}
+
+/// Runs `code` in `kernel` of the session's JupyterLab, through the proxy of the server at
+/// `addr`; what it printed.
+pub(crate) async fn execute(
+    addr: std::net::SocketAddr,
+    token: &str,
+    id: &str,
+    kernel_id: &str,
+    code: &str,
+) -> String {
+    let mut socket = crate::common::websocket_at(
+        addr,
+        &format!("/s/{id}/api/kernels/{kernel_id}/channels"),
+        token,
+    )
+    .await
+    .expect("kernel websocket");
+    // Each message its own id: a kernel drops a message whose signature it has seen before (a
+    // replay), so a second connection's identical greeting would go unanswered.
+    static SENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = SENT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let (hello_id, run_id) = (format!("hello-{call}"), format!("run-{call}"));
     // A request sent before the kernel listens can be lost: ask for its info until it answers.
     tokio::time::timeout(Duration::from_secs(60), async {
         loop {
             let hello = json!({
-                "header": { "msg_id": "hello", "username": "test", "session": "attack", "msg_type": "kernel_info_request", "version": "5.3", "date": "2026-01-01T00:00:00Z" },
+                "header": { "msg_id": hello_id, "username": "test", "session": "attack", "msg_type": "kernel_info_request", "version": "5.3", "date": "2026-01-01T00:00:00Z" },
                 "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [], "content": {}
             });
             socket.send(Message::text(hello.to_string())).await.unwrap();
@@ -56,7 +81,7 @@ pub(crate) async fn run_python(app: &TestApp, token: &str, id: &str, code: &str)
     .await
     .expect("the kernel answers its info within a minute");
     let request = json!({
-        "header": { "msg_id": "attack", "username": "test", "session": "attack", "msg_type": "execute_request", "version": "5.3", "date": "2026-01-01T00:00:00Z" },
+        "header": { "msg_id": run_id, "username": "test", "session": "attack", "msg_type": "execute_request", "version": "5.3", "date": "2026-01-01T00:00:00Z" },
         "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
         "content": { "code": code, "silent": false, "store_history": false, "user_expressions": {}, "allow_stdin": false, "stop_on_error": true }
     });
@@ -72,7 +97,7 @@ pub(crate) async fn run_python(app: &TestApp, token: &str, id: &str, code: &str)
             };
             let msg: Value = serde_json::from_str(&text).unwrap();
             let kind = msg["header"]["msg_type"].as_str().unwrap_or_default();
-            if msg["parent_header"]["msg_id"] != "attack" {
+            if msg["parent_header"]["msg_id"] != run_id.as_str() {
                 continue;
             }
             match kind {

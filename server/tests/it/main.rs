@@ -33,6 +33,8 @@
 //!   refusals.
 //! - `promotion`: against Debian's `docker-registry` on loopback: refusals, approval, the artifact
 //!   read back byte for byte, a failed push retried.
+//! - `restart`: a server process killed, stopped and started again with the sandbox on: the same
+//!   kernels answer, credits untouched, an ended session swept, nothing left at a full stop.
 //! - `router`: the HTTP surface in-process through the per-connection `Front` (`oneshot`): errors,
 //!   redirects, cookies, server functions' statuses, cross-site refusals.
 //!
@@ -57,4 +59,5 @@ mod network_edge;
 mod observe;
 mod oidc;
 mod promotion;
+mod restart;
 mod router;

@@ -305,14 +305,7 @@ impl TestApp {
     }
 
     pub async fn send(&self, request: Request<Full<Bytes>>) -> Response {
-        let response = self.client.request(request).await.expect("request");
-        let (parts, body) = response.into_parts();
-        let body = body.collect().await.expect("body").to_bytes();
-        Response {
-            status: parts.status,
-            headers: parts.headers,
-            body,
-        }
+        collected(self.client.request(request).await.expect("request")).await
     }
 
     pub async fn call(
@@ -322,18 +315,8 @@ impl TestApp {
         token: Option<&str>,
         json: Option<serde_json::Value>,
     ) -> Response {
-        let mut request = Request::builder().method(method).uri(self.url(path));
-        if let Some(token) = token {
-            request = request.header("authorization", format!("Bearer {token}"));
-        }
-        let body = match json {
-            Some(json) => {
-                request = request.header("content-type", "application/json");
-                Full::new(Bytes::from(json.to_string()))
-            }
-            None => Full::new(Bytes::new()),
-        };
-        self.send(request.body(body).unwrap()).await
+        self.send(request_to(self.addr, method, path, token, json))
+            .await
     }
 
     pub async fn get(&self, path: &str, token: Option<&str>) -> Response {
@@ -883,6 +866,58 @@ pub type WebSocket =
 pub type WsError = tokio_tungstenite::tungstenite::Error;
 
 /// A WebSocket to `path` on the server at `addr`, with `token` as the bearer.
+/// A request to the server at `addr`, with a bearer token and a JSON body where given.
+fn request_to(
+    addr: SocketAddr,
+    method: Method,
+    path: &str,
+    token: Option<&str>,
+    json: Option<serde_json::Value>,
+) -> Request<Full<Bytes>> {
+    let mut request = Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"));
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let body = match json {
+        Some(json) => {
+            request = request.header("content-type", "application/json");
+            Full::new(Bytes::from(json.to_string()))
+        }
+        None => Full::new(Bytes::new()),
+    };
+    request.body(body).unwrap()
+}
+
+/// [`TestApp::call`] for a server of another process, at `addr`.
+pub async fn call_at(
+    addr: SocketAddr,
+    method: Method,
+    path: &str,
+    token: Option<&str>,
+    json: Option<serde_json::Value>,
+) -> Response {
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
+    let response = client
+        .request(request_to(addr, method, path, token, json))
+        .await
+        .expect("request");
+    collected(response).await
+}
+
+/// The whole answer, its body read.
+async fn collected(response: hyper::Response<hyper::body::Incoming>) -> Response {
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.expect("body").to_bytes();
+    Response {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
+}
+
 pub async fn websocket_at(addr: SocketAddr, path: &str, token: &str) -> Result<WebSocket, WsError> {
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     let mut request = format!("ws://{addr}{path}").into_client_request()?;
