@@ -41,6 +41,7 @@
 //! as that user in their browser; per-session origins would remove that.
 
 use super::procfs::process_alive;
+use super::sandbox::ACCOUNT_NAME;
 use super::{EditorLaunch, Running, Runtime, RuntimeError};
 use crate::runtime::editors;
 use app::domain::launch::EditorKind;
@@ -817,6 +818,9 @@ impl Runtime for LocalRuntime {
                         &launch.env,
                     )?;
                 }
+                if let Some(account) = account {
+                    super::sandbox::write_account_files(&run_dir, account, Path::new(HOME_INSIDE))?;
+                }
                 let devices = launch.slice_devices();
                 let spec = super::sandbox::Spec {
                     system: &sandbox.system,
@@ -865,6 +869,13 @@ impl Runtime for LocalRuntime {
                 &workdir
             })
             .env("HOME", &home)
+            .envs(
+                account
+                    .filter(|_| sandbox.is_some())
+                    .map(|_| [("USER", ACCOUNT_NAME), ("LOGNAME", ACCOUNT_NAME)])
+                    .into_iter()
+                    .flatten(),
+            )
             .env("JUPYTER_RUNTIME_DIR", run_inside.join("jupyter"))
             .env("XDG_CACHE_HOME", run_inside.join("cache"))
             .env("XDG_DATA_HOME", home.join(".local/share"))

@@ -188,6 +188,74 @@ pub fn write_preload_files(
     Ok(())
 }
 
+/// The name of the account an editor runs as, in every sandbox (its home is `/home/user`):
+/// tools that key caches by user name (`torch.compile`, `getpass.getuser()`) need one.
+pub const ACCOUNT_NAME: &str = "user";
+
+/// Where the sandbox's `/etc/passwd` is written (in the run directory, read-only inside).
+pub fn passwd_file(run_dir: &Path) -> PathBuf {
+    run_dir.join("passwd")
+}
+
+/// Where the sandbox's `/etc/group` is written.
+pub fn group_file(run_dir: &Path) -> PathBuf {
+    run_dir.join("group")
+}
+
+/// The system's account files with the editor's account added under [`ACCOUNT_NAME`] (an
+/// entry of the system with that name or number gives way), home `home`, the system's bash.
+pub fn account_files(
+    passwd: &str,
+    group: &str,
+    (uid, gid): (u32, u32),
+    home: &Path,
+) -> (String, String) {
+    let keep = |text: &str, id: u32| -> String {
+        text.lines()
+            .filter(|line| {
+                let mut fields = line.split(':');
+                let name = fields.next().unwrap_or_default();
+                let number = fields.nth(1).and_then(|n| n.parse::<u32>().ok());
+                name != ACCOUNT_NAME && number != Some(id)
+            })
+            .map(|line| format!("{line}\n"))
+            .collect()
+    };
+    let shell = if Path::new("/bin/bash").exists() {
+        "/bin/bash"
+    } else {
+        "/bin/sh"
+    };
+    (
+        format!(
+            "{}{ACCOUNT_NAME}:x:{uid}:{gid}:GPU Sandbox user:{}:{shell}\n",
+            keep(passwd, uid),
+            home.display()
+        ),
+        format!("{}{ACCOUNT_NAME}:x:{gid}:\n", keep(group, gid)),
+    )
+}
+
+/// Writes the sandbox's `/etc/passwd` and `/etc/group` into `run_dir`, readable by the editor.
+pub fn write_account_files(
+    run_dir: &Path,
+    account: (u32, u32),
+    home: &Path,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let (passwd, group) = account_files(
+        &std::fs::read_to_string("/etc/passwd").unwrap_or_default(),
+        &std::fs::read_to_string("/etc/group").unwrap_or_default(),
+        account,
+        home,
+    );
+    for (file, text) in [(passwd_file(run_dir), passwd), (group_file(run_dir), group)] {
+        std::fs::write(&file, text)?;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))?;
+    }
+    Ok(())
+}
+
 /// The `bwrap` command line (after the program) for `spec`, with the editor's command last.
 pub fn arguments(spec: &Spec<'_>, tools: &Tools) -> Vec<OsString> {
     let mut args = Args::default();
@@ -222,16 +290,23 @@ pub fn arguments(spec: &Spec<'_>, tools: &Tools) -> Vec<OsString> {
             args.paths("--ro-bind", dir, dir);
         }
     }
+    let (preload_list, pinned) = (preload_file(spec.run_dir), pinned_file(spec.run_dir));
+    let (passwd, group) = (passwd_file(spec.run_dir), group_file(spec.run_dir));
+    let mut files: Vec<(&Path, &Path)> = Vec::new();
     if let Some(preload) = spec.preload {
-        let (preload_list, pinned) = (preload_file(spec.run_dir), pinned_file(spec.run_dir));
-        let mut files = vec![
-            (preload.library, Path::new(HAMI_CORE_INSIDE)),
-            (preload_list.as_path(), Path::new("/etc/ld.so.preload")),
-        ];
+        files.push((preload.library, Path::new(HAMI_CORE_INSIDE)));
+        files.push((preload_list.as_path(), Path::new("/etc/ld.so.preload")));
         if let Some(pin) = preload.pin {
             files.push((pin, Path::new(PIN_INSIDE)));
             files.push((pinned.as_path(), Path::new(PINNED_INSIDE)));
         }
+    }
+    // The account's name, where its files were written (`write_account_files`).
+    if spec.account.is_some() && passwd.is_file() && group.is_file() {
+        files.push((passwd.as_path(), Path::new("/etc/passwd")));
+        files.push((group.as_path(), Path::new("/etc/group")));
+    }
+    if !files.is_empty() {
         args.files_at(&files, spec.system);
     }
     for dir in spec.tools {
@@ -916,6 +991,82 @@ mod tests {
             socat: Some("/usr/bin/socat".into()),
             root,
         }
+    }
+
+    #[test]
+    fn the_editors_account_is_named_in_its_own_account_files() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000::/home/user:/bin/sh\nold:x:61000:61000::/x:/bin/sh\n";
+        let group = "root:x:0:\nuser:x:1000:\n";
+        let (passwd, group) =
+            account_files(passwd, group, (61_000, 61_000), Path::new("/home/user"));
+        assert!(
+            passwd.starts_with("root:x:0:0:root:/root:/bin/bash\n"),
+            "{passwd}"
+        );
+        let last = passwd.lines().last().unwrap();
+        assert!(
+            last.starts_with("user:x:61000:61000:GPU Sandbox user:/home/user:/bin/"),
+            "{passwd}"
+        );
+        assert_eq!(
+            passwd.matches("user:x:").count(),
+            1,
+            "one entry of that name: {passwd}"
+        );
+        assert!(
+            !passwd.contains("old:"),
+            "nor another of that number: {passwd}"
+        );
+        assert_eq!(group, "root:x:0:\nuser:x:61000:\n");
+    }
+
+    #[test]
+    fn account_files_are_mounted_over_the_systems_where_written() {
+        let run_dir = std::env::temp_dir().join(format!("gsb-account-{}", std::process::id()));
+        std::fs::create_dir_all(&run_dir).unwrap();
+        let spec_with = |account| {
+            let command = [OsString::from("/bin/true")];
+            let spec = Spec {
+                system: &[PathBuf::from("/usr"), PathBuf::from("/etc")],
+                tools: &[],
+                hidden: &[],
+                home: &run_dir,
+                home_inside: Path::new("/home/user"),
+                run_dir: &run_dir,
+                run_inside: Path::new("/run/editor"),
+                devices: &[],
+                preload: None,
+                account,
+                workdir: Path::new("/"),
+                command: &command,
+            };
+            text(&arguments(&spec, &tools(true)))
+        };
+        assert!(
+            !spec_with(Some((61_000, 61_000))).contains("/etc/passwd"),
+            "none written yet"
+        );
+        write_account_files(&run_dir, (61_000, 61_000), Path::new("/home/user")).unwrap();
+        let args = spec_with(Some((61_000, 61_000)));
+        assert!(
+            args.contains(&format!(
+                "--ro-bind {} /etc/passwd",
+                passwd_file(&run_dir).display()
+            )),
+            "{args}"
+        );
+        assert!(
+            args.contains(&format!(
+                "--ro-bind {} /etc/group",
+                group_file(&run_dir).display()
+            )),
+            "{args}"
+        );
+        assert!(
+            !spec_with(None).contains("/etc/passwd"),
+            "without an account of its own"
+        );
+        let _ = std::fs::remove_dir_all(&run_dir);
     }
 
     fn text(args: &[OsString]) -> String {

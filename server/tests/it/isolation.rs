@@ -320,6 +320,30 @@ async fn from_her_marimo_terminal_a_user_reaches_nothing_that_is_not_hers() {
     assert_eq!(results.as_object().unwrap().len(), 10, "{results:#}");
 }
 
+/// Tools that key caches by the user's name (`torch.compile`, `getpass.getuser()`) find one:
+/// the sandbox's account has a passwd entry, and `USER`, `LOGNAME` and `HOME` say the same.
+#[tokio::test]
+async fn a_sandboxed_kernel_runs_as_an_account_with_a_name() {
+    let app = TestApp::start(None).await;
+    let (_, alice) = app.user("alice").await;
+    let session = app.launch_ready(&alice, "jupyterlab").await;
+    let said = run_python(
+        &app,
+        &alice,
+        &session,
+        "import getpass, os, pwd, subprocess\n\
+         who = subprocess.run(['whoami'], capture_output=True, text=True).stdout.strip()\n\
+         entry = pwd.getpwuid(os.getuid())\n\
+         print(getpass.getuser(), who, entry.pw_name, entry.pw_dir, os.environ['HOME'], os.environ['LOGNAME'])",
+    )
+    .await;
+    assert_eq!(
+        said.trim(),
+        "user user user /home/user /home/user user",
+        "the account's name, from every source"
+    );
+}
+
 /// A server killed between starting an editor and writing it down left it to nobody: the next
 /// start finds it by its session's group (made before the editor starts) and ends it.
 #[tokio::test]
