@@ -1964,11 +1964,17 @@ async fn harness(runtime: &str) -> Harness {
             Harness {
                 app,
                 vanish: Box::new(|handle| {
-                    let pid = serde_json::from_str::<Value>(handle).unwrap()["pid"]
-                        .as_i64()
-                        .unwrap();
-                    // SAFETY: killpg only sends a signal to the editor's own group.
-                    unsafe { libc::killpg(pid as i32, libc::SIGKILL) };
+                    let handle = serde_json::from_str::<Value>(handle).unwrap();
+                    // A sandbox lives apart from the process that made it: it vanishes with
+                    // its first process (PID 1 inside), whose end ends everything in it.
+                    match handle["sandbox"]["init"].as_i64() {
+                        // SAFETY: a signal to the sandbox's own first process.
+                        Some(init) => unsafe { libc::kill(init as i32, libc::SIGKILL) },
+                        // SAFETY: killpg only sends a signal to the editor's own group.
+                        None => unsafe {
+                            libc::killpg(handle["pid"].as_i64().unwrap() as i32, libc::SIGKILL)
+                        },
+                    };
                 }),
             }
         }

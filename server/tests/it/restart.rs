@@ -115,10 +115,19 @@ impl Server {
 }
 
 impl Drop for Server {
+    /// Editors outlive their server by design: a test that failed midway ends them here.
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        crate::common::end_editors_under(self.data.path());
+        let root = std::fs::canonicalize(self.data.path()).unwrap_or_default();
+        for point in server::runtime::sandbox::mount_points_under(&root) {
+            let _ = std::process::Command::new("umount")
+                .args(["-l"])
+                .arg(point)
+                .status();
         }
     }
 }

@@ -824,40 +824,46 @@ fn unmount_under(root: &Path) {
 
 impl TestApp {
     fn end_what_it_started(&mut self) {
-        let root = self.dir.path().to_path_buf();
-        let named = root.to_string_lossy().into_owned();
-        let Ok(entries) = std::fs::read_dir("/proc") else {
-            return;
+        end_editors_under(self.dir.path());
+    }
+}
+
+/// Ends every editor of the data directory `root`: processes working in it or naming it, and
+/// its sessions' cgroups (editors outlive the server that started them, by design).
+pub fn end_editors_under(root: &Path) {
+    let root = root.to_path_buf();
+    let named = root.to_string_lossy().into_owned();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
         };
-        for entry in entries.flatten() {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-                continue;
-            };
-            let in_workspace = std::fs::read_link(entry.path().join("cwd"))
-                .is_ok_and(|cwd| cwd.starts_with(&root));
-            let names_it = std::fs::read(entry.path().join("cmdline"))
-                .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(&named));
-            if (in_workspace || names_it) && pid != std::process::id() as i32 {
-                // SAFETY: only signals, to processes of this test's own data directory.
-                unsafe {
-                    libc::killpg(pid, libc::SIGKILL);
-                    libc::kill(pid, libc::SIGKILL);
-                }
+        let in_workspace =
+            std::fs::read_link(entry.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(&root));
+        let names_it = std::fs::read(entry.path().join("cmdline"))
+            .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(&named));
+        if (in_workspace || names_it) && pid != std::process::id() as i32 {
+            // SAFETY: only signals, to processes of this test's own data directory.
+            unsafe {
+                libc::killpg(pid, libc::SIGKILL);
+                libc::kill(pid, libc::SIGKILL);
             }
         }
-        let groups = server::runtime::cgroup::parent_name(&root);
-        if let Some(layout) = server::runtime::cgroup::Layout::detect(&groups) {
-            for name in layout.groups() {
-                let group = layout.group(&name);
-                group.kill();
-                let deadline = std::time::Instant::now() + Duration::from_secs(2);
-                while group.is_populated() && std::time::Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                group.remove();
+    }
+    let groups = server::runtime::cgroup::parent_name(&root);
+    if let Some(layout) = server::runtime::cgroup::Layout::detect(&groups) {
+        for name in layout.groups() {
+            let group = layout.group(&name);
+            group.kill();
+            let deadline = std::time::Instant::now() + Duration::from_secs(2);
+            while group.is_populated() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
             }
-            layout.remove_parent();
+            group.remove();
         }
+        layout.remove_parent();
     }
 }
 
