@@ -476,7 +476,12 @@ async fn serve(config: Config) -> Result<(), String> {
     let data_dir = config.data_dir.clone();
     // Start-up adopts or stops the editors it finds: two servers on one data directory would
     // each stop the other's.
-    let _lock = lock_data_dir(&data_dir)?;
+    let _lock = {
+        let data_dir = data_dir.clone();
+        tokio::task::spawn_blocking(move || lock_data_dir(&data_dir))
+            .await
+            .map_err(|e| e.to_string())??
+    };
     let service = tokio::select! {
         built = crate::boot::build_service(config) => built.map_err(|e| e.to_string())?,
         _ = &mut shutdown => return Err("stopped during start-up".into()),
@@ -532,14 +537,23 @@ fn lock_data_dir(data_dir: &std::path::Path) -> Result<std::fs::File, String> {
         .write(true)
         .open(&path)
         .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    // SAFETY: flock on a descriptor this function owns; released when the file is closed.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        return Err(format!(
-            "another server is already running on the data directory {}",
-            data_dir.display()
-        ));
+    // A server killed while it started editors leaves children between fork and exec for a
+    // moment, each holding a copy of the lock until its exec closes it: a restart right after
+    // a crash waits that moment out; a server that runs holds it for good.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    loop {
+        // SAFETY: flock on a descriptor this function owns; released when the file is closed.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(file);
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!(
+                "another server is already running on the data directory {}",
+                data_dir.display()
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    Ok(file)
 }
 
 /// Ctrl-C or SIGTERM, listened for from the moment this returns: a signal that comes while the
