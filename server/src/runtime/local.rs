@@ -25,10 +25,11 @@
 //! service and also written to `data/run/<id>/handle.json`, so an editor started by a server that
 //! died before recording it is still found: `sweep` stops every editor whose handle no live
 //! session or ready pre-started editor owns, at the next start (orphans live at most until then).
-//! A re-adopted editor must be the same process: the same pid with the same start time. A stopped editor's run directory is renamed at once and
-//! deleted in the background, since its caches may be large, and a pre-started editor's link and
-//! empty home go with it; the log stays. CPU use is summed over each editor's whole process tree
-//! (`runtime::procfs`), GPU use comes from NVML (`runtime::gpu`).
+//! A re-adopted editor must be the same process: the same pid with the same start time. A stopped
+//! editor's run directory is renamed at once and deleted in the background, since its caches may
+//! be large, and a pre-started editor's link and empty home go with it; the log stays. CPU use is
+//! summed over each editor's whole process tree (`runtime::procfs`), GPU use comes from NVML
+//! (`runtime::gpu`).
 //!
 //! Isolation: by default every editor runs in a sandbox of its own (`runtime::sandbox`), as
 //! root under an account of its user's (`runtime::accounts`; a pre-started editor under a

@@ -14,9 +14,9 @@
 //! `pasta` (Debian's passt) gives it the outside through the server's sockets with the host's
 //! loopback unmapped, so neither the database nor another editor is reachable; the product's own
 //! address is forwarded in; nftables rules in its namespace refuse private ranges, metadata
-//! services and this machine's own addresses (`super::egress`). An editor that listens only on TCP (marimo) is reached through a Unix
-//! socket in its run directory that `socat` forwards inside the sandbox, so no other account
-//! can bind its port first.
+//! services and this machine's own addresses (`super::egress`). An editor that listens only on
+//! TCP (marimo) is reached through a Unix socket in its run directory that `socat` forwards
+//! inside the sandbox, so no other account can bind its port first.
 
 use super::cgroup;
 use crate::config::Config;
