@@ -45,6 +45,20 @@ where
     <Option<T> as Deserialize>::deserialize(deserializer).map(Some)
 }
 
+impl Overrides {
+    /// The overrides in words, for the audit log: each limit's value, or "default".
+    pub fn describe(&self) -> String {
+        let or_default = |value: Option<String>| value.unwrap_or_else(|| "default".into());
+        format!(
+            "sessions {} · GPU memory {} · minutes per session {} · workspace {}",
+            or_default(self.max_sessions.map(|n| n.to_string())),
+            or_default(self.max_gpu_mib.map(format_mib)),
+            or_default(self.max_minutes.map(|n| n.to_string())),
+            or_default(self.max_disk_mib.map(format_mib)),
+        )
+    }
+}
+
 impl OverridesChange {
     pub fn applied_to(self, current: Overrides) -> Overrides {
         Overrides {
@@ -186,6 +200,20 @@ pub fn extension(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn overrides_read_as_words_in_the_audit_log() {
+        let overrides = Overrides {
+            max_sessions: Some(2),
+            max_gpu_mib: Some(16_384),
+            max_minutes: None,
+            max_disk_mib: Some(512),
+        };
+        assert_eq!(
+            overrides.describe(),
+            "sessions 2 · GPU memory 16 GB · minutes per session default · workspace 512 MB"
+        );
+    }
 
     #[test]
     fn a_change_touches_only_what_it_names() {

@@ -959,7 +959,7 @@ async fn write_quota(
         actor_id,
         "quota.set",
         &format!("user:{user_id}"),
-        &format!("{overrides:?}"),
+        &overrides.describe(),
         now,
     )
     .await?;

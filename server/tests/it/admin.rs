@@ -676,6 +676,16 @@ async fn a_quota_patch_changes_only_the_overrides_it_names() {
             .clone()
     };
     assert_eq!(audited().await, 3, "one PUT, two PATCHes");
+    // In words, as the limits read (no program's notation).
+    let newest = app
+        .get("/api/v1/admin/audit?q=quota.set", Some(&root))
+        .await
+        .json()["items"][0]["detail"]
+        .clone();
+    assert_eq!(
+        newest,
+        "sessions 1 · GPU memory 4 GB · minutes per session default · workspace default"
+    );
     let unchanged = call(Method::PATCH, &root, json!({})).await;
     unchanged.assert_status(StatusCode::OK);
     assert_eq!(unchanged.json()["max_gpu_mib"], 4096);
