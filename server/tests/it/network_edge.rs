@@ -137,16 +137,18 @@ impl TestHosts {
         };
         // From this machine itself every target answers: the test hosts work.
         for url in hosts.urls().values() {
-            let reached = (0..100).any(|_| {
+            // A bound a busy machine cannot hit: Python's web server may take a while to start.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+            let reached = loop {
                 let ok = Command::new("curl")
-                    .args(["-sf", "-o", "/dev/null", "--max-time", "2", url])
+                    .args(["-sf", "-o", "/dev/null", "--max-time", "5", url])
                     .status()
                     .is_ok_and(|s| s.success());
-                if !ok {
-                    std::thread::sleep(std::time::Duration::from_millis(100));
+                if ok || std::time::Instant::now() > deadline {
+                    break ok;
                 }
-                ok
-            });
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            };
             assert!(reached, "{url} answers from the host");
         }
         hosts
