@@ -92,3 +92,9 @@ export async function signIn(page, user = USER, password = PASSWORD) {
   await page.getByLabel('Password').fill(password);
   await page.getByRole('button', { name: 'Sign in' }).click();
 }
+
+// The session page's "Time left", in seconds.
+export async function secondsLeft(page) {
+  const m = (await page.getByTestId('time-left').innerText()).match(/(\d+):(\d\d)(?::(\d\d))?/);
+  return m[3] === undefined ? Number(m[1]) * 60 + Number(m[2]) : Number(m[1]) * 3600 + Number(m[2]) * 60 + Number(m[3]);
+}

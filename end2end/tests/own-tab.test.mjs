@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
-import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, launchByApi, readyByApi, signIn } from './helpers.mjs';
+import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, launchByApi, readyByApi, secondsLeft, signIn } from './helpers.mjs';
 
 const USER = process.env.E2E_IDLE_USER ?? 'e2e-idle';
 
@@ -66,11 +66,7 @@ test('a marimo tab of its own carries the toolbar, typing there keeps it alive, 
     await created.close();
 
     // Extend at any time, by any minutes, with its price and the new end.
-    const left = async () => {
-      const m = (await tab.getByTestId('time-left').innerText()).match(/(\d+):(\d\d)(?::(\d\d))?/);
-      return m[3] === undefined ? Number(m[1]) * 60 + Number(m[2]) : Number(m[1]) * 3600 + Number(m[2]) * 60 + Number(m[3]);
-    };
-    const before = await left();
+    const before = await secondsLeft(tab);
     const extend = tab.getByTestId('extend');
     await extend.locator('summary').click();
     await extend.getByLabel('Minutes').fill('7');
@@ -79,7 +75,7 @@ test('a marimo tab of its own carries the toolbar, typing there keeps it alive, 
       /^Holds [\d.]+ credits? more now; ends at \d{4}-\d\d-\d\d \d\d:\d\d UTC instead of /,
     );
     await extend.getByRole('button', { name: 'Extend' }).click();
-    for (let i = 0; (await left()) < before + 6 * 60; i += 1) {
+    for (let i = 0; (await secondsLeft(tab)) < before + 6 * 60; i += 1) {
       assert.ok(i < 40, 'the end moved by the minutes asked for');
       await tab.waitForTimeout(250);
     }

@@ -442,6 +442,21 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
             )
         })
     });
+    // The editor's frame depends on its address alone, so that nothing else about the session
+    // (an Extend's end and step, a heartbeat's idle time, the readings) navigates it again and
+    // loses the editor's state; only a different place to open does. A tab that went into the
+    // editor by itself (marimo's new notebook, a link) was sent here with its place in `path`.
+    let frame_src = Memo::new(move |_| {
+        session.with(|s| {
+            (s.state == SessionState::Ready && s.url.is_some()).then(|| {
+                crate::domain::paths::editor_frame(
+                    &s.id,
+                    s.editor.landing_path(),
+                    frame_path.get().as_deref(),
+                )
+            })
+        })
+    });
     let own_tab = format!("/sessions/{id}");
     view! {
         <div class="session-page">
@@ -632,34 +647,33 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                     .map(|error| view! { <crate::ui::Refusal error /> })
             }}
             {move || {
-                // Drawn anew only when what it shows changes: a heartbeat's answer (every few
-                // seconds while someone types) must not reload the editor's frame.
-                let _shown = page_state.get();
-                let s = session.get_untracked();
-                match (s.state, s.url.clone()) {
-                    (SessionState::Ready, Some(_)) => {
-                        // A tab that went into the editor by itself (marimo's new notebook, a
-                        // link) was sent here with its place: the frame opens there.
-                        let src = crate::domain::paths::editor_frame(
-                            &s.id,
-                            s.editor.landing_path(),
-                            frame_path.get_untracked().as_deref(),
-                        );
+                frame_src
+                    .get()
+                    .map(|src| {
+                        let label = session.with_untracked(|s| s.editor.label());
                         view! {
                             <main class="editor-main">
-                                <h1 class="sr-only">{format!("{} session", s.editor.label())}</h1>
+                                <h1 class="sr-only">{format!("{label} session")}</h1>
                                 <iframe
                                     class="editor"
                                     src=src
-                                    title=format!("{} editor", s.editor.label())
+                                    title=format!("{label} editor")
                                     data-testid="editor-frame"
                                     allow="clipboard-read; clipboard-write"
                                 ></iframe>
                             </main>
                         }
-                            .into_any()
-                    }
-                    (SessionState::Ended, _) => {
+                    })
+            }}
+            {move || {
+                if frame_src.get().is_some() {
+                    return None;
+                }
+                // Drawn anew only when what it shows changes.
+                let _shown = page_state.get();
+                let s = session.get_untracked();
+                Some(match s.state {
+                    SessionState::Ended => {
                         // The ended step comes before the reason, which a fetch that follows it
                         // brings: until then the page says nothing of a reason.
                         let reason = s.end_reason.map(|r| {
@@ -736,7 +750,7 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                         }
                             .into_any()
                     }
-                }
+                })
             }}
         </div>
     }

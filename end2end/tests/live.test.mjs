@@ -1,0 +1,53 @@
+// The pages follow what happens without a reload, and only where it shows: an Extend moves the
+// session's end but leaves its editor's frame alone.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, launchByApi, readyByApi, secondsLeft, signIn } from './helpers.mjs';
+
+// A user of its own: these tests spend credits.
+const USER = 'e2e-live';
+
+mkdirSync(ARTIFACTS, { recursive: true });
+
+const stopByApi = (page, id) => page.evaluate((id) => fetch(`/api/v1/sessions/${id}`, { method: 'DELETE' }), id);
+
+test('an Extend moves the end without reloading the editor', async () => {
+  const browser = await launchBrowser();
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  let id;
+  try {
+    await signIn(page, USER, PASSWORD);
+    await page.waitForURL(`${BASE}/`);
+    ({ id } = await launchByApi(page));
+    await readyByApi(page, id);
+    await page.goto(`${BASE}/sessions/${id}`);
+    await hydrated(page);
+    await page.frameLocator('iframe.editor').getByText('Create a new notebook').waitFor({ timeout: 60_000 });
+    // Marks the editor's page: a frame navigated again, or drawn anew, loses it.
+    const frame = page.frames().find((f) => f.url().includes(`/s/${id}/`));
+    await frame.evaluate(() => {
+      window.__marker = 1;
+    });
+
+    const before = await secondsLeft(page);
+    const extend = page.getByTestId('extend');
+    await extend.locator('summary').click();
+    await extend.getByLabel('Minutes').fill('10');
+    await extend.getByRole('button', { name: 'Extend' }).click();
+    for (let i = 0; (await secondsLeft(page)) < before + 9 * 60; i += 1) {
+      assert.ok(i < 40, 'the page shows the new end');
+      await page.waitForTimeout(250);
+    }
+    // What follows the answer (the stream's step, the fetch after it) has come by now.
+    await page.waitForTimeout(3_000);
+    assert.ok(!frame.isDetached(), 'the editor frame was not drawn anew');
+    assert.equal(await frame.evaluate(() => window.__marker), 1, 'the editor was not reloaded');
+  } catch (error) {
+    await page.screenshot({ path: `${ARTIFACTS}/live-extend-failure.png` }).catch(() => {});
+    throw error;
+  } finally {
+    if (id) await stopByApi(page, id).catch(() => {});
+    await browser.close();
+  }
+});
