@@ -1,11 +1,11 @@
 // The pages follow what happens without a reload, and only where it shows: an Extend moves the
-// session's end but leaves its editor's frame alone.
+// session's end but leaves its editor's frame alone; a Stop frees the launch form at once.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, launchByApi, readyByApi, secondsLeft, signIn } from './helpers.mjs';
 
-// A user of its own: these tests spend credits.
+// A user of its own: these tests fill the default quota (2 sessions) and spend credits.
 const USER = 'e2e-live';
 
 mkdirSync(ARTIFACTS, { recursive: true });
@@ -48,6 +48,44 @@ test('an Extend moves the end without reloading the editor', async () => {
     throw error;
   } finally {
     if (id) await stopByApi(page, id).catch(() => {});
+    await browser.close();
+  }
+});
+
+test('a Stop from its card enables Launch again without a reload', async () => {
+  const browser = await launchBrowser();
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const ids = [];
+  try {
+    await signIn(page, USER, PASSWORD);
+    await page.waitForURL(`${BASE}/`);
+    // At the default limit of 2 sessions.
+    for (let i = 0; i < 2; i += 1) ids.push((await launchByApi(page)).id);
+    for (const id of ids) await readyByApi(page, id);
+    await page.goto(`${BASE}/`);
+    await hydrated(page);
+    await page.getByTestId('slice-choice').first().waitFor();
+    const launch = page.getByRole('button', { name: 'Launch' });
+    await page.getByTestId('launch-refused').filter({ hasText: 'Stop one first' }).waitFor();
+    assert.ok(await launch.isDisabled());
+    assert.match(await page.getByTestId('quota').innerText(), /\(2 in use\)/);
+
+    const card = page.getByTestId('live-sessions').locator(`[data-session-id="${ids[0]}"]`);
+    await card.getByRole('button', { name: 'Stop' }).click();
+    await card.waitFor({ state: 'detached', timeout: 30_000 });
+    // With the list, not at the next periodic reload.
+    await page.waitForFunction(
+      () => !document.querySelector('form.launch button[type=submit]').disabled,
+      null,
+      { timeout: 5_000 },
+    );
+    assert.equal(await page.getByTestId('launch-refused').count(), 0);
+    assert.match(await page.getByTestId('quota').innerText(), /\(1 in use\)/);
+  } catch (error) {
+    await page.screenshot({ path: `${ARTIFACTS}/live-stop-failure.png` }).catch(() => {});
+    throw error;
+  } finally {
+    for (const id of ids) await stopByApi(page, id).catch(() => {});
     await browser.close();
   }
 });

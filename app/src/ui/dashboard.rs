@@ -7,7 +7,10 @@ use crate::domain::credits;
 use crate::domain::launch::{self, EditorKind};
 use crate::domain::pool::format_mib;
 use crate::domain::session::SessionState;
-use crate::model::{CreditsView, DashboardPage, SessionView, Viewer};
+use crate::model::{
+    CreditsView, DashboardPage, DurationLimits, EditorOption, ImageChoice, QuotaView, SessionView,
+    SliceOption, Viewer,
+};
 #[cfg(feature = "ssr")]
 use crate::model::{Dashboard, GpuView};
 use leptos::prelude::*;
@@ -126,19 +129,39 @@ pub fn dashboard_page(data: Dashboard, promotions: crate::model::Promotions) -> 
     }
 }
 
+/// What the launch form offers and allows: the user's limits and use, each size's free count,
+/// warm editors and queue. Reloaded with the sessions list, so that a Stop frees Launch at once.
+#[derive(Clone, Debug, PartialEq)]
+struct Offer {
+    editors: Vec<EditorOption>,
+    slices: Vec<SliceOption>,
+    durations: DurationLimits,
+    images: Vec<ImageChoice>,
+    quota: QuotaView,
+}
+
+impl Offer {
+    fn of(page: &DashboardPage) -> Self {
+        Self {
+            editors: page.editors.clone(),
+            slices: page.slices.clone(),
+            durations: page.durations.clone(),
+            images: page.images.clone(),
+            quota: page.quota.clone(),
+        }
+    }
+}
+
 #[component]
 fn DashboardView(data: DashboardPage) -> impl IntoView {
+    let offer = RwSignal::new(Offer::of(&data));
     let DashboardPage {
         viewer,
         credits,
-        editors,
-        slices,
-        durations,
         sessions,
-        quota,
-        images,
         isolation_warning,
         drawn,
+        ..
     } = data;
     #[cfg(feature = "hydrate")]
     let live: Vec<SessionView> = sessions
@@ -146,14 +169,15 @@ fn DashboardView(data: DashboardPage) -> impl IntoView {
         .filter(|s| s.state.is_live())
         .cloned()
         .collect();
-    // The lists and the balance follow what happens elsewhere (a stop through the API, an
-    // admin, the reaper, the queue moving): each live session's event stream, and a reload
-    // every 15 s for what no stream of this page carries. The launch form is left as typed.
+    // The lists, the balance and what the launch form offers follow what happens elsewhere (a
+    // stop through the API, an admin, the reaper, the queue moving): each live session's event
+    // stream, and a reload every 15 s for what no stream of this page carries. What was typed
+    // into the launch form stays.
     let listed = RwSignal::new(sessions);
-    let balance_now = RwSignal::new(credits.clone());
+    let balance_now = RwSignal::new(credits);
     let drawn = RwSignal::new(drawn);
     #[cfg(feature = "hydrate")]
-    let reload = reloader(listed, balance_now, drawn);
+    let reload = reloader(listed, balance_now, drawn, offer);
     #[cfg(feature = "hydrate")]
     follow_dashboard(&live, reload);
     let refresh_now = move || {
@@ -193,7 +217,7 @@ fn DashboardView(data: DashboardPage) -> impl IntoView {
             },
         );
     }
-    let balance = credits.balance;
+    let balance = Signal::derive(move || balance_now.with(|c| c.balance));
     view! {
         <Header viewer credits=balance_now />
         <main class="dashboard">
@@ -208,21 +232,28 @@ fn DashboardView(data: DashboardPage) -> impl IntoView {
                 })}
             <section class="card launch-card" aria-labelledby="launch-title">
                 <h2 id="launch-title">"Launch a workspace"</h2>
-                {quota
-                    .note
-                    .clone()
-                    .map(|note| view! { <p class="notice warn" data-testid="quota-note">{note}</p> })}
+                {move || {
+                    offer
+                        .with(|o| o.quota.note.clone())
+                        .map(|note| view! { <p class="notice warn" data-testid="quota-note">{note}</p> })
+                }}
                 <p class="muted" data-testid="quota">
-                    {format!(
-                        "Your limits: {} sessions ({} in use), {} of GPU memory ({} held), {} min per session.",
-                        quota.limits.max_sessions,
-                        quota.usage.sessions,
-                        format_mib(quota.limits.max_gpu_mib),
-                        format_mib(quota.usage.gpu_mib),
-                        quota.limits.max_minutes,
-                    )}
+                    {move || {
+                        offer
+                            .with(|o| {
+                                let QuotaView { limits, usage, .. } = &o.quota;
+                                format!(
+                                    "Your limits: {} sessions ({} in use), {} of GPU memory ({} held), {} min per session.",
+                                    limits.max_sessions,
+                                    usage.sessions,
+                                    format_mib(limits.max_gpu_mib),
+                                    format_mib(usage.gpu_mib),
+                                    limits.max_minutes,
+                                )
+                            })
+                    }}
                 </p>
-                <LaunchForm editors slices durations images limits=quota.limits usage=quota.usage balance />
+                <LaunchForm offer balance />
             </section>
             <section class="sessions" aria-labelledby="sessions-title">
                 <h2 id="sessions-title">"Your sessions"</h2>
@@ -285,17 +316,19 @@ fn DashboardView(data: DashboardPage) -> impl IntoView {
     }
 }
 
-/// Loads the dashboard anew into its lists, balance and drawn parts.
+/// Loads the dashboard anew into its lists, balance, drawn parts and launch offer.
 #[cfg(feature = "hydrate")]
 fn reloader(
     listed: RwSignal<Vec<SessionView>>,
     balance: RwSignal<CreditsView>,
     drawn: RwSignal<crate::model::DashboardDrawn>,
+    offer: RwSignal<Offer>,
 ) -> impl Fn() + Copy + 'static {
     move || {
         leptos::task::spawn_local(async move {
             if let Ok(fresh) = load_dashboard().await {
                 super::hydration::after_hydration(move || {
+                    offer.set(Offer::of(&fresh));
                     listed.set(fresh.sessions);
                     balance.set(fresh.credits);
                     drawn.set(fresh.drawn);
@@ -413,79 +446,101 @@ fn Header(viewer: Viewer, credits: RwSignal<CreditsView>) -> impl IntoView {
     }
 }
 
+/// A size as the launch form offers it to this user now.
+#[derive(Clone, Debug, PartialEq)]
+struct Size {
+    mib: u64,
+    free: bool,
+    /// Why this user's quota refuses it whatever the duration: shown, greyed, with the reason.
+    refused: Option<String>,
+}
+
+/// The size a launch takes: the one `chosen` while the quota allows it, otherwise the first
+/// allowed with a free slice, then the first allowed (it queues), then the first offered.
+fn slice_to_launch(sizes: &[Size], chosen: Option<u64>) -> u64 {
+    let allowed = |mib: u64| sizes.iter().any(|s| s.mib == mib && s.refused.is_none());
+    chosen
+        .filter(|mib| allowed(*mib))
+        .or_else(|| {
+            sizes
+                .iter()
+                .find(|s| s.free && s.refused.is_none())
+                .or(sizes.iter().find(|s| s.refused.is_none()))
+                .or(sizes.first())
+                .map(|s| s.mib)
+        })
+        .unwrap_or_default()
+}
+
+/// The launch form. What it offers follows `offer` (each part drawn anew only when it changes);
+/// what was typed and chosen stays.
 #[component]
 fn LaunchForm(
-    editors: Vec<crate::model::EditorOption>,
-    slices: Vec<crate::model::SliceOption>,
-    durations: crate::model::DurationLimits,
-    images: Vec<crate::model::ImageChoice>,
-    limits: crate::domain::quota::Limits,
-    usage: crate::domain::quota::Usage,
+    offer: RwSignal<Offer>,
     /// Milli-credits the user may spend now.
-    balance: i64,
+    balance: Signal<i64>,
 ) -> impl IntoView {
     let launch = ServerAction::<Launch>::new();
+    let editors = Memo::new(move |_| offer.with(|o| o.editors.clone()));
+    let slices = Memo::new(move |_| offer.with(|o| o.slices.clone()));
+    let durations = Memo::new(move |_| offer.with(|o| o.durations.clone()));
+    let images = Memo::new(move |_| offer.with(|o| o.images.clone()));
+    let quota = Memo::new(move |_| offer.with(|o| (o.quota.limits, o.quota.usage)));
     // An approved image's id, or empty for the editor's default.
     let image = RwSignal::new(String::new());
-    let image_editors: Vec<(String, EditorKind)> = images
-        .iter()
-        .filter_map(|i| Some((i.id.clone()?, i.editor)))
-        .collect();
-    let first_editor = editors
-        .iter()
-        .find(|e| e.unavailable.is_none())
-        .map(|e| e.kind)
-        .unwrap_or(EditorKind::JupyterLab);
-    // Sizes this user's quota refuses whatever the duration: shown, greyed, with the reason.
-    let refused_sizes: Vec<(u64, Option<String>)> = slices
-        .iter()
-        .map(|s| {
-            (
-                s.slice_mib,
-                launch::slice_refusal(&limits, &usage, s.slice_mib),
-            )
-        })
-        .collect();
-    let allowed = |mib: u64| {
-        refused_sizes
+    let first_editor = editors.with_untracked(|editors| {
+        editors
             .iter()
-            .any(|(m, why)| *m == mib && why.is_none())
-    };
-    let first_slice = slices
-        .iter()
-        .find(|s| s.free > 0 && allowed(s.slice_mib))
-        .or(slices.iter().find(|s| allowed(s.slice_mib)))
-        .or(slices.first())
-        .map(|s| s.slice_mib)
-        .unwrap_or_default();
+            .find(|e| e.unavailable.is_none())
+            .map(|e| e.kind)
+            .unwrap_or(EditorKind::JupyterLab)
+    });
+    let sizes = Memo::new(move |_| {
+        let (limits, usage) = quota.get();
+        slices.with(|slices| {
+            slices
+                .iter()
+                .map(|s| Size {
+                    mib: s.slice_mib,
+                    free: s.free > 0,
+                    refused: launch::slice_refusal(&limits, &usage, s.slice_mib),
+                })
+                .collect::<Vec<_>>()
+        })
+    });
     let editor = RwSignal::new(first_editor);
-    let slice = RwSignal::new(first_slice);
+    // The size clicked, kept while the quota allows it (a Stop can make it allowed again).
+    let chosen = RwSignal::new(None::<u64>);
+    let slice = Memo::new(move |_| sizes.with(|sizes| slice_to_launch(sizes, chosen.get())));
     // The field as typed: an empty or broken one is said so, never launched as a default.
-    let typed = RwSignal::new(
-        durations
+    let typed = RwSignal::new(offer.with_untracked(|o| {
+        o.durations
             .default_minutes
-            .min(limits.max_minutes)
-            .max(durations.min_minutes)
-            .to_string(),
-    );
-    let figures: Vec<(u64, i64, u32)> = slices
-        .iter()
-        .map(|s| (s.slice_mib, s.price_per_hour, s.max_minutes))
-        .collect();
+            .min(o.quota.limits.max_minutes)
+            .max(o.durations.min_minutes)
+            .to_string()
+    }));
     let choice = Memo::new(move |_| {
         let mib = slice.get();
-        let (price_per_hour, max_minutes) = figures
-            .iter()
-            .find(|(m, _, _)| *m == mib)
-            .map(|(_, price, max)| (*price, *max))
-            .unwrap_or((0, durations.max_minutes));
+        let DurationLimits {
+            min_minutes,
+            max_minutes: longest,
+            ..
+        } = durations.get();
+        let (price_per_hour, max_minutes) = slices.with(|slices| {
+            slices
+                .iter()
+                .find(|s| s.slice_mib == mib)
+                .map_or((0, longest), |s| (s.price_per_hour, s.max_minutes))
+        });
+        let (limits, usage) = quota.get();
         launch::FormChoice {
             slice_mib: mib,
             minutes: launch::typed_minutes(&typed.get()),
-            min_minutes: durations.min_minutes,
+            min_minutes,
             max_minutes,
             price_per_hour,
-            balance,
+            balance: balance.get(),
             limits,
             usage,
         }
@@ -513,20 +568,24 @@ fn LaunchForm(
             duration_minutes: minutes,
             // A choice made for another editor does not carry over.
             image: Some(image.get_untracked()).filter(|id| {
-                image_editors
-                    .iter()
-                    .any(|(i, e)| i == id && *e == editor.get_untracked())
+                images.with_untracked(|images| {
+                    images
+                        .iter()
+                        .any(|i| i.id.as_ref() == Some(id) && i.editor == editor.get_untracked())
+                })
             }),
         });
     };
     // Only where the runtime runs images (Kubernetes): the editor's approved ones.
     let image_choice = move || {
         let kind = editor.get();
-        let offered: Vec<crate::model::ImageChoice> = images
-            .iter()
-            .filter(|i| i.editor == kind)
-            .cloned()
-            .collect();
+        let offered: Vec<ImageChoice> = images.with(|images| {
+            images
+                .iter()
+                .filter(|i| i.editor == kind)
+                .cloned()
+                .collect()
+        });
         if offered.is_empty() {
             return None;
         }
@@ -558,7 +617,8 @@ fn LaunchForm(
             <fieldset>
                 <legend>"Editor"</legend>
                 <div class="choices">
-                    {editors
+                    {move || editors
+                        .get()
                         .into_iter()
                         .map(|e| {
                             let kind = e.kind;
@@ -586,7 +646,8 @@ fn LaunchForm(
             <fieldset>
                 <legend>"GPU slice"</legend>
                 <div class="choices">
-                    {slices
+                    {move || slices
+                        .get()
                         .into_iter()
                         .map(|s| {
                             let mib = s.slice_mib;
@@ -613,10 +674,9 @@ fn LaunchForm(
                             if s.free == 0 {
                                 notes.push(format!("{} waiting: you will queue", s.queued));
                             }
-                            let why = refused_sizes
-                                .iter()
-                                .find(|(m, _)| *m == mib)
-                                .and_then(|(_, why)| why.clone());
+                            let why = sizes.with(|sizes| {
+                                sizes.iter().find(|z| z.mib == mib).and_then(|z| z.refused.clone())
+                            });
                             let disabled = why.is_some();
                             view! {
                                 <label class="choice" class:disabled=disabled data-testid="slice-choice">
@@ -626,7 +686,7 @@ fn LaunchForm(
                                         value=mib.to_string()
                                         disabled=disabled
                                         prop:checked=move || slice.get() == mib
-                                        on:change=move |_| slice.set(mib)
+                                        on:change=move |_| chosen.set(Some(mib))
                                     />
                                     <span>{label}</span>
                                     <small class="muted">{notes.join(" · ")}</small>
@@ -644,7 +704,7 @@ fn LaunchForm(
                     type="number"
                     name="duration_minutes"
                     inputmode="numeric"
-                    min=durations.min_minutes
+                    min=move || durations.with(|d| d.min_minutes)
                     max=max_minutes
                     step="1"
                     required
@@ -660,7 +720,13 @@ fn LaunchForm(
                     }
                 />
                 <small class="muted">
-                    {move || format!("{} to {} minutes for this size", durations.min_minutes, max_minutes())}
+                    {move || {
+                        format!(
+                            "{} to {} minutes for this size",
+                            durations.with(|d| d.min_minutes),
+                            max_minutes(),
+                        )
+                    }}
                 </small>
             </label>
             <div class="launch-footer">
@@ -876,5 +942,39 @@ fn PoolStrip(gpus: Vec<GpuView>, enforcement: String) -> impl IntoView {
                     })
                     .collect_view()}
             </div>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn size(mib: u64, free: bool, refused: Option<&str>) -> Size {
+        let refused = refused.map(str::to_string);
+        Size { mib, free, refused }
+    }
+
+    #[test]
+    fn a_launch_takes_the_size_clicked_while_the_quota_allows_it() {
+        let allowed = [
+            size(49152, true, Some("16 GB at once")),
+            size(16384, false, None),
+            size(8192, true, None),
+        ];
+        assert_eq!(slice_to_launch(&allowed, None), 8192, "a free one first");
+        assert_eq!(slice_to_launch(&allowed, Some(16384)), 16384, "it queues");
+        // At the session limit every size is refused; a Stop lifts it and the choice is back.
+        let full = allowed.clone().map(|s| Size {
+            refused: Some("Stop one first.".into()),
+            ..s
+        });
+        assert_eq!(slice_to_launch(&full, Some(16384)), 49152);
+        assert_eq!(slice_to_launch(&allowed, Some(16384)), 16384);
+        assert_eq!(slice_to_launch(&full, None), 49152);
+        assert_eq!(
+            slice_to_launch(&allowed, None),
+            8192,
+            "not the refused one shown"
+        );
     }
 }
