@@ -1,5 +1,6 @@
 //! Wire types shared by the REST API, the server functions and the pages.
 
+use crate::domain::hold::SliceHold;
 use crate::domain::launch::EditorKind;
 use crate::domain::session::{EndReason, SessionState};
 use serde::{Deserialize, Serialize};
@@ -103,6 +104,9 @@ pub struct SliceOption {
     /// (e.g. "16 GB RAM · 2 CPUs").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<String>,
+    /// What holds a session of this size to it (the weakest of the cards offering it).
+    #[serde(default)]
+    pub hold: SliceHold,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -119,7 +123,7 @@ pub struct GpuView {
     pub id: String,
     pub model: String,
     pub memory_mib: u64,
-    pub enforced: bool,
+    pub hold: SliceHold,
     pub slots: Vec<SlotView>,
 }
 
@@ -149,6 +153,9 @@ pub struct SessionView {
     pub editor: EditorKind,
     pub slice_mib: u64,
     pub gpu_model: Option<String>,
+    /// What holds the session to its slice, once it has a card.
+    #[serde(default)]
+    pub slice_hold: SliceHold,
     pub slot_id: Option<String>,
     pub state: SessionState,
     pub end_reason: Option<EndReason>,
@@ -251,7 +258,7 @@ pub struct Dashboard {
     pub gpus: Vec<GpuView>,
     pub sessions: Vec<SessionView>,
     pub quota: QuotaView,
-    /// "not enforced", "enforced by HAMi-core", …
+    /// What holds a slice smaller than its card, in words ("soft: HAMi-core holds …").
     pub enforcement: String,
     /// Set when editors on this server are not kept apart: what every page then says.
     #[serde(default)]
@@ -448,7 +455,7 @@ pub struct AdminGpu {
     pub id: String,
     pub model: String,
     pub memory_mib: u64,
-    pub enforced: bool,
+    pub hold: SliceHold,
     pub slots: Vec<AdminSlot>,
 }
 

@@ -177,7 +177,7 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     await page.waitForURL(/tab=pool/);
     const gpu = page.locator('section[data-gpu]').first();
     await gpu.waitFor();
-    assert.match(await gpu.innerText(), /not enforced/);
+    assert.match(await gpu.innerText(), /no limit/);
 
     await page.getByRole('link', { name: 'Usage and cost' }).click();
     await page.waitForURL(/tab=usage/);

@@ -92,7 +92,7 @@ test('launch JupyterLab, see it embedded, reload, reopen after signing in again,
     const balance = page.getByTestId('credit-balance');
     await balance.waitFor();
     assert.equal(await balance.innerText(), '100');
-    await page.getByText('not enforced').first().waitFor();
+    await page.getByText('no limit').first().waitFor();
     await page.screenshot({ path: `${ARTIFACTS}/dashboard.png` });
 
     // The launch button works through the hydrated page (a submit handler, not a form post).

@@ -108,8 +108,9 @@ async fn pool_of(store: &Store, cards: usize) -> Vec<GpuSpec> {
             model: "Virtual 80G".into(),
             memory_mib: 81920,
             slice_mib: SLICE,
-            enforced: false,
+            hold: app::domain::hold::SliceHold::None,
             device_minor: None,
+            mig: None,
         })
         .collect();
     let slots: Vec<_> = gpus

@@ -28,23 +28,25 @@ pub async fn open_service(config: config::Config) -> anyhow_lite::Result<Arc<Ser
     let service = match config.runtime {
         config::RuntimeKind::Local => {
             let local = runtime::LocalRuntime::from_config(&config);
-            // Without a sandbox a terminal can unset LD_PRELOAD: HAMi-core is then no limit.
+            // Without a sandbox a terminal can unset LD_PRELOAD and every card is in view:
+            // nothing holds a slice, not even a whole card.
             let (gpus, enforcement) = match local.isolation() {
                 Ok(_) => (gpus, enforcement),
-                Err(_) if enforcement != runtime::gpu::Enforcement::None => {
-                    tracing::warn!(
-                        "HAMi-core is configured, but editors run unsandboxed: slices are not enforced"
-                    );
+                Err(_) => {
+                    if enforcement != runtime::gpu::Enforcement::None {
+                        tracing::warn!(
+                            "HAMi-core is configured, but editors run unsandboxed: slices are not held"
+                        );
+                    }
                     let gpus = gpus
                         .into_iter()
                         .map(|g| app::domain::pool::GpuSpec {
-                            enforced: false,
+                            hold: app::domain::hold::SliceHold::None,
                             ..g
                         })
                         .collect();
                     (gpus, runtime::gpu::Enforcement::None)
                 }
-                Err(_) => (gpus, enforcement),
             };
             Service::new(config, store, Arc::new(local), gpus, enforcement)
         }

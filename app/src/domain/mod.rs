@@ -12,6 +12,7 @@ pub mod accounts;
 pub mod credits;
 pub mod dates;
 pub mod encode;
+pub mod hold;
 pub mod idle;
 pub mod images;
 pub mod launch;

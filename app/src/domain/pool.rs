@@ -1,5 +1,6 @@
 //! How GPUs split into slots, and which free slot a launch takes.
 
+use super::hold::SliceHold;
 use serde::{Deserialize, Serialize};
 
 /// One card as configured or detected.
@@ -11,11 +12,21 @@ pub struct GpuSpec {
     pub memory_mib: u64,
     /// Each slot holds this much of the card.
     pub slice_mib: u64,
-    /// Whether the slice's limits are enforced on the card (HAMi-core or MPS), not just advisory.
-    pub enforced: bool,
+    /// What holds a session to its slice of this card.
+    pub hold: SliceHold,
     /// The card's device node, `/dev/nvidia<minor>` (the driver's minor number, which need not
     /// be its NVML or CUDA index), when the card is real.
     pub device_minor: Option<u32>,
+    /// Set when this "card" is a MIG instance of the card at `device_minor`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<MigPlace>,
+}
+
+/// Where a MIG instance sits on its card: the ids its capability device nodes are listed by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigPlace {
+    pub gpu_instance: u32,
+    pub compute_instance: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,8 +177,9 @@ mod tests {
             model: "Virtual".into(),
             memory_mib,
             slice_mib,
-            enforced: false,
+            hold: SliceHold::None,
             device_minor: None,
+            mig: None,
         }
     }
 

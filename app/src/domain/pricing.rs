@@ -68,8 +68,9 @@ mod tests {
             model: model.into(),
             memory_mib,
             slice_mib,
-            enforced: false,
+            hold: crate::domain::hold::SliceHold::None,
             device_minor: None,
+            mig: None,
         }
     }
 

@@ -1,5 +1,6 @@
 //! The small coloured labels that say where a session or a promotion stands.
 
+use crate::domain::hold::SliceHold;
 use crate::domain::promotion::PromotionState;
 use crate::domain::session::SessionState;
 use leptos::prelude::*;
@@ -30,6 +31,22 @@ pub(crate) fn PromotionChip(state: PromotionState) -> impl IntoView {
     view! {
         <span class=format!("chip promotion-{}", state.as_str()) data-testid="promotion-state">
             {state_label(state)}
+        </span>
+    }
+}
+
+/// "hard limit", "soft limit", "no limit": how a slice holds, the sentence behind it in its
+/// title.
+#[component]
+pub(crate) fn HoldChip(hold: SliceHold) -> impl IntoView {
+    let class = match hold {
+        SliceHold::Hard => "chip ok",
+        SliceHold::Soft => "chip hold-soft",
+        SliceHold::None => "chip warn",
+    };
+    view! {
+        <span class=class title=hold.explain() data-testid="slice-hold" data-hold=hold.word()>
+            {hold.label()}
         </span>
     }
 }

@@ -1,5 +1,5 @@
 use super::ErrorNotice;
-use super::chips::StateChip;
+use super::chips::{HoldChip, StateChip};
 use super::format::{format_countdown, use_clock};
 use super::hydration::page_resource;
 use crate::api::{Launch, Logout, load_dashboard};
@@ -651,6 +651,7 @@ fn LaunchForm(
                         .into_iter()
                         .map(|s| {
                             let mib = s.slice_mib;
+                            let hold = s.hold;
                             let label = if s.burst {
                                 format!("Whole GPU · {}", format_mib(mib))
                             } else {
@@ -689,6 +690,7 @@ fn LaunchForm(
                                         on:change=move |_| chosen.set(Some(mib))
                                     />
                                     <span>{label}</span>
+                                    <HoldChip hold />
                                     <small class="muted">{notes.join(" · ")}</small>
                                     {why.map(|why| view! { <small class="why" data-testid="slice-refused">{why}</small> })}
                                 </label>
@@ -889,7 +891,7 @@ fn PastSessionCard(session: SessionView) -> impl IntoView {
 fn PoolStrip(gpus: Vec<GpuView>, enforcement: String) -> impl IntoView {
     view! {
             <h2 id="pool-title">"GPU pool"</h2>
-            <p class="muted">{format!("Slices on real cards: {enforcement}.")}</p>
+            <p class="muted">{format!("Slices smaller than their card: {enforcement}.")}</p>
             <div class="gpus">
                 {gpus
                     .into_iter()
@@ -901,19 +903,7 @@ fn PoolStrip(gpus: Vec<GpuView>, enforcement: String) -> impl IntoView {
                                 <div class="gpu-head">
                                     <strong>{g.model}</strong>
                                     <span class="muted">{format_mib(g.memory_mib)}</span>
-                                    {if g.enforced {
-                                        view! { <span class="chip ok">"enforced"</span> }.into_any()
-                                    } else {
-                                        view! {
-                                            <span
-                                                class="chip warn"
-                                                title="Slices are shares by agreement: nothing on the card stops a process using more."
-                                            >
-                                                "not enforced"
-                                            </span>
-                                        }
-                                            .into_any()
-                                    }}
+                                    <HoldChip hold=g.hold />
                                 </div>
                                 <div class="slots" role="img" aria-label=format!("{used} of {total} slices in use")>
                                     {g

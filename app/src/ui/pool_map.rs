@@ -246,7 +246,7 @@ mod tests {
             id: "g0".into(),
             model: "L40S".into(),
             memory_mib: 49152,
-            enforced: true,
+            hold: crate::domain::hold::SliceHold::Soft,
             slots: vec![
                 slot("a", 8192, Some("ada"), false, Some(2048)),
                 slot("b", 16384, None, true, None),
@@ -308,7 +308,7 @@ mod tests {
             id: "g".into(),
             model: "m".into(),
             memory_mib: 8192,
-            enforced: false,
+            hold: crate::domain::hold::SliceHold::None,
             slots: vec![slot("a", 8192, Some("ada"), false, Some(9000))],
         };
         let on_a_bigger_scale = card_layout(&gpu, 16384);

@@ -1,6 +1,6 @@
 use super::ErrorNotice;
 use super::charts::{SliceBar, Sparkline};
-use super::chips::StateChip;
+use super::chips::{HoldChip, StateChip};
 use super::format::{format_countdown, use_clock};
 use crate::api::{
     ExtendSession, Heartbeat, Launch, StopSession, get_session, load_session_readings,
@@ -473,6 +473,11 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                 {move || view! { <StateChip state=state() /> }}
                 {move || {
                     session
+                        .with(|s| (s.slot_id.is_some() && s.state.is_live()).then_some(s.slice_hold))
+                        .map(|hold| view! { <HoldChip hold /> })
+                }}
+                {move || {
+                    session
                         .with(|s| s.ends_at_ms.filter(|_| s.state == SessionState::Ready))
                         .map(|end| {
                             view! {
@@ -827,6 +832,7 @@ mod tests {
             editor: EditorKind::JupyterLab,
             slice_mib: 8192,
             gpu_model: None,
+            slice_hold: Default::default(),
             slot_id: None,
             state: SessionState::Requested,
             end_reason: None,

@@ -3,7 +3,9 @@
 //! (`CUDA_DEVICE_MEMORY_LIMIT_0`, `CUDA_DEVICE_SM_LIMIT`, where its accounting file is), which any
 //! program may unset or change for itself. This library's `getenv` comes first in every program's
 //! symbol lookup, HAMi-core's included: for a setting the sandbox's read-only `/etc/gpu-slice.env`
-//! names it answers that file's value; for anything else it reads the environment as libc does.
+//! names it answers that file's value (or nothing, for a `!NAME` line: a switch such as
+//! `CUDA_DISABLE_CONTROL` then reads as unset whatever a program sets); for anything else it
+//! reads the environment as libc does.
 //! It neither allocates nor locks after its first answer, and calls nothing that reads the
 //! environment (no `dlsym`, which HAMi-core itself replaces).
 //!
@@ -20,22 +22,33 @@ pub const PINNED_FILE: &str = "/etc/gpu-slice.env";
 /// the environment.
 const PINNED_PREFIXES: [&[u8]; 2] = [b"CUDA_", b"GPU_CORE_"];
 
-/// `NAME=value` lines; blank lines, lines without `=` and names with NUL are skipped.
-pub fn parse(text: &str) -> Vec<(CString, CString)> {
+/// A pinned name and its value; `None`: pinned unset.
+type Pinned = (CString, Option<CString>);
+
+/// `NAME=value` and `!NAME` lines; blank lines, other lines and names with NUL are skipped.
+pub fn parse(text: &str) -> Vec<Pinned> {
     text.lines()
-        .filter_map(|line| line.split_once('='))
+        .filter_map(|line| match line.strip_prefix('!') {
+            Some(name) => Some((name.trim(), None)),
+            None => line
+                .split_once('=')
+                .map(|(name, value)| (name, Some(value.trim_end_matches('\r')))),
+        })
         .filter(|(name, _)| !name.trim().is_empty())
         .filter_map(|(name, value)| {
             Some((
                 CString::new(name.trim()).ok()?,
-                CString::new(value.trim_end_matches('\r')).ok()?,
+                match value {
+                    Some(value) => Some(CString::new(value).ok()?),
+                    None => None,
+                },
             ))
         })
         .collect()
 }
 
-fn pinned() -> &'static [(CString, CString)] {
-    static PINNED: OnceLock<Vec<(CString, CString)>> = OnceLock::new();
+fn pinned() -> &'static [Pinned] {
+    static PINNED: OnceLock<Vec<Pinned>> = OnceLock::new();
     PINNED.get_or_init(|| {
         std::fs::read_to_string(PINNED_FILE)
             .map(|text| parse(&text))
@@ -43,15 +56,16 @@ fn pinned() -> &'static [(CString, CString)] {
     })
 }
 
-/// `name`'s pinned value in `table`, for a name this library pins.
-pub fn pinned_value<'t>(table: &'t [(CString, CString)], name: &[u8]) -> Option<&'t CStr> {
+/// `name`'s pinned value in `table`, for a name this library pins: `Some(None)` when it is
+/// pinned unset.
+pub fn pinned_value<'t>(table: &'t [Pinned], name: &[u8]) -> Option<Option<&'t CStr>> {
     if !PINNED_PREFIXES.iter().any(|p| name.starts_with(p)) {
         return None;
     }
     table
         .iter()
         .find(|(key, _)| key.as_bytes() == name)
-        .map(|(_, value)| value.as_c_str())
+        .map(|(_, value)| value.as_deref())
 }
 
 unsafe extern "C" {
@@ -102,7 +116,7 @@ pub unsafe extern "C" fn getenv(name: *const c_char) -> *mut c_char {
     if PINNED_PREFIXES.iter().any(|p| wanted.starts_with(p))
         && let Some(value) = pinned_value(pinned(), wanted)
     {
-        return value.as_ptr() as *mut c_char;
+        return value.map_or(std::ptr::null_mut(), |v| v.as_ptr() as *mut c_char);
     }
     // SAFETY: environ is this process's environment.
     unsafe { from_environ(wanted) }
@@ -115,14 +129,20 @@ mod tests {
     #[test]
     fn the_file_pins_only_the_settings_it_names_and_only_hamis_names() {
         let table = parse(
-            "CUDA_DEVICE_MEMORY_LIMIT_0=8192m\nCUDA_DEVICE_MEMORY_LIMIT=\n\nnot a line\nPATH=/evil\n",
+            "CUDA_DEVICE_MEMORY_LIMIT_0=8192m\nCUDA_DEVICE_MEMORY_LIMIT=\n\nnot a line\nPATH=/evil\n\
+             !CUDA_DISABLE_CONTROL\n!\n",
         );
+        // Pinned unset: HAMi-core's switch-off reads as absent, whatever a program sets.
+        assert_eq!(pinned_value(&table, b"CUDA_DISABLE_CONTROL"), Some(None));
         assert_eq!(
             pinned_value(&table, b"CUDA_DEVICE_MEMORY_LIMIT_0"),
-            Some(c"8192m")
+            Some(Some(c"8192m"))
         );
         // Pinned empty: HAMi-core reads "no fallback limit", whatever a program sets.
-        assert_eq!(pinned_value(&table, b"CUDA_DEVICE_MEMORY_LIMIT"), Some(c""));
+        assert_eq!(
+            pinned_value(&table, b"CUDA_DEVICE_MEMORY_LIMIT"),
+            Some(Some(c""))
+        );
         assert_eq!(pinned_value(&table, b"CUDA_DEVICE_SM_LIMIT"), None);
         // A name outside HAMi-core's is never taken from the file.
         assert_eq!(pinned_value(&table, b"PATH"), None);

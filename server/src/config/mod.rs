@@ -810,8 +810,9 @@ impl Config {
                 model: g.model.clone(),
                 memory_mib: g.memory_mib,
                 slice_mib: g.slice_mib,
-                enforced: false,
+                hold: app::domain::hold::SliceHold::None,
                 device_minor: None,
+                mig: None,
             })
             .collect()
     }

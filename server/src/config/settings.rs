@@ -77,18 +77,19 @@ pub fn settings(
         section(
             "Pool",
             vec![
-                ("Enforcement", enforcement.to_string()),
+                ("Slice limits", enforcement.to_string()),
                 (
                     "GPUs",
                     or_none(
                         gpus.iter()
                             .map(|g| {
                                 format!(
-                                    "{} ({}, {}, slices of {})",
+                                    "{} ({}, {}, slices of {}, {})",
                                     g.id,
                                     g.model,
                                     format_mib(g.memory_mib),
-                                    format_mib(g.slice_mib)
+                                    format_mib(g.slice_mib),
+                                    g.hold.label()
                                 )
                             })
                             .collect(),
@@ -326,8 +327,9 @@ mod tests {
             model: "Virtual".into(),
             memory_mib: 49_152,
             slice_mib: 8_192,
-            enforced: false,
+            hold: app::domain::hold::SliceHold::None,
             device_minor: None,
+            mig: None,
         };
         let editors = [
             (EditorKind::JupyterLab, Ok(())),
@@ -357,10 +359,11 @@ mod tests {
         assert_eq!(value("Editors", "marimo"), "unavailable: not installed");
         assert_eq!(value("Editors", "JupyterLab"), "available");
         assert_eq!(value("Editors", "Isolation"), "a sandbox per editor");
-        assert!(
-            value("Pool", "GPUs").contains("virtual-0 (Virtual, 48 GB"),
-            "{json}"
+        assert_eq!(
+            value("Pool", "GPUs"),
+            "virtual-0 (Virtual, 48 GB, slices of 8 GB, no limit)"
         );
+        assert_eq!(value("Pool", "Slice limits"), "not enforced");
         assert_eq!(value("Single sign-on", "Admins by group"), "gpu-admins");
         assert_eq!(value("Promotion", "Pushed as"), "pusher");
         assert_eq!(value("Promotion", "Approval by an admin"), "yes");

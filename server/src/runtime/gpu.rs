@@ -11,7 +11,8 @@
 //! (`runtime::kube::metrics`).
 
 use crate::config::Config;
-use app::domain::pool::GpuSpec;
+use app::domain::hold::{CardFacts, SliceHold};
+use app::domain::pool::{GpuSpec, MigPlace};
 use std::collections::HashMap;
 
 /// What a runtime can see of an editor's GPU work, for the reaper and the dashboard.
@@ -37,26 +38,40 @@ pub enum Enforcement {
 }
 
 impl Enforcement {
-    /// For the pool strip: whether a slice's size is a limit or a promise.
+    /// For Settings: what holds a slice smaller than its card.
     pub fn describe(&self) -> String {
         match self {
-            Enforcement::None => "not enforced".into(),
-            Enforcement::HamiCore(_) => "enforced by HAMi-core".into(),
-            Enforcement::Hami => "enforced by HAMi".into(),
+            Enforcement::None => "none: a slice smaller than its card is an agreement".into(),
+            Enforcement::HamiCore(_) => {
+                "soft: HAMi-core holds each slice unless code deliberately steps around it".into()
+            }
+            Enforcement::Hami => {
+                "soft: HAMi holds each pod to its slice unless code deliberately steps around it"
+                    .into()
+            }
         }
     }
 }
 
 /// The pool on Kubernetes: the declared cards (the nodes' GPUs, which this server does not
-/// see), enforced where `kube.hami` says HAMi shares them (the default).
+/// see), each pod in a container that sees its own card only, its slice held by HAMi where
+/// `kube.hami` says HAMi shares them (the default).
 pub fn on_kube(config: &Config) -> (Vec<GpuSpec>, Enforcement) {
-    let enforced = config.kube.hami;
+    let facts = CardFacts {
+        real: true,
+        isolated: true,
+        mig: false,
+        limiter: config.kube.hami,
+    };
     let gpus = config
         .declared_gpus()
         .into_iter()
-        .map(|g| GpuSpec { enforced, ..g })
+        .map(|g| GpuSpec {
+            hold: SliceHold::of(facts, g.slice_mib, g.memory_mib),
+            ..g
+        })
         .collect();
-    let enforcement = if enforced {
+    let enforcement = if config.kube.hami {
         Enforcement::Hami
     } else {
         Enforcement::None
@@ -95,24 +110,68 @@ pub struct Card {
     pub memory_mib: u64,
     /// Its device node's number, `/dev/nvidia<minor>`: not necessarily its NVML index.
     pub minor: u32,
+    /// The MIG instances an admin made on it (empty where MIG is off).
+    pub mig: Vec<MigInstance>,
 }
 
-/// The pool's cards, in the driver's order, each sold in slices of `slice_mib`.
-pub fn specs_of(cards: &[Card], slice_mib: u64, enforced: bool) -> Vec<GpuSpec> {
+/// One MIG instance as NVML lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigInstance {
+    /// `MIG-…`: what `CUDA_VISIBLE_DEVICES` names it by.
+    pub uuid: String,
+    /// Its profile, e.g. "1g.10gb" (the end of NVML's name for it).
+    pub profile: String,
+    pub memory_mib: u64,
+    pub place: MigPlace,
+}
+
+/// The pool's cards, in the driver's order, each sold in slices of `slice_mib`; a card an admin
+/// split into MIG instances is sold as those instances instead, each a slice of its own size.
+/// `limiter`: HAMi-core holds the slices of a card.
+pub fn specs_of(cards: &[Card], slice_mib: u64, limiter: bool) -> Vec<GpuSpec> {
+    let facts = CardFacts {
+        real: true,
+        isolated: true,
+        mig: false,
+        limiter,
+    };
     cards
         .iter()
-        .map(|card| GpuSpec {
-            id: card.uuid.clone(),
-            model: card.name.clone(),
-            memory_mib: card.memory_mib,
-            slice_mib: slice_mib.min(card.memory_mib),
-            enforced,
-            device_minor: Some(card.minor),
+        .flat_map(|card| {
+            if card.mig.is_empty() {
+                let slice_mib = slice_mib.min(card.memory_mib);
+                return vec![GpuSpec {
+                    id: card.uuid.clone(),
+                    model: card.name.clone(),
+                    memory_mib: card.memory_mib,
+                    slice_mib,
+                    hold: SliceHold::of(facts, slice_mib, card.memory_mib),
+                    device_minor: Some(card.minor),
+                    mig: None,
+                }];
+            }
+            card.mig
+                .iter()
+                .map(|instance| GpuSpec {
+                    id: instance.uuid.clone(),
+                    model: format!("{} MIG {}", card.name, instance.profile),
+                    memory_mib: instance.memory_mib,
+                    slice_mib: instance.memory_mib,
+                    hold: SliceHold::of(
+                        CardFacts { mig: true, ..facts },
+                        instance.memory_mib,
+                        instance.memory_mib,
+                    ),
+                    device_minor: Some(card.minor),
+                    mig: Some(instance.place),
+                })
+                .collect()
         })
         .collect()
 }
 
-/// The cards NVML finds.
+/// The cards NVML finds, with their MIG instances. The product only reads the MIG layout; an
+/// admin makes it (`nvidia-smi mig`).
 pub fn nvidia_cards() -> Result<Vec<Card>, nvml_wrapper::error::NvmlError> {
     let nvml = nvml_wrapper::Nvml::init()?;
     let count = nvml.device_count()?;
@@ -124,6 +183,7 @@ pub fn nvidia_cards() -> Result<Vec<Card>, nvml_wrapper::error::NvmlError> {
             name: device.name()?,
             memory_mib: device.memory_info()?.total / (1024 * 1024),
             minor: device.minor_number()?,
+            mig: super::mig::instances_of(&nvml, &device),
         });
     }
     Ok(cards)
@@ -131,9 +191,9 @@ pub fn nvidia_cards() -> Result<Vec<Card>, nvml_wrapper::error::NvmlError> {
 
 pub fn detect_nvidia(
     slice_mib: u64,
-    enforced: bool,
+    limiter: bool,
 ) -> Result<Vec<GpuSpec>, nvml_wrapper::error::NvmlError> {
-    Ok(specs_of(&nvidia_cards()?, slice_mib, enforced))
+    Ok(specs_of(&nvidia_cards()?, slice_mib, limiter))
 }
 
 /// What a sandbox does instead of these variables of [`slice_env`]: it preloads HAMi-core for
@@ -160,7 +220,10 @@ pub fn slice_env(
     // inside a sandbox that shows one card (which CUDA numbers 0); a UUID names this card to all.
     env.push(("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()));
     env.push(("CUDA_VISIBLE_DEVICES".into(), gpu.id.clone()));
-    if let Enforcement::HamiCore(library) = enforcement {
+    // A MIG instance is held by the hardware: HAMi-core would only count twice.
+    if let Enforcement::HamiCore(library) = enforcement
+        && gpu.mig.is_none()
+    {
         // Unsandboxed, HAMi-core is this preload; its `dlsym` hook finds its own hooks through
         // CUDA_REDIRECT (a sandbox mounts it at its install path and preloads it for every program).
         env.push(("LD_PRELOAD".into(), library.clone()));
@@ -302,8 +365,9 @@ mod tests {
             model: "L40S".into(),
             memory_mib: 49152,
             slice_mib: 8192,
-            enforced: device_minor.is_some(),
+            hold: SliceHold::None,
             device_minor,
+            mig: None,
         }
     }
 
@@ -356,6 +420,7 @@ mod tests {
                     name: "NVIDIA L40S".into(),
                     memory_mib: 46068,
                     minor: *minor,
+                    mig: Vec::new(),
                 })
                 .collect();
             let specs = specs_of(&cards, 8192, true);
@@ -363,27 +428,7 @@ mod tests {
             for (card, spec) in cards.iter().zip(&specs) {
                 let env = slice_env(spec, 8192, 16, &Enforcement::None);
                 assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), Some(card.uuid.as_str()));
-                let launch = crate::runtime::EditorLaunch {
-                    session_id: "s".into(),
-                    user_name: "alice".into(),
-                    editor: app::domain::launch::EditorKind::JupyterLab,
-                    base_path: "/s/s/".into(),
-                    env,
-                    slice: crate::runtime::SliceBinding {
-                        gpu_uuid: Some(spec.id.clone()),
-                        device_minor: spec.device_minor,
-                        memory_mib: 8192,
-                        cores_pct: 16,
-                    },
-                    prestart: false,
-                    image: None,
-                    disk_mib: 0,
-                };
-                let devices: Vec<String> = launch
-                    .slice_devices()
-                    .iter()
-                    .map(|d| d.display().to_string())
-                    .collect();
+                let devices = devices_of(Some(spec), &HashMap::new()).unwrap();
                 assert_eq!(
                     devices,
                     [
@@ -397,6 +442,92 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The device nodes a session on `gpu` is given, with the driver's `mig-minors` table.
+    fn devices_of(
+        gpu: Option<&GpuSpec>,
+        mig_minors: &HashMap<String, u32>,
+    ) -> Result<Vec<String>, String> {
+        let slice = crate::runtime::SliceBinding::on(gpu, 8192, 16);
+        Ok(crate::runtime::EditorLaunch::of_slice(slice)
+            .slice_devices_with(mig_minors)?
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect())
+    }
+
+    /// A fake NVML of two cards: one an admin split into MIG instances, one whole. Each
+    /// instance is a hard slice of its own size, named by its own UUID, whose sandbox gets its
+    /// card's node and its own two capability nodes only; the whole card goes on in soft slices.
+    #[test]
+    fn mig_instances_are_hard_slices_that_see_only_themselves() {
+        let instance = |uuid: &str, profile: &str, memory_mib, gpu_instance| MigInstance {
+            uuid: uuid.into(),
+            profile: profile.into(),
+            memory_mib,
+            place: MigPlace {
+                gpu_instance,
+                compute_instance: 0,
+            },
+        };
+        let cards = [
+            Card {
+                uuid: "GPU-a".into(),
+                name: "NVIDIA A100-SXM4-80GB".into(),
+                memory_mib: 81920,
+                minor: 2,
+                mig: vec![
+                    instance("MIG-1", "3g.40gb", 40192, 1),
+                    instance("MIG-2", "1g.10gb", 9728, 9),
+                ],
+            },
+            Card {
+                uuid: "GPU-b".into(),
+                name: "NVIDIA A100-SXM4-80GB".into(),
+                memory_mib: 81920,
+                minor: 0,
+                mig: Vec::new(),
+            },
+        ];
+        let specs = specs_of(&cards, 20480, true);
+        let summary: Vec<(&str, u64, u64, SliceHold)> = specs
+            .iter()
+            .map(|g| (g.id.as_str(), g.memory_mib, g.slice_mib, g.hold))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("MIG-1", 40192, 40192, SliceHold::Hard),
+                ("MIG-2", 9728, 9728, SliceHold::Hard),
+                ("GPU-b", 81920, 20480, SliceHold::Soft),
+            ]
+        );
+        assert_eq!(specs[1].model, "NVIDIA A100-SXM4-80GB MIG 1g.10gb");
+        let table = crate::runtime::mig::parse_mig_minors(
+            "gpu2/gi1/access 21\ngpu2/gi1/ci0/access 22\ngpu2/gi9/access 93\ngpu2/gi9/ci0/access 94\n",
+        );
+        let hami = Enforcement::HamiCore("/opt/libvgpu.so".into());
+        let env = slice_env(&specs[1], 9728, 100, &hami);
+        assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), Some("MIG-2"));
+        assert_eq!(get(&env, "LD_PRELOAD"), None, "the hardware holds it");
+        let devices = devices_of(Some(&specs[1]), &table).unwrap();
+        assert_eq!(
+            devices,
+            [
+                "/dev/nvidia2",
+                "/dev/nvidiactl",
+                "/dev/nvidia-uvm",
+                "/dev/nvidia-caps/nvidia-cap93",
+                "/dev/nvidia-caps/nvidia-cap94"
+            ]
+        );
+        // A layout changed under the server: a clear error, not a sandbox without its instance.
+        let changed = crate::runtime::mig::parse_mig_minors("gpu2/gi1/access 21\n");
+        assert!(devices_of(Some(&specs[1]), &changed).is_err());
+        // The whole card keeps HAMi-core.
+        let env = slice_env(&specs[2], 20480, 25, &hami);
+        assert_eq!(get(&env, "LD_PRELOAD"), Some("/opt/libvgpu.so"));
     }
 
     fn leaders() -> HashMap<u32, String> {

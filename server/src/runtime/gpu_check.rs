@@ -55,9 +55,9 @@ impl Report {
             out.push_str(&format!("{mark} {}: {}\n", step.name, step.detail));
         }
         out.push_str(if self.passed() {
-            "GPU slices on this machine are enforced.\n"
+            "GPU slices on this machine are held (soft: HAMi-core).\n"
         } else {
-            "GPU slices on this machine are NOT enforced.\n"
+            "GPU slices on this machine are NOT held.\n"
         });
         out
     }
@@ -72,6 +72,9 @@ pub struct Probe {
     pub preloaded: bool,
     /// The slice's memory limit as HAMi-core reads it (`getenv`), whatever the environment.
     pub limit_seen: Option<String>,
+    /// HAMi-core's off switch as it reads it (the pin answers "unset" in a sandbox).
+    #[serde(default)]
+    pub control_switch_seen: Option<String>,
     pub outcome: Outcome,
 }
 
@@ -105,14 +108,55 @@ pub fn run(config: &Config, slice_mib: Option<u64>, exe: &Path) -> Report {
     };
     let listed: Vec<String> = gpus
         .iter()
-        .map(|g| format!("{} {} ({} MiB)", g.model, g.id, g.memory_mib))
+        .map(|g| {
+            format!(
+                "{} {} ({} MiB, {} in a sandbox)",
+                g.model,
+                g.id,
+                g.memory_mib,
+                g.hold.label()
+            )
+        })
         .collect();
     report.step(
         "NVML",
         Some(true),
-        format!("{} card(s): {}", gpus.len(), listed.join(", ")),
+        format!(
+            "{} card(s) or MIG instance(s): {}",
+            gpus.len(),
+            listed.join(", ")
+        ),
     );
-    let card = &gpus[0];
+    report.step("cuda-checkpoint", None, cuda_checkpoint());
+    let sandbox = match Sandbox::prepare(config, &[exe]) {
+        Ok(sandbox) => sandbox,
+        Err(why) => {
+            report.step("sandbox", Some(false), why);
+            return report;
+        }
+    };
+    report.step("sandbox", Some(true), sandbox.describe());
+    if let Some(instance) = gpus.iter().find(|g| g.mig.is_some()) {
+        let memory = instance.memory_mib;
+        let past = memory + memory / 2;
+        let env = gpu::slice_env(instance, memory, 100, &Enforcement::None);
+        let launch_devices = super::SliceBinding::on(Some(instance), memory, 100);
+        let tried = launch_devices_of(launch_devices)
+            .and_then(|devices| probe_in_sandbox(&sandbox, &devices, &env, &[], None, exe, past));
+        report.step(
+            "a MIG instance, past its memory",
+            Some(tried.as_ref().is_ok_and(|p| p.outcome == Outcome::Refused)),
+            describe(past, memory, &tried),
+        );
+    }
+    let Some(card) = gpus.iter().find(|g| g.mig.is_none()) else {
+        report.step(
+            "HAMi-core",
+            None,
+            "every card is split into MIG instances".into(),
+        );
+        return report;
+    };
     let slice = slice_mib
         .unwrap_or(config.pool.detected_slice_mib)
         .clamp(256, (card.memory_mib / 2).max(256));
@@ -134,14 +178,6 @@ pub fn run(config: &Config, slice_mib: Option<u64>, exe: &Path) -> Report {
         return report;
     }
     report.step("HAMi-core", Some(true), library.display().to_string());
-    let sandbox = match Sandbox::prepare(config, &[exe]) {
-        Ok(sandbox) => sandbox,
-        Err(why) => {
-            report.step("sandbox", Some(false), why);
-            return report;
-        }
-    };
-    report.step("sandbox", Some(true), sandbox.describe());
     if !report.step(
         "settings pinned",
         Some(sandbox.pin.is_some()),
@@ -159,8 +195,11 @@ pub fn run(config: &Config, slice_mib: Option<u64>, exe: &Path) -> Report {
     let env = gpu::slice_env(card, slice, 100, &enforcement);
     let within = slice / 2;
     let past = slice + slice / 2;
-    let minor = card.device_minor.unwrap_or(0);
-    let tried = probe_in_sandbox(&sandbox, minor, &env, &[], exe, within);
+    let devices = super::card_devices(card.device_minor.unwrap_or(0));
+    let probe = |env: &[(String, String)], unset: &[&str], mib| {
+        probe_in_sandbox(&sandbox, &devices, env, unset, None, exe, mib)
+    };
+    let tried = probe(&env, &[], within);
     if !report.step(
         "within the slice",
         Some(preloaded_and(&tried, Outcome::Allowed)),
@@ -168,11 +207,50 @@ pub fn run(config: &Config, slice_mib: Option<u64>, exe: &Path) -> Report {
     ) {
         return report;
     }
-    let tried = probe_in_sandbox(&sandbox, minor, &env, &[LIMIT], exe, past);
+    let tried = probe(&env, &[LIMIT], past);
     report.step(
         "past the slice, LD_PRELOAD and the limit unset",
         Some(preloaded_and(&tried, Outcome::Refused)),
         describe(past, slice, &tried),
+    );
+    let mut switched_off = env.clone();
+    switched_off.push((sandbox::CONTROL_SWITCH.into(), "true".into()));
+    let tried = probe(&switched_off, &[], past);
+    report.step(
+        "HAMi-core's off switch set by the program",
+        Some(
+            preloaded_and(&tried, Outcome::Refused)
+                && tried
+                    .as_ref()
+                    .is_ok_and(|p| p.control_switch_seen.is_none()),
+        ),
+        describe(past, slice, &tried),
+    );
+    report.step(
+        "a program's own LD_PRELOAD",
+        None,
+        "searched before the sandbox's: a library that answers HAMi-core's getenv itself steps \
+         around the slice on purpose, so a slice smaller than its card is a soft limit"
+            .into(),
+    );
+    // Two sessions on one card at once: each given its own half, each refused past its slice.
+    let (first, second) = std::thread::scope(|scope| {
+        let one = scope.spawn(|| (probe(&env, &[], within), probe(&env, &[], past)));
+        let two = (probe(&env, &[], within), probe(&env, &[], past));
+        let lost = || Err("the probe's thread panicked".to_string());
+        (one.join().unwrap_or_else(|_| (lost(), lost())), two)
+    });
+    let both_held = [&first, &second].iter().all(|(given, refused)| {
+        preloaded_and(given, Outcome::Allowed) && preloaded_and(refused, Outcome::Refused)
+    });
+    report.step(
+        "two sandboxes on one card",
+        Some(both_held),
+        format!(
+            "first: {}; second: {}",
+            describe(past, slice, &first.1),
+            describe(past, slice, &second.1)
+        ),
     );
     let tried = probe_unsandboxed(exe, &env, past);
     report.step(
@@ -181,6 +259,25 @@ pub fn run(config: &Config, slice_mib: Option<u64>, exe: &Path) -> Report {
         describe(past, slice, &tried),
     );
     report
+}
+
+/// The device nodes of a slice, as a session's sandbox gets them.
+fn launch_devices_of(slice: super::SliceBinding) -> Result<Vec<PathBuf>, String> {
+    super::EditorLaunch::of_slice(slice).slice_devices()
+}
+
+/// Whether NVIDIA's `cuda-checkpoint` is on the PATH and answers: a figure for later work
+/// (suspending an idle session's GPU state instead of ending it).
+fn cuda_checkpoint() -> String {
+    match std::process::Command::new("cuda-checkpoint")
+        .arg("--help")
+        .stdin(std::process::Stdio::null())
+        .output()
+    {
+        Ok(out) if out.status.success() => "present, answers --help".into(),
+        Ok(out) => format!("present, --help exited {}", out.status),
+        Err(_) => "not on the PATH".into(),
+    }
 }
 
 /// The probe ran with HAMi-core loaded and came to `outcome`.
@@ -196,6 +293,7 @@ fn describe(mib: u64, slice: u64, tried: &Result<Probe, String>) -> String {
             total_mib,
             preloaded,
             limit_seen,
+            control_switch_seen,
             outcome,
         }) => {
             let what = match outcome {
@@ -205,9 +303,10 @@ fn describe(mib: u64, slice: u64, tried: &Result<Probe, String>) -> String {
             };
             let loaded = if *preloaded { "loaded" } else { "not loaded" };
             let limit = limit_seen.as_deref().unwrap_or("none");
+            let switch = control_switch_seen.as_deref().unwrap_or("unset");
             format!(
                 "{mib} MiB of a {slice} MiB slice {what}; the card shows {total_mib} MiB; \
-                 HAMi-core {loaded}, its limit read as {limit}"
+                 HAMi-core {loaded}, its limit read as {limit}, its off switch as {switch}"
             )
         }
         Err(why) => format!("{mib} MiB: the probe did not run ({why})"),
@@ -217,14 +316,16 @@ fn describe(mib: u64, slice: u64, tried: &Result<Probe, String>) -> String {
 /// The slice's memory limit, as [`gpu::slice_env`] names it.
 const LIMIT: &str = "CUDA_DEVICE_MEMORY_LIMIT_0";
 
-/// Runs `exe gpu-probe` (this binary) in a sandbox made as for a session on card `minor`, with
+/// Runs `exe gpu-probe` (this binary) in a sandbox made as for a session given `devices`, with
 /// the session's slice environment less the preload variables and `unset`: the sandbox's own
-/// preload and pinned settings must hold alone.
+/// preload and pinned settings must hold alone. `own_preload`: a library the program brings in
+/// its own `LD_PRELOAD`, as code stepping around the slice on purpose would.
 pub fn probe_in_sandbox(
     sandbox: &Sandbox,
-    minor: u32,
+    devices: &[PathBuf],
     slice_env: &[(String, String)],
     unset: &[&str],
+    own_preload: Option<&Path>,
     exe: &Path,
     mib: u64,
 ) -> Result<Probe, String> {
@@ -232,7 +333,6 @@ pub fn probe_in_sandbox(
     let result = (|| {
         sandbox::write_preload_files(&run_dir, sandbox.pin.is_some(), slice_env)
             .map_err(|e| format!("the preload files: {e}"))?;
-        let devices = super::card_devices(minor);
         let mut command = vec![exe.as_os_str().to_os_string()];
         command.extend(probe_args(mib));
         let spec = Spec {
@@ -243,7 +343,7 @@ pub fn probe_in_sandbox(
             home_inside: Path::new("/home/user"),
             run_dir: &run_dir,
             run_inside: Path::new("/run/editor"),
-            devices: &devices,
+            devices,
             preload: sandbox.gpu_preload(),
             account: sandbox
                 .accounts
@@ -258,7 +358,16 @@ pub fn probe_in_sandbox(
             .filter(|(k, _)| !unset.contains(&k.as_str()))
             .cloned()
             .collect();
-        run_probe(bwrap, &sandbox::arguments(&spec, &sandbox.tools), &env)
+        let own: Vec<(String, String)> = own_preload
+            .map(|p| ("LD_PRELOAD".to_string(), p.display().to_string()))
+            .into_iter()
+            .collect();
+        run_probe(
+            bwrap,
+            &sandbox::arguments(&spec, &sandbox.tools),
+            &env,
+            &own,
+        )
     })();
     let _ = std::fs::remove_dir_all(&run_dir);
     result
@@ -267,7 +376,7 @@ pub fn probe_in_sandbox(
 /// The same request outside any sandbox, with the slice's environment less the preload
 /// variables: what a terminal's `env -u LD_PRELOAD` would get without the sandbox.
 pub fn probe_unsandboxed(exe: &Path, env: &[(String, String)], mib: u64) -> Result<Probe, String> {
-    run_probe(exe, &probe_args(mib), env)
+    run_probe(exe, &probe_args(mib), env, &[])
 }
 
 /// `server gpu-probe --mib N`'s arguments.
@@ -275,9 +384,14 @@ fn probe_args(mib: u64) -> Vec<OsString> {
     vec!["gpu-probe".into(), "--mib".into(), mib.to_string().into()]
 }
 
-/// Runs `program args…` with only the editors' inherited variables and `env` less the preload
-/// variables, and reads the probe's answer from its last line.
-fn run_probe(program: &Path, args: &[OsString], env: &[(String, String)]) -> Result<Probe, String> {
+/// Runs `program args…` with only the editors' inherited variables, `env` less the preload
+/// variables and then `own` as it is, and reads the probe's answer from its last line.
+fn run_probe(
+    program: &Path,
+    args: &[OsString],
+    env: &[(String, String)],
+    own: &[(String, String)],
+) -> Result<Probe, String> {
     let mut command = std::process::Command::new(program);
     command
         .args(args)
@@ -292,6 +406,7 @@ fn run_probe(program: &Path, args: &[OsString], env: &[(String, String)]) -> Res
                 .filter(|(k, _)| !gpu::UNSANDBOXED_PRELOAD_ENV.contains(&k.as_str()))
                 .map(|(k, v)| (k.as_str(), v.as_str())),
         )
+        .envs(own.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(std::process::Stdio::null());
     // As an editor is started: the server's umask (077) would make what bwrap creates inside
     // unreadable to the editor's account.
@@ -325,25 +440,30 @@ pub fn parse_probe(stdout: &str) -> Option<Probe> {
         .find_map(|line| serde_json::from_str(line.trim()).ok())
 }
 
-/// `server gpu-probe`: asks the CUDA driver of card 0 for `mib` MiB, found as CUDA programs find
-/// it (`dlopen`, then `dlsym`), which is where HAMi-core hooks in.
-pub fn probe(mib: u64) -> Probe {
-    let preloaded = std::fs::read_to_string("/proc/self/maps")
-        .is_ok_and(|maps| maps.contains(sandbox::HAMI_CORE_INSIDE));
+/// `name` as HAMi-core reads it: through the process's `getenv`, whichever library answers it.
+fn getenv_as_hami_core(name: &std::ffi::CStr) -> Option<String> {
     // SAFETY: getenv with a NUL-terminated name; its answer is copied at once.
-    let limit_seen = unsafe {
-        let value = libc::getenv(c"CUDA_DEVICE_MEMORY_LIMIT_0".as_ptr());
+    unsafe {
+        let value = libc::getenv(name.as_ptr());
         (!value.is_null()).then(|| {
             std::ffi::CStr::from_ptr(value)
                 .to_string_lossy()
                 .into_owned()
         })
-    };
+    }
+}
+
+/// `server gpu-probe`: asks the CUDA driver of card 0 for `mib` MiB, found as CUDA programs find
+/// it (`dlopen`, then `dlsym`), which is where HAMi-core hooks in.
+pub fn probe(mib: u64) -> Probe {
+    let preloaded = std::fs::read_to_string("/proc/self/maps")
+        .is_ok_and(|maps| maps.contains(sandbox::HAMI_CORE_INSIDE));
     let (total_mib, outcome) = driver_probe(mib).unwrap_or_else(|why| (0, Outcome::Failed(why)));
     Probe {
         total_mib,
         preloaded,
-        limit_seen,
+        limit_seen: getenv_as_hami_core(c"CUDA_DEVICE_MEMORY_LIMIT_0"),
+        control_switch_seen: getenv_as_hami_core(c"CUDA_DISABLE_CONTROL"),
         outcome,
     }
 }
@@ -412,6 +532,7 @@ mod tests {
                 total_mib: 8192,
                 preloaded: true,
                 limit_seen: Some("8192m".into()),
+                control_switch_seen: None,
                 outcome: Outcome::Refused
             })
         );
@@ -420,6 +541,7 @@ mod tests {
             total_mib: 0,
             preloaded: false,
             limit_seen: None,
+            control_switch_seen: None,
             outcome: Outcome::Failed("libcuda.so.1 is not installed".into()),
         };
         let line = serde_json::to_string(&failed).unwrap();
@@ -439,11 +561,7 @@ mod tests {
         assert!(!report.passed());
         assert_eq!(report.steps.len(), 1, "{report:?}");
         assert_eq!(report.steps[0].name, "NVML");
-        assert!(
-            report.text().ends_with("NOT enforced.\n"),
-            "{}",
-            report.text()
-        );
+        assert!(report.text().ends_with("NOT held.\n"), "{}", report.text());
     }
 
     #[test]

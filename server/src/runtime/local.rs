@@ -812,7 +812,8 @@ impl Runtime for LocalRuntime {
                     wrapped.extend(editor_command);
                     editor_command = wrapped;
                 }
-                if sandbox.preload.is_some() && !launch.slice_devices().is_empty() {
+                let devices = launch.slice_devices().map_err(std::io::Error::other)?;
+                if sandbox.preload.is_some() && !devices.is_empty() {
                     super::sandbox::write_preload_files(
                         &run_dir,
                         sandbox.pin.is_some(),
@@ -822,7 +823,6 @@ impl Runtime for LocalRuntime {
                 if let Some(account) = account {
                     super::sandbox::write_account_files(&run_dir, account, Path::new(HOME_INSIDE))?;
                 }
-                let devices = launch.slice_devices();
                 let spec = super::sandbox::Spec {
                     system: &sandbox.system,
                     tools: &sandbox.tool_dirs,

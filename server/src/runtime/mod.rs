@@ -13,6 +13,7 @@ pub mod gpu_check;
 pub mod idmap;
 pub mod kube;
 mod local;
+pub mod mig;
 pub mod procfs;
 pub mod sandbox;
 pub mod workspace_file;
@@ -46,13 +47,46 @@ pub struct EditorLaunch {
 }
 
 impl EditorLaunch {
+    /// A launch of nobody's with only its slice: to ask what a slice's sandbox is given.
+    pub fn of_slice(slice: SliceBinding) -> Self {
+        EditorLaunch {
+            session_id: String::new(),
+            user_name: String::new(),
+            editor: app::domain::launch::EditorKind::JupyterLab,
+            base_path: String::new(),
+            env: Vec::new(),
+            slice,
+            prestart: false,
+            image: None,
+            disk_mib: 0,
+        }
+    }
+
     /// The device nodes of the slice's card (by its minor number) and NVIDIA's control
-    /// devices; none for a slice without a card.
-    pub fn slice_devices(&self) -> Vec<std::path::PathBuf> {
-        self.slice
-            .device_minor
-            .map(card_devices)
-            .unwrap_or_default()
+    /// devices, with a MIG instance's capability nodes; none for a slice without a card.
+    pub fn slice_devices(&self) -> Result<Vec<std::path::PathBuf>, String> {
+        let table = match self.slice.mig {
+            Some(_) => std::fs::read_to_string(mig::MIG_MINORS)
+                .map(|text| mig::parse_mig_minors(&text))
+                .map_err(|e| format!("{}: {e}", mig::MIG_MINORS))?,
+            None => Default::default(),
+        };
+        self.slice_devices_with(&table)
+    }
+
+    /// [`Self::slice_devices`] with the driver's `mig-minors` table already read.
+    pub fn slice_devices_with(
+        &self,
+        mig_minors: &std::collections::HashMap<String, u32>,
+    ) -> Result<Vec<std::path::PathBuf>, String> {
+        let Some(minor) = self.slice.device_minor else {
+            return Ok(Vec::new());
+        };
+        let mut devices = card_devices(minor);
+        if let Some(place) = self.slice.mig {
+            devices.extend(mig::capability_devices(mig_minors, minor, place)?);
+        }
+        Ok(devices)
     }
 }
 
@@ -77,9 +111,25 @@ pub struct SliceBinding {
     pub gpu_uuid: Option<String>,
     /// That card's device node number (`/dev/nvidia<minor>`), on this machine.
     pub device_minor: Option<u32>,
+    /// Where the slice is a MIG instance of that card: which one.
+    pub mig: Option<app::domain::pool::MigPlace>,
     pub memory_mib: u64,
     /// Share of the card's compute, 1..=100.
     pub cores_pct: u32,
+}
+
+impl SliceBinding {
+    /// `memory_mib` and `cores_pct` of `gpu`, the card a slot is on (`None`: not a card we know).
+    pub fn on(gpu: Option<&app::domain::pool::GpuSpec>, memory_mib: u64, cores_pct: u32) -> Self {
+        let real = gpu.filter(|g| g.device_minor.is_some());
+        SliceBinding {
+            gpu_uuid: real.map(|g| g.id.clone()),
+            device_minor: real.and_then(|g| g.device_minor),
+            mig: real.and_then(|g| g.mig),
+            memory_mib,
+            cores_pct,
+        }
+    }
 }
 
 impl GpuUsage {

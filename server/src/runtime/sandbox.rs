@@ -159,8 +159,13 @@ pub fn pinned_settings(slice_env: &[(String, String)]) -> String {
     ]
     .iter()
     .map(|(name, value)| format!("{name}={value}\n"))
+    // HAMi-core's off switch: read as unset by every program of the sandbox.
+    .chain(std::iter::once(format!("!{CONTROL_SWITCH}\n")))
     .collect()
 }
+
+/// The variable that turns HAMi-core's limits off in a process that sets it.
+pub const CONTROL_SWITCH: &str = "CUDA_DISABLE_CONTROL";
 
 /// Writes the sandbox's `/etc/ld.so.preload` (the pin first, where there is one) and the
 /// slice's pinned settings into `run_dir`, readable by the editor's account: the dynamic
@@ -1209,8 +1214,9 @@ mod tests {
                 model: "L40S".into(),
                 memory_mib: 49_152,
                 slice_mib: 8192,
-                enforced: true,
+                hold: app::domain::hold::SliceHold::None,
                 device_minor: Some(1),
+                mig: None,
             },
             8192,
             50,
@@ -1220,7 +1226,8 @@ mod tests {
             pinned_settings(&env),
             "CUDA_DEVICE_MEMORY_LIMIT_0=8192m\nCUDA_DEVICE_SM_LIMIT=50\n\
              CUDA_DEVICE_MEMORY_LIMIT=\nCUDA_DEVICE_MEMORY_SHARED_CACHE=/tmp/cudevshr.cache\n\
-             CUDA_REDIRECT=/usr/local/vgpu/libvgpu.so\nGPU_CORE_UTILIZATION_POLICY=default\n"
+             CUDA_REDIRECT=/usr/local/vgpu/libvgpu.so\nGPU_CORE_UTILIZATION_POLICY=default\n\
+             !CUDA_DISABLE_CONTROL\n"
         );
         let run = tempfile::tempdir().unwrap();
         write_preload_files(run.path(), true, &env).unwrap();

@@ -257,14 +257,7 @@ impl Core {
             editor: record.editor,
             base_path: format!("/s/{}/", record.id),
             env,
-            slice: SliceBinding {
-                gpu_uuid: gpu
-                    .filter(|g| g.device_minor.is_some())
-                    .map(|g| g.id.clone()),
-                device_minor: gpu.and_then(|g| g.device_minor),
-                memory_mib: record.slice_mib,
-                cores_pct,
-            },
+            slice: SliceBinding::on(gpu, record.slice_mib, cores_pct),
             prestart: true,
             image: None,
             disk_mib: 0,

@@ -47,6 +47,8 @@ struct SessionsBy {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SlotsBy {
     gpu: String,
+    /// What holds a slice of that card: `hard`, `soft` or `none`.
+    hold: &'static str,
     /// `free`, `warm` (a pre-started editor waits there) or `used`.
     status: &'static str,
 }
@@ -143,7 +145,7 @@ impl Metrics {
         let slots = Family::<SlotsBy, Gauge>::default();
         registry.register(
             "slots",
-            "GPU slices of the pool, by GPU and status (free, warm, used)",
+            "GPU slices of the pool, by GPU, what holds a slice (hard, soft, none) and status (free, warm, used)",
             slots.clone(),
         );
         let queue_length = Gauge::default();
@@ -285,7 +287,8 @@ impl Drop for WebSocketOpen<'_> {
 #[derive(Debug, Default, PartialEq)]
 pub(in crate::service) struct Snapshot {
     pub sessions: Vec<(SessionState, EditorKind, i64)>,
-    pub slots: Vec<(String, &'static str, i64)>,
+    /// (card, its slices' hold, status, count).
+    pub slots: Vec<(String, &'static str, &'static str, i64)>,
     pub queue_length: i64,
     pub queue_oldest_wait_s: f64,
     pub credits_held: f64,
@@ -323,8 +326,10 @@ impl Core {
                 .set(count);
         }
         m.slots.clear();
-        for (gpu, status, count) in snapshot.slots {
-            m.slots.get_or_create(&SlotsBy { gpu, status }).set(count);
+        for (gpu, hold, status, count) in snapshot.slots {
+            m.slots
+                .get_or_create(&SlotsBy { gpu, hold, status })
+                .set(count);
         }
         m.queue_length.set(snapshot.queue_length);
         m.queue_oldest_wait.set(snapshot.queue_oldest_wait_s);
@@ -406,7 +411,7 @@ pub(in crate::service) fn snapshot(
         slots.extend(
             by_status
                 .into_iter()
-                .map(|(status, count)| (gpu.id.clone(), status, count)),
+                .map(|(status, count)| (gpu.id.clone(), gpu.hold.word(), status, count)),
         );
     }
     Snapshot {
@@ -486,7 +491,7 @@ mod tests {
             id: id.into(),
             model: "L40S".into(),
             memory_mib: 49_152,
-            enforced: true,
+            hold: app::domain::hold::SliceHold::Soft,
             slots,
         }
     }
@@ -522,12 +527,12 @@ mod tests {
         assert_eq!(
             taken.slots,
             [
-                ("g0".to_string(), "free", 1),
-                ("g0".to_string(), "used", 1),
-                ("g0".to_string(), "warm", 1),
-                ("g1".to_string(), "free", 0),
-                ("g1".to_string(), "used", 2),
-                ("g1".to_string(), "warm", 0),
+                ("g0".to_string(), "soft", "free", 1),
+                ("g0".to_string(), "soft", "used", 1),
+                ("g0".to_string(), "soft", "warm", 1),
+                ("g1".to_string(), "soft", "free", 0),
+                ("g1".to_string(), "soft", "used", 2),
+                ("g1".to_string(), "soft", "warm", 0),
             ]
         );
     }

@@ -28,6 +28,7 @@ use super::{Core, Images, Sessions};
 use crate::runtime::{EditorLaunch, gpu};
 use crate::store::{LaunchPlan, Placement, SessionRecord, StoreError};
 use app::domain::credits;
+use app::domain::hold::SliceHold;
 use app::domain::launch::{self, Catalog, EditorKind, LaunchRequest};
 use app::domain::pool::format_mib;
 use app::domain::scope::Scope;
@@ -239,14 +240,7 @@ impl Core {
             editor: record.editor,
             base_path: format!("/s/{}/", record.id),
             env,
-            slice: crate::runtime::SliceBinding {
-                gpu_uuid: gpu
-                    .filter(|g| g.device_minor.is_some())
-                    .map(|g| g.id.clone()),
-                device_minor: gpu.and_then(|g| g.device_minor),
-                memory_mib,
-                cores_pct,
-            },
+            slice: crate::runtime::SliceBinding::on(gpu, memory_mib, cores_pct),
             prestart: false,
             image: record.image.clone(),
             disk_mib: self.disk_quota(&record.user_id).await,
@@ -449,6 +443,21 @@ impl Core {
         Ok(view)
     }
 
+    /// What holds `record` to its slice: its card's hold (the whole card's for a burst).
+    fn hold_of(&self, record: &SessionRecord) -> SliceHold {
+        let hold = record
+            .gpu_id
+            .as_ref()
+            .and_then(|id| self.gpus.iter().find(|g| &g.id == id))
+            .map(|g| g.hold)
+            .unwrap_or_default();
+        if record.burst {
+            hold.of_whole_card()
+        } else {
+            hold
+        }
+    }
+
     pub(in crate::service) fn session_view(
         &self,
         record: &SessionRecord,
@@ -463,6 +472,7 @@ impl Core {
             editor: record.editor,
             slice_mib: record.slice_mib,
             gpu_model: record.gpu_model.clone(),
+            slice_hold: self.hold_of(record),
             slot_id: record.slot_id.clone(),
             state: record.state,
             end_reason: record.end_reason,
@@ -572,6 +582,12 @@ impl Sessions {
                         .filter(|(_, s, b, _)| *s == slice_mib && !b)
                         .count() as u32,
                     resources: self.resources_label(slice_mib),
+                    hold: SliceHold::weakest(pool.iter().filter_map(|(gpu, slots)| {
+                        slots
+                            .iter()
+                            .any(|s| s.slice_mib == slice_mib)
+                            .then_some(gpu.hold)
+                    })),
                 }
             })
             .collect();
@@ -596,6 +612,7 @@ impl Sessions {
                     .filter(|(_, s, b, _)| *s == memory_mib && *b)
                     .count() as u32,
                 resources: self.resources_label(memory_mib),
+                hold: SliceHold::weakest(cards.iter().map(|(g, _)| g.hold.of_whole_card())),
             });
         }
         let sessions = self.store.sessions_of(&viewer.id, 20).await?;
@@ -652,7 +669,7 @@ impl Sessions {
                     id: gpu.id,
                     model: gpu.model,
                     memory_mib: gpu.memory_mib,
-                    enforced: gpu.enforced,
+                    hold: gpu.hold,
                     slots: slots
                         .into_iter()
                         .map(|s| SlotView {

@@ -472,7 +472,7 @@ impl Store {
                 id: gpu.id,
                 model: gpu.model,
                 memory_mib: gpu.memory_mib,
-                enforced: gpu.enforced,
+                hold: gpu.hold,
                 slots: slots
                     .into_iter()
                     .map(|slot| {

@@ -26,6 +26,7 @@ pub use records::{
 use records::{SESSION_COLUMNS, SLOT_COLUMNS, USER_COLUMNS, bad, scopes_of};
 use write::WriteTx;
 
+use app::domain::hold::SliceHold;
 use app::domain::launch::EditorKind;
 use app::domain::pool::{GpuSpec, SlotSpec};
 use app::domain::scope::Scopes;
@@ -1072,13 +1073,16 @@ impl Store {
             .await?;
         for (ordinal, gpu) in gpus.iter().enumerate() {
             sqlx::query(
-                "INSERT INTO gpus (id, model, memory_mib, enforced, ordinal, active) VALUES ($1, $2, $3, $4, $5, 1)
-                 ON CONFLICT (id) DO UPDATE SET model = $2, memory_mib = $3, enforced = $4, ordinal = $5, active = 1",
+                "INSERT INTO gpus (id, model, memory_mib, enforced, hold, ordinal, active)
+                 VALUES ($1, $2, $3, $4, $5, $6, 1)
+                 ON CONFLICT (id) DO UPDATE
+                 SET model = $2, memory_mib = $3, enforced = $4, hold = $5, ordinal = $6, active = 1",
             )
             .bind(&gpu.id)
             .bind(&gpu.model)
             .bind(gpu.memory_mib as i64)
-            .bind(gpu.enforced as i64)
+            .bind((gpu.hold != SliceHold::None) as i64)
+            .bind(gpu.hold.word())
             .bind(ordinal as i64)
             .execute(&mut *w.tx)
             .await?;
@@ -1103,7 +1107,7 @@ impl Store {
 
     pub async fn pool(&self) -> Result<Vec<(GpuRecord, Vec<SlotRecord>)>> {
         let gpus = sqlx::query(
-            "SELECT id, model, memory_mib, enforced FROM gpus WHERE active = 1 ORDER BY ordinal",
+            "SELECT id, model, memory_mib, hold FROM gpus WHERE active = 1 ORDER BY ordinal",
         )
         .fetch_all(&self.pool)
         .await?;

@@ -1,6 +1,7 @@
 //! What the store hands out. Built from rows here; the rest of the server never sees a row.
 
 use super::{Result, StoreError};
+use app::domain::hold::SliceHold;
 use app::domain::launch::EditorKind;
 use app::domain::scope::Scopes;
 use app::domain::session::{EndReason, SessionState};
@@ -104,7 +105,7 @@ pub struct GpuRecord {
     pub id: String,
     pub model: String,
     pub memory_mib: u64,
-    pub enforced: bool,
+    pub hold: SliceHold,
 }
 
 impl GpuRecord {
@@ -113,7 +114,7 @@ impl GpuRecord {
             id: row.try_get("id")?,
             model: row.try_get("model")?,
             memory_mib: row.try_get::<i64, _>("memory_mib")? as u64,
-            enforced: row.try_get::<i64, _>("enforced")? != 0,
+            hold: SliceHold::from_word(&row.try_get::<String, _>("hold")?).unwrap_or_default(),
         })
     }
 }

@@ -129,8 +129,9 @@ fn gpu(id: &str, memory_mib: u64, slice_mib: u64) -> GpuSpec {
         model: "Virtual 48G".into(),
         memory_mib,
         slice_mib,
-        enforced: false,
+        hold: app::domain::hold::SliceHold::None,
         device_minor: None,
+        mig: None,
     }
 }
 

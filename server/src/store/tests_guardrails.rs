@@ -48,8 +48,9 @@ async fn cards_of_ten(store: &Store, cards: usize) -> Vec<String> {
             model: "Virtual 80G".into(),
             memory_mib: 81920,
             slice_mib: SLICE,
-            enforced: false,
+            hold: app::domain::hold::SliceHold::None,
             device_minor: None,
+            mig: None,
         })
         .collect();
     let slots: Vec<SlotSpec> = gpus
@@ -570,8 +571,9 @@ fn gpu_of(id: &str, model: &str) -> GpuSpec {
         model: model.into(),
         memory_mib: 49152,
         slice_mib: SLICE,
-        enforced: false,
+        hold: app::domain::hold::SliceHold::None,
         device_minor: None,
+        mig: None,
     }
 }
 

@@ -815,25 +815,9 @@ async fn what_one_user_left_in_a_pre_started_editor_never_reaches_the_next() {
 /// for HAMi-core; `server gpu-check` runs the same probe on a GPU server.
 #[test]
 fn a_gpu_sandbox_preloads_its_slice_limiter_and_pins_its_limit_for_a_program_that_unset_both() {
-    let stand_in = [
-        "/usr/lib/x86_64-linux-gnu/libz.so.1",
-        "/lib/x86_64-linux-gnu/libz.so.1",
-        "/usr/lib/aarch64-linux-gnu/libz.so.1",
-        "/usr/lib64/libz.so.1",
-    ]
-    .into_iter()
-    .map(std::path::Path::new)
-    .find(|p| p.is_file())
-    .expect("zlib, to stand in for HAMi-core");
+    let stand_in = hami_core_stand_in();
     let data = tempfile::tempdir().unwrap();
-    let mut config = server::config::Config {
-        data_dir: data.path().to_path_buf(),
-        ..Default::default()
-    };
-    config.pool.hami_core_library = stand_in.display().to_string();
-    config.local.workspace_disks = false;
-    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_server"));
-    let sandbox = server::runtime::sandbox::Sandbox::prepare(&config, &[exe]).expect("a sandbox");
+    let (sandbox, exe) = gpu_sandbox(data.path(), stand_in);
     assert!(
         sandbox.pin.is_some(),
         "libslice_pin.so beside the test binary: cargo build -p slice-pin"
@@ -858,7 +842,9 @@ fn a_gpu_sandbox_preloads_its_slice_limiter_and_pins_its_limit_for_a_program_tha
     ];
     use server::runtime::gpu_check::{Outcome, probe_in_sandbox, probe_unsandboxed};
     let unset = ["CUDA_DEVICE_MEMORY_LIMIT_0"];
-    let inside = probe_in_sandbox(&sandbox, 0, &env, &unset, exe, 64).expect("the probe ran");
+    let card0 = server::runtime::card_devices(0);
+    let inside =
+        probe_in_sandbox(&sandbox, &card0, &env, &unset, None, exe, 64).expect("the probe ran");
     assert!(inside.preloaded, "{inside:?}");
     assert_eq!(inside.limit_seen.as_deref(), Some("1024m"), "{inside:?}");
     // No driver here: the probe says so rather than guessing.
@@ -872,4 +858,116 @@ fn a_gpu_sandbox_preloads_its_slice_limiter_and_pins_its_limit_for_a_program_tha
     assert_eq!(outside.limit_seen.as_deref(), Some("1024m"));
     let bare = probe_unsandboxed(exe, &[], 64).expect("the probe ran");
     assert_eq!(bare.limit_seen, None, "{bare:?}");
+}
+
+/// zlib stands in for HAMi-core where there is no GPU.
+fn hami_core_stand_in() -> &'static std::path::Path {
+    [
+        "/usr/lib/x86_64-linux-gnu/libz.so.1",
+        "/lib/x86_64-linux-gnu/libz.so.1",
+        "/usr/lib/aarch64-linux-gnu/libz.so.1",
+        "/usr/lib64/libz.so.1",
+    ]
+    .into_iter()
+    .map(std::path::Path::new)
+    .find(|p| p.is_file())
+    .expect("zlib, to stand in for HAMi-core")
+}
+
+/// A sandbox as for a GPU session with `hami_core` as HAMi-core, and the server's binary (the probe).
+fn gpu_sandbox(
+    data: &std::path::Path,
+    hami_core: &std::path::Path,
+) -> (server::runtime::sandbox::Sandbox, &'static std::path::Path) {
+    let mut config = server::config::Config {
+        data_dir: data.to_path_buf(),
+        ..Default::default()
+    };
+    config.pool.hami_core_library = hami_core.display().to_string();
+    config.local.workspace_disks = false;
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_server"));
+    let sandbox = server::runtime::sandbox::Sandbox::prepare(&config, &[exe]).expect("a sandbox");
+    (sandbox, exe)
+}
+
+/// What a slice's "soft" means, shown: the sandbox's pin closes HAMi-core's off switch
+/// (`CUDA_DISABLE_CONTROL` set by a program reads as unset; without the pin it reads as set), but
+/// a program that brings its own `LD_PRELOAD` library answering `getenv` is searched before the
+/// sandbox's preload list, and HAMi-core then reads that library's limit. The route cannot be
+/// closed from outside the process, so such slices are labelled soft, never hard.
+#[test]
+fn a_programs_own_preload_steps_around_the_pin_so_a_shared_slice_is_soft() {
+    let stand_in = hami_core_stand_in();
+    let data = tempfile::tempdir().unwrap();
+    let (mut sandbox, exe) = gpu_sandbox(data.path(), stand_in);
+    assert!(sandbox.pin.is_some(), "cargo build -p slice-pin");
+    // The program's own library: answers the slice's limit with a bigger one, as code stepping
+    // around the slice on purpose would. Shown in the sandbox as a file of the user's would be.
+    let own = tempfile::tempdir().unwrap();
+    let source = own.path().join("own.c");
+    std::fs::write(
+        &source,
+        "#include <string.h>\n\
+         char *getenv(const char *name) {\n\
+           if (name && strcmp(name, \"CUDA_DEVICE_MEMORY_LIMIT_0\") == 0) return \"999999m\";\n\
+           return 0;\n\
+         }\n",
+    )
+    .unwrap();
+    let library = own.path().join("libown.so");
+    let built = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&library)
+        .arg(&source)
+        .status()
+        .expect("a C compiler (cc)");
+    assert!(built.success());
+    sandbox.tool_dirs.push(own.path().to_path_buf());
+    use app::domain::hold::SliceHold;
+    use server::runtime::gpu::{Card, Enforcement, slice_env, specs_of};
+    use server::runtime::gpu_check::probe_in_sandbox;
+    let card = Card {
+        uuid: "GPU-0".into(),
+        name: "NVIDIA L40S".into(),
+        memory_mib: 46068,
+        minor: 0,
+        mig: Vec::new(),
+    };
+    let specs = specs_of(std::slice::from_ref(&card), 8192, true);
+    assert_eq!(
+        specs[0].hold,
+        SliceHold::Soft,
+        "a shared card's slice is soft"
+    );
+    let mut env = slice_env(
+        &specs[0],
+        8192,
+        16,
+        &Enforcement::HamiCore(stand_in.display().to_string()),
+    );
+    env.push(("CUDA_DISABLE_CONTROL".into(), "true".into()));
+    let card0 = server::runtime::card_devices(0);
+    let pinned =
+        probe_in_sandbox(&sandbox, &card0, &env, &[], None, exe, 64).expect("the probe ran");
+    assert_eq!(pinned.limit_seen.as_deref(), Some("8192m"), "{pinned:?}");
+    assert_eq!(pinned.control_switch_seen, None, "{pinned:?}");
+    let unpinned = server::runtime::sandbox::Sandbox {
+        pin: None,
+        ..sandbox.clone()
+    };
+    let open =
+        probe_in_sandbox(&unpinned, &card0, &env, &[], None, exe, 64).expect("the probe ran");
+    assert_eq!(
+        open.control_switch_seen.as_deref(),
+        Some("true"),
+        "without the pin the switch reads as set: {open:?}"
+    );
+    let stepped = probe_in_sandbox(&sandbox, &card0, &env, &[], Some(&library), exe, 64)
+        .expect("the probe ran");
+    assert!(stepped.preloaded, "HAMi-core still loaded: {stepped:?}");
+    assert_eq!(
+        stepped.limit_seen.as_deref(),
+        Some("999999m"),
+        "the program's own getenv answers first: {stepped:?}"
+    );
 }

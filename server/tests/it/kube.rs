@@ -4,6 +4,7 @@
 //! real cluster (`KUBECONFIG` set and `SANDBOX_KUBE_E2E=1`).
 
 use crate::common::TestApp;
+use app::domain::hold::SliceHold;
 use app::domain::launch::EditorKind;
 use bytes::Bytes;
 use http::{Method, Request, Response};
@@ -36,6 +37,7 @@ fn launch_for(user: &str, session_id: &str, editor: EditorKind) -> EditorLaunch 
         slice: SliceBinding {
             gpu_uuid: None,
             device_minor: None,
+            mig: None,
             memory_mib: 8192,
             cores_pct: 25,
         },
@@ -1298,16 +1300,23 @@ async fn a_workspace_is_sized_by_the_users_quota_and_grows_with_it() {
 
     let viewer = admin_viewer(&app).await;
     let dashboard = app.service.sessions.dashboard(&viewer).await.unwrap();
-    assert_eq!(dashboard.enforcement, "enforced by HAMi");
     assert!(
-        dashboard.gpus.iter().all(|g| g.enforced),
+        dashboard
+            .enforcement
+            .starts_with("soft: HAMi holds each pod"),
+        "{}",
+        dashboard.enforcement
+    );
+    assert!(
+        dashboard.gpus.iter().all(|g| g.hold == SliceHold::Soft),
         "{:?}",
         dashboard.gpus
     );
     app.stop().await;
 }
 
-/// A cluster whose GPUs are shared without HAMi says so: its slices are promises.
+/// A cluster whose GPUs are shared without HAMi says so: its slices are promises, in the pages
+/// and the API alike.
 #[tokio::test]
 async fn without_hami_the_clusters_slices_read_as_not_enforced() {
     let fake = FakeApi::default();
@@ -1320,14 +1329,20 @@ async fn without_hami_the_clusters_slices_read_as_not_enforced() {
     let (_, token) = app.user("hal").await;
     let me = app.get("/api/v1/pool", Some(&token)).await;
     me.assert_status(http::StatusCode::OK);
+    let sizes = me.json();
+    let sizes = sizes.as_array().expect("a list of sizes");
+    assert!(!sizes.is_empty());
+    for size in sizes {
+        assert_eq!(size["hold"], json!("none"), "{size}");
+    }
     let dashboard = app
         .service
         .sessions
         .dashboard(&admin_viewer(&app).await)
         .await
         .unwrap();
-    assert_eq!(dashboard.enforcement, "not enforced");
-    assert!(dashboard.gpus.iter().all(|g| !g.enforced));
+    assert!(dashboard.enforcement.starts_with("none: "));
+    assert!(dashboard.gpus.iter().all(|g| g.hold == SliceHold::None));
     app.stop().await;
 }
 

@@ -50,7 +50,7 @@ async fn metrics_follow_launches_and_ends_for_admins_and_the_scrapers_token() {
     assert!(text.trim_end().ends_with("# EOF"), "{text}");
     assert_eq!(sample(&text, "sandbox_queue_length"), Some(0.0));
     assert!(
-        text.contains("sandbox_slots{gpu=\"virtual-0\",status=\"free\"} 6"),
+        text.contains("sandbox_slots{gpu=\"virtual-0\",hold=\"none\",status=\"free\"} 6"),
         "six free 8 GB slices of the default card: {text}"
     );
 
@@ -81,7 +81,10 @@ async fn metrics_follow_launches_and_ends_for_admins_and_the_scrapers_token() {
     );
     assert!(sample(&during, "sandbox_credits_held").unwrap() > 0.0);
     assert_eq!(
-        sample(&during, "sandbox_slots{gpu=\"virtual-0\",status=\"used\"}"),
+        sample(
+            &during,
+            "sandbox_slots{gpu=\"virtual-0\",hold=\"none\",status=\"used\"}"
+        ),
         Some(1.0)
     );
 

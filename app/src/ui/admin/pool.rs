@@ -9,6 +9,8 @@ use crate::domain::pool::format_mib;
 #[cfg(feature = "ssr")]
 use crate::model::{AdminGpu, AdminQueued};
 #[cfg(feature = "ssr")]
+use crate::ui::chips::HoldChip;
+#[cfg(feature = "ssr")]
 use crate::ui::format::format_utc;
 use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
@@ -58,7 +60,7 @@ fn PoolGpu(gpu: AdminGpu) -> impl IntoView {
         <section class="card" data-gpu=gpu.id.clone()>
             <h2>
                 {format!("{} · {}", gpu.model, format_mib(gpu.memory_mib))}
-                <span class="chip">{if gpu.enforced { "enforced" } else { "not enforced" }}</span>
+                <HoldChip hold=gpu.hold />
             </h2>
             <p class="muted">{format!("{used} of {total} slots in use · {}", gpu.id)}</p>
             <table class="admin-table">
@@ -191,7 +193,7 @@ mod tests {
             id: "g0".into(),
             model: "L40S".into(),
             memory_mib: 16384,
-            enforced: true,
+            hold: crate::domain::hold::SliceHold::Soft,
             slots: vec![slot("g0s0", Some(odd)), slot("g0s1", None)],
         }];
         let waiting = vec![AdminQueued {

@@ -623,6 +623,7 @@ pub(crate) mod tests {
             slice: SliceBinding {
                 gpu_uuid: gpu_uuid.map(String::from),
                 device_minor: None,
+                mig: None,
                 memory_mib: 8192,
                 cores_pct: 25,
             },
