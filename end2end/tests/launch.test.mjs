@@ -65,6 +65,15 @@ test('the launch form offers what the quota and credits allow, and says why not'
     await duration.fill('');
     await page.getByTestId('launch-refused').filter({ hasText: 'Enter a duration in whole minutes' }).waitFor();
     assert.ok(await launch.isDisabled());
+    // Keystrokes stay as typed, and what is wrong is said: nothing is read as 5, 15 or 3.
+    for (const [typed, why] of [['-5', 'cannot be negative'], ['1.5', 'Whole minutes only'], ['1e3', '1000, not 1e3']]) {
+      await duration.fill('');
+      await duration.pressSequentially(typed);
+      assert.equal(await duration.inputValue(), typed);
+      await page.getByTestId('launch-refused').filter({ hasText: why }).waitFor();
+      assert.ok(await launch.isDisabled(), typed);
+      assert.equal(await duration.getAttribute('aria-invalid'), 'true');
+    }
     // Any whole minute in range, priced as the server will hold it.
     await duration.fill('47');
     await page.getByTestId('launch-total').filter({ hasText: /^Holds [\d.]+ credits? now/ }).waitFor();

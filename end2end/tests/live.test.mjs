@@ -33,7 +33,14 @@ test('an Extend moves the end without reloading the editor', async () => {
     const before = await secondsLeft(page);
     const extend = page.getByTestId('extend');
     await extend.locator('summary').click();
-    await extend.getByLabel('Minutes').fill('10');
+    // What is typed stays, and a misread value is never extended by.
+    const minutes = extend.getByLabel('Minutes');
+    await minutes.fill('');
+    await minutes.pressSequentially('1e3');
+    assert.equal(await minutes.inputValue(), '1e3');
+    await extend.getByTestId('extend-price').filter({ hasText: '1000, not 1e3' }).waitFor();
+    assert.ok(await extend.getByRole('button', { name: 'Extend' }).isDisabled());
+    await minutes.fill('10');
     await extend.getByRole('button', { name: 'Extend' }).click();
     for (let i = 0; (await secondsLeft(page)) < before + 9 * 60; i += 1) {
       assert.ok(i < 40, 'the page shows the new end');

@@ -199,8 +199,8 @@ pub fn validate(req: &LaunchRequest, catalog: &Catalog) -> Result<ValidLaunch, S
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FormChoice {
     pub slice_mib: u64,
-    /// The duration typed; `None` when the field is empty or not a whole number.
-    pub minutes: Option<u32>,
+    /// The duration typed, or why the field's text is not one.
+    pub minutes: Result<u32, NotMinutes>,
     pub min_minutes: u32,
     /// The longest duration for this size (bursts are shorter).
     pub max_minutes: u32,
@@ -221,6 +221,7 @@ impl FormChoice {
     /// What the launch holds, in milli-credits, when its duration is one.
     pub fn hold(&self) -> Option<i64> {
         self.minutes
+            .ok()
             .map(|m| super::credits::price_for_minutes(self.price_per_hour, m as i64))
     }
 }
@@ -239,11 +240,22 @@ pub fn slice_refusal(
 /// `None` when the server would take it.
 pub fn form_refusal(choice: &FormChoice) -> Option<String> {
     let longest = choice.longest();
-    let Some(minutes) = choice.minutes else {
-        return Some(format!(
-            "Enter a duration in whole minutes, {} to {longest}.",
-            choice.min_minutes
-        ));
+    let minutes = match choice.minutes {
+        Ok(minutes) => minutes,
+        Err(NotMinutes::Empty) => {
+            return Some(format!(
+                "{}, {} to {longest}.",
+                NotMinutes::Empty.words(),
+                choice.min_minutes
+            ));
+        }
+        Err(why) => {
+            return Some(format!(
+                "{}: enter {} to {longest} minutes.",
+                why.words(),
+                choice.min_minutes
+            ));
+        }
     };
     if minutes < choice.min_minutes || minutes > longest {
         return Some(format!(
@@ -265,13 +277,52 @@ pub fn form_refusal(choice: &FormChoice) -> Option<String> {
     None
 }
 
-/// The duration as typed: a whole number of minutes, or nothing.
-pub fn typed_minutes(text: &str) -> Option<u32> {
-    let text = text.trim();
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+/// Why a field's text is not a number of minutes. The field keeps what was typed; the form says
+/// this beside it and acts on nothing until it reads as whole minutes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotMinutes {
+    Empty,
+    Negative,
+    Fraction,
+    Exponent,
+    NotDigits,
+    TooLarge,
+}
+
+impl NotMinutes {
+    /// What is wrong, as a sentence without its full stop.
+    pub fn words(self) -> &'static str {
+        match self {
+            NotMinutes::Empty => "Enter a duration in whole minutes",
+            NotMinutes::Negative => "A duration cannot be negative",
+            NotMinutes::Fraction => "Whole minutes only, without a fraction",
+            NotMinutes::Exponent => "Write the minutes out in digits (1000, not 1e3)",
+            NotMinutes::NotDigits => "Minutes are digits only",
+            NotMinutes::TooLarge => "More minutes than anyone can hold",
+        }
     }
-    text.parse().ok()
+}
+
+/// Minutes as typed: a whole number in digits (spaces around it allowed), or why not. Nothing
+/// is guessed: `-5`, `1.5` and `1e3` are refused, not read as 5, 15 or 3.
+pub fn read_minutes(text: &str) -> Result<u32, NotMinutes> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(NotMinutes::Empty);
+    }
+    if text.bytes().all(|b| b.is_ascii_digit()) {
+        return text.parse().map_err(|_| NotMinutes::TooLarge);
+    }
+    let numeric = |t: &str| t.bytes().any(|b| b.is_ascii_digit());
+    Err(if text.starts_with('-') && numeric(text) {
+        NotMinutes::Negative
+    } else if text.contains(['e', 'E']) && numeric(text) {
+        NotMinutes::Exponent
+    } else if text.contains(['.', ',']) && numeric(text) {
+        NotMinutes::Fraction
+    } else {
+        NotMinutes::NotDigits
+    })
 }
 
 #[cfg(test)]
@@ -281,7 +332,7 @@ mod tests {
     fn choice() -> FormChoice {
         FormChoice {
             slice_mib: 8192,
-            minutes: Some(60),
+            minutes: Ok(60),
             min_minutes: 15,
             max_minutes: 480,
             price_per_hour: 2_000,
@@ -303,7 +354,7 @@ mod tests {
         // Any whole minute in range, the user's own limit included.
         for minutes in [15, 16, 47, 240] {
             let c = FormChoice {
-                minutes: Some(minutes),
+                minutes: Ok(minutes),
                 ..choice()
             };
             assert_eq!(form_refusal(&c), None, "{minutes}");
@@ -313,7 +364,7 @@ mod tests {
     #[test]
     fn the_form_says_why_it_would_be_refused() {
         let empty = FormChoice {
-            minutes: None,
+            minutes: Err(NotMinutes::Empty),
             ..choice()
         };
         assert_eq!(
@@ -321,7 +372,7 @@ mod tests {
             Some("Enter a duration in whole minutes, 15 to 240.")
         );
         let long = FormChoice {
-            minutes: Some(241),
+            minutes: Ok(241),
             ..choice()
         };
         assert_eq!(
@@ -371,10 +422,51 @@ mod tests {
 
     #[test]
     fn only_whole_minutes_are_a_duration() {
-        assert_eq!(typed_minutes(" 45 "), Some(45));
+        assert_eq!(read_minutes(" 45 "), Ok(45));
         for bad in ["", "  ", "4.5", "-5", "1e3", "45min", "99999999999"] {
-            assert_eq!(typed_minutes(bad), None, "{bad:?}");
+            assert!(read_minutes(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn what_is_wrong_with_typed_minutes_is_named_never_guessed() {
+        use NotMinutes::*;
+        for (text, why) in [
+            ("", Empty),
+            ("   ", Empty),
+            ("-5", Negative),
+            ("-", NotDigits),
+            ("1.5", Fraction),
+            ("1,5", Fraction),
+            (".5", Fraction),
+            ("1e3", Exponent),
+            ("1E3", Exponent),
+            ("e", NotDigits),
+            ("45min", NotDigits),
+            ("+5", NotDigits),
+            ("4 5", NotDigits),
+            ("99999999999", TooLarge),
+        ] {
+            assert_eq!(read_minutes(text), Err(why), "{text:?}");
+        }
+        assert_eq!(read_minutes("007"), Ok(7));
+        assert_eq!(read_minutes(" 1000 "), Ok(1000));
+    }
+
+    #[test]
+    fn the_form_says_what_is_wrong_with_the_duration_and_the_range() {
+        let mut c = choice();
+        c.minutes = Err(NotMinutes::Negative);
+        assert_eq!(
+            form_refusal(&c).as_deref(),
+            Some("A duration cannot be negative: enter 15 to 240 minutes.")
+        );
+        c.minutes = Err(NotMinutes::Empty);
+        assert_eq!(
+            form_refusal(&c).as_deref(),
+            Some("Enter a duration in whole minutes, 15 to 240.")
+        );
+        assert_eq!(c.hold(), None);
     }
 
     fn catalog() -> Catalog {

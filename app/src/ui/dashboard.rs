@@ -536,7 +536,7 @@ fn LaunchForm(
         let (limits, usage) = quota.get();
         launch::FormChoice {
             slice_mib: mib,
-            minutes: launch::typed_minutes(&typed.get()),
+            minutes: launch::read_minutes(&typed.get()),
             min_minutes,
             max_minutes,
             price_per_hour,
@@ -556,7 +556,7 @@ fn LaunchForm(
     });
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
-        let Some(minutes) = choice.get_untracked().minutes else {
+        let Ok(minutes) = choice.get_untracked().minutes else {
             return;
         };
         if refusal.get_untracked().is_some() {
@@ -702,19 +702,20 @@ fn LaunchForm(
             {image_choice}
             <label class="duration">
                 "Duration (minutes)"
+                // Text, not a number field: a number field reads a half-typed `-` or `1e` as
+                // empty, and writing that back erased the keystroke (`-5` became 5).
                 <input
-                    type="number"
+                    type="text"
                     name="duration_minutes"
                     inputmode="numeric"
-                    min=move || durations.with(|d| d.min_minutes)
-                    max=max_minutes
-                    step="1"
+                    autocomplete="off"
                     required
+                    aria-invalid=move || choice.with(|c| c.minutes.is_err()).to_string()
                     prop:value=move || typed.get()
                     on:input=move |ev| typed.set(event_target_value(&ev))
                     on:change=move |_| {
                         // Past the longest for this size: brought back to it, and said so below.
-                        if let Some(m) = launch::typed_minutes(&typed.get_untracked())
+                        if let Ok(m) = launch::read_minutes(&typed.get_untracked())
                             && m > choice.get_untracked().longest()
                         {
                             typed.set(choice.get_untracked().longest().to_string());

@@ -53,17 +53,20 @@ fn ExtendMenu(
 ) -> impl IntoView {
     let minutes = RwSignal::new("30".to_string());
     let open = RwSignal::new(false);
-    let typed = move || crate::domain::launch::typed_minutes(&minutes.get()).filter(|m| *m > 0);
+    let read = move || crate::domain::launch::read_minutes(&minutes.get());
+    let typed = move || read().ok().filter(|m| *m > 0);
     let summary = move || {
         let (per_hour, ends_at) = session.with(|s| (s.price_per_hour, s.ends_at_ms));
-        match (typed(), ends_at) {
-            (Some(m), Some(end)) => format!(
+        match (read(), ends_at) {
+            (Ok(0), _) => "Extend by at least 1 minute.".to_string(),
+            (Ok(m), Some(end)) => format!(
                 "Holds {} more now; ends at {} UTC instead of {} UTC.",
                 credits::with_unit(credits::price_for_minutes(per_hour, m as i64)),
                 crate::domain::dates::minute(end + m as i64 * 60_000),
                 crate::domain::dates::minute(end),
             ),
-            _ => "Enter a whole number of minutes.".to_string(),
+            (Ok(_), None) => String::new(),
+            (Err(why), _) => format!("{}.", why.words()),
         }
     };
     Effect::new(move |_| {
@@ -89,9 +92,18 @@ fn ExtendMenu(
             <form on:submit=submit>
                 <label>
                     "Minutes"
-                    <input type="number" min="1" step="1" inputmode="numeric" bind:value=minutes />
+                    // Text, not a number field: a number field reads a half-typed `-` or `1e`
+                    // as empty, and writing that back erased the keystroke (`1e3` became 3).
+                    <input
+                        type="text"
+                        inputmode="numeric"
+                        autocomplete="off"
+                        aria-invalid=move || typed().is_none().to_string()
+                        aria-describedby="extend-price"
+                        bind:value=minutes
+                    />
                 </label>
-                <p class="muted" data-testid="extend-price">{summary}</p>
+                <p class="muted" id="extend-price" data-testid="extend-price">{summary}</p>
                 <button
                     type="submit"
                     class="primary"
