@@ -89,6 +89,33 @@ impl Policy {
     }
 }
 
+/// What a page may do with the idle deadline it last read from the server. The server moves
+/// `idle_at` whenever a signal counts (a busy kernel, CPU or GPU work) and tells no page, so a
+/// copy read before the warning began says nothing about whether the session is idle now: the
+/// page asks again before it warns, and keeps asking while it warns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageIdle {
+    /// Warn (banner, notification): the server said `idle_at` after the warning began.
+    pub warn: bool,
+    /// Read the session again now: inside the warning by the page's copy, and the copy is older
+    /// than the warning or than [`PAGE_REREAD_MS`].
+    pub ask: bool,
+}
+
+/// Inside its warning, a page reads the deadline again at least this often.
+pub const PAGE_REREAD_MS: i64 = 10_000;
+
+/// [`PageIdle`] for a copy of `idle_at` the page read from the server at `read_at`.
+pub fn page_idle(idle_at: i64, warn_ms: i64, read_at: i64, now: i64) -> PageIdle {
+    let warn_from = idle_at - warn_ms;
+    let inside = now >= warn_from;
+    let confirmed = read_at >= warn_from;
+    PageIdle {
+        warn: inside && confirmed,
+        ask: inside && (!confirmed || now - read_at >= PAGE_REREAD_MS),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,5 +207,48 @@ mod tests {
             policy(false).judge(&s, 630 * MIN),
             Verdict::Idle { .. }
         ));
+    }
+
+    #[test]
+    fn a_page_counts_down_on_its_copy_until_the_warning_would_begin() {
+        // Read at minute 0: idle at 30, warned from 25.
+        let page = |now| page_idle(30 * MIN, 5 * MIN, 0, now);
+        assert_eq!(
+            page(24 * MIN),
+            PageIdle {
+                warn: false,
+                ask: false
+            }
+        );
+        assert_eq!(
+            page(25 * MIN),
+            PageIdle {
+                warn: false,
+                ask: true
+            },
+            "a copy from before the warning is asked about, not warned on"
+        );
+    }
+
+    #[test]
+    fn a_page_warns_only_on_a_deadline_the_server_said_inside_the_warning() {
+        // Read again at 25:10 and the server still says 30: warn, and ask again 10 s on.
+        let read = 25 * MIN + 10_000;
+        assert_eq!(
+            page_idle(30 * MIN, 5 * MIN, read, read),
+            PageIdle {
+                warn: true,
+                ask: false
+            }
+        );
+        assert!(page_idle(30 * MIN, 5 * MIN, read, read + PAGE_REREAD_MS).ask);
+        // A busy kernel moved it to 55 meanwhile: the page counts again, without a warning.
+        assert_eq!(
+            page_idle(55 * MIN, 5 * MIN, read, read + 1_000),
+            PageIdle {
+                warn: false,
+                ask: false
+            }
+        );
     }
 }

@@ -6,6 +6,7 @@ use crate::api::{
     ExtendSession, Heartbeat, Launch, StopSession, get_session, load_session_readings,
 };
 use crate::domain::credits;
+use crate::domain::idle;
 use crate::domain::pool::format_mib;
 use crate::domain::session::SessionState;
 use crate::domain::usage::Reading;
@@ -119,7 +120,12 @@ fn ExtendMenu(
 /// Asks, once, to notify the person; then tells them, while the page is not in front, when
 /// the session enters its last minutes or its idle warning.
 #[component]
-fn NotifyBeforeEnd(session: RwSignal<SessionView>, now: ReadSignal<i64>) -> impl IntoView {
+fn NotifyBeforeEnd(
+    session: RwSignal<SessionView>,
+    /// When the page last heard the server's idle deadline.
+    read_at: RwSignal<i64>,
+    now: ReadSignal<i64>,
+) -> impl IntoView {
     // Read after hydration: the server cannot know, and both renders must agree.
     let asked = RwSignal::new("unsupported");
     #[cfg(feature = "hydrate")]
@@ -134,9 +140,12 @@ fn NotifyBeforeEnd(session: RwSignal<SessionView>, now: ReadSignal<i64>) -> impl
                     return None;
                 }
                 let soon = |at: Option<i64>| at.filter(|at| *at - t <= s.warn_ms && *at > t);
+                let idle = s
+                    .idle_at_ms
+                    .filter(|_| page_idle(s, read_at.get_untracked(), t).is_some_and(|v| v.warn));
                 soon(s.ends_at_ms)
                     .map(|at| (at, true))
-                    .or_else(|| soon(s.idle_at_ms).map(|at| (at, false)))
+                    .or_else(|| soon(idle).map(|at| (at, false)))
             });
             let Some((at, by_time)) = deadline else {
                 return;
@@ -161,7 +170,7 @@ fn NotifyBeforeEnd(session: RwSignal<SessionView>, now: ReadSignal<i64>) -> impl
         });
     }
     #[cfg(not(feature = "hydrate"))]
-    let _ = (session, now);
+    let _ = (session, read_at, now);
     move || {
         (asked.get() == "default").then(|| {
             view! {
@@ -265,11 +274,22 @@ fn open_where_the_frame_is(ev: &leptos::ev::MouseEvent) {
 
 /// Shows `fresh` unless it is older than what the page shows: answers cross on the way (a
 /// heartbeat sent before the end can arrive after it), and a session's steps only grow.
-fn take_fresher(session: RwSignal<SessionView>, fresh: SessionView) {
+/// `read_at`: when the page last heard the server's idle deadline.
+fn take_fresher(session: RwSignal<SessionView>, read_at: RwSignal<i64>, fresh: SessionView) {
     let last = |s: &SessionView| s.steps.last().map_or(0, |step| step.seq);
     if session.with_untracked(|current| is_fresher(last(current), last(&fresh))) {
         session.set(fresh);
+        read_at.set(super::format::now_ms());
     }
+}
+
+/// The page's verdict on its copy of the idle deadline (see [`idle::page_idle`]); `None` when
+/// the session is not running.
+fn page_idle(session: &SessionView, read_at: i64, now: i64) -> Option<idle::PageIdle> {
+    session
+        .idle_at_ms
+        .filter(|_| session.state == SessionState::Ready)
+        .map(|at| idle::page_idle(at, session.warn_ms, read_at, now))
 }
 
 /// Whether a view whose last step is `fresh` may replace one whose last step is `current`.
@@ -361,23 +381,26 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
     let session = RwSignal::new(initial);
     let stop = ServerAction::<StopSession>::new();
     let now = use_clock();
+    // The server's idle deadline moves without telling the page (a busy kernel): what the page
+    // shows of it is as old as this, and read again before it warns.
+    let read_at = RwSignal::new(now.get_untracked());
     let query = leptos_router::hooks::use_query_map();
 
     let here = ServerAction::<Heartbeat>::new();
     let extend = ServerAction::<ExtendSession>::new();
     Effect::new(move |_| {
         if let Some(Ok(view)) = stop.value().get() {
-            take_fresher(session, view);
+            take_fresher(session, read_at, view);
         }
     });
     Effect::new(move |_| {
         if let Some(Ok(view)) = here.value().get() {
-            take_fresher(session, view);
+            take_fresher(session, read_at, view);
         }
     });
     Effect::new(move |_| {
         if let Some(Ok(view)) = extend.value().get() {
-            take_fresher(session, view);
+            take_fresher(session, read_at, view);
         }
     });
     #[cfg(feature = "hydrate")]
@@ -396,7 +419,7 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                     super::presence::in_idle_warning(now, s.idle_at_ms, s.warn_ms)
                 })
             },
-            move |view| take_fresher(session, view),
+            move |view| take_fresher(session, read_at, view),
         );
     }
 
@@ -416,12 +439,33 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                     let id = refresh_id.clone();
                     leptos::task::spawn_local(async move {
                         if let Ok(fresh) = get_session(id).await {
-                            take_fresher(session, fresh);
+                            take_fresher(session, read_at, fresh);
                         }
                     });
                 }
             });
             on_cleanup(move || stream.close());
+        });
+    }
+
+    #[cfg(feature = "hydrate")]
+    {
+        let id = id.clone();
+        let asking = StoredValue::new(false);
+        Effect::new(move |_| {
+            let t = now.get();
+            let ask = session.with_untracked(|s| page_idle(s, read_at.get_untracked(), t));
+            if !ask.is_some_and(|v| v.ask) || asking.get_value() {
+                return;
+            }
+            asking.set_value(true);
+            let id = id.clone();
+            leptos::task::spawn_local(async move {
+                if let Ok(fresh) = get_session(id).await {
+                    take_fresher(session, read_at, fresh);
+                }
+                asking.set_value(false);
+            });
         });
     }
 
@@ -551,7 +595,7 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                 {move || {
                     ready.get().then(|| view! { <ExtendMenu session extend /> })
                 }}
-                <NotifyBeforeEnd session now />
+                <NotifyBeforeEnd session read_at now />
                 {move || {
                     ready
                         .get()
@@ -575,11 +619,9 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                 {move || {
                     let (ready, warn) = session.with(|s| {
                         let t = now.get();
-                        let soon = |at: Option<i64>| at.is_some_and(|at| at - t <= s.warn_ms);
-                        (
-                            s.state == SessionState::Ready,
-                            (soon(s.idle_at_ms), soon(s.ends_at_ms)),
-                        )
+                        let idle = page_idle(s, read_at.get(), t).is_some_and(|v| v.warn);
+                        let ending = s.ends_at_ms.is_some_and(|at| at - t <= s.warn_ms);
+                        (s.state == SessionState::Ready, (idle, ending))
                     });
                     let id = session.with_untracked(|s| s.id.clone());
                     let extend_id = id.clone();
