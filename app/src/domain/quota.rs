@@ -126,6 +126,60 @@ pub fn check(limits: &Limits, usage: &Usage, slice_mib: u64, minutes: u32) -> Re
     Ok(())
 }
 
+/// What the server offers, which a user's limits must leave room for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Offered {
+    /// The smallest slice in the pool; `None` while it has none.
+    pub smallest_slice_mib: Option<u64>,
+    /// The shortest and longest session (`sessions.min_minutes`, `sessions.max_minutes`).
+    pub min_minutes: u32,
+    pub max_minutes: u32,
+}
+
+/// The smallest workspace limit an editor starts in: its settings, caches and a notebook or two.
+pub const MIN_DISK_MIB: u64 = 100;
+
+/// Why `overrides` would give their user limits nobody can launch with (or, for the minutes,
+/// limits that mean nothing), naming what the server offers; each problem, joined. The way to
+/// stop someone's launches is 0 sessions, which is always allowed.
+pub fn unusable(overrides: &Overrides, offered: &Offered) -> Result<(), String> {
+    let mut problems = Vec::new();
+    if let (Some(gpu), Some(smallest)) = (overrides.max_gpu_mib, offered.smallest_slice_mib)
+        && gpu < smallest
+    {
+        problems.push(format!(
+            "GPU memory {} is less than the smallest slice, {}: no launch would fit (to stop launches, set sessions to 0)",
+            format_mib(gpu),
+            format_mib(smallest)
+        ));
+    }
+    match overrides.max_minutes {
+        Some(m) if m < offered.min_minutes => problems.push(format!(
+            "{m} minutes is shorter than the shortest session, {} minutes",
+            offered.min_minutes
+        )),
+        Some(m) if m > offered.max_minutes => problems.push(format!(
+            "{m} minutes is longer than the longest session, {} minutes, which bounds everyone",
+            offered.max_minutes
+        )),
+        _ => {}
+    }
+    if let Some(disk) = overrides.max_disk_mib
+        && disk < MIN_DISK_MIB
+    {
+        problems.push(format!(
+            "a workspace of {} is too small for an editor to start in (at least {})",
+            format_mib(disk),
+            format_mib(MIN_DISK_MIB)
+        ));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("Not saved: {}.", problems.join("; ")))
+    }
+}
+
 /// What bounds a session's extension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ExtensionLimits {
@@ -395,5 +449,87 @@ mod tests {
                 Err(ExtensionRefused::Minutes { asked, max: 480 })
             );
         }
+    }
+
+    const OFFERED: Offered = Offered {
+        smallest_slice_mib: Some(8192),
+        min_minutes: 15,
+        max_minutes: 480,
+    };
+
+    #[test]
+    fn a_quota_nobody_can_launch_with_is_refused_naming_what_the_server_offers() {
+        let none = Overrides::default();
+        for (o, says) in [
+            (
+                Overrides {
+                    max_gpu_mib: Some(1000),
+                    ..none
+                },
+                "smallest slice, 8 GB",
+            ),
+            (
+                Overrides {
+                    max_minutes: Some(5),
+                    ..none
+                },
+                "shortest session, 15 minutes",
+            ),
+            (
+                Overrides {
+                    max_minutes: Some(100_000),
+                    ..none
+                },
+                "longest session, 480 minutes",
+            ),
+            (
+                Overrides {
+                    max_disk_mib: Some(1),
+                    ..none
+                },
+                "at least 100 MB",
+            ),
+        ] {
+            let refused = unusable(&o, &OFFERED).unwrap_err();
+            assert!(refused.contains(says), "{refused}");
+        }
+        // All at once: each is named.
+        let all = Overrides {
+            max_sessions: Some(1),
+            max_gpu_mib: Some(1000),
+            max_minutes: Some(5),
+            max_disk_mib: Some(1),
+        };
+        let refused = unusable(&all, &OFFERED).unwrap_err();
+        assert_eq!(refused.matches("; ").count(), 2, "{refused}");
+    }
+
+    #[test]
+    fn a_quota_at_the_bounds_or_left_at_the_defaults_is_taken() {
+        for o in [
+            Overrides::default(),
+            Overrides {
+                max_sessions: Some(0),
+                max_gpu_mib: Some(8192),
+                max_minutes: Some(15),
+                max_disk_mib: Some(MIN_DISK_MIB),
+            },
+            Overrides {
+                max_minutes: Some(480),
+                ..Overrides::default()
+            },
+        ] {
+            assert_eq!(unusable(&o, &OFFERED), Ok(()), "{o:?}");
+        }
+        // A pool without slices yet bounds no GPU limit.
+        let empty = Offered {
+            smallest_slice_mib: None,
+            ..OFFERED
+        };
+        let tiny = Overrides {
+            max_gpu_mib: Some(1),
+            ..Overrides::default()
+        };
+        assert_eq!(unusable(&tiny, &empty), Ok(()));
     }
 }

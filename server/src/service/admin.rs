@@ -58,7 +58,7 @@ use super::{Accounts, Admin};
 use crate::store::StoreError;
 use app::domain::credits;
 use app::domain::listing::{ListQuery, Listing, Page};
-use app::domain::quota::{Limits, Overrides, OverridesChange};
+use app::domain::quota::{Limits, Offered, Overrides, OverridesChange};
 use app::domain::scope::Scope;
 use app::domain::session::{EndReason, SessionState};
 use app::domain::usage::{self, UsageDay};
@@ -462,6 +462,7 @@ impl Admin {
         overrides: &Overrides,
     ) -> Result<Limits, AppError> {
         check_overrides(overrides)?;
+        self.check_usable(overrides).await?;
         if self.store.user_by_id(user_id).await?.is_none() {
             return Err(AppError::NotFound);
         }
@@ -469,6 +470,18 @@ impl Admin {
             .set_quota(user_id, overrides, actor.map(|a| a.id.as_str()))
             .await?;
         Ok(self.config.default_limits().with(overrides))
+    }
+
+    /// Refuses overrides nobody could launch with, naming the smallest slice, the shortest and
+    /// the longest session (the rule: `quota::unusable`).
+    async fn check_usable(&self, overrides: &Overrides) -> Result<(), AppError> {
+        let (sizes, bursts) = super::sessions::pool_sizes(&self.store.pool().await?);
+        let offered = Offered {
+            smallest_slice_mib: sizes.iter().chain(&bursts).copied().min(),
+            min_minutes: self.config.sessions.min_minutes,
+            max_minutes: self.config.sessions.max_minutes,
+        };
+        app::domain::quota::unusable(overrides, &offered).map_err(AppError::Invalid)
     }
 
     /// Changes some of a user's quota overrides, keeping the others; returns the limits that
@@ -481,7 +494,9 @@ impl Admin {
     ) -> Result<Limits, AppError> {
         require_admin(viewer)?;
         // Each limit is checked on its own, so the values named are all there is to check.
-        check_overrides(&change.applied_to(Overrides::default()))?;
+        let named = change.applied_to(Overrides::default());
+        check_overrides(&named)?;
+        self.check_usable(&named).await?;
         if self.store.user_by_id(user_id).await?.is_none() {
             return Err(AppError::NotFound);
         }

@@ -40,6 +40,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The slice sizes and the whole-card sizes the pool offers, each sorted.
+pub(in crate::service) fn pool_sizes(
+    pool: &[(crate::store::GpuRecord, Vec<crate::store::SlotRecord>)],
+) -> (Vec<u64>, Vec<u64>) {
+    let cards: Vec<(u64, Vec<u64>)> = pool
+        .iter()
+        .map(|(gpu, slots)| (gpu.memory_mib, slots.iter().map(|s| s.slice_mib).collect()))
+        .collect();
+    app::domain::pool::offered_sizes(&cards)
+}
+
 impl Core {
     /// What every page says when editors are not kept apart (no sandbox on this machine, or
     /// `local.isolation = "none"`).
@@ -69,11 +80,7 @@ impl Core {
         &self,
         pool: &[(crate::store::GpuRecord, Vec<crate::store::SlotRecord>)],
     ) -> Catalog {
-        let cards: Vec<(u64, Vec<u64>)> = pool
-            .iter()
-            .map(|(gpu, slots)| (gpu.memory_mib, slots.iter().map(|s| s.slice_mib).collect()))
-            .collect();
-        let (sizes, bursts) = app::domain::pool::offered_sizes(&cards);
+        let (sizes, bursts) = pool_sizes(pool);
         Catalog {
             editors: self.runtime.availability(),
             slice_sizes: sizes,

@@ -24,6 +24,39 @@ async fn admin(app: &TestApp, name: &str, scopes: Scopes) -> (String, String) {
     (user.id, token)
 }
 
+/// A page's server function called with a sign-in cookie, as the page's script calls it: a JSON
+/// body, or none.
+async fn server_fn(
+    app: &TestApp,
+    cookie: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> Response {
+    let (kind, body) = match body {
+        Some(json) => ("application/json", json.to_string()),
+        None => ("application/x-www-form-urlencoded", String::new()),
+    };
+    let request = Request::post(app.url(path))
+        .header("cookie", format!("sandbox_session={cookie}"))
+        .header("accept", "application/json")
+        .header("content-type", kind)
+        .body(Full::new(body.into()))
+        .unwrap();
+    app.send(request).await
+}
+
+/// Confirms an admin's sign-in with their password (the test admins' "password123").
+async fn confirm_admin(app: &TestApp, cookie: &str, password: &str) -> Response {
+    let confirm = <app::api::ConfirmAdmin as leptos::server_fn::ServerFn>::PATH;
+    let request = Request::post(app.url(confirm))
+        .header("cookie", format!("sandbox_session={cookie}"))
+        .header("accept", "application/json")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(Full::new(format!("password={password}").into()))
+        .unwrap();
+    app.send(request).await
+}
+
 fn refused(response: &Response, status: StatusCode, says: &str) {
     response.assert_status(status);
     let message = response.json()["message"]
@@ -627,7 +660,7 @@ async fn a_quota_patch_changes_only_the_overrides_it_names() {
     .await
     .assert_status(StatusCode::OK);
 
-    let patched = call(Method::PATCH, &root, json!({ "max_gpu_mib": 4096 })).await;
+    let patched = call(Method::PATCH, &root, json!({ "max_gpu_mib": 16384 })).await;
     patched.assert_status(StatusCode::OK);
     let limits = patched.json();
     assert_eq!(
@@ -636,7 +669,7 @@ async fn a_quota_patch_changes_only_the_overrides_it_names() {
             &limits["max_minutes"],
             &limits["max_gpu_mib"]
         ),
-        (&json!(1), &json!(45), &json!(4096)),
+        (&json!(1), &json!(45), &json!(16384)),
         "the others are kept"
     );
     let patched = call(Method::PATCH, &root, json!({ "max_minutes": null })).await;
@@ -644,7 +677,7 @@ async fn a_quota_patch_changes_only_the_overrides_it_names() {
     assert_eq!(patched.json()["max_minutes"], defaults.max_minutes);
     assert_eq!(patched.json()["max_sessions"], 1);
     let hers = app.get("/api/v1/quota", Some(&alice)).await.json();
-    assert_eq!(hers["limits"]["max_gpu_mib"], 4096);
+    assert_eq!(hers["limits"]["max_gpu_mib"], 16384);
 
     // Bad input changes nothing.
     for (body, says) in [
@@ -666,7 +699,7 @@ async fn a_quota_patch_changes_only_the_overrides_it_names() {
     let after = app.store.quota_overrides(&alice_id).await.unwrap();
     assert_eq!(
         (after.max_sessions, after.max_gpu_mib, after.max_minutes),
-        (Some(1), Some(4096), None)
+        (Some(1), Some(16384), None)
     );
     // A change that names nothing changes nothing, and is not audited as a change.
     let audited = async || {
@@ -684,11 +717,11 @@ async fn a_quota_patch_changes_only_the_overrides_it_names() {
         .clone();
     assert_eq!(
         newest,
-        "sessions 1 · GPU memory 4 GB · minutes per session default · workspace default"
+        "sessions 1 · GPU memory 16 GB · minutes per session default · workspace default"
     );
     let unchanged = call(Method::PATCH, &root, json!({})).await;
     unchanged.assert_status(StatusCode::OK);
-    assert_eq!(unchanged.json()["max_gpu_mib"], 4096);
+    assert_eq!(unchanged.json()["max_gpu_mib"], 16384);
     assert_eq!(audited().await, 3);
     app.call(
         Method::PATCH,
@@ -701,6 +734,57 @@ async fn a_quota_patch_changes_only_the_overrides_it_names() {
     app.stop().await;
 }
 
+/// Limits nobody could launch with are refused through both doors, naming what the server
+/// offers (the test pool: one 48 GB card in 8 GB slices; sessions of 15 to 480 minutes).
+#[tokio::test]
+async fn a_quota_nobody_can_launch_with_is_refused_naming_the_bounds() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (alice_id, _) = app.user("alice").await;
+    let (_, root) = admin(&app, "root", Scopes::ALL).await;
+    let path = format!("/api/v1/admin/users/{alice_id}/quota");
+    let cases = [
+        (json!({ "max_gpu_mib": 1000 }), "smallest slice, 8 GB"),
+        (json!({ "max_minutes": 5 }), "shortest session, 15 minutes"),
+        (
+            json!({ "max_minutes": 100_000 }),
+            "longest session, 480 minutes",
+        ),
+        (json!({ "max_disk_mib": 1 }), "too small for an editor"),
+    ];
+    for method in [Method::PUT, Method::PATCH] {
+        for (body, says) in &cases {
+            let answer = app
+                .call(method.clone(), &path, Some(&root), Some(body.clone()))
+                .await;
+            refused(&answer, StatusCode::BAD_REQUEST, says);
+        }
+    }
+    // The page's server function says the same.
+    let cookie = app.sign_in_cookie("root").await;
+    confirm_admin(&app, &cookie, "password123")
+        .await
+        .assert_status(StatusCode::OK);
+    let set = <app::api::SetUserQuota as leptos::server_fn::ServerFn>::PATH;
+    let tiny = json!({ "user_id": alice_id, "overrides": { "max_gpu_mib": 1000 } });
+    refused(
+        &server_fn(&app, &cookie, set, Some(tiny)).await,
+        StatusCode::BAD_REQUEST,
+        "smallest slice, 8 GB",
+    );
+    let fine =
+        json!({ "user_id": alice_id, "overrides": { "max_gpu_mib": 8192, "max_minutes": 15 } });
+    server_fn(&app, &cookie, set, Some(fine))
+        .await
+        .assert_status(StatusCode::OK);
+    // Nothing refused was kept.
+    let kept = app.store.quota_overrides(&alice_id).await.unwrap();
+    assert_eq!(
+        (kept.max_gpu_mib, kept.max_minutes, kept.max_disk_mib),
+        (Some(8192), Some(15), None)
+    );
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn the_pages_admin_functions_refuse_a_user_and_wait_for_an_admins_password() {
     let app = TestApp::start(Some(FakeRuntime::new())).await;
@@ -709,17 +793,7 @@ async fn the_pages_admin_functions_refuse_a_user_and_wait_for_an_admins_password
     let uma = app.sign_in_cookie("uma").await;
     let root = app.sign_in_cookie("root").await;
     let call = async |cookie: &str, path: &str, body: Option<serde_json::Value>| {
-        let (kind, body) = match body {
-            Some(json) => ("application/json", json.to_string()),
-            None => ("application/x-www-form-urlencoded", String::new()),
-        };
-        let request = Request::post(app.url(path))
-            .header("cookie", format!("sandbox_session={cookie}"))
-            .header("accept", "application/json")
-            .header("content-type", kind)
-            .body(Full::new(body.into()))
-            .unwrap();
-        app.send(request).await
+        server_fn(&app, cookie, path, body).await
     };
     let rest = async |cookie: &str, path: &str| {
         let request = Request::get(app.url(path))
@@ -731,7 +805,6 @@ async fn the_pages_admin_functions_refuse_a_user_and_wait_for_an_admins_password
     let pool = <app::api::LoadAdminPool as leptos::server_fn::ServerFn>::PATH;
     let users = <app::api::AdminUsers as leptos::server_fn::ServerFn>::PATH;
     let access = <app::api::AdminAccess as leptos::server_fn::ServerFn>::PATH;
-    let confirm = <app::api::ConfirmAdmin as leptos::server_fn::ServerFn>::PATH;
     let everyone = Some(json!({ "query": {} }));
 
     refused(
@@ -772,14 +845,8 @@ async fn the_pages_admin_functions_refuse_a_user_and_wait_for_an_admins_password
     );
 
     let form = "application/x-www-form-urlencoded";
-    let wrong = Request::post(app.url(confirm))
-        .header("cookie", format!("sandbox_session={root}"))
-        .header("accept", "application/json")
-        .header("content-type", form)
-        .body(Full::new("password=guess".into()))
-        .unwrap();
     refused(
-        &app.send(wrong).await,
+        &confirm_admin(&app, &root, "guess").await,
         StatusCode::FORBIDDEN,
         "not your password",
     );
@@ -788,13 +855,9 @@ async fn the_pages_admin_functions_refuse_a_user_and_wait_for_an_admins_password
         StatusCode::FORBIDDEN,
         "password",
     );
-    let right = Request::post(app.url(confirm))
-        .header("cookie", format!("sandbox_session={root}"))
-        .header("accept", "application/json")
-        .header("content-type", form)
-        .body(Full::new("password=password123".into()))
-        .unwrap();
-    app.send(right).await.assert_status(StatusCode::OK);
+    confirm_admin(&app, &root, "password123")
+        .await
+        .assert_status(StatusCode::OK);
 
     assert_eq!(call(&root, access, None).await.json()["confirmed"], true);
     let answer = call(&root, users, everyone.clone()).await;
@@ -833,16 +896,7 @@ async fn guesses_at_the_admin_confirmation_are_limited_like_sign_ins() {
     let app = TestApp::start(Some(FakeRuntime::new())).await;
     admin(&app, "root", Scopes::ALL).await;
     let root = app.sign_in_cookie("root").await;
-    let confirm = async |password: &str| {
-        let request =
-            Request::post(app.url(<app::api::ConfirmAdmin as leptos::server_fn::ServerFn>::PATH))
-                .header("cookie", format!("sandbox_session={root}"))
-                .header("accept", "application/json")
-                .header("content-type", "application/x-www-form-urlencoded")
-                .body(Full::new(format!("password={password}").into()))
-                .unwrap();
-        app.send(request).await
-    };
+    let confirm = async |password: &str| confirm_admin(&app, &root, password).await;
     for guess in 0..5 {
         refused(
             &confirm(&format!("guess{guess}")).await,
