@@ -10,6 +10,8 @@
 //! - [`rbac`]: every request authorized against the chart's rendered RBAC objects.
 //! - [`store`]: revisions, a window of changes, 410 Gone before it.
 //! - [`http`]: the URL layout, tokens, patch content types, watches.
+//! - [`scheduler`]: placement by CPU, memory and HAMi's GPU shares; unschedulable pods.
+//! - [`kubelet`]: runs a node's pods as local processes in network namespaces and cgroups.
 //!
 //! Not simulated (ARCHITECTURE.md): image pulls, NetworkPolicy enforcement, the container
 //! runtime's own isolation, the chart's ValidatingAdmissionPolicy (CEL; checked offline by
@@ -18,11 +20,14 @@
 pub mod admission;
 pub mod api;
 pub mod apply;
+pub mod cgroup;
 pub mod clock;
 pub mod http;
 pub mod kinds;
+pub mod kubelet;
 pub mod quantity;
 pub mod rbac;
+pub mod scheduler;
 pub mod selectors;
 pub mod status;
 pub mod store;
@@ -43,14 +48,51 @@ pub struct Options {
     pub rbac: Vec<Value>,
     /// Service accounts given a token: (namespace, name, token).
     pub service_accounts: Vec<(String, String, String)>,
-    pub logs: Option<Arc<dyn http::PodLogs>>,
+    /// Nodes, each with a kubelet that runs its pods (none: pods stay unscheduled).
+    pub nodes: Vec<NodeSpec>,
 }
 
-/// A running simulated API server.
+/// A node: its kubelet and its GPUs.
+pub struct NodeSpec {
+    pub kubelet: kubelet::Config,
+    pub cards: Vec<scheduler::Card>,
+}
+
+/// The logs of whichever node runs a pod.
+#[derive(Default)]
+struct Nodes(std::sync::Mutex<Vec<Arc<kubelet::Kubelet>>>);
+
+impl http::PodLogs for Nodes {
+    fn logs(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: Option<&str>,
+        previous: bool,
+        tail_lines: Option<usize>,
+    ) -> Result<String, status::Refusal> {
+        let nodes = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut last = None;
+        for node in nodes {
+            match node.logs(namespace, pod, container, previous, tail_lines) {
+                Ok(text) => return Ok(text),
+                Err(refused) => last = Some(refused),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            status::Refusal::bad_request(format!(
+                "container \"editor\" in pod \"{pod}\" is waiting to start: ContainerCreating"
+            ))
+        }))
+    }
+}
+
+/// A running simulated cluster.
 pub struct SimCluster {
     pub addr: SocketAddr,
     pub api: api::Api,
-    task: tokio::task::JoinHandle<()>,
+    pub kubelets: Vec<Arc<kubelet::Kubelet>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl SimCluster {
@@ -78,18 +120,42 @@ impl SimCluster {
             );
         }
         let api = api::Api::default();
+        let nodes = Arc::new(Nodes::default());
         let server = http::Server {
             api: api.clone(),
             authorizer: Arc::new(rbac::Authorizer::from_objects(&options.rbac)),
             tokens: Arc::new(tokens),
-            logs: options.logs,
+            logs: Some(nodes.clone()),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let task = tokio::spawn(async move {
+        let mut tasks = vec![tokio::spawn(async move {
             let _ = axum::serve(listener, http::router(server)).await;
-        });
-        Ok(SimCluster { addr, api, task })
+        })];
+        let mut kubelets = Vec::new();
+        for node in options.nodes {
+            let kubelet = kubelet::Kubelet::start(node.kubelet, api.store.clone(), &node.cards)
+                .map_err(std::io::Error::other)?;
+            tasks.push(tokio::spawn(kubelet.clone().run()));
+            kubelets.push(kubelet);
+        }
+        *nodes.0.lock().unwrap_or_else(|e| e.into_inner()) = kubelets.clone();
+        Ok(SimCluster {
+            addr,
+            api,
+            kubelets,
+            tasks,
+        })
+    }
+
+    /// Stops every pod and removes the nodes' networks.
+    pub async fn shut_down(self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        for kubelet in &self.kubelets {
+            kubelet.shut_down().await;
+        }
     }
 
     /// A kubeconfig that reaches this API server with `token`.
@@ -105,6 +171,8 @@ impl SimCluster {
 
 impl Drop for SimCluster {
     fn drop(&mut self) {
-        self.task.abort();
+        for task in &self.tasks {
+            task.abort();
+        }
     }
 }

@@ -53,7 +53,7 @@ async fn start_cluster(rbac: Vec<Value>) -> SimCluster {
             SERVER_ACCOUNT.into(),
             SERVER_TOKEN.into(),
         )],
-        logs: None,
+        nodes: Vec::new(),
     })
     .await
     .expect("the simulated cluster")
@@ -277,4 +277,143 @@ async fn the_simulated_api_server_refuses_what_a_cluster_refuses() {
         matches!(&gone, WatchEvent::Error(e) if e.code == 410),
         "{gone:?}"
     );
+}
+
+/// A node of a simulated cluster: its kubelet runs the editor images from this machine's
+/// editors (`SANDBOX_EDITORS__TOOLS_DIR`), on one 48 GB card split in ten.
+fn node(name: &str) -> sim_cluster::NodeSpec {
+    use sim_cluster::kubelet::{Config, Image};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let tools = crate::common::tools_dir();
+    let python = std::process::Command::new(tools.join("venv/bin/python3"))
+        .args(["-c", "import sys; print(sys.base_prefix)"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let mut dirs = vec![tools.join("venv"), tools.join("npm")];
+    if !python.is_empty() {
+        dirs.push(python.into());
+    }
+    let images = KubeConfig::default().images;
+    let name_of = |reference: &str| {
+        let base = reference.split('@').next().unwrap();
+        base.rsplit_once(':').map_or(base, |(n, _)| n).to_string()
+    };
+    let root = std::env::temp_dir().join(format!("sim-node-{}-{n}", std::process::id()));
+    sim_cluster::NodeSpec {
+        kubelet: Config {
+            node: name.into(),
+            root,
+            images: [&images.jupyterlab, &images.marimo, &images.code_server]
+                .into_iter()
+                .map(|r| Image {
+                    name: name_of(r),
+                    dirs: dirs.clone(),
+                })
+                .collect(),
+            subnet: std::net::Ipv4Addr::new(
+                198,
+                18,
+                (std::process::id() % 200) as u8,
+                (n % 4) as u8 * 64,
+            ),
+            bridge: format!("sb{:05}{:03}", std::process::id() % 100_000, n % 1000),
+            system: ["/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc"]
+                .into_iter()
+                .map(std::path::PathBuf::from)
+                .collect(),
+            backoff: Duration::from_millis(500),
+        },
+        cards: vec![sim_cluster::scheduler::Card {
+            uuid: format!("GPU-sim-{name}"),
+            split: 10,
+            memory_mib: 49152,
+            cores: 100,
+            model: "NVIDIA-L40S".into(),
+        }],
+    }
+}
+
+/// The whole session path on the cluster with a real editor: a launch through the product's
+/// API becomes a pod the scheduler places with HAMi's annotations and the kubelet runs as a
+/// real JupyterLab at its own pod IP; the session is ready when the pod's probe passes; the
+/// proxy carries HTTP and a kernel's `1+1` over WebSocket to the pod; a stop deletes the pod
+/// and the credits held for the unused time come back.
+#[tokio::test]
+async fn a_session_on_the_cluster_runs_a_real_jupyterlab_through_the_proxy() {
+    if !crate::common::tools_dir()
+        .join("venv/bin/jupyter-lab")
+        .exists()
+    {
+        panic!("JupyterLab is not installed: scripts/setup.sh --test");
+    }
+    let cluster = SimCluster::start(Options {
+        rbac: chart().clone(),
+        service_accounts: vec![(
+            SERVER_NAMESPACE.into(),
+            SERVER_ACCOUNT.into(),
+            SERVER_TOKEN.into(),
+        )],
+        nodes: vec![node("gpu-node-1")],
+    })
+    .await
+    .expect("the simulated cluster");
+    let runtime = KubeRuntime::new(client(&cluster, SERVER_TOKEN).await, kube_config());
+    let app = crate::common::TestApp::start_kube(runtime, |c| {
+        c.kube = kube_config();
+        c.sessions.ready_timeout_seconds = 120;
+    })
+    .await;
+    let (carol, token) = app.user("carol").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    let namespace =
+        server::runtime::kube::names::namespace_of(&kube_config().namespace_prefix, "carol");
+    let pod = cluster
+        .api
+        .store
+        .read(|o| o.list("pods", Some(&namespace)).into_iter().next())
+        .expect("the session's pod");
+    assert_eq!(pod["status"]["phase"], "Running");
+    assert_eq!(
+        pod["metadata"]["annotations"]["hami.io/vgpu-node"],
+        "gpu-node-1"
+    );
+    let pod_ip = pod["status"]["podIP"].as_str().unwrap().to_string();
+    assert!(pod_ip.starts_with("198.18."), "{pod_ip}");
+    let record = app.record(&id).await;
+    assert_eq!(
+        record.upstream.as_deref(),
+        Some(format!("{pod_ip}:8888").as_str())
+    );
+    let status = app.get(&format!("/s/{id}/api/status"), Some(&token)).await;
+    status.assert_status(http::StatusCode::OK);
+    let printed = crate::isolation::run_python(&app, &token, &id, "print(1+1)").await;
+    assert_eq!(printed.trim(), "2");
+    let stopped = app
+        .delete(&format!("/api/v1/sessions/{id}"), Some(&token))
+        .await;
+    assert!(stopped.status.is_success(), "{:?}", stopped.status);
+    app.wait_for(&token, &id, |v| v["state"] == "ended").await;
+    // The pod goes (its grace period, then the kubelet removes it).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while cluster
+        .api
+        .store
+        .read(|o| !o.list("pods", Some(&namespace)).is_empty())
+    {
+        assert!(tokio::time::Instant::now() < deadline, "the pod stayed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // 30 minutes were held; what was not used came back.
+    let (balance, held) = app.store.credits(&carol).await.unwrap();
+    assert_eq!(held, 0);
+    let charged = 100_000 - balance;
+    assert!(
+        charged > 0 && charged < 17 * 30,
+        "charged {charged} of 510 held"
+    );
+    app.stop().await;
+    cluster.shut_down().await;
 }
