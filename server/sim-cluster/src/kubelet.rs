@@ -346,7 +346,12 @@ impl Kubelet {
     }
 
     /// The folder a volume is, made if missing, with a Secret's keys written as files.
-    fn volume_dir(&self, key: &(String, String), volume: &Value) -> Result<PathBuf, String> {
+    fn volume_dir(
+        &self,
+        key: &(String, String),
+        volume: &Value,
+        fs_group: Option<u32>,
+    ) -> Result<PathBuf, String> {
         let name = text(volume, "/name");
         let dir = if let Some(claim) = volume
             .pointer("/persistentVolumeClaim/claimName")
@@ -371,6 +376,17 @@ impl Kubelet {
                 .join(format!("{}_{}", key.0, key.1))
                 .join(&name);
             std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            // The volume's `defaultMode` (0644 unless it says otherwise), as the kubelet sets it.
+            use std::os::unix::fs::PermissionsExt;
+            let mode = volume
+                .pointer("/secret/defaultMode")
+                .and_then(Value::as_u64)
+                .unwrap_or(0o644) as u32;
+            let chmod = |path: &Path, mode: u32| {
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+                    .map_err(|e| e.to_string())
+            };
+            chmod(&dir, 0o755)?;
             for (file, value) in data
                 .get("data")
                 .and_then(Value::as_object)
@@ -380,6 +396,13 @@ impl Kubelet {
                 let bytes = base64_decode(value.as_str().unwrap_or(""))
                     .ok_or("a Secret's data is not base64")?;
                 std::fs::write(dir.join(file), bytes).map_err(|e| e.to_string())?;
+                chmod(&dir.join(file), mode)?;
+                // With an fsGroup the files are the group's, as the kubelet's ownership
+                // management makes them.
+                if let Some(group) = fs_group {
+                    std::os::unix::fs::chown(dir.join(file), None, Some(group))
+                        .map_err(|e| e.to_string())?;
+                }
             }
             dir
         } else {
@@ -470,6 +493,9 @@ impl Kubelet {
             .iter()
             .find(|i| i.name == image_name(&reference))
             .ok_or_else(|| format!("Failed to pull image \"{reference}\": not found here"))?;
+        let fs_group = pod
+            .pointer("/spec/securityContext/fsGroup")
+            .and_then(Value::as_u64);
         let mut mounts: Vec<(PathBuf, String, bool)> = Vec::new();
         for mount in container
             .get("volumeMounts")
@@ -488,7 +514,7 @@ impl Kubelet {
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
             mounts.push((
-                self.volume_dir(key, volume)?,
+                self.volume_dir(key, volume, fs_group.map(|g| g as u32))?,
                 text(mount, "/mountPath"),
                 read_only,
             ));
@@ -517,9 +543,6 @@ impl Kubelet {
             .or_else(|| pod.pointer("/spec/securityContext/runAsGroup"))
             .and_then(Value::as_u64)
             .unwrap_or(0);
-        let fs_group = pod
-            .pointer("/spec/securityContext/fsGroup")
-            .and_then(Value::as_u64);
         for (dir, _, read_only) in &mounts {
             if !read_only {
                 // As a kubelet gives a volume to the pod's fsGroup (or its user).
@@ -550,11 +573,13 @@ impl Kubelet {
                 ]);
             }
         }
-        // The image's folders' parents made open, as an image's own folders are (bwrap would copy
-        // the host's modes, and /root is the host's alone).
+        // The parents of the image's folders and of the mounts made open, as an image's own
+        // folders are (bwrap would make them with the host's modes, and /root is the host's).
         let mut parents: Vec<&Path> = image
             .dirs
             .iter()
+            .map(PathBuf::as_path)
+            .chain(mounts.iter().map(|(_, at, _)| Path::new(at.as_str())))
             .flat_map(|d| d.ancestors().skip(1))
             .filter(|p| p.parent().is_some())
             .filter(|p| !self.config.system.iter().any(|s| p.starts_with(s)))
@@ -582,6 +607,10 @@ impl Kubelet {
                 "/proc",
                 "--dev",
                 "/dev",
+                "--perms",
+                "1777",
+                "--tmpfs",
+                "/dev/shm",
                 "--unshare-pid",
                 "--unshare-ipc",
                 "--unshare-uts",
@@ -879,6 +908,12 @@ impl Kubelet {
         let flag = |b: bool| if b { "True" } else { "False" };
         self.store.write(|o| {
             let Some(mut current) = o.get("pods", &key.0, &key.1).cloned() else { return };
+            // A restart keeps how the container last ended, as `lastState` does.
+            let last = last.clone().or_else(|| {
+                current
+                    .pointer("/status/containerStatuses/0/lastState")
+                    .cloned()
+            });
             let mut status = json!({
                 "name": "editor",
                 "image": image,
@@ -1110,6 +1145,7 @@ impl Drop for Kubelet {
         if let Some(groups) = &self.cgroups {
             groups.remove_base();
         }
+        let _ = std::fs::remove_dir_all(&self.config.root);
     }
 }
 

@@ -203,6 +203,12 @@ pub trait Runtime: Send + Sync + 'static {
     async fn stop(&self, handle: &str) -> Result<(), RuntimeError>;
     /// Whether it still runs.
     async fn is_alive(&self, handle: &str) -> bool;
+    /// Whether an editor that no longer runs went with its machine (a node drained or lost, its
+    /// pod deleted by the cluster) rather than ending by itself: its session then ends as lost.
+    async fn was_lost(&self, handle: &str) -> bool {
+        let _ = handle;
+        false
+    }
 
     /// Stops editors this runtime started that none of `owned` (launch ids: live sessions and
     /// pre-started editors) accounts for, i.e. what a server that died between starting an

@@ -564,7 +564,17 @@ impl Guard {
                 watch.alive = Some(self.runtime.is_alive(handle).await);
                 judged = reaper::verdict(&watch, &policy, now);
             }
-            if let reaper::Verdict::End { reason, detail } = judged {
+            if let reaper::Verdict::End {
+                mut reason,
+                mut detail,
+            } = judged
+            {
+                if let (EndReason::Crash, Some(handle)) = (reason, &record.runtime_handle)
+                    && self.runtime.was_lost(handle).await
+                {
+                    reason = EndReason::Lost;
+                    detail = Some(crate::runtime::kube::reconcile::LOST_GONE);
+                }
                 tracing::info!(session = %record.id, %reason, locked = watch.locked, "reaper ends a session");
                 // A crash report carries the editor's last lines, so its owner can tell why.
                 let last_words = match (reason, &record.runtime_handle) {

@@ -349,23 +349,7 @@ async fn a_session_on_the_cluster_runs_a_real_jupyterlab_through_the_proxy() {
     {
         panic!("JupyterLab is not installed: scripts/setup.sh --test");
     }
-    let cluster = SimCluster::start(Options {
-        rbac: chart().clone(),
-        service_accounts: vec![(
-            SERVER_NAMESPACE.into(),
-            SERVER_ACCOUNT.into(),
-            SERVER_TOKEN.into(),
-        )],
-        nodes: vec![node("gpu-node-1")],
-    })
-    .await
-    .expect("the simulated cluster");
-    let runtime = KubeRuntime::new(client(&cluster, SERVER_TOKEN).await, kube_config());
-    let app = crate::common::TestApp::start_kube(runtime, |c| {
-        c.kube = kube_config();
-        c.sessions.ready_timeout_seconds = 120;
-    })
-    .await;
+    let (cluster, app) = product_on(vec![node("gpu-node-1")]).await;
     let (carol, token) = app.user("carol").await;
     let id = app.launch_ready(&token, "jupyterlab").await;
     let namespace =
@@ -415,5 +399,254 @@ async fn a_session_on_the_cluster_runs_a_real_jupyterlab_through_the_proxy() {
         "charged {charged} of 510 held"
     );
     app.stop().await;
+    cluster.shut_down().await;
+}
+
+/// A cluster of `nodes` with the chart's RBAC, and the product's server on it.
+async fn product_on(nodes: Vec<sim_cluster::NodeSpec>) -> (SimCluster, crate::common::TestApp) {
+    product_with(nodes, |_| {}).await
+}
+
+/// As [`product_on`], the product's `[kube]` settings adjusted.
+async fn product_with(
+    nodes: Vec<sim_cluster::NodeSpec>,
+    adjust: impl FnOnce(&mut KubeConfig),
+) -> (SimCluster, crate::common::TestApp) {
+    let mut kube = kube_config();
+    adjust(&mut kube);
+    let cluster = SimCluster::start(Options {
+        rbac: chart().clone(),
+        service_accounts: vec![(
+            SERVER_NAMESPACE.into(),
+            SERVER_ACCOUNT.into(),
+            SERVER_TOKEN.into(),
+        )],
+        nodes,
+    })
+    .await
+    .expect("the simulated cluster");
+    let runtime = KubeRuntime::new(client(&cluster, SERVER_TOKEN).await, kube.clone());
+    let app = crate::common::TestApp::start_kube(runtime, |c| {
+        c.kube = kube;
+        c.sessions.ready_timeout_seconds = 120;
+        c.idle.reaper_period_ms = 200;
+    })
+    .await;
+    (cluster, app)
+}
+
+/// marimo (its token a Secret volume's file) and code-server (a hashed password from the
+/// Secret) run on the cluster too, each answering through the proxy at its pod.
+#[tokio::test]
+async fn marimo_and_code_server_run_on_the_cluster() {
+    let (cluster, app) = product_on(vec![node("gpu-node-1")]).await;
+    let (_, token) = app.user("dora").await;
+    let marimo = app.launch_ready(&token, "marimo").await;
+    let page = app.get(&format!("/s/{marimo}/"), Some(&token)).await;
+    page.assert_status(http::StatusCode::OK);
+    assert!(String::from_utf8_lossy(&page.body).contains("marimo"));
+    let code = app.launch_ready(&token, "code-server").await;
+    let first = app.get(&format!("/s/{code}/"), Some(&token)).await;
+    first.assert_status(http::StatusCode::FOUND);
+    let location = first.headers["location"].to_str().unwrap().to_string();
+    let page = app
+        .call(
+            http::Method::GET,
+            &format!("/s/{code}/{}", &location[2..]),
+            Some(&token),
+            None,
+        )
+        .await;
+    page.assert_status(http::StatusCode::OK);
+    assert!(String::from_utf8_lossy(&page.body).contains("vscode"));
+    let pods = cluster.api.store.read(|o| o.list("pods", None));
+    assert_eq!(pods.len(), 2, "two sessions, two pods");
+    let ips: std::collections::BTreeSet<&str> = pods
+        .iter()
+        .map(|p| p["status"]["podIP"].as_str().unwrap())
+        .collect();
+    assert_eq!(ips.len(), 2, "each pod its own address");
+    app.stop().await;
+    cluster.shut_down().await;
+}
+
+/// Waits until `check` holds of the cluster's store.
+async fn until(
+    cluster: &SimCluster,
+    what: &str,
+    check: impl Fn(&sim_cluster::store::Objects) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !cluster.api.store.read(&check) {
+        assert!(tokio::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The first pod of `namespace`, as the API server holds it.
+fn pod_of(cluster: &SimCluster, namespace: &str) -> Value {
+    cluster
+        .api
+        .store
+        .read(|o| o.list("pods", Some(namespace)).into_iter().next())
+        .expect("a pod")
+}
+
+fn namespace_of(user: &str) -> String {
+    server::runtime::kube::names::namespace_of(&kube_config().namespace_prefix, user)
+}
+
+/// A node drained mid-session (`kubectl drain`): its pod is deleted, the session ends as lost
+/// and the credits held for its unused time come back; nothing is scheduled there again.
+#[tokio::test]
+async fn a_node_drained_mid_session_ends_its_sessions_lost_and_refunded() {
+    let (cluster, app) = product_on(vec![node("gpu-node-1")]).await;
+    let (erin, token) = app.user("erin").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    cluster.kubelets[0].drain();
+    let view = app.wait_for(&token, &id, |v| v["state"] == "ended").await;
+    assert_eq!(view["end_reason"], "lost", "{view}");
+    let (balance, held) = app.store.credits(&erin).await.unwrap();
+    assert_eq!(held, 0);
+    assert!(100_000 - balance < 17 * 30, "refunded: {balance}");
+    // The cordoned node takes nothing: the next launch waits, unschedulable.
+    let next = app.launch_id(&token, "jupyterlab").await;
+    until(&cluster, "the next pod is refused by the scheduler", |o| {
+        o.list("pods", Some(&namespace_of("erin")))
+            .iter()
+            .any(|p| p["status"]["conditions"][0]["reason"] == "Unschedulable")
+    })
+    .await;
+    let _ = app
+        .delete(&format!("/api/v1/sessions/{next}"), Some(&token))
+        .await;
+    app.stop().await;
+    cluster.shut_down().await;
+}
+
+/// The namespace's ResourceQuota refuses a pod past its `pods` limit, in Kubernetes' own words,
+/// and the launch fails with them and is refunded.
+#[tokio::test]
+async fn the_namespaces_quota_refuses_a_second_pod_in_its_words() {
+    let (cluster, app) = product_with(vec![node("gpu-node-1")], |k| k.max_pods_per_user = 1).await;
+    let (frank, token) = app.user("frank").await;
+    app.launch_ready(&token, "jupyterlab").await;
+    let second = app.launch_id(&token, "jupyterlab").await;
+    let view = app
+        .wait_for(&token, &second, |v| v["state"] == "ended")
+        .await;
+    let detail = view["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("exceeded quota: ") && detail.contains("limited: pods=1"),
+        "{view}"
+    );
+    let (_, held) = app.store.credits(&frank).await.unwrap();
+    assert!(held > 0, "the first session still holds its credits");
+    app.stop().await;
+    cluster.shut_down().await;
+}
+
+/// An image no node has never gets ready: the launch fails with the pull error, not a hang.
+#[tokio::test]
+async fn a_pod_whose_image_cannot_be_pulled_fails_the_launch_with_why() {
+    let (cluster, app) = product_with(vec![node("gpu-node-1")], |k| {
+        k.images.jupyterlab = "registry.example/nowhere/lab:1".into();
+    })
+    .await;
+    let (_, token) = app.user("gina").await;
+    let id = app.launch_id(&token, "jupyterlab").await;
+    let view = app.wait_for(&token, &id, |v| v["state"] == "ended").await;
+    let detail = view["detail"].as_str().unwrap_or_default().to_lowercase();
+    assert!(detail.contains("image"), "{view}");
+    until(&cluster, "the failed pod is deleted", |o| {
+        o.list("pods", Some(&namespace_of("gina"))).is_empty()
+    })
+    .await;
+    app.stop().await;
+    cluster.shut_down().await;
+}
+
+/// An editor that crashes is restarted by its kubelet, as a container is: the pod counts the
+/// restart and the session answers again.
+#[tokio::test]
+async fn an_editor_that_crashes_is_restarted_and_the_session_carries_on() {
+    let (cluster, app) = product_on(vec![node("gpu-node-1")]).await;
+    let (_, token) = app.user("hal").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    let namespace = namespace_of("hal");
+    // The editor's own process, found by its pod's name on its command line.
+    let killed = std::process::Command::new("pkill")
+        .args(["-KILL", "-f", &format!("jupyter-lab.*base_url=/s/{id}/")])
+        .status()
+        .unwrap();
+    assert!(killed.success(), "the editor's process was found");
+    until(&cluster, "the kubelet counts the restart", |o| {
+        o.list("pods", Some(&namespace)).iter().any(|p| {
+            p["status"]["containerStatuses"][0]["restartCount"] == 1
+                && p["status"]["containerStatuses"][0]["ready"] == true
+        })
+    })
+    .await;
+    let pod = pod_of(&cluster, &namespace);
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"],
+        137
+    );
+    let status = app.get(&format!("/s/{id}/api/status"), Some(&token)).await;
+    status.assert_status(http::StatusCode::OK);
+    app.stop().await;
+    cluster.shut_down().await;
+}
+
+/// A container past its memory limit is killed by its cgroup and reported `OOMKilled`, as a
+/// kubelet reports it; the kubelet restarts it.
+#[tokio::test]
+async fn a_container_past_its_memory_limit_is_oom_killed() {
+    use k8s_openapi::api::core::v1::{Namespace, Pod};
+    use kube::api::{Api, PostParams};
+    let cluster = SimCluster::start(Options {
+        rbac: chart().clone(),
+        nodes: vec![node("cpu-node-1")],
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let admin = client(&cluster, ADMIN_TOKEN).await;
+    let namespace: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "jobs"}})).unwrap();
+    Api::<Namespace>::all(admin.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
+    let python = crate::common::tools_dir().join("venv/bin/python3");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "hungry"},
+        "spec": {"containers": [{
+            "name": "editor",
+            "image": KubeConfig::default().images.jupyterlab,
+            "command": [python.display().to_string(), "-c", "a = bytearray(256 * 1024 * 1024); print(len(a))"],
+            "resources": {"limits": {"memory": "64Mi", "cpu": "1"}},
+        }]},
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(admin, "jobs")
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    until(&cluster, "the container is OOMKilled", |o| {
+        o.get("pods", "jobs", "hungry").is_some_and(|p| {
+            p["status"]["containerStatuses"][0]["lastState"]["terminated"]["reason"] == "OOMKilled"
+        })
+    })
+    .await;
+    let pod = cluster
+        .api
+        .store
+        .read(|o| o.get("pods", "jobs", "hungry").cloned())
+        .unwrap();
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"],
+        137
+    );
     cluster.shut_down().await;
 }

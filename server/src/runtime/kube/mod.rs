@@ -768,10 +768,14 @@ impl Runtime for KubeRuntime {
             return false;
         };
         match self.get_pod(&handle).await {
-            Ok(Some(pod)) => !matches!(
-                pod.status.and_then(|s| s.phase).as_deref(),
-                Some("Failed" | "Succeeded")
-            ),
+            // Being deleted by someone else (a drain, an eviction): going, not running.
+            Ok(Some(pod)) => {
+                pod.metadata.deletion_timestamp.is_none()
+                    && !matches!(
+                        pod.status.and_then(|s| s.phase).as_deref(),
+                        Some("Failed" | "Succeeded")
+                    )
+            }
             Ok(None) => false,
             // Unknown is not dead: a restart while the API server blinks must not end every
             // session. The reconciler ends the ones that are really gone.
@@ -779,6 +783,18 @@ impl Runtime for KubeRuntime {
                 tracing::warn!(pod = %handle.pod, error = %e, "is the editor pod alive?");
                 true
             }
+        }
+    }
+
+    async fn was_lost(&self, handle: &str) -> bool {
+        let Ok(handle) = PodHandle::parse(handle) else {
+            return false;
+        };
+        // Gone or going without our asking: the cluster took it (a drained or failed node).
+        match self.get_pod(&handle).await {
+            Ok(Some(pod)) => pod.metadata.deletion_timestamp.is_some(),
+            Ok(None) => true,
+            Err(_) => false,
         }
     }
 
