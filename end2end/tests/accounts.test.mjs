@@ -27,7 +27,7 @@ test('an added user signs in with the shown password, chooses their own, and is 
     await form.getByRole('button', { name: 'Add user' }).click();
     const shown = page.getByTestId('made-password-value');
     await shown.waitFor();
-    const given = (await shown.innerText()).trim();
+    const given = await shown.inputValue();
     assert.ok(given.length >= 12, given);
     const row = page.locator(`tr[data-user="${name}"]`);
     await row.getByText('new password').waitFor();
@@ -129,8 +129,13 @@ test('an added user signs in with the shown password, chooses their own, and is 
     await row.getByRole('button', { name: `Reset password of ${name}` }).click();
     assert.match(page.dialogs.at(-1) ?? '', new RegExp(`^Give ${name} a new password\\?`));
     await page.getByTestId('made-password').filter({ hasText: name }).waitFor();
-    const reset = (await page.getByTestId('made-password-value').innerText()).trim();
+    const reset = await page.getByTestId('made-password-value').inputValue();
     assert.notEqual(reset, given);
+    // Copied with its button: the clipboard holds it.
+    await page.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: BASE });
+    await page.getByRole('button', { name: `Copy password of ${name}` }).click();
+    await page.getByTestId('made-password').getByRole('status').filter({ hasText: 'Copied.' }).waitFor();
+    assert.equal(await page.evaluate(() => navigator.clipboard.readText()), reset);
     await row.getByText('new password').waitFor();
 
     // The newcomer's open page is held to the new change at its next load.
@@ -141,6 +146,9 @@ test('an added user signs in with the shown password, chooses their own, and is 
     await row.getByRole('button', { name: `Delete ${name}` }).click();
     assert.match(page.dialogs.at(-1) ?? '', new RegExp(`^Delete ${name}\\? They can no longer sign in`));
     await row.waitFor({ state: 'detached' });
+    // The password belonged to the reset: the next action took it off the page.
+    assert.equal(await page.getByTestId('made-password').count(), 0, 'the password is gone');
+    assert.equal(await page.getByText(reset).count(), 0);
     await newcomer.goto(`${BASE}/`);
     await newcomer.waitForURL(/\/login/);
     await hydrated(newcomer);

@@ -4,6 +4,7 @@ mod account;
 mod admin;
 mod charts;
 mod chips;
+mod copy;
 mod credit_ask;
 mod dashboard;
 mod format;

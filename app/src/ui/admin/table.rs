@@ -189,13 +189,24 @@ where
 
 /// What the last action on a tab came to, in one line: its success in words or its refusal.
 /// Sending an action clears it and its answer replaces it, so that an old refusal never stays
-/// beside a later success.
+/// beside a later success. The second field counts the actions sent.
 #[derive(Clone, Copy)]
-pub(super) struct Outcome(RwSignal<Option<Result<String, String>>>);
+pub(super) struct Outcome(RwSignal<Option<Result<String, String>>>, RwSignal<u64>);
 
 impl Outcome {
     pub(super) fn new() -> Outcome {
-        Outcome(RwSignal::new(None))
+        Outcome(RwSignal::new(None), RwSignal::new(0))
+    }
+
+    /// Empties `shown` whenever an action is sent: what it shows (a password made once)
+    /// belongs to the action that made it, and goes with the next.
+    pub(super) fn owns<T: Send + Sync + 'static>(self, shown: RwSignal<Option<T>>) {
+        Effect::new(move |first: Option<()>| {
+            self.1.track();
+            if first.is_some() {
+                shown.set(None);
+            }
+        });
     }
 
     /// Follows one action: `pending` while it is sent, `answer` its success told in words.
@@ -207,6 +218,7 @@ impl Outcome {
         Effect::new(move |_| {
             if pending() {
                 self.0.set(None);
+                self.1.update(|n| *n += 1);
             }
         });
         Effect::new(move |_| {

@@ -108,6 +108,8 @@ pub(super) fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
         move || quota.pending().get(),
         move || quota.value().get().map(|(_, answer)| answer),
     );
+    // A password made here is shown until the next action is sent, whatever it is.
+    outcome.owns(made);
     // Reloaded after what succeeded only: a refused grant keeps what was typed in its row.
     let changed = RwSignal::new(0u32);
     let drafts = Drafts::new();
@@ -264,10 +266,12 @@ fn AddUserForm(add: ServerAction<AddUser>) -> impl IntoView {
 fn MadePasswordNotice(made: MadePassword) -> impl IntoView {
     view! {
         <div class="notice" role="status" data-testid="made-password">
-            <p>
-                {format!("{}'s password, shown only now: ", made.name)}
-                <code data-testid="made-password-value">{made.password}</code>
-            </p>
+            <p>{format!("{}'s password, shown only now:", made.name)}</p>
+            <crate::ui::copy::SecretField
+                secret=made.password
+                label=format!("Password of {}", made.name)
+                test_id="made-password-value"
+            />
             <p class="muted">
                 "Hand it over in person or by a private message. They choose their own at their next sign-in."
             </p>
