@@ -203,11 +203,9 @@ impl Kubelet {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .contains_key(&key);
-            if !known {
-                if let Err(why) = self.set_up(&key, &pod) {
-                    self.report_waiting(&key, "CreateContainerError", &why);
-                    continue;
-                }
+            if !known && let Err(why) = self.set_up(&key, &pod) {
+                self.report_waiting(&key, "CreateContainerError", &why);
+                continue;
             }
             self.tend(&key, &pod).await;
         }
@@ -1020,18 +1018,18 @@ impl Kubelet {
             .unwrap_or_else(|e| e.into_inner())
             .remove(key);
         let Some(mut state) = state else { return };
-        if let Some(mut container) = state.container.take() {
-            if let Some(pid) = container.child.id() {
-                // SAFETY: a signal to the container's own process group.
-                unsafe { signal(-(pid as i32), 15) };
-                if tokio::time::timeout(grace, container.child.wait())
-                    .await
-                    .is_err()
-                {
-                    // SAFETY: as above.
-                    unsafe { signal(-(pid as i32), 9) };
-                    let _ = container.child.wait().await;
-                }
+        if let Some(mut container) = state.container.take()
+            && let Some(pid) = container.child.id()
+        {
+            // SAFETY: a signal to the container's own process group.
+            unsafe { signal(-(pid as i32), 15) };
+            if tokio::time::timeout(grace, container.child.wait())
+                .await
+                .is_err()
+            {
+                // SAFETY: as above.
+                unsafe { signal(-(pid as i32), 9) };
+                let _ = container.child.wait().await;
             }
         }
         // Anything the container left in its cgroup goes too.
