@@ -48,10 +48,10 @@
 mod common;
 
 mod accounts;
-mod cluster;
 mod admin;
 mod api;
 mod cli;
+mod cluster;
 mod editors;
 mod faults;
 mod fuzz;
