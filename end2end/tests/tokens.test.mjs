@@ -53,6 +53,20 @@ test('a token is made with the password, shown once, works, and stops working wh
     await page.getByTestId('token-row').filter({ hasText: 'e2e script' }).waitFor({ state: 'detached' });
     const after = await fetch(`${BASE}/api/v1/me`, { headers: { authorization: `Bearer ${secret}` } });
     assert.equal(after.status, 401);
+
+    // A new secret has a Copy button; revoked, it leaves the page.
+    await page.getByLabel('Label').fill('e2e copied');
+    await page.getByLabel('Your password').fill(PASSWORD);
+    await page.getByRole('button', { name: 'Make token' }).click();
+    const copied = await page.getByTestId('new-token').inputValue();
+    await page.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: BASE });
+    await page.getByRole('button', { name: 'Copy the new token' }).click();
+    await page.locator('.made-token').getByRole('status').filter({ hasText: 'Copied.' }).waitFor();
+    assert.equal(await page.evaluate(() => navigator.clipboard.readText()), copied);
+    await page.getByRole('button', { name: 'Revoke e2e copied' }).click();
+    await page.getByTestId('token-row').filter({ hasText: 'e2e copied' }).waitFor({ state: 'detached' });
+    assert.equal(await page.getByTestId('new-token').count(), 0, 'the revoked secret is gone');
+    assert.equal(await page.getByText(copied).count(), 0);
   } finally {
     await browser.close();
   }

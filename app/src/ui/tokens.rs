@@ -23,6 +23,13 @@ pub fn TokensPage() -> impl IntoView {
             form.label.set(String::new());
         }
     });
+    // A revoke takes the secret shown with it off the page: it is shown once, and a revoked
+    // one is worth nothing to copy.
+    Effect::new(move |_| {
+        if revoke.pending().get() {
+            make.value().set(None);
+        }
+    });
     view! {
         <leptos_meta::Title text="API tokens · GPU Sandbox" />
         <super::SubPageBar />
@@ -109,26 +116,10 @@ fn MadeToken(token: NewToken) -> impl IntoView {
                 <strong>{format!("Token “{}” made.", token.label)}</strong>
                 " Copy it now: it is not shown again."
             </p>
-            <input
-                class="secret"
-                readonly
-                value=token.token
-                aria-label="The new token"
-                data-testid="new-token"
-                on:focus=|ev| {
-                    #[cfg(feature = "hydrate")]
-                    {
-                        use wasm_bindgen::JsCast;
-                        if let Some(input) = ev
-                            .target()
-                            .and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok())
-                        {
-                            input.select();
-                        }
-                    }
-                    #[cfg(not(feature = "hydrate"))]
-                    let _ = ev;
-                }
+            <crate::ui::copy::SecretField
+                secret=token.token
+                label="The new token".to_string()
+                test_id="new-token"
             />
         </div>
     }
