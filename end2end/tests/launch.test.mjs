@@ -58,6 +58,9 @@ test('the launch form offers what the quota and credits allow, and says why not'
     assert.match(await whole.getByTestId('slice-refused').innerText(), /16 GB of GPU memory/);
     const eight = page.locator('[data-testid="slice-choice"]:has(input[value="8192"])');
     assert.ok(await eight.locator('input').isEnabled());
+    // Prices by the hour, one credit singular (the default 0.125 credits per GiB-hour).
+    assert.match(await eight.innerText(), /(^|[^\d.])1 credit\/h/);
+    assert.match(await whole.innerText(), /(^|[^\d.])6 credits\/h/);
 
     const duration = page.getByLabel('Duration (minutes)');
     const launch = page.getByRole('button', { name: 'Launch' });

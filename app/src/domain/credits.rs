@@ -63,7 +63,6 @@ pub fn settlement(
     }
 }
 
-/// "12.5" for 12500; always shows up to three decimals, no trailing zeros.
 /// "credit" for exactly one (or minus one), else "credits".
 pub fn unit(milli: i64) -> &'static str {
     if milli.abs() == MILLI {
@@ -78,6 +77,12 @@ pub fn with_unit(milli: i64) -> String {
     format!("{} {}", format(milli), unit(milli))
 }
 
+/// A price an hour with its unit: "1 credit/h", "0.5 credits/h", "2 credits/h".
+pub fn per_hour(milli: i64) -> String {
+    format!("{}/h", with_unit(milli))
+}
+
+/// "12.5" for 12500; always shows up to three decimals, no trailing zeros.
 pub fn format(milli: i64) -> String {
     let sign = if milli < 0 { "-" } else { "" };
     let abs = milli.unsigned_abs();
@@ -342,5 +347,9 @@ mod tests {
         assert_eq!(with_unit(1500), "1.5 credits");
         assert_eq!(with_unit(-98_500), "-98.5 credits");
         assert_eq!(with_unit(0), "0 credits");
+        assert_eq!(per_hour(1000), "1 credit/h");
+        assert_eq!(per_hour(500), "0.5 credits/h");
+        assert_eq!(per_hour(1001), "1.001 credits/h");
+        assert_eq!(per_hour(2000), "2 credits/h");
     }
 }

@@ -269,8 +269,8 @@ pub fn form_refusal(choice: &FormChoice) -> Option<String> {
     let hold = choice.hold().unwrap_or_default();
     if hold > choice.balance {
         return Some(format!(
-            "This needs {} credits and you have {}: choose fewer minutes or a smaller slice, or ask an admin for credits.",
-            super::credits::format(hold),
+            "This needs {} and you have {}: choose fewer minutes or a smaller slice, or ask an admin for credits.",
+            super::credits::with_unit(hold),
             super::credits::format(choice.balance.max(0))
         ));
     }

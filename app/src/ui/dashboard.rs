@@ -658,7 +658,7 @@ fn LaunchForm(
                                 format_mib(mib)
                             };
                             let mut notes = vec![
-                                format!("{} credits/h", credits::format(s.price_per_hour)),
+                                credits::per_hour(s.price_per_hour),
                                 if s.burst {
                                     format!("{} of {} cards free · up to {} min", s.free, s.total, s.max_minutes)
                                 } else {
@@ -675,6 +675,8 @@ fn LaunchForm(
                             if s.free == 0 {
                                 notes.push(format!("{} waiting: you will queue", s.queued));
                             }
+                            // Plain words here: the chip and its sentence stay out of this chunk.
+                            notes.push(hold.label().to_string());
                             let why = sizes.with(|sizes| {
                                 sizes.iter().find(|z| z.mib == mib).and_then(|z| z.refused.clone())
                             });
@@ -690,7 +692,6 @@ fn LaunchForm(
                                         on:change=move |_| chosen.set(Some(mib))
                                     />
                                     <span>{label}</span>
-                                    <HoldChip hold />
                                     <small class="muted">{notes.join(" · ")}</small>
                                     {why.map(|why| view! { <small class="why" data-testid="slice-refused">{why}</small> })}
                                 </label>

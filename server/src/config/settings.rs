@@ -1,6 +1,7 @@
 //! The admin Settings page's words: what the configuration says and what the server found at
 //! start, never a secret.
 
+use app::domain::credits;
 use app::domain::launch::EditorKind;
 use app::model::SettingsSection;
 
@@ -16,6 +17,14 @@ fn section(title: &str, entries: Vec<(&str, String)>) -> SettingsSection {
 
 fn yes_no(on: bool) -> String {
     if on { "yes" } else { "no" }.into()
+}
+
+/// A configured amount of credits with its unit ("1 credit", "0.125 credits") and `then`.
+fn amount(text: &str, then: &str) -> String {
+    match credits::parse(text) {
+        Ok(milli) => format!("{}{then}", credits::with_unit(milli)),
+        Err(_) => format!("{text} credits{then}"),
+    }
 }
 
 fn or_none(items: Vec<String>) -> String {
@@ -117,16 +126,10 @@ pub fn settings(
         section(
             "Credits",
             vec![
-                (
-                    "Starting grant",
-                    format!("{} credits", config.credits.initial_grant),
-                ),
+                ("Starting grant", amount(&config.credits.initial_grant, "")),
                 (
                     "Default price",
-                    format!(
-                        "{} credits per GiB-hour",
-                        config.pool.default_price_per_gib_hour
-                    ),
+                    amount(&config.pool.default_price_per_gib_hour, " per GiB-hour"),
                 ),
                 (
                     "Prices",
@@ -137,10 +140,10 @@ pub fn settings(
                             .iter()
                             .map(|p| {
                                 format!(
-                                    "{} {}: {} credits per hour",
+                                    "{} {}: {}",
                                     p.model,
                                     format_mib(p.slice_mib),
-                                    p.per_hour
+                                    amount(&p.per_hour, " per hour")
                                 )
                             })
                             .collect(),
@@ -302,7 +305,7 @@ mod tests {
 
     #[test]
     fn settings_say_what_runs_and_never_a_secret() {
-        let config = crate::config::Config {
+        let mut config = crate::config::Config {
             database_url: "postgres://sandbox:hunter2@db:5432/sandbox".into(),
             oidc: Some(
                 serde_json::from_value(serde_json::json!({
@@ -322,6 +325,11 @@ mod tests {
             },
             ..crate::config::Config::default()
         };
+        config.pool.prices = vec![crate::config::Price {
+            model: "Virtual".into(),
+            slice_mib: 8_192,
+            per_hour: "1".into(),
+        }];
         let gpu = app::domain::pool::GpuSpec {
             id: "virtual-0".into(),
             model: "Virtual".into(),
@@ -364,6 +372,16 @@ mod tests {
             "virtual-0 (Virtual, 48 GB, slices of 8 GB, no limit)"
         );
         assert_eq!(value("Pool", "Slice limits"), "not enforced");
+        assert_eq!(value("Credits", "Starting grant"), "100 credits");
+        assert_eq!(
+            value("Credits", "Default price"),
+            "0.125 credits per GiB-hour"
+        );
+        assert_eq!(
+            value("Credits", "Prices"),
+            "Virtual 8 GB: 1 credit per hour",
+            "one credit is singular"
+        );
         assert_eq!(value("Single sign-on", "Admins by group"), "gpu-admins");
         assert_eq!(value("Promotion", "Pushed as"), "pusher");
         assert_eq!(value("Promotion", "Approval by an admin"), "yes");

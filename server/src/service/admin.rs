@@ -542,8 +542,8 @@ impl Admin {
             Ok(balance) => Ok(balance),
             Err(StoreError::InsufficientCredits { balance, .. }) => {
                 Err(AppError::Invalid(format!(
-                    "that takes back more than the balance ({} credits)",
-                    credits::format(balance)
+                    "that takes back more than the balance ({})",
+                    credits::with_unit(balance)
                 )))
             }
             Err(other) => Err(other.into()),

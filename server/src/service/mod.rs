@@ -43,8 +43,8 @@ impl From<StoreError> for AppError {
             StoreError::Duplicate(what) => AppError::Conflict(format!("{what} already exists")),
             StoreError::InsufficientCredits { balance, needed } => {
                 AppError::InsufficientCredits(format!(
-                    "Not enough credits: this launch holds {} credits and your balance is {}.",
-                    credits::format(needed),
+                    "Not enough credits: this launch holds {} and your balance is {}.",
+                    credits::with_unit(needed),
                     credits::format(balance)
                 ))
             }

@@ -151,7 +151,7 @@ async fn a_launch_without_enough_credits_is_refused_with_the_numbers() {
     assert_eq!(response.status, StatusCode::PAYMENT_REQUIRED);
     let message = response.json()["message"].as_str().unwrap().to_string();
     assert!(
-        message.contains("holds 1 credits") && message.contains("balance is 0.1"),
+        message.contains("holds 1 credit and") && message.contains("balance is 0.1"),
         "{message}"
     );
     assert_eq!(session_count(&app, &user_id).await, 0);
