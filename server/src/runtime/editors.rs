@@ -152,6 +152,63 @@ pub fn arguments(
     }
 }
 
+/// What code-server starts with unless its user has said otherwise: no "Get Started"
+/// walkthrough at start, and telemetry off, which also hides the telemetry notice (the
+/// walkthrough's footer, shown while the level is not "off"). Its flags do neither:
+/// `--disable-telemetry` only stops the sending, `--disable-getting-started-override` only
+/// drops code-server's own panel from the walkthrough.
+pub const CODE_SERVER_SETTINGS: [(&str, &str); 2] = [
+    ("workbench.startupEditor", "none"),
+    ("telemetry.telemetryLevel", "off"),
+];
+
+/// Adds to code-server's user settings (`<argv[1]>/User/settings.json`) each of the defaults
+/// (argv[2], a JSON object) that the file does not set; the user's own values stay. A file that
+/// is not a plain JSON object (comments, say) is left as it is.
+const SEED_SETTINGS_JS: &str = r#"const fs = require("fs"), path = require("path");
+const [dir, defaults] = process.argv.slice(1);
+const file = path.join(dir, "User", "settings.json");
+let settings = {};
+try {
+  const text = fs.readFileSync(file, "utf8");
+  if (text.trim()) settings = JSON.parse(text);
+} catch (e) {
+  if (e.code !== "ENOENT") process.exit(0);
+}
+if (!settings || typeof settings !== "object" || Array.isArray(settings)) process.exit(0);
+const missing = Object.entries(JSON.parse(defaults)).filter(([key]) => !(key in settings));
+if (missing.length === 0) process.exit(0);
+for (const [key, value] of missing) settings[key] = value;
+fs.mkdirSync(path.dirname(file), { recursive: true });
+fs.writeFileSync(file, JSON.stringify(settings, null, 4) + "\n");
+"#;
+
+/// `command` (code-server's) preceded by a seed of [`CODE_SERVER_SETTINGS`] into its user data
+/// folder `data_dir` (`$XDG_DATA_HOME/code-server`, the user's, kept across sessions). The seed
+/// runs as the editor's own account, inside its sandbox, so nothing is written into a
+/// workspace from outside; it runs with the `node` that runs code-server, and a seed that fails
+/// does not stop the editor.
+pub fn with_settings_seed(
+    data_dir: &std::path::Path,
+    command: Vec<std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
+    let defaults: serde_json::Map<String, serde_json::Value> = CODE_SERVER_SETTINGS
+        .iter()
+        .map(|(key, value)| (key.to_string(), (*value).into()))
+        .collect();
+    let mut wrapped: Vec<std::ffi::OsString> = vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        r#"node -e "$1" "$2" "$3" </dev/null; shift 3; exec "$@""#.into(),
+        "code-server-settings".into(),
+        SEED_SETTINGS_JS.into(),
+        data_dir.as_os_str().into(),
+        serde_json::Value::Object(defaults).to_string().into(),
+    ];
+    wrapped.extend(command);
+    wrapped
+}
+
 /// The environment that carries the secret, where an editor takes it from there.
 pub fn secret_env(editor: EditorKind, secret: &str) -> Vec<(String, String)> {
     match editor {
@@ -196,6 +253,60 @@ fn code_server_hash(token: &str) -> Result<String, argon2::password_hash::Error>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Runs the seed (with `node` from `PATH`, as code-server's own) on `data_dir`, then
+    /// `touch ran`; what `User/settings.json` holds after it.
+    fn seed(data_dir: &std::path::Path) -> String {
+        let ran = data_dir.join("ran");
+        let command = with_settings_seed(data_dir, vec!["touch".into(), ran.clone().into()]);
+        let status = std::process::Command::new(&command[0])
+            .args(&command[1..])
+            .status()
+            .unwrap();
+        assert!(
+            status.success() && ran.exists(),
+            "the editor runs after the seed"
+        );
+        std::fs::read_to_string(data_dir.join("User/settings.json")).unwrap()
+    }
+
+    #[test]
+    fn code_server_starts_without_walkthrough_or_telemetry_keeping_the_users_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        // A new user: the defaults, nothing else.
+        let fresh = dir.path().join("fresh");
+        let settings: serde_json::Value = serde_json::from_str(&seed(&fresh)).unwrap();
+        assert_eq!(
+            settings,
+            serde_json::json!({
+                "workbench.startupEditor": "none",
+                "telemetry.telemetryLevel": "off",
+            })
+        );
+        // A user's own choices stay; only what they never set is added.
+        let own = dir.path().join("own");
+        std::fs::create_dir_all(own.join("User")).unwrap();
+        std::fs::write(
+            own.join("User/settings.json"),
+            r#"{"workbench.startupEditor": "readme", "editor.fontSize": 15}"#,
+        )
+        .unwrap();
+        let settings: serde_json::Value = serde_json::from_str(&seed(&own)).unwrap();
+        assert_eq!(
+            settings,
+            serde_json::json!({
+                "workbench.startupEditor": "readme",
+                "editor.fontSize": 15,
+                "telemetry.telemetryLevel": "off",
+            })
+        );
+        // A file with comments is the user's to keep as written.
+        let commented = dir.path().join("commented");
+        std::fs::create_dir_all(commented.join("User")).unwrap();
+        let text = "{\n  // mine\n  \"editor.fontSize\": 15,\n}\n";
+        std::fs::write(commented.join("User/settings.json"), text).unwrap();
+        assert_eq!(seed(&commented), text);
+    }
 
     const TCP: Listen<'static> = Listen::Tcp {
         host: "127.0.0.1",

@@ -777,6 +777,13 @@ impl Runtime for LocalRuntime {
         };
         let mut editor_command: Vec<std::ffi::OsString> = vec![program.as_os_str().into()];
         editor_command.extend(args.iter().map(Into::into));
+        // Where code-server keeps the user's settings and extensions (its default under
+        // `XDG_DATA_HOME`, set below): set up there, from inside, before it starts.
+        let data_home = home.join(".local/share");
+        if launch.editor == EditorKind::CodeServer {
+            editor_command =
+                editors::with_settings_seed(&data_home.join("code-server"), editor_command);
+        }
         let group = match sandbox.and_then(|s| s.cgroups.as_ref()) {
             Some(layout) => {
                 let resources = sandbox.map(|s| s.local.resources(launch.slice.memory_mib));
@@ -845,7 +852,11 @@ impl Runtime for LocalRuntime {
                 let bwrap = sandbox.tools.bwrap.clone().expect("a sandbox has bwrap");
                 (bwrap, args, Some(super::sandbox::info_pipe()?))
             }
-            None => (program.to_path_buf(), editor_command[1..].to_vec(), None),
+            None => (
+                PathBuf::from(&editor_command[0]),
+                editor_command[1..].to_vec(),
+                None,
+            ),
         };
         if tracing::enabled!(tracing::Level::DEBUG) {
             // Where to look first when an editor does not start (no secret is on a command line).
@@ -879,7 +890,7 @@ impl Runtime for LocalRuntime {
             )
             .env("JUPYTER_RUNTIME_DIR", run_inside.join("jupyter"))
             .env("XDG_CACHE_HOME", run_inside.join("cache"))
-            .env("XDG_DATA_HOME", home.join(".local/share"))
+            .env("XDG_DATA_HOME", &data_home)
             .env("XDG_CONFIG_HOME", home.join(".config"))
             // A user's `pip install` goes into their own workspace, not the editors' tooling.
             .env("PIP_TARGET", home.join(USER_PACKAGES))

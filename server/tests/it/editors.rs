@@ -294,8 +294,14 @@ async fn code_server_answers_through_the_proxy() {
     let (_, owner) = app.user("cody").await;
     let id = app.launch_ready(&owner, "code-server").await;
     private_socket(&app, &id).await;
-    // code-server first sends the browser to its workspace folder, relative to our prefix.
-    let first = app.get(&format!("/s/{id}/"), Some(&owner)).await;
+    serves_the_workbench(&app, &id, &owner).await;
+    app.stop().await;
+}
+
+/// code-server's workbench page through the proxy: code-server first sends the browser to its
+/// workspace folder, relative to our prefix.
+async fn serves_the_workbench(app: &TestApp, id: &str, token: &str) {
+    let first = app.get(&format!("/s/{id}/"), Some(token)).await;
     first.assert_status(StatusCode::FOUND);
     let location = first.headers["location"].to_str().unwrap().to_string();
     assert!(location.starts_with("./?folder="), "{location}");
@@ -303,7 +309,7 @@ async fn code_server_answers_through_the_proxy() {
         .call(
             Method::GET,
             &format!("/s/{id}/{}", &location[2..]),
-            Some(&owner),
+            Some(token),
             None,
         )
         .await;
@@ -312,6 +318,59 @@ async fn code_server_answers_through_the_proxy() {
         String::from_utf8_lossy(&page.body).contains("vscode"),
         "the workbench page"
     );
+}
+
+#[tokio::test]
+async fn code_server_starts_set_up_and_keeps_the_users_own_settings() {
+    require("code-server", "npm/node_modules/.bin/code-server");
+    let app = TestApp::start(None).await;
+    let settings_of = |user: &str| {
+        app.dir
+            .path()
+            .join("workspaces")
+            .join(user)
+            .join(".local/share/code-server/User/settings.json")
+    };
+    // A user who has their own settings already: a choice of theirs the defaults also name.
+    let (_, dana) = app.user("dana").await;
+    let own = settings_of("dana");
+    std::fs::create_dir_all(own.parent().unwrap()).unwrap();
+    std::fs::write(
+        &own,
+        r#"{"workbench.startupEditor": "readme", "editor.fontSize": 15}"#,
+    )
+    .unwrap();
+    let (_, cody) = app.user("cody").await;
+    let read = |path: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    for (token, user) in [(&cody, "cody"), (&dana, "dana")] {
+        let id = app.launch_ready(token, "code-server").await;
+        // Still the workbench, through the proxy.
+        serves_the_workbench(&app, &id, token).await;
+        // The settings file is the one code-server reads (its user data folder in the user's
+        // home), made by the editor's own account: no walkthrough, telemetry off.
+        let file = settings_of(user);
+        use std::os::unix::fs::MetadataExt;
+        let home = std::fs::metadata(app.dir.path().join("workspaces").join(user)).unwrap();
+        assert_eq!(
+            std::fs::metadata(&file).unwrap().uid(),
+            home.uid(),
+            "{user}"
+        );
+        let settings = read(&file);
+        assert_eq!(
+            settings["telemetry.telemetryLevel"], "off",
+            "{user}: {settings}"
+        );
+        if user == "cody" {
+            assert_eq!(settings["workbench.startupEditor"], "none", "{settings}");
+        } else {
+            // Dana's own choices stay.
+            assert_eq!(settings["workbench.startupEditor"], "readme", "{settings}");
+            assert_eq!(settings["editor.fontSize"], 15, "{settings}");
+        }
+    }
     app.stop().await;
 }
 
