@@ -98,8 +98,21 @@ test('a full pool queues launches with their live place in line; the first start
     await progress(second).getByText(/position 1 in line/).waitFor({ timeout: 30_000 });
     assert.equal(await editorFrame(second).count(), 0, 'the second still waits');
 
-    // Leaving the line costs nothing.
-    await stop(second);
+    // An admin's Sessions tab offers the queued launch a Cancel, not a Stop: it has no editor yet.
+    await admin.getByRole('link', { name: 'Sessions', exact: true }).click();
+    await admin.waitForURL(/tab=sessions/);
+    const secondId = second.url().match(/\/sessions\/([0-9a-f]+)$/)[1];
+    const queuedRow = admin.locator(`tr[data-session="${secondId}"]`);
+    await queuedRow.getByText('queued', { exact: true }).waitFor();
+    assert.equal(await queuedRow.getByRole('button', { name: 'Stop' }).count(), 0);
+    const firstId = first.url().match(/\/sessions\/([0-9a-f]+)$/)[1];
+    await admin.locator(`tr[data-session="${firstId}"]`).getByRole('button', { name: 'Stop' }).waitFor();
+    await queuedRow.getByRole('button', { name: 'Cancel' }).click();
+    assert.match(admin.dialogs.at(-1) ?? '', /^Cancel e2e-queue-b's queued launch\? It leaves the line/);
+    await admin.getByText("Cancelled e2e-queue-b's queued launch; the credits it held went back to them.").waitFor();
+    await queuedRow.getByText('ended (admin)').waitFor();
+    // Its page follows, and leaving the line cost nothing.
+    await second.getByTestId('session-ended').waitFor({ timeout: 30_000 });
     await second.goto(`${BASE}/`);
     assert.equal(await second.getByTestId('credit-balance').innerText(), '100');
     await stop(first);

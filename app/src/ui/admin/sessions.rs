@@ -13,6 +13,8 @@ use leptos::prelude::*;
 #[component]
 pub(super) fn SessionsTab(list: Memo<ListQuery>) -> impl IntoView {
     let stop = ServerAction::<AdminStop>::new();
+    // Whether the last Stop was a queued launch's Cancel, for the words of its outcome.
+    let cancelled = RwSignal::new(false);
     let data = page_resource(
         move || (list.get(), stop.version().get()),
         |(query, _)| admin_sessions(query),
@@ -23,10 +25,17 @@ pub(super) fn SessionsTab(list: Memo<ListQuery>) -> impl IntoView {
         move || {
             stop.value().get().map(|answer| {
                 answer.map(|s| {
-                    format!(
-                        "Stopped {}'s session; its unused credits went back to them.",
-                        s.user_name
-                    )
+                    if cancelled.get_untracked() {
+                        format!(
+                            "Cancelled {}'s queued launch; the credits it held went back to them.",
+                            s.user_name
+                        )
+                    } else {
+                        format!(
+                            "Stopped {}'s session; its unused credits went back to them.",
+                            s.user_name
+                        )
+                    }
                 })
             })
         },
@@ -48,7 +57,7 @@ pub(super) fn SessionsTab(list: Memo<ListQuery>) -> impl IntoView {
             ]
         />
         {outcome.view()}
-        {loaded(data, "Loading sessions…", move |page| view! { <SessionsTable page list stop /> }.into_any())}
+        {loaded(data, "Loading sessions…", move |page| view! { <SessionsTable page list stop cancelled /> }.into_any())}
     }
 }
 
@@ -57,6 +66,7 @@ fn SessionsTable(
     page: Page<AdminSession>,
     list: Memo<ListQuery>,
     stop: ServerAction<AdminStop>,
+    cancelled: RwSignal<bool>,
 ) -> impl IntoView {
     let pages = page.pages();
     if page.items.is_empty() {
@@ -80,7 +90,7 @@ fn SessionsTable(
                 {page
                     .items
                     .into_iter()
-                    .map(|session| view! { <SessionRow session stop /> })
+                    .map(|session| view! { <SessionRow session stop cancelled /> })
                     .collect_view()}
             </tbody>
         </table>
@@ -99,15 +109,29 @@ fn origin() -> String {
 }
 
 #[component]
-fn SessionRow(session: AdminSession, stop: ServerAction<AdminStop>) -> impl IntoView {
+fn SessionRow(
+    session: AdminSession,
+    stop: ServerAction<AdminStop>,
+    cancelled: RwSignal<bool>,
+) -> impl IntoView {
+    use crate::domain::session::SessionState;
     let live = session.state.is_live();
-    let ready = session.state == crate::domain::session::SessionState::Ready;
+    let ready = session.state == SessionState::Ready;
+    // A queued launch has no editor yet: stopping it cancels it, and is named so.
+    let queued = session.state == SessionState::Queued;
     let id = session.id.clone();
     let enter_id = session.id.clone();
-    let stop_question = format!(
-        "Stop {}'s session? Their editor closes and anything they have not saved is lost; unused credits go back to them, and their page says an admin stopped it.",
-        session.user_name
-    );
+    let stop_question = if queued {
+        format!(
+            "Cancel {}'s queued launch? It leaves the line, the credits it holds go back to them, and their page says an admin stopped it.",
+            session.user_name
+        )
+    } else {
+        format!(
+            "Stop {}'s session? Their editor closes and anything they have not saved is lost; unused credits go back to them, and their page says an admin stopped it.",
+            session.user_name
+        )
+    };
     // Entering a user's editor is a choice of its own, audited. It takes an admin token, never
     // this browser: the user's editor page would run here, with this page's cookie.
     let enter = ServerAction::<AdminOpenEditor>::new();
@@ -188,11 +212,12 @@ fn SessionRow(session: AdminSession, stop: ServerAction<AdminStop>) -> impl Into
                                 class="danger"
                                 on:click=move |_| {
                                     if crate::ui::format::confirmed(&stop_question) {
+                                        cancelled.set(queued);
                                         stop.dispatch(AdminStop { id: id.clone() });
                                     }
                                 }
                             >
-                                "Stop"
+                                {if queued { "Cancel" } else { "Stop" }}
                             </button>
                         }
                     })}
