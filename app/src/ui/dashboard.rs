@@ -675,8 +675,6 @@ fn LaunchForm(
                             if s.free == 0 {
                                 notes.push(format!("{} waiting: you will queue", s.queued));
                             }
-                            // Plain words here: the chip and its sentence stay out of this chunk.
-                            notes.push(hold.label().to_string());
                             let why = sizes.with(|sizes| {
                                 sizes.iter().find(|z| z.mib == mib).and_then(|z| z.refused.clone())
                             });
@@ -692,6 +690,7 @@ fn LaunchForm(
                                         on:change=move |_| chosen.set(Some(mib))
                                     />
                                     <span>{label}</span>
+                                    <HoldChip hold />
                                     <small class="muted">{notes.join(" · ")}</small>
                                     {why.map(|why| view! { <small class="why" data-testid="slice-refused">{why}</small> })}
                                 </label>
