@@ -1,5 +1,6 @@
 //! The small coloured labels that say where a session or a promotion stands.
 
+#[cfg(feature = "ssr")]
 use crate::domain::hold::SliceHold;
 use crate::domain::promotion::PromotionState;
 use crate::domain::session::SessionState;
@@ -36,7 +37,8 @@ pub(crate) fn PromotionChip(state: PromotionState) -> impl IntoView {
 }
 
 /// "hard limit", "soft limit", "no limit": how a slice holds, the sentence behind it in its
-/// title.
+/// title. Drawn by the server only (the pool strip and the admins' pool).
+#[cfg(feature = "ssr")]
 #[component]
 pub(crate) fn HoldChip(hold: SliceHold) -> impl IntoView {
     let class = match hold {

@@ -1,5 +1,7 @@
 use super::ErrorNotice;
-use super::chips::{HoldChip, StateChip};
+#[cfg(feature = "ssr")]
+use super::chips::HoldChip;
+use super::chips::StateChip;
 use super::format::{format_countdown, use_clock};
 use super::hydration::page_resource;
 use crate::api::{Launch, Logout, load_dashboard};
@@ -675,6 +677,8 @@ fn LaunchForm(
                             if s.free == 0 {
                                 notes.push(format!("{} waiting: you will queue", s.queued));
                             }
+                            // Plain words here: the chip and its sentence stay out of this chunk.
+                            notes.push(hold.label().to_string());
                             let why = sizes.with(|sizes| {
                                 sizes.iter().find(|z| z.mib == mib).and_then(|z| z.refused.clone())
                             });
@@ -690,7 +694,6 @@ fn LaunchForm(
                                         on:change=move |_| chosen.set(Some(mib))
                                     />
                                     <span>{label}</span>
-                                    <HoldChip hold />
                                     <small class="muted">{notes.join(" · ")}</small>
                                     {why.map(|why| view! { <small class="why" data-testid="slice-refused">{why}</small> })}
                                 </label>

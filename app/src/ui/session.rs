@@ -1,6 +1,6 @@
 use super::ErrorNotice;
 use super::charts::{SliceBar, Sparkline};
-use super::chips::{HoldChip, StateChip};
+use super::chips::StateChip;
 use super::format::{format_countdown, use_clock};
 use crate::api::{
     ExtendSession, Heartbeat, Launch, StopSession, get_session, load_session_readings,
@@ -530,7 +530,8 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                 {move || {
                     session
                         .with(|s| (s.slot_id.is_some() && s.state.is_live()).then_some(s.slice_hold))
-                        .map(|hold| view! { <HoldChip hold /> })
+                        // Plain words: the chip and its sentence stay server-side (page weight).
+                        .map(|hold| view! { <span class="muted" data-testid="slice-hold">{hold.label()}</span> })
                 }}
                 {move || {
                     session
