@@ -45,6 +45,8 @@ pub struct Server {
     /// Bearer token → identity.
     pub tokens: Arc<HashMap<String, Identity>>,
     pub logs: Option<Arc<dyn PodLogs>>,
+    /// Requests served, by verb and resource ("create pods"), for the figures of a launch.
+    pub calls: Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>,
 }
 
 pub fn router(server: Server) -> axum::Router {
@@ -168,6 +170,12 @@ async fn handle(
         }),
         name: route.name.clone(),
     };
+    *server
+        .calls
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(format!("{} {}", attributes.verb, attributes.resource))
+        .or_default() += 1;
     if !server.authorizer.allows(&attributes) {
         return Refusal::forbidden(Authorizer::refusal(&attributes)).into_response();
     }

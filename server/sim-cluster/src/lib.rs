@@ -91,6 +91,8 @@ impl http::PodLogs for Nodes {
 pub struct SimCluster {
     pub addr: SocketAddr,
     pub api: api::Api,
+    /// Requests served so far, by verb and resource.
+    pub calls: Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>,
     pub kubelets: Vec<Arc<kubelet::Kubelet>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -121,11 +123,13 @@ impl SimCluster {
         }
         let api = api::Api::default();
         let nodes = Arc::new(Nodes::default());
+        let calls = Arc::default();
         let server = http::Server {
             api: api.clone(),
             authorizer: Arc::new(rbac::Authorizer::from_objects(&options.rbac)),
             tokens: Arc::new(tokens),
             logs: Some(nodes.clone()),
+            calls: Arc::clone(&calls),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -143,6 +147,7 @@ impl SimCluster {
         Ok(SimCluster {
             addr,
             api,
+            calls,
             kubelets,
             tasks,
         })
@@ -156,6 +161,15 @@ impl SimCluster {
         for kubelet in &self.kubelets {
             kubelet.shut_down().await;
         }
+    }
+
+    /// Requests served so far, in all.
+    pub fn call_count(&self) -> u64 {
+        self.calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .sum()
     }
 
     /// A kubeconfig that reaches this API server with `token`.

@@ -650,3 +650,88 @@ async fn a_container_past_its_memory_limit_is_oom_killed() {
     );
     cluster.shut_down().await;
 }
+
+/// A server restarted while the cluster and its database drifted apart: a session whose pod was
+/// deleted meanwhile ends as lost and is refunded; a pod no session owns (a server that died
+/// between creating it and recording it) is deleted; a session whose pod still runs carries on.
+#[tokio::test]
+async fn after_a_restart_the_reconciler_brings_rows_and_pods_back_in_step() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, DeleteParams, PostParams};
+    let (cluster, first) = product_on(vec![node("gpu-node-1")]).await;
+    drop(first);
+    // A server that leaves its sessions running when it stops (`sessions.stop_on_shutdown`).
+    let runtime = KubeRuntime::new(client(&cluster, SERVER_TOKEN).await, kube_config());
+    let app = crate::common::TestApp::start_kube(runtime, |c| {
+        c.kube = kube_config();
+        c.sessions.ready_timeout_seconds = 120;
+        c.sessions.stop_on_shutdown = false;
+    })
+    .await;
+    let (ivy, token) = app.user("ivy").await;
+    let kept = app.launch_ready(&token, "jupyterlab").await;
+    let lost = app.launch_ready(&token, "jupyterlab").await;
+    let same_store = app.same_store();
+    // Kept until the test ends: the stopped server's database and data directory.
+    let _data = app.stop().await;
+    let namespace = namespace_of("ivy");
+    let admin = client(&cluster, ADMIN_TOKEN).await;
+    let pods = Api::<Pod>::namespaced(admin, &namespace);
+    // Meanwhile: one session's pod is deleted, and a pod appears that no session owns.
+    let lost_pod = server::runtime::kube::names::pod_name(&lost);
+    pods.delete(&lost_pod, &DeleteParams::default())
+        .await
+        .unwrap();
+    let mut orphan = pods
+        .get(&server::runtime::kube::names::pod_name(&kept))
+        .await
+        .unwrap();
+    orphan.metadata = kube::api::ObjectMeta {
+        name: Some("session-00000000000000000000".into()),
+        labels: orphan.metadata.labels.map(|mut labels| {
+            labels.insert(
+                server::runtime::kube::names::SESSION_LABEL.into(),
+                "00000000000000000000".into(),
+            );
+            labels
+        }),
+        ..Default::default()
+    };
+    orphan.status = None;
+    orphan.spec.as_mut().unwrap().node_name = None;
+    pods.create(&PostParams::default(), &orphan).await.unwrap();
+    until(&cluster, "the deleted pod is gone", |o| {
+        o.get("pods", &namespace, &lost_pod).is_none()
+    })
+    .await;
+    let runtime = KubeRuntime::new(client(&cluster, SERVER_TOKEN).await, kube_config());
+    let app = crate::common::TestApp::start_kube(runtime, |c| {
+        same_store(c);
+        c.kube = kube_config();
+        c.idle.reaper_period_ms = 200;
+    })
+    .await;
+    let report = server::service::reconcile::run_once(&app.service)
+        .await
+        .unwrap();
+    assert_eq!(
+        report.lost_sessions,
+        std::slice::from_ref(&lost),
+        "{report:?}"
+    );
+    assert_eq!(
+        report.deleted_pods,
+        ["session-00000000000000000000"],
+        "{report:?}"
+    );
+    let view = app.wait_for(&token, &lost, |v| v["state"] == "ended").await;
+    assert_eq!(view["end_reason"], "lost");
+    let still = app
+        .get(&format!("/s/{kept}/api/status"), Some(&token))
+        .await;
+    still.assert_status(http::StatusCode::OK);
+    let (_, held) = app.store.credits(&ivy).await.unwrap();
+    assert_eq!(held, 500, "only the running session still holds credits");
+    app.stop().await;
+    cluster.shut_down().await;
+}
