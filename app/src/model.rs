@@ -258,7 +258,7 @@ pub struct Dashboard {
     pub gpus: Vec<GpuView>,
     pub sessions: Vec<SessionView>,
     pub quota: QuotaView,
-    /// What holds a slice smaller than its card, in words ("soft: HAMi-core holds …").
+    /// What holds a slice smaller than its card, in a sentence ("Soft limit: HAMi-core holds …").
     pub enforcement: String,
     /// Set when editors on this server are not kept apart: what every page then says.
     #[serde(default)]

@@ -895,7 +895,7 @@ fn PastSessionCard(session: SessionView) -> impl IntoView {
 fn PoolStrip(gpus: Vec<GpuView>, enforcement: String) -> impl IntoView {
     view! {
             <h2 id="pool-title">"GPU pool"</h2>
-            <p class="muted">{format!("Slices smaller than their card: {enforcement}.")}</p>
+            <p class="muted">{format!("{enforcement}.")}</p>
             <div class="gpus">
                 {gpus
                     .into_iter()

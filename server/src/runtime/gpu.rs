@@ -41,12 +41,14 @@ impl Enforcement {
     /// For Settings: what holds a slice smaller than its card.
     pub fn describe(&self) -> String {
         match self {
-            Enforcement::None => "none: a slice smaller than its card is an agreement".into(),
+            Enforcement::None => {
+                "No limit: a slice smaller than its card is an agreement between colleagues".into()
+            }
             Enforcement::HamiCore(_) => {
-                "soft: HAMi-core holds each slice unless code deliberately steps around it".into()
+                "Soft limit: HAMi-core holds each slice unless code deliberately steps around it".into()
             }
             Enforcement::Hami => {
-                "soft: HAMi holds each pod to its slice unless code deliberately steps around it"
+                "Soft limit: HAMi holds each pod to its slice unless code deliberately steps around it"
                     .into()
             }
         }

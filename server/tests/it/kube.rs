@@ -1303,7 +1303,7 @@ async fn a_workspace_is_sized_by_the_users_quota_and_grows_with_it() {
     assert!(
         dashboard
             .enforcement
-            .starts_with("soft: HAMi holds each pod"),
+            .starts_with("Soft limit: HAMi holds each pod"),
         "{}",
         dashboard.enforcement
     );
@@ -1341,7 +1341,7 @@ async fn without_hami_the_clusters_slices_read_as_not_enforced() {
         .dashboard(&admin_viewer(&app).await)
         .await
         .unwrap();
-    assert!(dashboard.enforcement.starts_with("none: "));
+    assert!(dashboard.enforcement.starts_with("No limit: "));
     assert!(dashboard.gpus.iter().all(|g| g.hold == SliceHold::None));
     app.stop().await;
 }
