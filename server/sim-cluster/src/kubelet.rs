@@ -423,12 +423,7 @@ impl Kubelet {
         container: &Value,
     ) -> Result<Vec<(String, String)>, String> {
         let mut env = Vec::new();
-        for item in container
-            .get("env")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        for item in crate::store::items(container, "/env") {
             let name = text(item, "/name");
             let value = if let Some(v) = item.get("value").and_then(Value::as_str) {
                 v.to_string()
@@ -495,12 +490,7 @@ impl Kubelet {
             .pointer("/spec/securityContext/fsGroup")
             .and_then(Value::as_u64);
         let mut mounts: Vec<(PathBuf, String, bool)> = Vec::new();
-        for mount in container
-            .get("volumeMounts")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        for mount in crate::store::items(&container, "/volumeMounts") {
             let name = text(mount, "/name");
             let volume = pod
                 .pointer("/spec/volumes")
@@ -651,23 +641,12 @@ impl Kubelet {
             "--no-new-privs".into(),
             "--".into(),
         ]);
-        let strings = |field: &str| -> Vec<String> {
-            container
-                .get(field)
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|v| v.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let command = strings("command");
+        let command = crate::store::strings(&container, "/command");
         if command.is_empty() {
             return Err("the image has no entrypoint here: the pod must name its command".into());
         }
         args.extend(command);
-        args.extend(strings("args"));
+        args.extend(crate::store::strings(&container, "/args"));
         let mut cmd = std::process::Command::new("ip");
         cmd.args(&args);
         Ok(cmd)

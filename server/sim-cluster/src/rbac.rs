@@ -2,6 +2,7 @@
 //! Roles and their bindings), evaluated as the API server's authorizer does, and the refusal in
 //! its words. `system:masters` (the harness's own account) may do anything, as on a cluster.
 
+use crate::store::{strings, text};
 use serde_json::Value;
 
 /// What a request asks to do.
@@ -42,25 +43,6 @@ pub struct Authorizer {
     bindings: Vec<Binding>,
 }
 
-fn strings(value: Option<&Value>) -> Vec<String> {
-    value
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn text(object: &Value, pointer: &str) -> String {
-    object
-        .pointer(pointer)
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string()
-}
-
 impl Authorizer {
     /// From rendered objects: anything that is not RBAC is ignored.
     pub fn from_objects(objects: &[Value]) -> Self {
@@ -77,10 +59,10 @@ impl Authorizer {
                         .into_iter()
                         .flatten()
                         .map(|r| Rule {
-                            groups: strings(r.get("apiGroups")),
-                            resources: strings(r.get("resources")),
-                            verbs: strings(r.get("verbs")),
-                            names: strings(r.get("resourceNames")),
+                            groups: strings(r, "/apiGroups"),
+                            resources: strings(r, "/resources"),
+                            verbs: strings(r, "/verbs"),
+                            names: strings(r, "/resourceNames"),
                         })
                         .collect();
                     let scope = if kind == "Role" {

@@ -119,23 +119,24 @@ fn card_use(o: &Objects) -> BTreeMap<String, (u32, u64, u32)> {
     used
 }
 
+/// The sum of `pod`'s containers' requests of `resource`, in thousandths.
+fn pod_request(pod: &Value, resource: &str) -> i128 {
+    crate::store::items(pod, "/spec/containers")
+        .filter_map(|c| {
+            c.pointer(&format!("/resources/requests/{resource}"))
+                .and_then(Value::as_str)
+                .and_then(|q| milli(q).ok())
+        })
+        .sum()
+}
+
 /// The sum of a resource's requests over the running pods on `node`.
 fn requested_on(o: &Objects, node: &str, resource: &str) -> i128 {
     o.list("pods", None)
         .iter()
         .filter(|p| text(p, "/spec/nodeName") == node)
         .filter(|p| !matches!(text(p, "/status/phase").as_str(), "Succeeded" | "Failed"))
-        .flat_map(|p| {
-            p.pointer("/spec/containers")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
-        })
-        .filter_map(|c| {
-            c.pointer(&format!("/resources/requests/{resource}"))
-                .and_then(Value::as_str)
-                .and_then(|q| milli(q).ok())
-        })
+        .map(|p| pod_request(p, resource))
         .sum()
 }
 
@@ -153,17 +154,7 @@ fn fit(o: &Objects, node: &Value, pod: &Value) -> Result<Vec<(Card, u64, u32)>, 
         else {
             continue;
         };
-        let wanted: i128 = pod
-            .pointer("/spec/containers")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|c| {
-                c.pointer(&format!("/resources/requests/{resource}"))
-                    .and_then(Value::as_str)
-                    .and_then(|q| milli(q).ok())
-            })
-            .sum();
+        let wanted = pod_request(pod, resource);
         if requested_on(o, &name, resource) + wanted > allocatable {
             return Err(format!("Insufficient {resource}"));
         }

@@ -119,6 +119,22 @@ impl Objects {
     }
 }
 
+/// The elements of the list at `pointer` (none where there is no list).
+pub fn items<'v>(object: &'v Value, pointer: &str) -> impl Iterator<Item = &'v Value> {
+    object
+        .pointer(pointer)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
+/// The strings of the list at `pointer`.
+pub fn strings(object: &Value, pointer: &str) -> Vec<String> {
+    items(object, pointer)
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect()
+}
+
 pub fn text(object: &Value, pointer: &str) -> String {
     object
         .pointer(pointer)
