@@ -80,11 +80,12 @@ test('a Stop from its card enables Launch again without a reload', async () => {
     const card = page.getByTestId('live-sessions').locator(`[data-session-id="${ids[0]}"]`);
     await card.getByRole('button', { name: 'Stop' }).click();
     await card.waitFor({ state: 'detached', timeout: 30_000 });
-    // With the list, not at the next periodic reload.
+    // No page reload: before the fix no reload of the page's data (the stop's or the periodic one)
+    // reached the form, so this fails then however long it waits; no time budget to miss when busy.
     await page.waitForFunction(
       () => !document.querySelector('form.launch button[type=submit]').disabled,
       null,
-      { timeout: 5_000 },
+      { timeout: 30_000 },
     );
     assert.equal(await page.getByTestId('launch-refused').count(), 0);
     assert.match(await page.getByTestId('quota').innerText(), /\(1 in use\)/);
