@@ -517,6 +517,17 @@ pub struct UsageRow {
     pub user_id: String,
     pub user_name: String,
     /// Sessions started in the period.
+/// What a CSV file of accounts comes to (`crate::domain::bulk`): each line's plan, or every bad
+/// line; once applied, the passwords of the accounts it added, shown this once.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkUsers {
+    pub planned: Vec<crate::domain::bulk::Planned>,
+    /// Empty when the file can be applied; nothing was applied when it is not.
+    pub problems: Vec<crate::domain::bulk::Problem>,
+    pub applied: bool,
+    pub passwords: Vec<MadePassword>,
+}
+
     pub sessions: u32,
     /// Time those sessions were ready (up to now for the running ones).
     pub used_ms: i64,

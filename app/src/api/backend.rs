@@ -144,6 +144,14 @@ pub trait Backend: Send + Sync + 'static {
         viewer: &Viewer,
         user_id: &str,
     ) -> Result<crate::model::MadePassword, AppError>;
+    /// A CSV file of accounts: its plan (`apply` false), or all of it applied.
+    async fn bulk_users(
+        &self,
+        viewer: &Viewer,
+        csv: &str,
+        apply: bool,
+    ) -> Result<crate::model::BulkUsers, AppError>;
+    async fn open_credit_requests(&self, viewer: &Viewer) -> Result<u32, AppError>;
     async fn delete_user(&self, viewer: &Viewer, user_id: &str) -> Result<(), AppError>;
     async fn admin_open_editor(
         &self,

@@ -256,6 +256,22 @@ pub async fn add_user(
     backend::backend()?.add_user(&viewer, account).await
 }
 
+/// A CSV file of accounts to add and grant to (`crate::domain::bulk`): its plan, or every bad
+/// line, when `apply` is false; else all of it, or nothing. Added accounts' passwords come back
+/// this once.
+#[server]
+pub async fn bulk_users(csv: String, apply: bool) -> Result<crate::model::BulkUsers, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.bulk_users(&viewer, &csv, apply).await
+}
+
+/// How many people wait for an answer to their ask for credits, for the Users tab's label.
+#[server]
+pub async fn open_credit_requests() -> Result<u32, AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.open_credit_requests(&viewer).await
+}
+
 /// A new password for another account, made by the server and shown this once.
 #[server]
 pub async fn reset_password(user_id: String) -> Result<crate::model::MadePassword, AppError> {

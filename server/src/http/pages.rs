@@ -280,6 +280,19 @@ impl app::api::Backend for PagesBackend {
         self.0.admin.admin_add_user(viewer, account).await
     }
 
+    async fn bulk_users(
+        &self,
+        viewer: &Viewer,
+        csv: &str,
+        apply: bool,
+    ) -> Result<app::model::BulkUsers, AppError> {
+        self.0.admin.bulk_users(viewer, csv, apply).await
+    }
+
+    async fn open_credit_requests(&self, viewer: &Viewer) -> Result<u32, AppError> {
+        self.0.admin.open_credit_requests(viewer).await
+    }
+
     async fn reset_password(
         &self,
         viewer: &Viewer,

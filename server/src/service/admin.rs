@@ -5,7 +5,7 @@
 //! display, never the check. A browser's sign-in carries `admin` only for 15 minutes after its
 //! person confirmed (`service::accounts`). Every change is audited with the acting admin
 //! (`user.create`, `user.password_reset`, `user.delete`, `user.role`, `user.lock`, `user.unlock`, `credits.grant`, `quota.set`, `session.stop`,
-//! `session.access`); the audit log shows the actor's and the target user's names, read for the
+//! `session.access`; a CSV file's adds and grants as `user.create` and `credits.grant`, with its line); the audit log shows the actor's and the target user's names, read for the
 //! page's ids in one query.
 //!
 //! Tables: the query string or the server function's arguments become a `Listing` of checked values
@@ -55,17 +55,17 @@
 //! restart, where a mistake is refused at start with the key's name.
 
 use super::{Accounts, Admin};
-use crate::store::StoreError;
-use app::domain::credits;
+use crate::store::{BulkAdd, BulkGrant, StoreError};
 use app::domain::listing::{ListQuery, Listing, Page};
 use app::domain::quota::{Limits, Offered, Overrides, OverridesChange};
 use app::domain::scope::Scope;
 use app::domain::session::{EndReason, SessionState};
 use app::domain::usage::{self, UsageDay};
+use app::domain::{bulk, credits};
 use app::error::AppError;
 use app::model::{
-    AdminGpu, AdminQueued, AdminSession, AdminUser, AuditLine, EditorAccess, MadePassword,
-    NewAccount, Role, SettingsSection, UsageRow, UserChange, Viewer,
+    AdminGpu, AdminQueued, AdminSession, AdminUser, AuditLine, BulkUsers, EditorAccess,
+    MadePassword, NewAccount, Role, SettingsSection, UsageRow, UserChange, Viewer,
 };
 use std::sync::Arc;
 
@@ -365,6 +365,159 @@ impl Admin {
             name: user.name,
             password,
         })
+    }
+
+    /// Adds and grants to the accounts a CSV file names (`app::domain::bulk`): the plan, or
+    /// every bad line, when `apply` is false; else all of it in one transaction, or nothing,
+    /// refused with every bad line named. Audited line by line as single adds and grants are
+    /// (`user.create`, `credits.grant`), with the file's line. Each added account gets a
+    /// password made here, shown this once, and the starting grant.
+    pub async fn bulk_users(
+        &self,
+        viewer: &Viewer,
+        csv: &str,
+        apply: bool,
+    ) -> Result<BulkUsers, AppError> {
+        require_admin(viewer)?;
+        let refused = |problems: Vec<bulk::Problem>| {
+            if apply {
+                Err(AppError::Invalid(bulk::describe(&problems)))
+            } else {
+                Ok(BulkUsers {
+                    problems,
+                    ..BulkUsers::default()
+                })
+            }
+        };
+        let rows = match bulk::parse(csv) {
+            Ok(rows) => rows,
+            Err(problems) => return refused(problems),
+        };
+        let mut existing = std::collections::HashMap::new();
+        for row in &rows {
+            if let Some(user) = self.store.user_by_name(&row.name).await? {
+                let balance = if row.credits < 0 {
+                    self.store.credits(&user.id).await?.0
+                } else {
+                    0
+                };
+                let account = bulk::Existing {
+                    admin: user.role == Role::Admin,
+                    deleted: user.deleted,
+                    balance,
+                };
+                existing.insert(row.name.clone(), (user.id, account));
+            }
+        }
+        let planned = match bulk::plan(rows, |name| existing.get(name).map(|(_, a)| *a)) {
+            Ok(planned) => planned,
+            Err(problems) => return refused(problems),
+        };
+        if !apply {
+            return Ok(BulkUsers {
+                planned,
+                ..BulkUsers::default()
+            });
+        }
+        let adding: Vec<&bulk::Planned> = planned
+            .iter()
+            .filter(|p| matches!(p.action, bulk::Action::Add { .. }))
+            .collect();
+        if !adding.is_empty() {
+            self.check_one_account_unisolated().await?;
+        }
+        let passwords: Vec<String> = adding
+            .iter()
+            .map(|_| crate::identity::auth::random_secret(9))
+            .collect();
+        // Argon2 is slow on purpose: off the async threads, all in one task.
+        let to_hash = passwords.clone();
+        let hashes = tokio::task::spawn_blocking(move || {
+            to_hash
+                .iter()
+                .map(|p| crate::identity::auth::hash_password(p))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await
+        .map_err(|_| AppError::Internal)?
+        .map_err(|_| AppError::Internal)?;
+        let notes: Vec<String> = planned
+            .iter()
+            .map(|p| match p.note.as_str() {
+                "" => format!("granted by {} (CSV file)", viewer.name),
+                note => format!("granted by {} (CSV file): {note}", viewer.name),
+            })
+            .collect();
+        let note_of = |line: usize| {
+            planned
+                .iter()
+                .position(|p| p.line == line)
+                .map_or("", |i| notes[i].as_str())
+        };
+        let adds: Vec<BulkAdd<'_>> = adding
+            .iter()
+            .zip(&hashes)
+            .map(|(p, hash)| BulkAdd {
+                name: &p.name,
+                password_hash: hash,
+                role: match p.action {
+                    bulk::Action::Add { admin: true } => Role::Admin,
+                    _ => Role::User,
+                },
+                initial_grant: self.config.initial_grant(),
+                credits: p.credits,
+                note: note_of(p.line),
+                line: p.line,
+            })
+            .collect();
+        let grants: Vec<BulkGrant<'_>> = planned
+            .iter()
+            .filter(|p| p.action == bulk::Action::Grant)
+            .filter_map(|p| {
+                Some(BulkGrant {
+                    user_id: existing.get(&p.name)?.0.as_str(),
+                    credits: p.credits,
+                    note: note_of(p.line),
+                    line: p.line,
+                })
+            })
+            .collect();
+        let ids = match self.store.bulk_users(&adds, &grants, &viewer.id).await {
+            Ok(ids) => ids,
+            Err(StoreError::Duplicate(_)) => {
+                return Err(AppError::Conflict(
+                    "an account the file adds was made meanwhile; nothing was added or granted: check the file again".into(),
+                ));
+            }
+            Err(StoreError::InsufficientCredits { .. }) => {
+                return Err(AppError::Conflict(
+                    "a balance the file takes back from was spent meanwhile; nothing was added or granted: check the file again".into(),
+                ));
+            }
+            Err(other) => return Err(other.into()),
+        };
+        let passwords = adding
+            .iter()
+            .zip(ids)
+            .zip(passwords)
+            .map(|((p, user_id), password)| MadePassword {
+                user_id,
+                name: p.name.clone(),
+                password,
+            })
+            .collect();
+        Ok(BulkUsers {
+            planned,
+            problems: Vec::new(),
+            applied: true,
+            passwords,
+        })
+    }
+
+    /// How many people wait for an answer to their ask for credits.
+    pub async fn open_credit_requests(&self, viewer: &Viewer) -> Result<u32, AppError> {
+        require_admin(viewer)?;
+        Ok(self.store.open_credit_requests().await? as u32)
     }
 
     /// Gives a local account a new password made here, to hand over once; its person changes

@@ -588,6 +588,169 @@ fn page<T, S, F>(items: Vec<T>, listing: &Listing<S, F>, total: u64) -> Page<T> 
     }
 }
 
+/// A new account of a CSV file (`app::domain::bulk`), its password hashed already.
+pub struct BulkAdd<'a> {
+    pub name: &'a str,
+    pub password_hash: &'a str,
+    pub role: Role,
+    /// The configured starting grant, milli-credits.
+    pub initial_grant: i64,
+    /// The file's grant on top, milli-credits; 0 for none.
+    pub credits: i64,
+    /// The ledger's note for that grant.
+    pub note: &'a str,
+    /// Its line in the file, for the audit log.
+    pub line: usize,
+}
+
+/// A grant of a CSV file to an account that exists.
+pub struct BulkGrant<'a> {
+    pub user_id: &'a str,
+    /// Milli-credits; negative takes back, down to zero.
+    pub credits: i64,
+    pub note: &'a str,
+    pub line: usize,
+}
+
+impl Store {
+    /// Adds the accounts and makes the grants of a CSV file in one transaction, each audited as
+    /// its single twin is (`user.create`, `credits.grant`), with the file's line: all of it, or
+    /// nothing (a name taken meanwhile, a balance spent meanwhile). Returns the new accounts' ids
+    /// in the order of `adds`.
+    pub async fn bulk_users(
+        &self,
+        adds: &[BulkAdd<'_>],
+        grants: &[BulkGrant<'_>],
+        actor_id: &str,
+    ) -> Result<Vec<String>> {
+        let now = self.now();
+        let mut w = self.begin_write().await?;
+        // Locked in one order, so two files naming the same people take turns.
+        let mut locked: Vec<&str> = grants.iter().map(|g| g.user_id).collect();
+        locked.sort_unstable();
+        for user_id in locked {
+            self.lock_user(&mut w, user_id).await?;
+        }
+        let mut ids = Vec::with_capacity(adds.len());
+        for add in adds {
+            let id = new_id();
+            sqlx::query(
+                "INSERT INTO users (id, name, password_hash, oidc_subject, role, locked, must_change_password, created_at) VALUES ($1, $2, $3, NULL, $4, 0, 1, $5)",
+            )
+            .bind(&id)
+            .bind(add.name)
+            .bind(add.password_hash)
+            .bind(add.role.as_str())
+            .bind(now)
+            .execute(&mut *w.tx)
+            .await
+            .map_err(|e| on_unique(e, "users_name_key", "a user with this name"))?;
+            if add.initial_grant != 0 {
+                insert_ledger(
+                    &mut w,
+                    &id,
+                    LedgerKind::Grant,
+                    add.initial_grant,
+                    None,
+                    "starting grant",
+                    now,
+                )
+                .await?;
+            }
+            insert_audit(
+                &mut w,
+                Some(actor_id),
+                "user.create",
+                &format!("user:{}", add.name),
+                &format!("{} (CSV line {})", add.role.as_str(), add.line),
+                now,
+            )
+            .await?;
+            if add.credits > 0 {
+                insert_ledger(
+                    &mut w,
+                    &id,
+                    LedgerKind::Grant,
+                    add.credits,
+                    None,
+                    add.note,
+                    now,
+                )
+                .await?;
+                insert_audit(
+                    &mut w,
+                    Some(actor_id),
+                    "credits.grant",
+                    &format!("user:{id}"),
+                    &format!(
+                        "{} (CSV line {})",
+                        grant_detail(add.credits, add.note),
+                        add.line
+                    ),
+                    now,
+                )
+                .await?;
+            }
+            ids.push(id);
+        }
+        for grant in grants {
+            if grant.credits < 0 {
+                let balance = balance_in(&mut w, grant.user_id).await?;
+                if balance + grant.credits < 0 {
+                    return Err(StoreError::InsufficientCredits {
+                        balance,
+                        needed: -grant.credits,
+                    });
+                }
+            }
+            let kind = if grant.credits >= 0 {
+                LedgerKind::Grant
+            } else {
+                LedgerKind::Adjust
+            };
+            insert_ledger(
+                &mut w,
+                grant.user_id,
+                kind,
+                grant.credits,
+                None,
+                grant.note,
+                now,
+            )
+            .await?;
+            if grant.credits > 0 {
+                answer_credit_request(&mut w, grant.user_id).await?;
+            }
+            insert_audit(
+                &mut w,
+                Some(actor_id),
+                "credits.grant",
+                &format!("user:{}", grant.user_id),
+                &format!(
+                    "{} (CSV line {})",
+                    grant_detail(grant.credits, grant.note),
+                    grant.line
+                ),
+                now,
+            )
+            .await?;
+        }
+        w.commit().await?;
+        Ok(ids)
+    }
+
+    /// How many people asked for credits and no admin has answered yet.
+    pub async fn open_credit_requests(&self) -> Result<i64> {
+        Ok(sqlx::query(
+            "SELECT CAST(COUNT(*) AS BIGINT) AS n FROM users
+             WHERE credit_request_amount IS NOT NULL AND deleted_at IS NULL",
+        )
+        .fetch_one(&self.pool)
+        .await?
+        .try_get("n")?)
+    }
+}
+
 /// Grants audited before their lines named credits kept bare milli-credits (`-98500`): shown as
 /// credits too.
 fn legacy_grant_in_credits(action: &str, detail: String) -> String {

@@ -15,6 +15,7 @@ mod write;
 
 use crate::util::{Clock, SystemClock};
 pub use crate::util::{new_id, now_ms};
+pub use admin::{BulkAdd, BulkGrant};
 pub use guardrails::{Dispatched, GpuSample, LaunchPlan, Launched, Placement, queue_message};
 pub use http_sessions::HttpSessionStore;
 pub use kube::{ReconcileLock, SlotMove};

@@ -1427,3 +1427,183 @@ async fn admin_tables_download_as_csv_with_the_listings_filters_and_no_formulas(
     );
     app.stop().await;
 }
+
+/// A CSV file adds and grants every one of its lines or none of them, naming every bad line;
+/// only an admin may send one, at either door, and each line is audited as its single twin.
+#[tokio::test]
+async fn a_csv_file_adds_and_grants_every_line_or_none() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (alice_id, alice) = app.user("alice").await;
+    let (_, root) = admin(&app, "root", Scopes::ALL).await;
+    let bulk = "/api/v1/admin/users/bulk";
+    let total = async || {
+        app.get("/api/v1/admin/users", Some(&root)).await.json()["total"]
+            .as_i64()
+            .unwrap()
+    };
+    let balance = async |id: &str| app.store.credits(id).await.unwrap().0;
+    let before = total().await;
+    let alice_had = balance(&alice_id).await;
+
+    // A user is refused at the REST door and at the pages' door.
+    let zed = Some(json!({ "csv": "zed,,5\n" }));
+    refused(
+        &app.call(Method::POST, bulk, Some(&alice), zed).await,
+        StatusCode::FORBIDDEN,
+        "admins only",
+    );
+    let cookie = app.sign_in_cookie("alice").await;
+    let page_door =
+        Request::post(app.url(<app::api::BulkUsers as leptos::server_fn::ServerFn>::PATH))
+            .header("cookie", format!("sandbox_session={cookie}"))
+            .header("accept", "application/json")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(Full::new("csv=zed%2C%2C5%0A&apply=true".into()))
+            .unwrap();
+    refused(
+        &app.send(page_door).await,
+        StatusCode::FORBIDDEN,
+        "admins only",
+    );
+    assert!(app.store.user_by_name("zed").await.unwrap().is_none());
+
+    // One bad line and nothing is added or granted; every bad line is named, by number.
+    let bad = "name,role,credits,note\nbea,user,10\ncal,boss,5\ndan,,lots\nalice,,1\n";
+    let dry = app
+        .call(
+            Method::POST,
+            bulk,
+            Some(&root),
+            Some(json!({ "csv": bad, "dry_run": true })),
+        )
+        .await;
+    dry.assert_status(StatusCode::OK);
+    let lines: Vec<i64> = dry.json()["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["line"].as_i64().unwrap())
+        .collect();
+    assert_eq!(lines, [3, 4], "{}", dry.json());
+    let applied = app
+        .call(Method::POST, bulk, Some(&root), Some(json!({ "csv": bad })))
+        .await;
+    refused(
+        &applied,
+        StatusCode::BAD_REQUEST,
+        "line 3: the role is `boss`",
+    );
+    refused(&applied, StatusCode::BAD_REQUEST, "line 4: the credits");
+    refused(&applied, StatusCode::BAD_REQUEST, "nothing was added");
+    assert_eq!(total().await, before);
+    assert!(app.store.user_by_name("bea").await.unwrap().is_none());
+    assert_eq!(balance(&alice_id).await, alice_had);
+
+    // A good file: its dry run plans every line and changes nothing; applied, all of it.
+    let good = "name,role,credits,note\nbea,user,10,course\ncal,admin\nalice,,2.5,extra\n";
+    let plan = app
+        .call(
+            Method::POST,
+            bulk,
+            Some(&root),
+            Some(json!({ "csv": good, "dry_run": true })),
+        )
+        .await;
+    plan.assert_status(StatusCode::OK);
+    let plan = plan.json();
+    assert_eq!(plan["planned"].as_array().unwrap().len(), 3, "{plan}");
+    assert_eq!(plan["planned"][2]["action"], "grant");
+    assert_eq!(plan["applied"], false);
+    assert_eq!(total().await, before);
+    let done = app
+        .call(
+            Method::POST,
+            bulk,
+            Some(&root),
+            Some(json!({ "csv": good })),
+        )
+        .await;
+    done.assert_status(StatusCode::CREATED);
+    let done = done.json();
+    let passwords = done["passwords"].as_array().unwrap();
+    assert_eq!(
+        passwords
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["bea", "cal"]
+    );
+    assert_eq!(total().await, before + 2);
+    let bea = app.store.user_by_name("bea").await.unwrap().unwrap();
+    let cal = app.store.user_by_name("cal").await.unwrap().unwrap();
+    assert_eq!((bea.role, cal.role), (Role::User, Role::Admin));
+    assert!(bea.must_change_password, "a password an admin made");
+    assert_eq!(balance(&bea.id).await, balance(&cal.id).await + 10_000);
+    assert_eq!(balance(&alice_id).await, alice_had + 2_500);
+    // The password shown is the one that signs in.
+    let password = passwords[0]["password"].as_str().unwrap();
+    app.sign_in("bea", password)
+        .await
+        .assert_status(StatusCode::OK);
+
+    // Audited as single adds and grants are, each with its line.
+    let log = app
+        .get("/api/v1/admin/audit?q=CSV%20line&per_page=100", Some(&root))
+        .await
+        .json();
+    let mut actions: Vec<String> = log["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            format!(
+                "{} {}",
+                l["action"].as_str().unwrap(),
+                l["detail"].as_str().unwrap()
+            )
+        })
+        .collect();
+    actions.sort();
+    assert_eq!(actions.len(), 4, "{actions:?}");
+    assert!(
+        actions[0].starts_with(
+            "credits.grant +10 credits: granted by root (CSV file): course (CSV line 2)"
+        ),
+        "{actions:?}"
+    );
+    assert!(
+        actions[3].starts_with("user.create user (CSV line 2)"),
+        "{actions:?}"
+    );
+
+    // The same file again: the accounts exist now, and cal's line grants nothing.
+    let again = app
+        .call(
+            Method::POST,
+            bulk,
+            Some(&root),
+            Some(json!({ "csv": good })),
+        )
+        .await;
+    refused(&again, StatusCode::BAD_REQUEST, "line 3: cal exists");
+    assert_eq!(balance(&alice_id).await, alice_had + 2_500);
+
+    // The Users tab's count of open asks.
+    let asks = "/api/v1/admin/credit-requests";
+    assert_eq!(app.get(asks, Some(&root)).await.json()["open"], 0);
+    app.call(
+        Method::PUT,
+        "/api/v1/me/credit-request",
+        Some(&alice),
+        Some(json!({ "amount": 5 })),
+    )
+    .await
+    .assert_status(StatusCode::OK);
+    assert_eq!(app.get(asks, Some(&root)).await.json()["open"], 1);
+    refused(
+        &app.get(asks, Some(&alice)).await,
+        StatusCode::FORBIDDEN,
+        "admins only",
+    );
+    app.stop().await;
+}

@@ -12,6 +12,8 @@ use serde::Serialize;
 pub(super) fn admin_router() -> Router<AppState> {
     Router::new()
         .route("/users", get(admin_users).post(admin_add_user))
+        .route("/users/bulk", post(admin_bulk_users))
+        .route("/credit-requests", get(admin_open_credit_requests))
         .route("/users.csv", get(super::export::users_csv))
         .route("/sessions.csv", get(super::export::sessions_csv))
         .route("/usage.csv", get(super::export::usage_csv))
@@ -92,6 +94,51 @@ pub(super) async fn admin_add_user(
 ) -> ApiResult<(StatusCode, Json<app::model::MadePassword>)> {
     let made = state.service.admin.admin_add_user(&viewer, account).await?;
     Ok((StatusCode::CREATED, Json(made)))
+}
+
+/// A CSV file of accounts (`app::domain::bulk`): `{"csv": "...", "dry_run": true}` answers the
+/// plan, or every bad line; without `dry_run` it adds and grants all of it, or nothing (400
+/// naming every bad line). JSON rather than a `text/csv` body: a form of another site cannot
+/// send it with an admin's cookie.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct BulkBody {
+    csv: String,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+pub(super) async fn admin_bulk_users(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    ApiJson(body): ApiJson<BulkBody>,
+) -> ApiResult<(StatusCode, Json<app::model::BulkUsers>)> {
+    let answer = state
+        .service
+        .admin
+        .bulk_users(&viewer, &body.csv, !body.dry_run)
+        .await?;
+    let status = if answer.applied {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(answer)))
+}
+
+#[derive(Serialize)]
+pub(super) struct OpenAsks {
+    open: u32,
+}
+
+/// How many people wait for an answer to their ask for credits.
+pub(super) async fn admin_open_credit_requests(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+) -> ApiResult<Json<OpenAsks>> {
+    Ok(Json(OpenAsks {
+        open: state.service.admin.open_credit_requests(&viewer).await?,
+    }))
 }
 
 /// A new password made by the server, shown this once; changed at the next sign-in.
