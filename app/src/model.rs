@@ -208,15 +208,21 @@ pub struct SessionCost {
     pub held: i64,
     pub charged: i64,
     pub returned: i64,
+    /// The minutes charged, rounded up as the charge is (`credits::charged_minutes`): the
+    /// count its card shows beside the charge.
+    #[serde(default)]
+    pub minutes: i64,
 }
 
 impl SessionCost {
-    /// From the session's holds and charges, as the ledger has them (both positive).
-    pub fn of(held: i64, charged: i64) -> SessionCost {
+    /// From the session's holds and charges, as the ledger has them (both positive), and the
+    /// minutes charged.
+    pub fn of(held: i64, charged: i64, minutes: i64) -> SessionCost {
         SessionCost {
             held,
             charged,
             returned: (held - charged).max(0),
+            minutes,
         }
     }
 }
@@ -511,12 +517,6 @@ pub struct MadePassword {
     pub password: String,
 }
 
-/// One user's use of the GPUs over a period, for the admin pages.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UsageRow {
-    pub user_id: String,
-    pub user_name: String,
-    /// Sessions started in the period.
 /// What a CSV file of accounts comes to (`crate::domain::bulk`): each line's plan, or every bad
 /// line; once applied, the passwords of the accounts it added, shown this once.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -528,6 +528,12 @@ pub struct BulkUsers {
     pub passwords: Vec<MadePassword>,
 }
 
+/// One user's use of the GPUs over a period, for the admin pages.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageRow {
+    pub user_id: String,
+    pub user_name: String,
+    /// Sessions started in the period.
     pub sessions: u32,
     /// Time those sessions were ready (up to now for the running ones).
     pub used_ms: i64,

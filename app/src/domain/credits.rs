@@ -50,16 +50,56 @@ pub fn settlement(
     reason: Option<EndReason>,
     now: i64,
 ) -> Settlement {
-    let charged = reason.is_none_or(EndReason::charges_time);
-    let until = charge_until.map_or(now, |until| until.min(now));
-    let elapsed = ready_at
-        .filter(|_| charged)
-        .map_or(0, |ready| (until - ready).max(0));
+    let elapsed = charged_ms(ready_at, charge_until, reason, now);
     let (charge, _) = settle(hold, per_hour, elapsed);
     Settlement {
         released: hold,
         charge,
         minutes: minutes_used(elapsed),
+    }
+}
+
+/// The time a session is charged for, by [`settlement`]'s rule: from `ready_at` to
+/// `charge_until` (never past `now`), none if it never became ready or its `reason` charges no
+/// time. For a session still running, `reason` is None and `now` the moment asked about.
+pub fn charged_ms(
+    ready_at: Option<i64>,
+    charge_until: Option<i64>,
+    reason: Option<EndReason>,
+    now: i64,
+) -> i64 {
+    let charged = reason.is_none_or(EndReason::charges_time);
+    let until = charge_until.map_or(now, |until| until.min(now));
+    ready_at
+        .filter(|_| charged)
+        .map_or(0, |ready| (until - ready).max(0))
+}
+
+/// The minutes a session is charged for, rounded up as the charge rounds them: what its card
+/// says it was in use, so that the count and the charge agree ("8 min", 8 minutes charged).
+pub fn charged_minutes(
+    ready_at: Option<i64>,
+    charge_until: Option<i64>,
+    reason: Option<EndReason>,
+    now: i64,
+) -> i64 {
+    minutes_used(charged_ms(ready_at, charge_until, reason, now))
+}
+
+/// What a running session has cost so far: the charge [`settlement`] would write were it to
+/// end at `now` (the minutes begun, at its price, never more than its hold).
+pub fn cost_so_far(hold: i64, per_hour: i64, ready_at: Option<i64>, now: i64) -> i64 {
+    settlement(hold, per_hour, ready_at, None, None, now).charge
+}
+
+/// Minutes as a card says them: "1 min", "59 min", "2 h 05 min" (a begun minute is charged,
+/// so nothing is "under a minute").
+pub fn minutes_words(minutes: i64) -> String {
+    let minutes = minutes.max(0);
+    if minutes < 60 {
+        format!("{minutes} min")
+    } else {
+        format!("{} h {:02} min", minutes / 60, minutes % 60)
     }
 }
 
@@ -148,26 +188,38 @@ const DAY_MS: i64 = 86_400_000;
 
 /// The balance at the end of each of the last `days` UTC days, from ledger lines `(at_ms,
 /// amount)` in any order; the last point is at `now_ms` and is the balance now. Lines after
-/// `now_ms` are not counted.
+/// `now_ms` are not counted. An account younger than the window starts at its first line (its
+/// first grant), not with days of zero before it existed; give the balance before the window as
+/// a line at its start, so that an older account's line spans the whole window.
 pub fn balance_by_day(lines: &[(i64, i64)], now_ms: i64, days: u32) -> Vec<(i64, i64)> {
     let today = now_ms.div_euclid(DAY_MS) * DAY_MS;
-    (0..days.max(1))
-        .rev()
-        .map(|back| {
-            // The end of the day `back` days ago; today's point is now.
-            let at = if back == 0 {
-                now_ms
-            } else {
-                today - (back as i64 - 1) * DAY_MS - 1
-            };
-            let balance = lines
-                .iter()
-                .filter(|(when, _)| *when <= at)
-                .map(|(_, amount)| amount)
-                .sum();
-            (at, balance)
-        })
-        .collect()
+    let balance_at = |at: i64| -> i64 {
+        lines
+            .iter()
+            .filter(|(when, _)| *when <= at)
+            .map(|(_, amount)| amount)
+            .sum()
+    };
+    let first = lines.iter().map(|l| l.0).filter(|at| *at <= now_ms).min();
+    let ends = (0..days.max(1)).rev().map(|back| {
+        // The end of the day `back` days ago; today's point is now.
+        if back == 0 {
+            now_ms
+        } else {
+            today - (back as i64 - 1) * DAY_MS - 1
+        }
+    });
+    let mut points: Vec<(i64, i64)> = ends
+        .filter(|at| first.is_none_or(|first| *at >= first))
+        .map(|at| (at, balance_at(at)))
+        .collect();
+    if let Some(first) = first
+        && points.first().is_none_or(|p| p.0 > first)
+        && first > today - (i64::from(days.max(1)) - 1) * DAY_MS - 1
+    {
+        points.insert(0, (first, balance_at(first)));
+    }
+    points
 }
 
 /// Parses "12", "12.5" or "0.125" credits into milli-credits.
@@ -302,6 +354,76 @@ mod tests {
         assert_eq!(points[1], (20 * day - 1, 98_000), "the end of day 19");
         assert_eq!(points[2], (now, 98_500), "now");
         assert_eq!(balance_by_day(&[], now, 0), vec![(now, 0)]);
+    }
+
+    #[test]
+    fn a_new_accounts_balance_starts_at_its_first_grant() {
+        let day = 86_400_000;
+        let now = 20 * day + 3_600_000;
+        // Created yesterday at noon with 100 credits, 2 spent today.
+        let created = 19 * day + day / 2;
+        let lines = [(created, 100_000), (20 * day + 60_000, -2_000)];
+        let points = balance_by_day(&lines, now, 30);
+        assert_eq!(
+            points,
+            vec![(created, 100_000), (20 * day - 1, 100_000), (now, 98_000)],
+            "no month of zero before the account existed"
+        );
+        // Created this very hour: its grant, then now.
+        let fresh = [(now - 60_000, 50_000)];
+        assert_eq!(
+            balance_by_day(&fresh, now, 30),
+            vec![(now - 60_000, 50_000), (now, 50_000)]
+        );
+        // An older account (its balance before the window as a line at its start) spans it all.
+        let since = now - 31 * day;
+        let older = [(since - 1, 7_000), (created, 1_000)];
+        let points = balance_by_day(&older, now, 30);
+        assert_eq!(points.len(), 30);
+        assert_eq!(points[0].1, 7_000);
+        assert_eq!(points[29], (now, 8_000));
+    }
+
+    #[test]
+    fn the_minutes_shown_are_the_minutes_charged() {
+        // A session ready for 7 min 20 s pays for 8 minutes; its card says 8 min.
+        let ready = Some(NOW - 7 * MINUTE - 20_000);
+        let s = settlement(10_000, 6_000, ready, None, Some(EndReason::User), NOW);
+        let shown = charged_minutes(ready, None, Some(EndReason::User), NOW);
+        assert_eq!((s.minutes, shown), (8, 8));
+        assert_eq!(s.charge, price_for_minutes(6_000, shown));
+        assert_eq!(minutes_words(shown), "8 min");
+        // Time nobody watched is neither charged nor shown; a failure charges and shows none.
+        let watched = Some(NOW - 3 * MINUTE);
+        assert_eq!(
+            charged_minutes(ready, watched, Some(EndReason::Crash), NOW),
+            settlement(10_000, 6_000, ready, watched, Some(EndReason::Crash), NOW).minutes
+        );
+        assert_eq!(
+            charged_minutes(ready, None, Some(EndReason::Failed), NOW),
+            0
+        );
+        assert_eq!(charged_minutes(None, None, None, NOW), 0);
+        assert_eq!(minutes_words(1), "1 min");
+        assert_eq!(minutes_words(125), "2 h 05 min");
+    }
+
+    #[test]
+    fn a_running_session_has_cost_what_ending_now_would_charge() {
+        let ready = Some(NOW - 90 * MINUTE - 1);
+        // 91 minutes begun at 1 credit an hour, under its 2-credit hold.
+        assert_eq!(
+            cost_so_far(2_000, 1_000, ready, NOW),
+            price_for_minutes(1_000, 91)
+        );
+        assert_eq!(
+            cost_so_far(2_000, 1_000, ready, NOW),
+            settlement(2_000, 1_000, ready, None, Some(EndReason::User), NOW).charge
+        );
+        // Never more than the hold; nothing before it was ready.
+        assert_eq!(cost_so_far(1_000, 1_000, ready, NOW), 1_000);
+        assert_eq!(cost_so_far(1_000, 1_000, None, NOW), 0);
+        assert_eq!(cost_so_far(1_000, 1_000, Some(NOW + MINUTE), NOW), 0);
     }
 
     #[test]

@@ -869,6 +869,7 @@ fn PastSessionCard(session: SessionView) -> impl IntoView {
                     session.created_at_ms,
                     session.ready_at_ms,
                     session.ended_at_ms,
+                    session.cost.map(|c| c.minutes),
                 )}
             </p>
             {reason.map(|r| view! { <p class="muted">{format!("Ended: {r}")}</p> })}
@@ -878,8 +879,9 @@ fn PastSessionCard(session: SessionView) -> impl IntoView {
                     view! {
                         <p class="muted" data-testid="session-cost">
                             {format!(
-                                "Cost {} · {} returned",
+                                "Cost {} for {} · {} returned",
                                 credits::with_unit(cost.charged),
+                                credits::minutes_words(cost.minutes),
                                 credits::format(cost.returned)
                             )}
                         </p>

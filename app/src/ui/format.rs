@@ -94,24 +94,26 @@ pub(crate) fn format_utc(ms: i64) -> String {
     crate::domain::dates::minute(ms)
 }
 
-/// When an ended session ran and for how long: "2026-12-01 02:24 UTC · in use 12 min", or
-/// "never started" when its editor was never ready.
+/// When an ended session ran and for how long: "2026-12-01 02:24 UTC · in use 13 min", or
+/// "never started" when its editor was never ready. The minutes are the ones charged (its
+/// cost's, else by the same rule, `credits::charged_minutes`), so the card and the charge agree.
 #[cfg(any(feature = "ssr", test))]
 pub(crate) fn ran_for(
     created_at_ms: i64,
     ready_at_ms: Option<i64>,
     ended_at_ms: Option<i64>,
+    charged_minutes: Option<i64>,
 ) -> String {
     let when = format!("{} UTC", format_utc(created_at_ms));
     match (ready_at_ms, ended_at_ms) {
         (Some(ready), Some(ended)) => {
-            let minutes = (ended - ready).max(0) / 60_000;
-            let used = match minutes {
-                0 => "under a minute".to_string(),
-                m if m < 60 => format!("{m} min"),
-                m => format!("{} h {:02} min", m / 60, m % 60),
-            };
-            format!("{when} · in use {used}")
+            let minutes = charged_minutes.unwrap_or_else(|| {
+                crate::domain::credits::charged_minutes(Some(ready), None, None, ended)
+            });
+            format!(
+                "{when} · in use {}",
+                crate::domain::credits::minutes_words(minutes)
+            )
         }
         (None, _) => format!("{when} · never started"),
         (Some(_), None) => when,
@@ -158,24 +160,31 @@ mod tests {
     fn a_past_session_says_when_and_how_long() {
         use super::ran_for;
         let start = 1_795_919_040_000;
+        // Ready 12 min 59 s: 13 minutes begun, 13 charged, "in use 13 min".
         assert_eq!(
             ran_for(
                 start,
                 Some(start + 5_000),
-                Some(start + 5_000 + 12 * 60_000 + 59_000)
+                Some(start + 5_000 + 12 * 60_000 + 59_000),
+                None
             ),
-            "2026-11-29 02:24 UTC · in use 12 min"
+            "2026-11-29 02:24 UTC · in use 13 min"
         );
         assert_eq!(
-            ran_for(start, Some(start), Some(start + 125 * 60_000)),
+            ran_for(start, Some(start), Some(start + 125 * 60_000), None),
             "2026-11-29 02:24 UTC · in use 2 h 05 min"
         );
         assert_eq!(
-            ran_for(start, Some(start), Some(start + 30_000)),
-            "2026-11-29 02:24 UTC · in use under a minute"
+            ran_for(start, Some(start), Some(start + 30_000), None),
+            "2026-11-29 02:24 UTC · in use 1 min"
+        );
+        // The cost's minutes win: charged until the last moment a server watched it.
+        assert_eq!(
+            ran_for(start, Some(start), Some(start + 125 * 60_000), Some(7)),
+            "2026-11-29 02:24 UTC · in use 7 min"
         );
         assert_eq!(
-            ran_for(start, None, Some(start + 1)),
+            ran_for(start, None, Some(start + 1), None),
             "2026-11-29 02:24 UTC · never started"
         );
     }

@@ -469,6 +469,7 @@ mod tests {
             gpu_used_mib: None,
             driver: None,
             image: None,
+            charge_until: None,
         }
     }
 

@@ -445,7 +445,7 @@ impl Core {
                 .session_costs(&record.user_id, Some(id))
                 .await?
                 .remove(id)
-                .map(|(held, charged)| SessionCost::of(held, charged));
+                .map(|(held, charged)| cost_of(&record, held, charged, self.now()));
         }
         Ok(view)
     }
@@ -702,17 +702,20 @@ impl Sessions {
                     if !s.state.is_live() {
                         view.cost = costs
                             .get(&s.id)
-                            .map(|(held, charged)| SessionCost::of(*held, *charged));
+                            .map(|(held, charged)| cost_of(s, *held, *charged, self.now()));
                     }
                     view
                 })
                 .collect(),
             history,
             balance_days: {
-                // The balance before the window stands in as one line at its start.
+                // The balance before the window stands in as one line at its start; an
+                // account without one starts at its first grant.
                 let since = self.now() - 31 * 86_400_000;
                 let (before, mut lines) = self.store.ledger_since(&viewer.id, since).await?;
-                lines.push((since - 1, before));
+                if let Some(before) = before {
+                    lines.push((since - 1, before));
+                }
                 credits::balance_by_day(&lines, self.now(), 30)
             },
             usage_days: {
@@ -852,6 +855,18 @@ impl Sessions {
 }
 
 /// What a user is told once a process of their session outgrew its memory.
+/// An ended session's cost as the ledger has it, with the minutes charged by the rule the
+/// settlement charged them (its end is the settlement's `now`).
+fn cost_of(record: &SessionRecord, held: i64, charged: i64, now: i64) -> SessionCost {
+    let minutes = credits::charged_minutes(
+        record.ready_at,
+        record.charge_until,
+        record.end_reason,
+        record.ended_at.unwrap_or(now),
+    );
+    SessionCost::of(held, charged, minutes)
+}
+
 fn memory_note(memory_mib: u64, kills: u64) -> String {
     let times = match kills {
         1 => String::new(),

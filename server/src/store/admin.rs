@@ -359,7 +359,8 @@ impl Store {
 
     /// Each user's use of the GPUs in the period: the sessions there during it, their ready time
     /// within it (weighted by slice size too), the sampler's GPU readings over those sessions,
-    /// and the credits charged in it.
+    /// and the credits charged in it: the ledger's charges, and what the running sessions have
+    /// cost so far (`credits::cost_so_far`), which the ledger charges only at their end.
     pub async fn admin_usage(
         &self,
         listing: &Listing<UsageSort, UsagePeriod>,
@@ -384,6 +385,7 @@ impl Store {
         let ready = format!(
             "CASE WHEN s.ready_at IS NULL THEN 0 WHEN {end} > {start} THEN {end} - ({start}) ELSE 0 END"
         );
+        let charged = running_charged_sql(&at);
         let by_name = self.by_name("u.name");
         let order = match listing.sort {
             UsageSort::Cost => "charged",
@@ -399,7 +401,7 @@ impl Store {
              CAST(SUM(s.gpu_util_sum) AS BIGINT) AS gpu_util_sum,
              CAST(SUM(s.gpu_mib_sum) AS BIGINT) AS gpu_mib_sum,
              (SELECT CAST(COALESCE(SUM(-l.amount), 0) AS BIGINT) FROM credit_ledger l
-               WHERE l.user_id = u.id AND l.kind = 'charge' AND l.at >= {since}) AS charged"
+               WHERE l.user_id = u.id AND l.kind = 'charge' AND l.at >= {since}) + {charged} AS charged"
         );
         let (rows, total) = self
             .page_of(
@@ -761,6 +763,21 @@ fn legacy_grant_in_credits(action: &str, detail: String) -> String {
         }
         _ => detail,
     }
+}
+
+/// SQL for what `u.id`'s running sessions have cost so far at `at` (a bound parameter): the twin
+/// of `app::domain::credits::cost_so_far` (the minutes begun since ready, rounded up, at the
+/// session's price rounded up to the milli-credit, never more than its holds), so that sorting
+/// by cost counts them too. A store test keeps the two equal.
+fn running_charged_sql(at: &str) -> String {
+    let held = "(SELECT COALESCE(SUM(-h.amount), 0) FROM credit_ledger h \
+                WHERE h.session_id = r.id AND h.kind = 'hold')";
+    let fee = format!("(r.price_per_hour * (({at} - r.ready_at + 59999) / 60000) + 59) / 60");
+    format!(
+        "(SELECT CAST(COALESCE(SUM(CASE WHEN {fee} < {held} THEN {fee} ELSE {held} END), 0) AS BIGINT) \
+          FROM sessions r WHERE r.user_id = u.id AND r.ended_at IS NULL \
+          AND r.ready_at IS NOT NULL AND r.ready_at < {at})"
+    )
 }
 
 #[cfg(test)]

@@ -1020,21 +1020,24 @@ impl Store {
         rows.iter().map(LedgerEntry::from_row).collect()
     }
 
-    /// The user's ledger from `since_ms` on, `(at, amount)`, and the balance before it: a
-    /// balance line over recent days without reading the whole history.
+    /// The user's ledger from `since_ms` on, `(at, amount)`, and the balance before it (None
+    /// when nothing came before: a new account): a balance line over recent days without
+    /// reading the whole history.
     pub async fn ledger_since(
         &self,
         user_id: &str,
         since_ms: i64,
-    ) -> Result<(i64, Vec<(i64, i64)>)> {
+    ) -> Result<(Option<i64>, Vec<(i64, i64)>)> {
         let before = sqlx::query(
-            "SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) AS balance FROM credit_ledger WHERE user_id = $1 AND at < $2",
+            "SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) AS balance, CAST(COUNT(*) AS BIGINT) AS lines FROM credit_ledger WHERE user_id = $1 AND at < $2",
         )
         .bind(user_id)
         .bind(since_ms)
         .fetch_one(&self.pool)
-        .await?
-        .try_get("balance")?;
+        .await?;
+        let before = (before.try_get::<i64, _>("lines")? > 0)
+            .then(|| before.try_get("balance"))
+            .transpose()?;
         let rows = sqlx::query(
             "SELECT at, amount FROM credit_ledger WHERE user_id = $1 AND at >= $2 ORDER BY id",
         )

@@ -492,6 +492,65 @@ async fn usage_sums_each_users_sessions_in_the_period(store: Store) {
     );
 }
 
+async fn usage_counts_what_running_sessions_cost_so_far(store: Store) {
+    let slots = six_slots(&store).await;
+    let eve = user(&store, "eve", 10_000).await;
+    // 1.234 credits an hour, held for its hour: the price and the cap both round.
+    let (s, _) = store.create_session(launch(&eve.id, 1_234)).await.unwrap();
+    store.assign_slot(&s.id, &slots).await.unwrap().unwrap();
+    store.mark_ready(&s.id, "ready").await.unwrap();
+    let now = now_ms();
+    let eves = Listing::usage(&query(Some("eve"), None, None, 1, 25)).unwrap();
+    // Minute edges, a minute's middle, the hold's cap, and a spread of others.
+    let mut elapsed = vec![
+        0,
+        1,
+        59_999,
+        60_000,
+        60_001,
+        7 * 60_000 + 20_000,
+        59 * 60_000 + 1,
+        60 * 60_000,
+        61 * 60_000,
+        90 * 60_000,
+    ];
+    let mut x: i64 = 0x2545_f491;
+    for _ in 0..10 {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        elapsed.push((x >> 33).rem_euclid(70 * 60_000));
+    }
+    for elapsed in elapsed {
+        sqlx::query("UPDATE sessions SET ready_at = $1 WHERE id = $2")
+            .bind(now - elapsed)
+            .bind(&s.id)
+            .execute(store.pool_handle())
+            .await
+            .unwrap();
+        let page = store.admin_usage(&eves, now).await.unwrap();
+        assert_eq!(
+            page.items[0].charged,
+            app::domain::credits::cost_so_far(1_234, 1_234, Some(now - elapsed), now),
+            "after {elapsed} ms: the SQL and the rule agree"
+        );
+    }
+    // Once it ends, the ledger's charge stands for it, and nothing more is counted.
+    store
+        .begin_stop(&s.id, app::domain::session::EndReason::User, None)
+        .await
+        .unwrap();
+    store.finish(&s.id).await.unwrap().unwrap();
+    let charged: i64 = store
+        .ledger(&eve.id)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|e| e.kind == "charge")
+        .map(|e| -e.amount)
+        .sum();
+    let page = store.admin_usage(&eves, now_ms()).await.unwrap();
+    assert_eq!(page.items[0].charged, charged);
+}
+
 async fn an_admin_change_keeps_an_admin_and_demotion_takes_admin_off_tokens(store: Store) {
     let root = store
         .create_user("root", Some("hash"), Role::Admin, 0, None)
@@ -728,6 +787,7 @@ on_both_fns! {
     editor_grants_are_per_admin_and_expire => editor_grants_are_per_admin_and_expire_sqlite, editor_grants_are_per_admin_and_expire_postgres;
     an_admin_change_keeps_an_admin_and_demotion_takes_admin_off_tokens => an_admin_change_keeps_an_admin_and_demotion_takes_admin_off_tokens_sqlite, an_admin_change_keeps_an_admin_and_demotion_takes_admin_off_tokens_postgres;
     usage_sums_each_users_sessions_in_the_period => usage_sums_each_users_sessions_in_the_period_sqlite, usage_sums_each_users_sessions_in_the_period_postgres;
+    usage_counts_what_running_sessions_cost_so_far => usage_counts_what_running_sessions_cost_so_far_sqlite, usage_counts_what_running_sessions_cost_so_far_postgres;
     users_page_sorts_filters_and_counts => users_page_sorts_filters_and_counts_sqlite, users_page_sorts_filters_and_counts_postgres;
     sessions_page_filters_by_state_and_user => sessions_page_filters_by_state_and_user_sqlite, sessions_page_filters_by_state_and_user_postgres;
     audit_page_names_users_and_searches => audit_page_names_users_and_searches_sqlite, audit_page_names_users_and_searches_postgres;
