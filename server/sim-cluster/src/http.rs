@@ -10,6 +10,9 @@ use crate::status::Refusal;
 use crate::store::{Change, text};
 use crate::validate::FieldValidation;
 use axum::body::{Body, Bytes};
+use axum::extract::ws::{
+    Message, WebSocket, WebSocketUpgrade, rejection::WebSocketUpgradeRejection,
+};
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, Method, StatusCode, Uri};
@@ -18,8 +21,16 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Reads a pod's container log, where a kubelet runs it.
-pub trait PodLogs: Send + Sync {
+/// A pod's container log, and commands run in its container, where a kubelet runs it.
+pub trait PodStreams: Send + Sync {
+    /// Starts `argv` in the pod's running container, stdout and stderr piped.
+    fn exec(
+        &self,
+        namespace: &str,
+        pod: &str,
+        argv: Vec<String>,
+    ) -> Result<tokio::process::Child, Refusal>;
+
     fn logs(
         &self,
         namespace: &str,
@@ -44,7 +55,7 @@ pub struct Server {
     pub authorizer: Arc<Authorizer>,
     /// Bearer token → identity.
     pub tokens: Arc<HashMap<String, Identity>>,
-    pub logs: Option<Arc<dyn PodLogs>>,
+    pub logs: Option<Arc<dyn PodStreams>>,
     /// Requests served, by verb and resource ("create pods"), for the figures of a launch.
     pub calls: Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>,
 }
@@ -137,6 +148,7 @@ async fn handle(
     uri: Uri,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
     body: Bytes,
 ) -> Response {
     let who = match identity(&server, &headers) {
@@ -179,6 +191,9 @@ async fn handle(
     if !server.authorizer.allows(&attributes) {
         return Refusal::forbidden(Authorizer::refusal(&attributes)).into_response();
     }
+    if route.subresource.as_deref() == Some("exec") && route.kind.kind == "Pod" {
+        return exec(&server, &route, &uri, upgrade);
+    }
     match serve(
         &server, &method, &route, &query, &headers, &body, watch, &who,
     )
@@ -187,6 +202,112 @@ async fn handle(
         Ok(response) => response,
         Err(refused) => refused.into_response(),
     }
+}
+
+/// `pods/exec` over a WebSocket of the `v4.channel.k8s.io` protocol, as the API server hands it
+/// on to the kubelet: each frame's first byte is its channel (1 stdout, 2 stderr, 3 the final
+/// `Status`), the exit code in the status's causes.
+fn exec(
+    server: &Server,
+    route: &Route,
+    uri: &Uri,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    let name = route.name.clone().unwrap_or_default();
+    let namespace = route.namespace.clone().unwrap_or_default();
+    let target = Target {
+        kind: route.kind,
+        namespace: route.namespace.clone(),
+        name: name.clone(),
+    };
+    if let Err(refused) = server.api.get(&target) {
+        return refused.into_response();
+    }
+    let argv: Vec<String> = form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+        .filter(|(key, _)| key == "command")
+        .map(|(_, value)| value.into_owned())
+        .collect();
+    if argv.is_empty() {
+        return Refusal::bad_request("you must specify at least 1 command").into_response();
+    }
+    let Ok(upgrade) = upgrade else {
+        return Refusal::bad_request("Upgrade request required").into_response();
+    };
+    let Some(streams) = server.logs.clone() else {
+        return Refusal::bad_request(format!(
+            "unable to upgrade connection: container not found (\"editor\") in pod \"{name}\""
+        ))
+        .into_response();
+    };
+    let shown = argv.join(" ");
+    match streams.exec(&namespace, &name, argv) {
+        Ok(child) => upgrade
+            .protocols(["v4.channel.k8s.io"])
+            .on_upgrade(move |socket| pump(socket, child, shown)),
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// Reads what `from` has, or waits forever once it is closed.
+async fn read_some(
+    from: &mut Option<impl tokio::io::AsyncRead + Unpin>,
+    buffer: &mut [u8],
+) -> std::io::Result<usize> {
+    use tokio::io::AsyncReadExt;
+    match from {
+        Some(from) => from.read(buffer).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Carries an exec's output to the caller, then its exit status.
+async fn pump(mut socket: WebSocket, mut child: tokio::process::Child, shown: String) {
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    let (mut out, mut err) = (vec![0u8; 32 * 1024], vec![0u8; 32 * 1024]);
+    while stdout.is_some() || stderr.is_some() {
+        let (channel, read) = tokio::select! {
+            read = read_some(&mut stdout, &mut out) => (1u8, read),
+            read = read_some(&mut stderr, &mut err) => (2u8, read),
+        };
+        let n = match read {
+            Ok(n) if n > 0 => n,
+            _ => {
+                if channel == 1 {
+                    stdout = None;
+                } else {
+                    stderr = None;
+                }
+                continue;
+            }
+        };
+        let data = if channel == 1 { &out[..n] } else { &err[..n] };
+        let mut frame = Vec::with_capacity(n + 1);
+        frame.push(channel);
+        frame.extend_from_slice(data);
+        if socket.send(Message::Binary(frame.into())).await.is_err() {
+            // The caller went: so does the command, as the kubelet ends a dropped exec.
+            let _ = child.kill().await;
+            return;
+        }
+    }
+    let status = match child.wait().await.ok().and_then(|s| s.code()) {
+        Some(0) => json!({"metadata": {}, "status": "Success"}),
+        code => {
+            let code = code.unwrap_or(137);
+            json!({
+                "metadata": {},
+                "status": "Failure",
+                "message": format!("command terminated with non-zero exit code: error executing command [{shown}], exit code {code}"),
+                "reason": "NonZeroExitCode",
+                "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]},
+            })
+        }
+    };
+    let mut frame = vec![3u8];
+    frame.extend_from_slice(status.to_string().as_bytes());
+    let _ = socket.send(Message::Binary(frame.into())).await;
+    let _ = socket.send(Message::Close(None)).await;
 }
 
 fn json_body(body: &Bytes) -> Result<Value, Refusal> {

@@ -16,7 +16,7 @@
 
 use crate::api;
 use crate::clock;
-use crate::http::PodLogs;
+use crate::http::PodStreams;
 use crate::scheduler::event;
 use crate::status::Refusal;
 use crate::store::{Store, text};
@@ -475,6 +475,19 @@ impl Kubelet {
         ip: Ipv4Addr,
         netns: &str,
     ) -> Result<std::process::Command, String> {
+        self.command_running(key, pod, ip, netns, None)
+    }
+
+    /// As [`Kubelet::command`], running `argv` instead of the container's own command where
+    /// given (an exec): the same user, environment, volumes and network as the container.
+    fn command_running(
+        &self,
+        key: &(String, String),
+        pod: &Value,
+        ip: Ipv4Addr,
+        netns: &str,
+        argv: Option<Vec<String>>,
+    ) -> Result<std::process::Command, String> {
         let container = pod
             .pointer("/spec/containers/0")
             .cloned()
@@ -641,12 +654,18 @@ impl Kubelet {
             "--no-new-privs".into(),
             "--".into(),
         ]);
-        let command = crate::store::strings(&container, "/command");
-        if command.is_empty() {
-            return Err("the image has no entrypoint here: the pod must name its command".into());
+        if let Some(argv) = argv {
+            args.extend(argv);
+        } else {
+            let command = crate::store::strings(&container, "/command");
+            if command.is_empty() {
+                return Err(
+                    "the image has no entrypoint here: the pod must name its command".into(),
+                );
+            }
+            args.extend(command);
+            args.extend(crate::store::strings(&container, "/args"));
         }
-        args.extend(command);
-        args.extend(crate::store::strings(&container, "/args"));
         let mut cmd = std::process::Command::new("ip");
         cmd.args(&args);
         Ok(cmd)
@@ -1126,7 +1145,66 @@ impl Drop for Kubelet {
     }
 }
 
-impl PodLogs for Kubelet {
+impl Kubelet {
+    /// Starts `argv` in the running container of `namespace/pod`, as `kubectl exec` does: the
+    /// container's user, environment, volumes and network, in its memory group; stdout and
+    /// stderr piped, no stdin.
+    pub fn exec_in(
+        &self,
+        namespace: &str,
+        pod: &str,
+        argv: Vec<String>,
+    ) -> Result<tokio::process::Child, Refusal> {
+        let key = (namespace.to_string(), pod.to_string());
+        let not_running = || {
+            Refusal::bad_request(format!(
+                "unable to upgrade connection: container not found (\"editor\") in pod \"{pod}\""
+            ))
+        };
+        let (ip, netns, procs) = {
+            let pods = self.pods.lock().unwrap_or_else(|e| e.into_inner());
+            let state = pods.get(&key).ok_or_else(not_running)?;
+            if state.container.is_none() || state.stopping {
+                return Err(not_running());
+            }
+            let procs = state
+                .cgroup
+                .as_ref()
+                .map_or_else(|| PathBuf::from("/dev/null"), |g| g.join("cgroup.procs"));
+            (state.ip, state.netns.clone(), procs)
+        };
+        let object = self
+            .store
+            .read(|o| o.get("pods", namespace, pod).cloned())
+            .ok_or_else(not_running)?;
+        let command = self
+            .command_running(&key, &object, ip, &netns, Some(argv))
+            .map_err(Refusal::bad_request)?;
+        tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg("umask 022 && echo $$ > \"$0\" && exec \"$@\"")
+            .arg(&procs)
+            .arg(command.get_program())
+            .args(command.get_args())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| Refusal::bad_request(format!("exec: {e}")))
+    }
+}
+
+impl PodStreams for Kubelet {
+    fn exec(
+        &self,
+        namespace: &str,
+        pod: &str,
+        argv: Vec<String>,
+    ) -> Result<tokio::process::Child, Refusal> {
+        self.exec_in(namespace, pod, argv)
+    }
+
     fn logs(
         &self,
         namespace: &str,

@@ -58,11 +58,32 @@ pub struct NodeSpec {
     pub cards: Vec<scheduler::Card>,
 }
 
-/// The logs of whichever node runs a pod.
+/// The logs and execs of whichever node runs a pod.
 #[derive(Default)]
 struct Nodes(std::sync::Mutex<Vec<Arc<kubelet::Kubelet>>>);
 
-impl http::PodLogs for Nodes {
+impl http::PodStreams for Nodes {
+    fn exec(
+        &self,
+        namespace: &str,
+        pod: &str,
+        argv: Vec<String>,
+    ) -> Result<tokio::process::Child, status::Refusal> {
+        let nodes = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut last = None;
+        for node in nodes {
+            match node.exec_in(namespace, pod, argv.clone()) {
+                Ok(child) => return Ok(child),
+                Err(refused) => last = Some(refused),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            status::Refusal::bad_request(format!(
+                "unable to upgrade connection: container not found (\"editor\") in pod \"{pod}\""
+            ))
+        }))
+    }
+
     fn logs(
         &self,
         namespace: &str,
