@@ -118,7 +118,8 @@ if [ "$WANT_TEST" = 1 ]; then
   # buildah, podman and runc: the server image is built, pushed, pulled and run (image-test.sh);
   # busybox-static and skopeo: the editor Containerfiles' stand-in base and pins (editor-images-test.sh).
   # iproute2 and curl: the network tests make test hosts of their own (ip netns, a veth pair).
-  apt_install chromium postgresql docker-registry prometheus sqlite3 buildah podman runc busybox-static skopeo iproute2 curl
+  # nginx: the load balancer in front of two replicas (tests/it/replicas.rs); its service is not used.
+  apt_install chromium postgresql docker-registry prometheus sqlite3 buildah podman runc busybox-static skopeo iproute2 curl nginx
   if [ ! -d end2end/node_modules/playwright-core ] || [ ! -d end2end/node_modules/oidc-provider ] \
     || [ ! -d end2end/node_modules/axe-core ]; then
     say "installing playwright-core (no browser download: Debian's Chromium is used), oidc-provider, axe-core"

@@ -32,9 +32,10 @@
 //!   naming `promotion.registry`.
 //!
 //! Limits: on a cluster the file is read while the session runs (its editor pod does the
-//! reading; an ended session answers 409). The copies live on the requesting server's disk: with
-//! several replicas `data_dir/promotions` must be shared, or the push fails on another with "the
-//! copy is gone". The limit of 10 is checked before the copy, not under a lock, so requests sent
+//! reading; an ended session answers 409). The copies live in `data_dir/promotions`: with several
+//! replicas that folder is one they all mount (the chart's `config.promotion.sharedClaim`,
+//! required there), or the push fails on another with "the copy is gone" (`tests/it/replicas.rs`).
+//! The limit of 10 is checked before the copy, not under a lock, so requests sent
 //! at once can pass it together. A hard link in the workspace to a file the server can read
 //! passes the check; on one machine editors run as the server's own account anyway
 //! (`runtime::local`), so that is no new power.

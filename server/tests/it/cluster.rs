@@ -11,12 +11,23 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 /// The chart's namespace and service account, as `scripts/render-chart.sh` renders it.
-const SERVER_NAMESPACE: &str = "gpu-sandbox";
+pub(crate) const SERVER_NAMESPACE: &str = "gpu-sandbox";
 const SERVER_ACCOUNT: &str = "gpu-sandbox";
-const SERVER_TOKEN: &str = "server-token";
+pub(crate) const SERVER_TOKEN: &str = "server-token";
+
+/// Whether the simulated kubelet can run pods here (network namespaces and a bridge take root);
+/// says why not. The tests without a node run anywhere.
+pub(crate) fn pods_run_here() -> bool {
+    // SAFETY: geteuid only reads this process's effective user id.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("skipped: the simulated kubelet makes network namespaces (not root)");
+    }
+    root
+}
 
 /// The chart, rendered once per test run.
-fn chart() -> &'static Vec<Value> {
+pub(crate) fn chart() -> &'static Vec<Value> {
     static CHART: OnceLock<Vec<Value>> = OnceLock::new();
     CHART.get_or_init(|| {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -203,6 +214,9 @@ async fn a_verb_missing_from_the_chart_fails_the_launch_with_a_clear_message() {
 /// token, a stale write, a watch from a compacted version (410), a bad name.
 #[tokio::test]
 async fn the_simulated_api_server_refuses_what_a_cluster_refuses() {
+    if !pods_run_here() {
+        return;
+    }
     use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
     use kube::api::{Api, PostParams, WatchEvent, WatchParams};
     let cluster = start_cluster(chart().clone()).await;
@@ -281,7 +295,7 @@ async fn the_simulated_api_server_refuses_what_a_cluster_refuses() {
 
 /// A node of a simulated cluster: its kubelet runs the editor images from this machine's
 /// editors (`SANDBOX_EDITORS__TOOLS_DIR`), on one 48 GB card split in ten.
-fn node(name: &str) -> sim_cluster::NodeSpec {
+pub(crate) fn node(name: &str) -> sim_cluster::NodeSpec {
     use sim_cluster::kubelet::{Config, Image};
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -343,6 +357,9 @@ fn node(name: &str) -> sim_cluster::NodeSpec {
 /// and the credits held for the unused time come back.
 #[tokio::test]
 async fn a_session_on_the_cluster_runs_a_real_jupyterlab_through_the_proxy() {
+    if !pods_run_here() {
+        return;
+    }
     if !crate::common::tools_dir()
         .join("venv/bin/jupyter-lab")
         .exists()
@@ -439,6 +456,9 @@ async fn product_with(
 /// Secret) run on the cluster too, each answering through the proxy at its pod.
 #[tokio::test]
 async fn marimo_and_code_server_run_on_the_cluster() {
+    if !pods_run_here() {
+        return;
+    }
     let (cluster, app) = product_on(vec![node("gpu-node-1")]).await;
     let (_, token) = app.user("dora").await;
     let marimo = app.launch_ready(&token, "marimo").await;
@@ -500,6 +520,9 @@ fn namespace_of(user: &str) -> String {
 /// and the credits held for its unused time come back; nothing is scheduled there again.
 #[tokio::test]
 async fn a_node_drained_mid_session_ends_its_sessions_lost_and_refunded() {
+    if !pods_run_here() {
+        return;
+    }
     let (cluster, app) = product_on(vec![node("gpu-node-1")]).await;
     let (erin, token) = app.user("erin").await;
     let id = app.launch_ready(&token, "jupyterlab").await;
@@ -528,6 +551,9 @@ async fn a_node_drained_mid_session_ends_its_sessions_lost_and_refunded() {
 /// and the launch fails with them and is refunded.
 #[tokio::test]
 async fn the_namespaces_quota_refuses_a_second_pod_in_its_words() {
+    if !pods_run_here() {
+        return;
+    }
     let (cluster, app) = product_with(vec![node("gpu-node-1")], |k| k.max_pods_per_user = 1).await;
     let (frank, token) = app.user("frank").await;
     app.launch_ready(&token, "jupyterlab").await;
@@ -549,6 +575,9 @@ async fn the_namespaces_quota_refuses_a_second_pod_in_its_words() {
 /// An image no node has never gets ready: the launch fails with the pull error, not a hang.
 #[tokio::test]
 async fn a_pod_whose_image_cannot_be_pulled_fails_the_launch_with_why() {
+    if !pods_run_here() {
+        return;
+    }
     let (cluster, app) = product_with(vec![node("gpu-node-1")], |k| {
         k.images.jupyterlab = "registry.example/nowhere/lab:1".into();
     })
@@ -570,6 +599,9 @@ async fn a_pod_whose_image_cannot_be_pulled_fails_the_launch_with_why() {
 /// restart and the session answers again.
 #[tokio::test]
 async fn an_editor_that_crashes_is_restarted_and_the_session_carries_on() {
+    if !pods_run_here() {
+        return;
+    }
     let (cluster, app) = product_on(vec![node("gpu-node-1")]).await;
     let (_, token) = app.user("hal").await;
     let id = app.launch_ready(&token, "jupyterlab").await;
@@ -602,6 +634,9 @@ async fn an_editor_that_crashes_is_restarted_and_the_session_carries_on() {
 /// kubelet reports it; the kubelet restarts it.
 #[tokio::test]
 async fn a_container_past_its_memory_limit_is_oom_killed() {
+    if !pods_run_here() {
+        return;
+    }
     use k8s_openapi::api::core::v1::{Namespace, Pod};
     use kube::api::{Api, PostParams};
     let cluster = SimCluster::start(Options {
@@ -656,6 +691,9 @@ async fn a_container_past_its_memory_limit_is_oom_killed() {
 /// between creating it and recording it) is deleted; a session whose pod still runs carries on.
 #[tokio::test]
 async fn after_a_restart_the_reconciler_brings_rows_and_pods_back_in_step() {
+    if !pods_run_here() {
+        return;
+    }
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::{Api, DeleteParams, PostParams};
     let (cluster, first) = product_on(vec![node("gpu-node-1")]).await;

@@ -62,5 +62,6 @@ mod network_edge;
 mod observe;
 mod oidc;
 mod promotion;
+mod replicas;
 mod restart;
 mod router;
