@@ -421,6 +421,17 @@ pub struct AdminSession {
     pub ended_at_ms: Option<i64>,
     /// Milli-credits per hour.
     pub price_per_hour: i64,
+    /// When its editor was ready: the clock of its charge starts there.
+    #[serde(default)]
+    pub ready_at_ms: Option<i64>,
+    /// Milli-credits its holds took and its end charged (both positive).
+    #[serde(default)]
+    pub held: i64,
+    #[serde(default)]
+    pub charged: i64,
+    /// When the server read it: a running session's time and cost so far count to here.
+    #[serde(default)]
+    pub as_of_ms: i64,
 }
 
 /// One line of the audit log, with names where the log keeps ids.

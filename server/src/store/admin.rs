@@ -68,11 +68,17 @@ const USER_COLUMNS: &str = "u.id, u.name, u.role, u.locked, u.created_at, u.must
     (SELECT CAST(COUNT(*) AS BIGINT) FROM sessions s
       WHERE s.user_id = u.id AND s.state <> 'ended') AS live";
 const ADMIN_SESSION_COLUMNS: &str = "s.id, s.user_id, u.name AS user_name, s.editor, s.slice_mib, \
-    g.model AS gpu_model, s.state, s.end_reason, s.detail, s.created_at, s.ends_at, s.ended_at, s.price_per_hour";
+    g.model AS gpu_model, s.state, s.end_reason, s.detail, s.created_at, s.ends_at, s.ended_at, s.price_per_hour, \
+    s.ready_at, \
+    (SELECT CAST(COALESCE(SUM(-l.amount), 0) AS BIGINT) FROM credit_ledger l \
+      WHERE l.session_id = s.id AND l.kind = 'hold') AS held, \
+    (SELECT CAST(COALESCE(SUM(-l.amount), 0) AS BIGINT) FROM credit_ledger l \
+      WHERE l.session_id = s.id AND l.kind = 'charge') AS charged";
 const ADMIN_SESSIONS_FROM: &str = "FROM sessions s JOIN users u ON u.id = s.user_id \
     LEFT JOIN slots sl ON sl.id = s.slot_id LEFT JOIN gpus g ON g.id = sl.gpu_id";
 
-fn admin_session_from_row(r: &AnyRow) -> Result<AdminSession> {
+/// A session's row as the admin pages show it, read at `now`.
+fn admin_session_from_row(r: &AnyRow, now: i64) -> Result<AdminSession> {
     let editor: String = r.try_get("editor")?;
     let state: String = r.try_get("state")?;
     let reason: Option<String> = r.try_get("end_reason")?;
@@ -92,6 +98,10 @@ fn admin_session_from_row(r: &AnyRow) -> Result<AdminSession> {
         ends_at_ms: r.try_get("ends_at")?,
         ended_at_ms: r.try_get("ended_at")?,
         price_per_hour: r.try_get("price_per_hour")?,
+        ready_at_ms: r.try_get("ready_at")?,
+        held: r.try_get("held")?,
+        charged: r.try_get("charged")?,
+        as_of_ms: now,
     })
 }
 
@@ -279,9 +289,10 @@ impl Store {
                 listing,
             )
             .await?;
+        let now = self.now();
         let items = rows
             .iter()
-            .map(admin_session_from_row)
+            .map(|r| admin_session_from_row(r, now))
             .collect::<Result<_>>()?;
         Ok(page(items, listing, total))
     }
@@ -293,7 +304,9 @@ impl Store {
         .bind(id)
         .fetch_optional(&self.pool)
         .await?;
-        row.as_ref().map(admin_session_from_row).transpose()
+        row.as_ref()
+            .map(|r| admin_session_from_row(r, self.now()))
+            .transpose()
     }
 
     pub async fn admin_audit(&self, listing: &Listing<AuditSort, ()>) -> Result<Page<AuditLine>> {

@@ -1,8 +1,10 @@
-//! The sessions tab: every session, stopped or entered (audited) by an admin.
+//! The sessions tab: every session, stopped or entered (audited) by an admin, with its id, how
+//! long it ran and what it cost (so far, while it runs).
 
 use super::Tab;
 use super::table::{Empty, Outcome, Pager, SearchForm, SortHeader, loaded};
 use crate::api::{AdminOpenEditor, AdminStop, admin_sessions};
+use crate::domain::credits;
 use crate::domain::listing::{ListQuery, Page};
 use crate::domain::pool::format_mib;
 use crate::model::AdminSession;
@@ -77,12 +79,15 @@ fn SessionsTable(
         <table class="admin-table" data-testid="sessions">
             <thead>
                 <tr>
+                    <th>"Session"</th>
                     <SortHeader tab=Tab::Sessions list key="user" label="User" />
                     <th>"Editor"</th>
                     <th>"Slice"</th>
                     <SortHeader tab=Tab::Sessions list key="state" label="State" />
                     <SortHeader tab=Tab::Sessions list key="created" label="Started" />
                     <th>"Ends / ended"</th>
+                    <th>"Ran"</th>
+                    <th>"Cost"</th>
                     <th></th>
                 </tr>
             </thead>
@@ -174,12 +179,18 @@ fn SessionRow(
         .or(session.ends_at_ms)
         .map(format_utc)
         .unwrap_or_default();
+    let (ran, cost) = time_and_cost(&session);
+    // The id's start tells rows apart; the whole id is in its title and found by the search.
+    let short_id: String = session.id.chars().take(8).collect();
     let slice = match &session.gpu_model {
         Some(model) => format!("{} on {model}", format_mib(session.slice_mib)),
         None => format_mib(session.slice_mib),
     };
     view! {
         <tr data-session=session.id.clone()>
+            <td>
+                <code title=session.id.clone() data-testid="session-id">{short_id}</code>
+            </td>
             <td>{session.user_name.clone()}</td>
             <td>{session.editor.label()}</td>
             <td>{slice}</td>
@@ -190,6 +201,8 @@ fn SessionRow(
             </td>
             <td>{format_utc(session.created_at_ms)}</td>
             <td>{ends}</td>
+            <td data-testid="session-ran">{ran}</td>
+            <td data-testid="session-cost">{cost}</td>
             <td>
                 {ready
                     .then(|| {
@@ -223,5 +236,87 @@ fn SessionRow(
                     })}
             </td>
         </tr>
+    }
+}
+
+/// How long a session's editor ran (from ready to its end, or to when the server read it while
+/// it runs) and what it cost: its charge once ended, what it has used of its hold so far while
+/// it runs. A session whose editor was never ready ran for nothing and cost nothing.
+fn time_and_cost(session: &AdminSession) -> (String, String) {
+    let Some(ready) = session.ready_at_ms else {
+        return ("—".into(), credits::with_unit(session.charged));
+    };
+    let until = session.ended_at_ms.unwrap_or(session.as_of_ms);
+    let ran = (until - ready).max(0);
+    let cost = if session.state.is_live() {
+        let (so_far, _) = credits::settle(session.held, session.price_per_hour, ran);
+        format!("{} so far", credits::with_unit(so_far))
+    } else {
+        credits::with_unit(session.charged)
+    };
+    (minutes_words(ran), cost)
+}
+
+/// "7 min", "2 h 05 min"; a minute begun counts, as the charge counts it.
+fn minutes_words(ms: i64) -> String {
+    let minutes = credits::minutes_used(ms);
+    match (minutes / 60, minutes % 60) {
+        (0, m) => format!("{m} min"),
+        (h, m) => format!("{h} h {m:02} min"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::launch::EditorKind;
+    use crate::domain::session::SessionState;
+
+    fn session(state: SessionState) -> AdminSession {
+        AdminSession {
+            id: "s1".into(),
+            user_id: "u".into(),
+            user_name: "ada".into(),
+            editor: EditorKind::JupyterLab,
+            slice_mib: 8192,
+            gpu_model: None,
+            state,
+            end_reason: None,
+            detail: None,
+            created_at_ms: 0,
+            ends_at_ms: None,
+            ended_at_ms: None,
+            price_per_hour: 6_000,
+            ready_at_ms: Some(60_000),
+            held: 6_000,
+            charged: 0,
+            as_of_ms: 60_000 + 10 * 60_000 + 1,
+        }
+    }
+
+    #[test]
+    fn a_running_session_shows_its_time_and_cost_so_far() {
+        // 10 minutes and a millisecond: 11 minutes begun, at 6 credits an hour.
+        assert_eq!(
+            time_and_cost(&session(SessionState::Ready)),
+            ("11 min".to_string(), "1.1 credits so far".to_string())
+        );
+    }
+
+    #[test]
+    fn an_ended_session_shows_its_charge_and_a_queued_one_nothing() {
+        let mut ended = session(SessionState::Ended);
+        ended.ended_at_ms = Some(60_000 + 125 * 60_000);
+        ended.charged = 6_000;
+        assert_eq!(
+            time_and_cost(&ended),
+            ("2 h 05 min".to_string(), "6 credits".to_string())
+        );
+        let mut queued = session(SessionState::Queued);
+        queued.ready_at_ms = None;
+        assert_eq!(
+            time_and_cost(&queued),
+            ("—".to_string(), "0 credits".to_string())
+        );
     }
 }
