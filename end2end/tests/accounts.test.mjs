@@ -5,6 +5,14 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, signIn } from './helpers.mjs';
 
+// Opens a row's menu (its actions but the grant), unless it is open already.
+async function openMenu(row) {
+  const menu = row.locator('details.row-menu');
+  if ((await menu.getAttribute('open')) === null) {
+    await menu.locator(':scope > summary').click();
+  }
+}
+
 test('an added user signs in with the shown password, chooses their own, and is reset and deleted', async () => {
   const browser = await launchBrowser();
   const page = await browser.newPage();
@@ -126,6 +134,7 @@ test('an added user signs in with the shown password, chooses their own, and is 
     await page.getByText(/\+5 credits: .*for the course/).first().waitFor();
     await page.goto(`${BASE}/admin`);
     await row.waitFor();
+    await openMenu(row);
     await row.getByRole('button', { name: `Reset password of ${name}` }).click();
     assert.match(page.dialogs.at(-1) ?? '', new RegExp(`^Give ${name} a new password\\?`));
     await page.getByTestId('made-password').filter({ hasText: name }).waitFor();
@@ -143,6 +152,7 @@ test('an added user signs in with the shown password, chooses their own, and is 
     await newcomer.waitForURL(/\/account\?next=/);
 
     // Deleting asks what is lost; the account leaves the list and its sign-in ends.
+    await openMenu(row);
     await row.getByRole('button', { name: `Delete ${name}` }).click();
     assert.match(page.dialogs.at(-1) ?? '', new RegExp(`^Delete ${name}\\? They can no longer sign in`));
     await row.waitFor({ state: 'detached' });

@@ -7,8 +7,24 @@ import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, launchByApi, readyB
 
 const TARGET = 'e2e-target';
 
+// Opens a row's menu (its actions but the grant), unless it is open already; one row's at a time.
+async function openMenu(row) {
+  const menu = row.locator('details.row-menu');
+  if ((await menu.getAttribute('open')) === null) {
+    await menu.locator(':scope > summary').click();
+  }
+}
+
+async function closeMenu(row) {
+  const menu = row.locator('details.row-menu');
+  if ((await menu.getAttribute('open')) !== null) {
+    await menu.locator(':scope > summary').click();
+  }
+}
+
 // Opens the row's quota editor, whether or not it is open already (a reload draws it anew).
 async function openQuota(row) {
+  await openMenu(row);
   const details = row.locator('details.quota');
   if ((await details.getAttribute('open')) === null) {
     await details.locator('summary').click();
@@ -62,6 +78,10 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     const session = page.locator(`tr[data-session="${launched.id}"]`);
     await session.waitFor();
     assert.match(await session.innerText(), new RegExp(TARGET));
+    // Each row says which session it is, how long it has run and what it cost so far.
+    assert.equal(await session.getByTestId('session-id').innerText(), launched.id.slice(0, 8));
+    assert.match(await session.getByTestId('session-ran').innerText(), /^\d+ min$/);
+    assert.match(await session.getByTestId('session-cost').innerText(), /^[\d.]+ credits? so far$/);
     // Entering their editor is an explicit, audited step, and for an admin token only: the
     // admin's browser stays out, since the user's page would run in it with the admin's cookie.
     const editorUrl = `${BASE}/s/${launched.id}/`;
@@ -78,6 +98,7 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     assert.match(await told.innerText(), /admin \(admin\) may reach this editor until/);
     await session.getByRole('button', { name: 'Stop' }).click();
     await session.getByText('ended (admin)').waitFor();
+    assert.match(await session.getByTestId('session-cost').innerText(), /^[\d.]+ credits?$/, 'charged at its end');
     assert.match(page.dialogs.at(-1) ?? '', new RegExp(`^Stop ${TARGET}'s session\\? .*not saved is lost`));
     const seen = await owner.evaluate(
       async (id) => (await fetch(`/api/v1/sessions/${id}`)).json(),
@@ -86,7 +107,8 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     assert.equal(seen.end_reason, 'admin');
     assert.match(seen.detail, /admin/);
     await owner.close();
-    await page.getByRole('link', { name: 'Users', exact: true }).click();
+    // The Users tab's label carries its count of open asks, when there are some.
+    await page.getByTestId('tab-users').click();
     await page.waitForURL(/tab=users/);
 
     const row = page.locator(`tr[data-user="${TARGET}"]`);
@@ -97,6 +119,8 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     await mine.getByLabel('Credits to grant admin').fill('7');
     await openQuota(mine);
     await mine.getByLabel('Minutes').fill('45');
+    // Its menu closed again: it would cover the rows below.
+    await closeMenu(mine);
     await row.getByLabel(`Credits to grant ${TARGET}`).fill('2.5');
     await row.getByLabel(`Note for ${TARGET}`).fill('e2e grant');
     await row.getByRole('button', { name: 'Grant' }).click();
@@ -114,7 +138,9 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     assert.notEqual(await mine.locator('details.quota').getAttribute('open'), null, 'its quota editor stays open');
     assert.equal(await mine.getByLabel('Minutes').inputValue(), '45');
     await mine.getByLabel('Credits to grant admin').fill('');
+    await openMenu(mine);
     await mine.getByLabel('Minutes').fill('');
+    await closeMenu(mine);
 
     // Taking back more than there is: refused, with the reason, and nothing changes.
     await row.getByLabel(`Credits to grant ${TARGET}`).fill(`-${before + 100}`);
@@ -128,6 +154,7 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
       'a refused grant keeps what was typed',
     );
 
+    await openMenu(row);
     await row.getByRole('button', { name: `Lock ${TARGET}`, exact: true }).click();
     assert.match(page.dialogs.at(-1) ?? '', new RegExp(`^Lock ${TARGET}\\? They are signed out everywhere`));
     await row.getByText('locked', { exact: true }).waitFor();
@@ -136,6 +163,7 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     await signIn(other, TARGET);
     await other.getByRole('alert').waitFor();
     await other.close();
+    await openMenu(row);
     await row.getByRole('button', { name: `Unlock ${TARGET}`, exact: true }).click();
     await row.getByText('locked', { exact: true }).waitFor({ state: 'detached' });
 
@@ -159,6 +187,59 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
       (user) => !/Quota: 0 sessions/.test(document.querySelector(`tr[data-user="${user}"] details.quota summary`)?.innerText ?? 'Quota: 0 sessions'),
       TARGET,
     );
+
+    await closeMenu(row);
+
+    // At a hundred users a row is one line: its actions but the grant are in its menu.
+    const heights = await page.locator('tr[data-user]').evaluateAll((rows) => rows.map((r) => r.getBoundingClientRect().height));
+    assert.ok(Math.max(...heights) < 60, `rows of one line: ${heights}`);
+
+    // Many at once, from a CSV file: checked first, every bad line named and nothing added;
+    // corrected, applied whole, with each new account's password shown once.
+    const stamp = Date.now() % 100000;
+    const bulk = page.getByTestId('bulk-users');
+    await bulk.locator('summary').click();
+    const lines = (role) => `name,role,credits,note\ncsv-a-${stamp},user,3,course\ncsv-b-${stamp},${role}\n${TARGET},,1,e2e file\n`;
+    await bulk.getByLabel('CSV file').setInputFiles({ name: 'people.csv', mimeType: 'text/csv', buffer: Buffer.from(lines('boss')) });
+    const problems = bulk.getByTestId('bulk-problems');
+    await problems.waitFor();
+    assert.match(await problems.innerText(), /Line 3: the role is `boss`/);
+    assert.equal(await bulk.getByTestId('bulk-plan').count(), 0);
+    assert.equal(await page.locator(`tr[data-user="csv-a-${stamp}"]`).count(), 0, 'nothing added');
+    await page.screenshot({ path: `${ARTIFACTS}/admin-users-csv-problems.png`, fullPage: true });
+    await bulk.getByLabel('or its lines').fill(lines('admin'));
+    await bulk.getByRole('button', { name: 'Check' }).click();
+    const plan = bulk.getByTestId('bulk-plan');
+    await plan.waitFor();
+    assert.match(await plan.innerText(), /3 lines: 2 accounts to add, 1 grant/);
+    const had = await balanceOf(row);
+    await plan.getByRole('button', { name: 'Add 2 and grant 1' }).click();
+    await page.getByTestId('outcome').filter({ hasText: 'From the file: added 2 accounts and made 1 grant' }).waitFor();
+    const made = page.getByTestId('made-passwords');
+    await made.waitFor();
+    assert.equal(await made.getByTestId('made-passwords-value').count(), 2);
+    await page.locator(`tr[data-user="csv-b-${stamp}"]`).waitFor();
+    await page.waitForFunction(
+      ([user, expected]) =>
+        parseFloat(document.querySelector(`tr[data-user="${user}"] [data-testid="balance"]`)?.innerText) === expected,
+      [TARGET, had + 1],
+    );
+    await page.screenshot({ path: `${ARTIFACTS}/admin-users-compact.png`, fullPage: true });
+
+    // An open ask is counted on the tab itself.
+    const asker = await browser.newPage();
+    await signIn(asker, TARGET);
+    await asker.waitForURL(`${BASE}/`);
+    const asked = await asker.evaluate(async () => (await fetch('/api/v1/me/credit-request', {
+      method: 'PUT',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ amount: 4 }),
+    })).status);
+    assert.equal(asked, 200);
+    await asker.close();
+    await page.reload();
+    await hydrated(page);
+    await page.getByTestId('tab-users').filter({ hasText: /^Users \(\d+ asks?\)$/ }).waitFor();
 
     // Sorting and search are on the server and live in the address; a search keeps the sort.
     await page.getByRole('link', { name: 'Credits' }).click();

@@ -231,20 +231,51 @@ fn ConfirmAdmin(confirmation: Confirmation, confirm: ServerAction<ConfirmAdmin>)
     }
 }
 
+/// What changes the count of open asks for credits (a grant, a decline, a file) bumps, so the
+/// Users tab's label reads it again.
+#[derive(Clone, Copy)]
+struct AsksChanged(RwSignal<u32>);
+
+/// The Users tab's count of open asks for credits: " (3 asks)", nothing for none.
+fn asks_label(open: u32) -> String {
+    match open {
+        0 => String::new(),
+        1 => " (1 ask)".to_string(),
+        n => format!(" ({n} asks)"),
+    }
+}
+
 #[component]
 fn AdminTabs(tab: Memo<Tab>, list: Memo<ListQuery>) -> impl IntoView {
+    let changed = RwSignal::new(0u32);
+    provide_context(AsksChanged(changed));
+    let asks = page_resource(
+        move || changed.get(),
+        |_| crate::api::open_credit_requests(),
+    );
     let tabs = move || {
         let current = tab.get();
         Tab::ALL
             .into_iter()
             .map(|t| {
+                let count = (t == Tab::Users).then(|| {
+                    view! {
+                        <Transition fallback=|| ()>
+                            {move || Suspend::new(async move {
+                                asks.await.map(asks_label).unwrap_or_default()
+                            })}
+                        </Transition>
+                    }
+                });
                 view! {
                     <a
                         href=admin_href(t, &ListQuery::default())
                         class="tab"
                         aria-current=(t == current).then_some("page")
+                        data-testid=format!("tab-{}", t.name())
                     >
                         {t.label()}
+                        {count}
                     </a>
                 }
             })
@@ -304,5 +335,12 @@ mod tests {
         );
         assert_eq!(csv_href(Tab::Pool, &q), None);
         assert_eq!(Tab::parse(Some("nonsense")), Tab::Users);
+    }
+
+    #[test]
+    fn the_users_tab_counts_open_asks_in_words() {
+        assert_eq!(asks_label(0), "");
+        assert_eq!(asks_label(1), " (1 ask)");
+        assert_eq!(asks_label(3), " (3 asks)");
     }
 }

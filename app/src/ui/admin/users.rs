@@ -1,17 +1,22 @@
 //! The users tab: add, reset and delete accounts, roles, locks, credits and quotas, with what
 //! was typed kept across reloads. What loses something asks first.
+//!
+//! Made for a hundred users and more: a row is one line (the grant at hand, every other action
+//! in the row's menu), and a CSV file adds and grants to many at once (`crate::domain::bulk`):
+//! checked first, every bad line named by its number, then applied whole or not at all.
 
 use super::Tab;
 use super::table::{Empty, Outcome, Pager, SearchForm, SortHeader, loaded};
 use crate::api::{
-    AddUser, ChangeUser, GrantCredits, ResetPassword, SetUserQuota, admin_users, change_user,
-    decline_credit_request, delete_user, grant_credits, set_user_quota,
+    AddUser, ChangeUser, GrantCredits, ResetPassword, SetUserQuota, admin_users, bulk_users,
+    change_user, decline_credit_request, delete_user, grant_credits, set_user_quota,
 };
+use crate::domain::bulk;
 use crate::domain::credits;
 use crate::domain::listing::{ListQuery, Page};
 use crate::domain::pool::format_mib;
 use crate::error::AppError;
-use crate::model::{AdminUser, MadePassword, NewAccount, Role, UserChange};
+use crate::model::{AdminUser, BulkUsers, MadePassword, NewAccount, Role, UserChange};
 use crate::ui::format::{confirmed, format_utc};
 use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
@@ -77,7 +82,33 @@ pub(super) fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
             (user_id, answer.map(|limits| quota_saved(&name, &limits)))
         }
     });
+    // A file's plan is checked before it is applied: (the text checked, its plan).
+    let check: BulkAction = Action::new(|csv: &String| {
+        let csv = csv.clone();
+        async move { (csv.clone(), bulk_users(csv, false).await) }
+    });
+    let apply: BulkAction = Action::new(|csv: &String| {
+        let csv = csv.clone();
+        async move { (csv.clone(), bulk_users(csv, true).await) }
+    });
+    // The passwords of the accounts the last file added, shown until the next action.
+    let made_many = RwSignal::new(None::<Vec<MadePassword>>);
+    Effect::new(move |_| {
+        if let Some((_, Ok(done))) = apply.value().get() {
+            made_many.set(Some(done.passwords));
+        }
+    });
     let outcome = Outcome::new();
+    outcome.follow(
+        move || apply.pending().get(),
+        move || {
+            apply
+                .value()
+                .get()
+                .map(|(_, answer)| answer.map(|done| applied_words(&done)))
+        },
+    );
+    outcome.owns(made_many);
     outcome.follow(
         move || add.pending().get(),
         move || {
@@ -119,6 +150,13 @@ pub(super) fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
             changed.update(|n| *n += 1);
         }
     });
+    // The tab's count of open asks follows what answers them.
+    let asks = use_context::<super::AsksChanged>();
+    let asks_changed = move || {
+        if let Some(super::AsksChanged(asks)) = asks {
+            asks.update(|n| *n += 1);
+        }
+    };
     Effect::new(move |_| {
         let succeeded = [
             matches!(change.value().get(), Some(Ok(_))),
@@ -126,15 +164,20 @@ pub(super) fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
             matches!(reset.value().get(), Some(Ok(_))),
             matches!(delete.value().get(), Some(Ok(_))),
             matches!(decline.value().get(), Some(Ok(_))),
+            matches!(apply.value().get(), Some((_, Ok(_)))),
         ];
         if succeeded.contains(&true) {
             changed.update(|n| *n += 1);
+        }
+        if succeeded[3] || succeeded[4] || succeeded[5] {
+            asks_changed();
         }
     });
     Effect::new(move |_| {
         if let Some((user_id, Ok(_))) = grant.value().get() {
             drafts.saved(Saved::Grant, &user_id);
             changed.update(|n| *n += 1);
+            asks_changed();
         }
     });
     let data = page_resource(
@@ -154,9 +197,18 @@ pub(super) fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
                 ("locked", "locked"),
             ]
         />
-        <AddUserForm add />
+        <div class="user-forms">
+            <AddUserForm add />
+            <BulkForm check apply />
+        </div>
         {outcome.view()}
         {move || made.get().map(|made| view! { <MadePasswordNotice made /> })}
+        {move || {
+            made_many
+                .get()
+                .filter(|made| !made.is_empty())
+                .map(|made| view! { <MadePasswordsNotice made /> })
+        }}
         {loaded(
             data,
             "Loading users…",
@@ -261,6 +313,270 @@ fn AddUserForm(add: ServerAction<AddUser>) -> impl IntoView {
     }
 }
 
+/// A file of accounts: chosen or pasted, checked (every bad line named), then applied whole.
+#[component]
+fn BulkForm(check: BulkAction, apply: BulkAction) -> impl IntoView {
+    let text = RwSignal::new(String::new());
+    let open = RwSignal::new(false);
+    // A file applied empties the form; what it planned is done.
+    Effect::new(move |_| {
+        if let Some((_, Ok(_))) = apply.value().get() {
+            text.set(String::new());
+        }
+    });
+    let send_check = move || {
+        let csv = text.get_untracked();
+        if !csv.trim().is_empty() {
+            check.dispatch(csv);
+        }
+    };
+    let chosen = move |ev: leptos::ev::Event| {
+        #[cfg(feature = "hydrate")]
+        read_chosen_file(&ev, move |csv| {
+            text.set(csv);
+            send_check();
+        });
+        #[cfg(not(feature = "hydrate"))]
+        let _ = ev;
+    };
+    // The plan of the text as it is now: a file edited after its check is checked again.
+    let plan = move || {
+        let (checked, answer) = check.value().get()?;
+        (checked == text.get()).then_some(answer)
+    };
+    let result = move || {
+        if check.pending().get() {
+            return Some(
+                view! { <p class="muted" role="status">"Checking the file…"</p> }.into_any(),
+            );
+        }
+        Some(match plan()? {
+            Err(error) => view! { <crate::ui::Refusal error /> }.into_any(),
+            Ok(answer) if !answer.problems.is_empty() => view! {
+                <div class="notice error" role="alert" data-testid="bulk-problems">
+                    <p>"Nothing will be added or granted until every line is right:"</p>
+                    <ul>
+                        {answer
+                            .problems
+                            .iter()
+                            .map(|p| view! { <li>{crate::ui::format::sentence(&p.to_string())}</li> })
+                            .collect_view()}
+                    </ul>
+                </div>
+            }
+            .into_any(),
+            Ok(answer) => {
+                let csv = text.get_untracked();
+                let button = apply_label(&answer);
+                view! {
+                    <div class="bulk-plan" data-testid="bulk-plan">
+                        <p>{plan_words(&answer)}</p>
+                        <ol>
+                            {answer
+                                .planned
+                                .iter()
+                                .map(|p| {
+                                    view! {
+                                        <li value=p.line.to_string()>
+                                            {crate::ui::format::sentence(&p.words())}
+                                        </li>
+                                    }
+                                })
+                                .collect_view()}
+                        </ol>
+                        <button
+                            type="button"
+                            class="primary"
+                            disabled=move || apply.pending().get()
+                            on:click=move |_| {
+                                apply.dispatch(csv.clone());
+                            }
+                        >
+                            {button}
+                        </button>
+                    </div>
+                }
+                .into_any()
+            }
+        })
+    };
+    view! {
+        <details
+            class="bulk-users"
+            data-testid="bulk-users"
+            prop:open=move || open.get()
+            on:toggle=move |ev| {
+                #[cfg(feature = "hydrate")]
+                {
+                    use wasm_bindgen::JsCast;
+                    if let Some(details) = ev
+                        .target()
+                        .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
+                    {
+                        open.set(details.has_attribute("open"));
+                    }
+                }
+                #[cfg(not(feature = "hydrate"))]
+                let _ = ev;
+            }
+        >
+            <summary>"Add or grant from a CSV file"</summary>
+            <form on:submit=move |ev: leptos::ev::SubmitEvent| {
+                ev.prevent_default();
+                send_check();
+            }>
+                <label>
+                    "CSV file"
+                    <input type="file" accept=".csv,text/csv,text/plain" on:change=chosen />
+                </label>
+                <label class="grow">
+                    "or its lines"
+                    <textarea
+                        name="csv"
+                        rows="4"
+                        spellcheck="false"
+                        placeholder="name,role,credits,note"
+                        bind:value=text
+                    ></textarea>
+                </label>
+                <button type="submit">"Check"</button>
+                <p class="muted">
+                    "One line a person: name, then role (user or admin; empty for user), credits and a note, each optional. A new name is added with a password made for it; a name that exists is granted the credits. Nothing is done until every line is right."
+                </p>
+            </form>
+            {result}
+        </details>
+    }
+}
+
+/// Reads the file an `<input type=file>` was given, as text, and hands it to `then`.
+#[cfg(feature = "hydrate")]
+fn read_chosen_file(ev: &leptos::ev::Event, then: impl FnOnce(String) + 'static) {
+    use js_sys::{Function, Promise, Reflect};
+    use wasm_bindgen::{JsCast, JsValue, closure::Closure};
+    let Some(input) = ev.target() else { return };
+    let file = Reflect::get(&input, &JsValue::from_str("files"))
+        .and_then(|files| Reflect::get(&files, &JsValue::from(0)));
+    let Ok(file) = file else { return };
+    if file.is_undefined() || file.is_null() {
+        return;
+    }
+    let read = Reflect::get(&file, &JsValue::from_str("text"))
+        .ok()
+        .and_then(|text| text.dyn_into::<Function>().ok())
+        .and_then(|text| text.call0(&file).ok())
+        .and_then(|promise| promise.dyn_into::<Promise>().ok());
+    if let Some(read) = read {
+        // A closure freed once called, handed to the promise's `then`.
+        let done = Closure::once_into_js(move |text: JsValue| {
+            then(text.as_string().unwrap_or_default());
+        });
+        let on = Reflect::get(&read, &JsValue::from_str("then"))
+            .ok()
+            .and_then(|on| on.dyn_into::<Function>().ok());
+        if let Some(on) = on {
+            let _ = on.call1(&read, &done);
+        }
+    }
+    // The same file chosen again is a change again.
+    let _ = Reflect::set(&input, &JsValue::from_str("value"), &JsValue::from_str(""));
+}
+
+/// "3 lines: 2 accounts to add, 1 grant."
+fn plan_words(answer: &BulkUsers) -> String {
+    let (adds, grants) = counts(answer);
+    let lines = match answer.planned.len() {
+        1 => "1 line".to_string(),
+        n => format!("{n} lines"),
+    };
+    let adds = match adds {
+        0 => None,
+        1 => Some("1 account to add".to_string()),
+        n => Some(format!("{n} accounts to add")),
+    };
+    let grants = match grants {
+        0 => None,
+        1 => Some("1 grant".to_string()),
+        n => Some(format!("{n} grants")),
+    };
+    let parts: Vec<String> = adds.into_iter().chain(grants).collect();
+    format!("{lines}: {}.", parts.join(", "))
+}
+
+/// The apply button's words: "Add 2 and grant 1".
+fn apply_label(answer: &BulkUsers) -> String {
+    match counts(answer) {
+        (0, grants) => format!("Grant {grants}"),
+        (adds, 0) => format!("Add {adds}"),
+        (adds, grants) => format!("Add {adds} and grant {grants}"),
+    }
+}
+
+/// What applying a file came to.
+fn applied_words(done: &BulkUsers) -> String {
+    let (adds, grants) = counts(done);
+    let added = match adds {
+        0 => None,
+        1 => Some("added 1 account".to_string()),
+        n => Some(format!("added {n} accounts")),
+    };
+    let granted = match grants {
+        0 => None,
+        1 => Some("made 1 grant".to_string()),
+        n => Some(format!("made {n} grants")),
+    };
+    let done_words: Vec<String> = added.into_iter().chain(granted).collect();
+    let passwords = if adds > 0 {
+        "; the new passwords are below, shown only now"
+    } else {
+        ""
+    };
+    crate::ui::format::sentence(&format!(
+        "From the file: {}{passwords}.",
+        done_words.join(" and ")
+    ))
+}
+
+/// (accounts added, grants made) of a file's plan.
+fn counts(answer: &BulkUsers) -> (usize, usize) {
+    let adds = answer
+        .planned
+        .iter()
+        .filter(|p| matches!(p.action, bulk::Action::Add { .. }))
+        .count();
+    (adds, answer.planned.len() - adds)
+}
+
+/// The passwords of the accounts a file added, shown this once.
+#[component]
+fn MadePasswordsNotice(made: Vec<MadePassword>) -> impl IntoView {
+    view! {
+        <div class="notice" role="status" data-testid="made-passwords">
+            <p>"Their passwords, shown only now:"</p>
+            <ul class="made-passwords">
+                {made
+                    .into_iter()
+                    .map(|made| {
+                        view! {
+                            <li>
+                                <span>{made.name.clone()}</span>
+                                <crate::ui::copy::SecretField
+                                    secret=made.password
+                                    label=format!("Password of {}", made.name)
+                                    test_id="made-passwords-value"
+                                />
+                            </li>
+                        }
+                    })
+                    .collect_view()}
+            </ul>
+            <p class="muted">
+                "Hand each over in person or by a private message. They choose their own at their next sign-in."
+            </p>
+        </div>
+    }
+}
+
 /// A password an admin set, shown this once.
 #[component]
 fn MadePasswordNotice(made: MadePassword) -> impl IntoView {
@@ -279,6 +595,8 @@ fn MadePasswordNotice(made: MadePassword) -> impl IntoView {
     }
 }
 
+/// A file's text sent to be checked or applied; answers with the text it was sent.
+type BulkAction = Action<String, (String, Result<BulkUsers, AppError>)>;
 /// An action sent with its input and what its success will say.
 type ChangeAction = Action<(String, ChangeUser), Result<String, AppError>>;
 /// Sent with the user's name; answers with the user's id and what it came to.
@@ -291,6 +609,8 @@ type QuotaAction = Action<(String, SetUserQuota), (String, Result<String, AppErr
 #[derive(Clone, Copy)]
 struct Drafts {
     rows: StoredValue<HashMap<String, Draft>>,
+    /// The user whose row's menu is open: one at a time, so that no menu covers another row.
+    menu: RwSignal<Option<String>>,
 }
 
 #[derive(Clone, Default)]
@@ -319,6 +639,7 @@ impl Drafts {
     fn new() -> Drafts {
         Drafts {
             rows: StoredValue::new(HashMap::new()),
+            menu: RwSignal::new(None),
         }
     }
 
@@ -470,8 +791,8 @@ fn UserRow(
         );
         let name = user.name.clone();
         view! {
-            <p class="ask" data-testid="credit-ask">
-                {words}
+            <span class="ask" data-testid="credit-ask" title=words.clone()>
+                {words.clone()}
                 " "
                 <button
                     class="link"
@@ -490,7 +811,7 @@ fn UserRow(
                 >
                     "Decline"
                 </button>
-            </p>
+            </span>
         }
     });
     let note = RwSignal::from(draft.note.clone());
@@ -596,10 +917,25 @@ fn UserRow(
         }
     };
     let name = user.name.clone();
+    let menu = drafts.menu;
+    let menu_open = {
+        let id = user.id.clone();
+        move || menu.with(|open| open.as_deref() == Some(id.as_str()))
+    };
+    let menu_toggled = {
+        let id = user.id.clone();
+        move |open: bool| {
+            if open {
+                menu.set(Some(id.clone()));
+            } else if menu.with_untracked(|o| o.as_deref() == Some(id.as_str())) {
+                menu.set(None);
+            }
+        }
+    };
     view! {
         <tr data-user=user.name.clone()>
-            <td>
-                {user.name.clone()}
+            <td class="who">
+                <span class="name">{user.name.clone()}</span>
                 {user.single_sign_on.then(|| view! { <span class="chip">"single sign-on"</span> })}
                 {user.is_you.then(|| view! { <span class="chip">"you"</span> })}
                 {user.locked.then(|| view! { <span class="chip state-failed">"locked"</span> })}
@@ -629,45 +965,12 @@ fn UserRow(
             <td>{user.live_sessions}</td>
             <td>{format_utc(user.created_at_ms)}</td>
             <td class="row-actions">
-                // Nobody takes away their own role or locks or deletes themselves: another
-                // admin does, so the pool is never left without one.
-                {(!user.is_you).then(|| view! {
-                <button
-                    on:click=role_change
-                    aria-label=if user.role == Role::Admin {
-                        format!("Make user {name}")
-                    } else {
-                        format!("Make admin {name}")
-                    }
-                >
-                    {if user.role == Role::Admin { "Make user" } else { "Make admin" }}
-                </button>
-                <button
-                    on:click=lock_change
-                    aria-label=format!("{} {name}", if user.locked { "Unlock" } else { "Lock" })
-                >
-                    {if user.locked { "Unlock" } else { "Lock" }}
-                </button>
-                })}
-                {(!user.single_sign_on && !user.is_you)
-                    .then(|| {
-                        view! {
-                            <button on:click=reset.clone() aria-label=format!("Reset password of {name}")>
-                                "Reset password"
-                            </button>
-                        }
-                    })}
-                {(!user.is_you).then(|| view! {
-                    <button class="danger" on:click=delete aria-label=format!("Delete {name}")>
-                        "Delete"
-                    </button>
-                })}
                 <form class="grant" on:submit=submit_grant>
                     <input
                         name="amount"
                         inputmode="decimal"
                         required
-                        size="6"
+                        size="5"
                         placeholder="credits"
                         aria-label=format!("Credits to grant {name}")
                         bind:value=amount
@@ -681,7 +984,64 @@ fn UserRow(
                     />
                     <button type="submit">"Grant"</button>
                 </form>
-                <QuotaEditor user=user.clone() quota draft />
+                // Every other action in one menu, so that a row stays one line; open as the
+                // admin left it across reloads, one row's at a time.
+                <details
+                    class="row-menu"
+                    prop:open=menu_open
+                    on:toggle=move |ev| {
+                        #[cfg(feature = "hydrate")]
+                        {
+                            use wasm_bindgen::JsCast;
+                            if let Some(details) = ev
+                                .target()
+                                .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
+                            {
+                                menu_toggled(details.has_attribute("open"));
+                            }
+                        }
+                        #[cfg(not(feature = "hydrate"))]
+                        let _ = (ev, &menu_toggled);
+                    }
+                >
+                    <summary aria-label=format!("More for {name}")>"More"</summary>
+                    <div class="menu">
+                        // Nobody takes away their own role or locks or deletes themselves:
+                        // another admin does, so the pool is never left without one.
+                        {(!user.is_you).then(|| view! {
+                        <button
+                            on:click=role_change
+                            aria-label=if user.role == Role::Admin {
+                                format!("Make user {name}")
+                            } else {
+                                format!("Make admin {name}")
+                            }
+                        >
+                            {if user.role == Role::Admin { "Make user" } else { "Make admin" }}
+                        </button>
+                        <button
+                            on:click=lock_change
+                            aria-label=format!("{} {name}", if user.locked { "Unlock" } else { "Lock" })
+                        >
+                            {if user.locked { "Unlock" } else { "Lock" }}
+                        </button>
+                        })}
+                        {(!user.single_sign_on && !user.is_you)
+                            .then(|| {
+                                view! {
+                                    <button on:click=reset.clone() aria-label=format!("Reset password of {name}")>
+                                        "Reset password"
+                                    </button>
+                                }
+                            })}
+                        {(!user.is_you).then(|| view! {
+                            <button class="danger" on:click=delete aria-label=format!("Delete {name}")>
+                                "Delete"
+                            </button>
+                        })}
+                        <QuotaEditor user=user.clone() quota draft />
+                    </div>
+                </details>
             </td>
         </tr>
     }
@@ -861,6 +1221,33 @@ mod tests {
                 ["3", "8192", "45", ""]
             );
         });
+    }
+
+    #[test]
+    fn a_files_plan_and_its_outcome_count_adds_and_grants() {
+        let planned = |action| bulk::Planned {
+            line: 1,
+            name: "ada".into(),
+            action,
+            credits: 1000,
+            note: String::new(),
+        };
+        let add = bulk::Action::Add { admin: false };
+        let mut answer = BulkUsers {
+            planned: vec![planned(add), planned(add), planned(bulk::Action::Grant)],
+            ..BulkUsers::default()
+        };
+        assert_eq!(plan_words(&answer), "3 lines: 2 accounts to add, 1 grant.");
+        assert_eq!(apply_label(&answer), "Add 2 and grant 1");
+        assert_eq!(
+            applied_words(&answer),
+            "From the file: added 2 accounts and made 1 grant; the new passwords are below, shown only now."
+        );
+        answer.planned.truncate(1);
+        answer.planned[0].action = bulk::Action::Grant;
+        assert_eq!(plan_words(&answer), "1 line: 1 grant.");
+        assert_eq!(apply_label(&answer), "Grant 1");
+        assert_eq!(applied_words(&answer), "From the file: made 1 grant.");
     }
 
     #[test]
