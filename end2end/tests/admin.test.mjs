@@ -106,6 +106,12 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
     );
     assert.equal(seen.end_reason, 'admin');
     assert.match(seen.detail, /admin/);
+    // Its owner's page says why once, in the stop's own words, and still offers a launch.
+    const why = owner.getByTestId('end-reason');
+    await why.waitFor();
+    assert.equal(await why.innerText(), 'Stopped by the admin admin.');
+    assert.equal(await owner.getByText(/stopped (it|by)/i).count(), 1, 'said once');
+    await owner.getByTestId('launch-again').waitFor();
     await owner.close();
     // The Users tab's label carries its count of open asks, when there are some.
     await page.getByTestId('tab-users').click();

@@ -182,6 +182,44 @@ impl EndReason {
     }
 }
 
+/// Why a session ended, as its end page says it once: `(sentence, log)`.
+///
+/// An end that carries words of its own (`detail`: the admin who stopped it, a lock, a deleted
+/// account) is said in those words instead of the reason's general sentence, which would only
+/// say the same less well. A failure's detail is a log (an editor's last lines): shown apart,
+/// and without the sentence where the log begins by saying it.
+pub fn end_words(
+    reason: Option<EndReason>,
+    detail: Option<&str>,
+) -> (Option<String>, Option<String>) {
+    let detail = detail.map(str::trim).filter(|d| !d.is_empty());
+    match (reason, detail) {
+        (None, None) => (None, None),
+        (Some(reason), None) => (Some(reason.sentence().to_string()), None),
+        (Some(reason), Some(log)) if reason.is_failure() => {
+            let says_it = log
+                .to_lowercase()
+                .starts_with(&reason.describe().to_lowercase());
+            let sentence = (!says_it).then(|| reason.sentence().to_string());
+            (sentence, Some(log.to_string()))
+        }
+        (_, Some(words)) => (Some(as_sentence(words)), None),
+    }
+}
+
+/// `words` with a capital first letter and a full stop.
+fn as_sentence(words: &str) -> String {
+    let mut chars = words.chars();
+    let mut out: String = chars
+        .next()
+        .map(|first| first.to_uppercase().chain(chars).collect())
+        .unwrap_or_default();
+    if !out.ends_with(['.', '!', '?']) {
+        out.push('.');
+    }
+    out
+}
+
 impl SessionState {
     /// The heading of the progress card for a session that has no editor to show (yet, or
     /// any longer).
@@ -206,6 +244,48 @@ impl fmt::Display for EndReason {
 mod tests {
     use super::*;
     use EndReason::*;
+
+    #[test]
+    fn an_end_is_said_once_in_its_own_words_where_it_has_some() {
+        assert_eq!(end_words(None, None), (None, None));
+        assert_eq!(
+            end_words(Some(Timer), None),
+            (Some("Its time ran out.".into()), None)
+        );
+        assert_eq!(
+            end_words(Some(Admin), Some("stopped by the admin root")),
+            (Some("Stopped by the admin root.".into()), None),
+            "not also \"An administrator stopped it.\""
+        );
+        assert_eq!(
+            end_words(Some(Admin), Some(crate::domain::reaper::LOCKED)),
+            (
+                Some("The account was locked; unused credits were refunded.".into()),
+                None
+            )
+        );
+        // The page could not read the reason (its person is signed out): the step's words.
+        assert_eq!(
+            end_words(None, Some("the account was deleted by the admin root")),
+            (
+                Some("The account was deleted by the admin root.".into()),
+                None
+            )
+        );
+        let crash = "The editor stopped unexpectedly; unused credits were refunded.\nKilled";
+        assert_eq!(
+            end_words(Some(Crash), Some(crash)),
+            (None, Some(crash.into())),
+            "the log says it first"
+        );
+        assert_eq!(
+            end_words(Some(Failed), Some("port 8888 in use")),
+            (
+                Some("The editor failed to start.".into()),
+                Some("port 8888 in use".into())
+            )
+        );
+    }
     use SessionState::*;
 
     #[test]

@@ -297,6 +297,21 @@ fn is_fresher(current: i64, fresh: i64) -> bool {
     fresh >= current
 }
 
+/// What the stop's own step said (its first step of stopping or ending), without the state's
+/// word before it: why it ended, where the page cannot read the reason any more.
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+fn stop_words(steps: &[Step]) -> Option<String> {
+    let step = steps
+        .iter()
+        .find(|st| matches!(st.state, SessionState::Stopping | SessionState::Ended))?;
+    let message = step.message.as_str();
+    let words = ["Stopping: ", "Ended: "]
+        .iter()
+        .find_map(|prefix| message.strip_prefix(prefix))
+        .unwrap_or(message);
+    Some(words.to_string())
+}
+
 /// Folds a streamed step into the session as the page shows it.
 #[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
 pub(super) fn apply_step(session: &mut SessionView, step: Step) {
@@ -384,6 +399,9 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
     // The server's idle deadline moves without telling the page (a busy kernel): what the page
     // shows of it is as old as this, and read again before it warns.
     let read_at = RwSignal::new(now.get_untracked());
+    // The session ended and its person can no longer ask about it: signed out with it (a lock,
+    // a deleted account). The page then offers nothing to launch.
+    let signed_out = RwSignal::new(false);
     let query = leptos_router::hooks::use_query_map();
 
     let here = ServerAction::<Heartbeat>::new();
@@ -438,8 +456,21 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                     // The ready and ended steps change the url, the end time and the reason.
                     let id = refresh_id.clone();
                     leptos::task::spawn_local(async move {
-                        if let Ok(fresh) = get_session(id).await {
-                            take_fresher(session, read_at, fresh);
+                        match get_session(id).await {
+                            Ok(fresh) => take_fresher(session, read_at, fresh),
+                            Err(
+                                crate::error::AppError::Unauthenticated
+                                | crate::error::AppError::Forbidden(_),
+                            ) => {
+                                // The reason stays unread: the stop's own step says it.
+                                session.update(|s| {
+                                    if s.state == SessionState::Ended && s.detail.is_none() {
+                                        s.detail = stop_words(&s.steps);
+                                    }
+                                });
+                                signed_out.set(true);
+                            }
+                            Err(_) => {}
                         }
                     });
                 }
@@ -735,16 +766,21 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                 Some(match s.state {
                     SessionState::Ended => {
                         // The ended step comes before the reason, which a fetch that follows it
-                        // brings: until then the page says nothing of a reason.
-                        let reason = s.end_reason.map(|r| {
-                            view! { <p>{r.sentence()}</p> }
+                        // brings: until then the page says nothing of a reason. It is said once.
+                        let (said, log) = crate::domain::session::end_words(
+                            s.end_reason,
+                            s.detail.as_deref(),
+                        );
+                        let reason = said.map(|said| {
+                            view! { <p data-testid="end-reason">{said}</p> }
                         });
+                        let ended = s.clone();
                         view! {
                             <main class="narrow">
                                 <div class="card" data-testid="session-ended">
                                     <h1>"This session has ended"</h1>
                                     {reason}
-                                    {s.detail.clone().map(|d| view! { <pre class="detail">{d}</pre> })}
+                                    {log.map(|d| view! { <pre class="detail">{d}</pre> })}
                                     {match s.cost {
                                         Some(cost) => view! {
                                             <p data-testid="session-cost">
@@ -762,10 +798,25 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                                         }
                                             .into_any(),
                                     }}
-                                    <div class="actions">
-                                        <LaunchAgain ended=s.clone() />
-                                        <a class="button" href="/">"Back to your dashboard"</a>
-                                    </div>
+                                    // Nothing to launch for someone signed out with the end.
+                                    {move || {
+                                        if signed_out.get() {
+                                            view! {
+                                                <p class="muted" data-testid="signed-out">
+                                                    "You are signed out, so nothing more can be launched from here."
+                                                </p>
+                                            }
+                                                .into_any()
+                                        } else {
+                                            view! {
+                                                <div class="actions">
+                                                    <LaunchAgain ended=ended.clone() />
+                                                    <a class="button" href="/">"Back to your dashboard"</a>
+                                                </div>
+                                            }
+                                                .into_any()
+                                        }
+                                    }}
                                 </div>
                             </main>
                         }
@@ -868,6 +919,25 @@ mod tests {
             progress: 50,
             failed,
         }
+    }
+
+    #[test]
+    fn a_signed_out_page_says_why_from_the_stops_own_step() {
+        let mut stopping = step(3, SessionState::Stopping, false);
+        stopping.message = crate::domain::reaper::LOCKED.into();
+        let mut freed = step(4, SessionState::Ended, false);
+        freed.message = "Stopped; the slot is free again".into();
+        assert_eq!(
+            stop_words(&[step(1, SessionState::Ready, false), stopping, freed]).as_deref(),
+            Some(crate::domain::reaper::LOCKED)
+        );
+        let mut plain = step(2, SessionState::Stopping, false);
+        plain.message = "Stopping: stopped by an administrator".into();
+        assert_eq!(
+            stop_words(&[plain]).as_deref(),
+            Some("stopped by an administrator")
+        );
+        assert_eq!(stop_words(&[step(1, SessionState::Ready, false)]), None);
     }
 
     #[test]
