@@ -346,7 +346,10 @@ impl Store {
                     id: r.try_get("id")?,
                     at_ms: r.try_get("at")?,
                     actor: r.try_get("actor")?,
-                    detail: legacy_grant_in_credits(&action, detail),
+                    detail: legacy_quota_in_words(
+                        &action,
+                        legacy_grant_in_credits(&action, detail),
+                    ),
                     action,
                     target: r.try_get("target")?,
                     target_name: None,
@@ -793,8 +796,64 @@ fn running_charged_sql(at: &str) -> String {
     )
 }
 
+/// Quota changes audited before their lines were words kept Rust's debug text (`Overrides {
+/// max_sessions: Some(1), max_gpu_mib: None, .. }`): shown in words too, as
+/// `Overrides::describe` writes them now.
+fn legacy_quota_in_words(action: &str, detail: String) -> String {
+    if action != "quota.set" || !detail.starts_with("Overrides {") {
+        return detail;
+    }
+    let value = |key: &str| -> Option<Option<u64>> {
+        let rest = &detail[detail.find(&format!("{key}: "))? + key.len() + 2..];
+        if rest.starts_with("None") {
+            return Some(None);
+        }
+        let digits = rest.strip_prefix("Some(")?.split(')').next()?;
+        digits.parse().ok().map(Some)
+    };
+    let read = || -> Option<app::domain::quota::Overrides> {
+        Some(app::domain::quota::Overrides {
+            max_sessions: value("max_sessions")?.map(|n| n as u32),
+            max_gpu_mib: value("max_gpu_mib")?,
+            max_minutes: value("max_minutes")?.map(|n| n as u32),
+            max_disk_mib: value("max_disk_mib")?,
+        })
+    };
+    match read() {
+        Some(overrides) => overrides.describe(),
+        None => detail,
+    }
+}
+
 #[cfg(test)]
 mod audit_tests {
+    #[test]
+    fn a_quota_change_of_old_is_shown_in_words() {
+        use super::legacy_quota_in_words as shown;
+        let old = "Overrides { max_sessions: Some(1), max_gpu_mib: Some(4096), max_minutes: None, max_disk_mib: None }";
+        assert_eq!(
+            shown("quota.set", old.into()),
+            app::domain::quota::Overrides {
+                max_sessions: Some(1),
+                max_gpu_mib: Some(4096),
+                ..Default::default()
+            }
+            .describe()
+        );
+        assert!(!shown("quota.set", old.into()).contains("Some("));
+        assert_eq!(
+            shown("quota.set", "sessions 1 · GPU memory default".into()),
+            "sessions 1 · GPU memory default"
+        );
+        assert_eq!(
+            shown("user.lock", old.into()),
+            old,
+            "another action's detail"
+        );
+        let odd = "Overrides { max_sessions: lots }";
+        assert_eq!(shown("quota.set", odd.into()), odd, "kept when unreadable");
+    }
+
     #[test]
     fn a_grant_of_old_is_shown_in_credits() {
         use super::legacy_grant_in_credits as shown;
