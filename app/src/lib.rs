@@ -6,6 +6,7 @@
 //!
 //! ```text
 //! domain/          the pure rules, the same on both sides; unit-tested with `cargo test -p app`
+//!   bulk           a CSV file of accounts: each line read, checked, planned as an add or a grant
 //!   credits        integer milli-credits: prices, holds, settlement, how they read and parse
 //!   dates          times as people read them, in UTC
 //!   encode         one percent-encoder and its two alphabets (UNRESERVED, PATH)
