@@ -126,6 +126,11 @@ fn endpoints() -> Vec<Endpoint> {
             json!({ "account": { "name": "fuzzed", "role": "user", "password": "password123" } }),
         ),
         server_fn::<ResetPassword>(Form, json!({ "user_id": "{user}" })),
+        server_fn::<BulkUsers>(
+            Form,
+            json!({ "csv": "name,role,credits\nfuzzed-csv,user,1\n", "apply": true }),
+        ),
+        server_fn::<OpenCreditRequests>(Form, json!({})),
         server_fn::<DeleteUser>(Form, json!({ "user_id": "{user}" })),
         server_fn::<ChangePassword>(
             Form,
@@ -210,6 +215,12 @@ fn endpoints() -> Vec<Endpoint> {
             "/admin/users",
             json!({ "name": "fuzzed-rest", "role": "admin" }),
         ),
+        rest(
+            Method::POST,
+            "/admin/users/bulk",
+            json!({ "csv": "fuzzed-bulk,admin,2,a note\n", "dry_run": false }),
+        ),
+        rest(Method::GET, "/admin/credit-requests", json!(null)),
         rest(Method::DELETE, "/admin/users/{user}", json!(null)),
         rest(Method::POST, "/admin/users/{user}/password", json!(null)),
         rest(
