@@ -110,9 +110,17 @@ test('every page passes axe-core without a serious violation, in light and dark'
   }
 });
 
+// "2026-12-01 08:00" for `ms` on a clock `east` minutes ahead of UTC, as the pages write it.
+function zoned(ms, east) {
+  const d = new Date(ms + east * 60_000);
+  const p = (n) => String(n).padStart(2, '0');
+  return `${d.getUTCFullYear()}-${p(d.getUTCMonth() + 1)}-${p(d.getUTCDate())} ${p(d.getUTCHours())}:${p(d.getUTCMinutes())}`;
+}
+
 test('a session page passes axe-core, and at 390 px its toolbar keeps Stop on screen', async () => {
   const browser = await launchBrowser();
-  const page = await browser.newPage({ viewport: { width: 390, height: 844 } });
+  // In India's zone (UTC+5:30, no daylight saving time): the pages' times are the reader's.
+  const page = await browser.newPage({ viewport: { width: 390, height: 844 }, timezoneId: 'Asia/Kolkata' });
   let launched;
   try {
     await signIn(page, USER);
@@ -122,12 +130,42 @@ test('a session page passes axe-core, and at 390 px its toolbar keeps Stop on sc
     await page.getByTestId('editor-frame').waitFor({ timeout: 60_000 });
     await check(page, 'session page at 390 px');
     await page.screenshot({ path: `${ARTIFACTS}/session-390.png` });
+    // Its tab says which session it is.
+    assert.match(await page.title(), /^marimo · 8 GB — GPU Sandbox$/i);
     const stop = page.getByRole('button', { name: 'Stop' });
     const box = await stop.boundingBox();
     assert.ok(box && box.x >= 0 && box.x + box.width <= 390, `Stop within the screen: ${JSON.stringify(box)}`);
     await stop.click();
     await page.getByTestId('session-ended').waitFor({ timeout: 30_000 });
     await check(page, 'ended session page');
+
+    // The dashboard at a phone's width, light and dark: the charts' words at 11 px or more and
+    // inside the screen, the balance line's axes labelled, the times on the reader's clock.
+    await page.goto(`${BASE}/`);
+    for (const colorScheme of ['light', 'dark']) {
+      await page.emulateMedia({ colorScheme });
+      await check(page, `dashboard at 390 px (${colorScheme})`);
+    }
+    const words = await page.evaluate(() =>
+      [...document.querySelectorAll('.cost-bars .cost-label, .cost-bars .cost-value, .balance-line .y-ticks span, .balance-line .x-ticks > *, .balance-line .y-title, .balance-line .x-title')].map((e) => {
+        const box = e.getBoundingClientRect();
+        return { text: e.textContent, px: parseFloat(getComputedStyle(e).fontSize), left: box.left, right: box.right, clipped: e.scrollWidth > e.clientWidth + 1 };
+      }),
+    );
+    assert.ok(words.some((w) => w.text === 'Credits'), 'the balance line names its vertical axis');
+    assert.ok(words.filter((w) => w.text.includes('·')).length > 0, `a cost bar for the stopped session: ${JSON.stringify(words)}`);
+    for (const w of words) {
+      assert.ok(w.px >= 11, `"${w.text}" at ${w.px} px`);
+      assert.ok(w.left >= 0 && w.right <= 390 && !w.clipped, `"${w.text}" inside the screen: ${JSON.stringify(w)}`);
+    }
+    const times = await page.evaluate(() =>
+      [...document.querySelectorAll('time.local')].map((t) => ({ ms: Number(t.dataset.ms), text: t.textContent.trim(), title: t.title })),
+    );
+    assert.ok(times.length > 0, 'the recent sessions and the credit history say when');
+    for (const t of times) {
+      assert.equal(t.text, zoned(t.ms, 330), 'on the reader\'s clock');
+      assert.equal(t.title, `${zoned(t.ms, 0)} UTC`, 'UTC in the title');
+    }
     nothingFound();
   } catch (error) {
     await page.screenshot({ path: `${ARTIFACTS}/a11y-session-failure.png` }).catch(() => {});

@@ -117,6 +117,9 @@ test('an added user signs in with the shown password, chooses their own, and is 
     const me = await newcomer.evaluate(async () => (await fetch('/api/v1/me')).json());
     assert.equal(me.credits.balance, 105_000);
     assert.equal(await newcomer.getByTestId('balance-line').getAttribute('data-last-balance'), String(me.credits.balance));
+    // A new account's line starts at its first grant, not with a month of zero before it.
+    const points = Number(await newcomer.getByTestId('balance-line').getAttribute('data-points'));
+    assert.ok(points >= 2 && points <= 3, `from today's first grant to now: ${points} points`);
     await newcomer.screenshot({ path: `${ARTIFACTS}/dashboard-balance-line.png`, fullPage: true });
     const history = newcomer.getByTestId('credit-history');
     await history.locator('summary').click();

@@ -206,7 +206,7 @@ test('launch JupyterLab, see it embedded, reload, reopen after signing in again,
     assert.equal(await days.getAttribute('data-days'), '30');
     assert.ok(Number(await days.locator('g.day').last().getAttribute('data-allocated')) > 0, 'today held a slice');
     const charged = await page.evaluate(async (id) => (await (await fetch(`/api/v1/sessions/${id}`)).json()).cost.charged, id);
-    const costs = page.getByTestId('session-costs').locator('g.cost-row');
+    const costs = page.getByTestId('session-costs').locator('.cost-row');
     assert.ok(
       (await costs.evaluateAll((rows) => rows.map((r) => Number(r.dataset.value)))).includes(charged),
       `a bar of ${charged} milli-credits`,
@@ -237,6 +237,10 @@ test('launch JupyterLab, see it embedded, reload, reopen after signing in again,
     const past = recent.locator(`[data-session-id="${againId}"]`);
     await past.getByTestId('session-when').waitFor();
     assert.match(await past.innerText(), /Ended: stopped by you/);
+    // One minute-count: the time in use is the time charged.
+    const card = await past.innerText();
+    const inUse = card.match(/in use (\d+) min/)?.[1];
+    assert.ok(inUse && card.includes(`for ${inUse} min`), `the minutes in use are the minutes charged: ${card}`);
   } catch (error) {
     await page.screenshot({ path: `${ARTIFACTS}/failure.png` }).catch(() => {});
     throw error;

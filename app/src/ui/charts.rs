@@ -31,10 +31,12 @@ pub(crate) fn line_points(points: &[(i64, i64)], width: f64, height: f64) -> Vec
 }
 
 /// The user's balance over the last days, as a line: what they were given and spent. Drawn on
-/// the server only (the dashboard's drawn parts).
+/// the server only (the dashboard's drawn parts). The axes' labels are text beside the picture,
+/// not in it, so that they keep the page's size at any width (a phone shrinks the picture).
 #[cfg(feature = "ssr")]
 #[component]
 pub(crate) fn BalanceLine(points: Vec<(i64, i64)>) -> impl IntoView {
+    use crate::domain::{credits, dates};
     const W: f64 = 600.0;
     const H: f64 = 120.0;
     let Some(&(_, now)) = points.last() else {
@@ -42,6 +44,7 @@ pub(crate) fn BalanceLine(points: Vec<(i64, i64)>) -> impl IntoView {
     };
     let first = points.first().map_or(0, |p| p.0);
     let high = points.iter().map(|p| p.1).max().unwrap_or(0);
+    let low = points.iter().map(|p| p.1).min().unwrap_or(0).min(0);
     let drawn = line_points(&points, W, H);
     let path = drawn
         .iter()
@@ -51,23 +54,41 @@ pub(crate) fn BalanceLine(points: Vec<(i64, i64)>) -> impl IntoView {
     let (end_x, end_y) = drawn.last().copied().unwrap_or((W, H));
     let label = format!(
         "Your balance since {}: now {}, at most {}",
-        crate::domain::dates::day(first),
-        crate::domain::credits::with_unit(now),
-        crate::domain::credits::with_unit(high)
+        dates::day(first),
+        credits::with_unit(now),
+        credits::with_unit(high)
     );
+    let since_title = format!("{} UTC", dates::minute(first));
     view! {
         <figure class="balance-line">
-            <svg
-                viewBox=format!("-4 -8 {} {}", W + 8.0, H + 16.0)
-                role="img"
-                aria-label=label.clone()
-                data-testid="balance-line"
-                data-last-balance=now.to_string()
-            >
-                <line class="axis" x1="0" y1=H x2=W y2=H />
-                <polyline class="balance" points=path />
-                <circle class="now" cx=end_x cy=end_y r="4" />
-            </svg>
+            <div class="plot">
+                <span class="y-title" aria-hidden="true">"Credits"</span>
+                <span class="y-ticks" aria-hidden="true" data-testid="balance-y-ticks">
+                    <span>{credits::format(high)}</span>
+                    <span>{credits::format(low)}</span>
+                </span>
+                <svg
+                    viewBox=format!("0 0 {W} {H}")
+                    overflow="visible"
+                    role="img"
+                    aria-label=label.clone()
+                    data-testid="balance-line"
+                    data-last-balance=now.to_string()
+                    data-first-at=first.to_string()
+                    data-points=points.len().to_string()
+                >
+                    <line class="grid" x1="0" y1="0" x2=W y2="0" />
+                    <line class="axis" x1="0" y1="0" x2="0" y2=H />
+                    <line class="axis" x1="0" y1=H x2=W y2=H />
+                    <polyline class="balance" points=path />
+                    <circle class="now" cx=end_x cy=end_y r="4" />
+                </svg>
+                <span class="x-ticks" aria-hidden="true">
+                    <time datetime=dates::rfc3339(first) title=since_title>{dates::day(first)}</time>
+                    <span>"now"</span>
+                </span>
+                <span class="x-title" aria-hidden="true">"Time (days, UTC)"</span>
+            </div>
             <figcaption class="muted small">{label}</figcaption>
         </figure>
     }
@@ -206,43 +227,35 @@ pub(crate) fn ranked(items: &[(String, i64)]) -> Vec<(String, i64, f64)> {
         .collect()
 }
 
-/// Credits per item (a user, a session), ranked; values in milli-credits.
+/// Credits per item (a user, a session), ranked; values in milli-credits. A list of rows of
+/// text and bars rather than a picture, so that its words keep the page's size and wrap at a
+/// phone's width instead of shrinking with a picture or being cut at its edge.
 #[component]
 pub(crate) fn CostBars(
     items: Vec<(String, i64)>,
     testid: &'static str,
     caption: String,
 ) -> impl IntoView {
-    const W: f64 = 600.0;
-    const ROW: f64 = 20.0;
-    const LABEL: f64 = 200.0;
     let rows = ranked(&items);
-    let height = ROW * rows.len().max(1) as f64;
     view! {
         <figure class="cost-bars">
-            <svg
-                viewBox=format!("0 0 {W} {height}")
-                role="img"
-                aria-label=caption.clone()
-                data-testid=testid
-            >
+            <ol class="cost-list" data-testid=testid aria-label=caption.clone()>
                 {rows
                     .into_iter()
-                    .enumerate()
-                    .map(|(i, (label, value, share))| {
-                        let y = i as f64 * ROW;
-                        let length = (W - LABEL - 90.0) * share;
+                    .map(|(label, value, share)| {
                         let key = label.clone();
                         view! {
-                            <g class="cost-row" data-label=key data-value=value.to_string()>
-                                <text class="cost-label" x=LABEL - 8.0 y=y + 14.0 text-anchor="end">{label}</text>
-                                <rect x=LABEL y=y + 3.0 width=length.max(1.0) height=ROW - 6.0 rx="3" />
-                                <text x=LABEL + length + 6.0 y=y + 14.0>{crate::domain::credits::format(value)}</text>
-                            </g>
+                            <li class="cost-row" data-label=key data-value=value.to_string()>
+                                <span class="cost-label">{label}</span>
+                                <span class="cost-track" aria-hidden="true">
+                                    <span class="cost-bar" style=format!("width: {:.1}%", share * 100.0)></span>
+                                </span>
+                                <span class="cost-value">{crate::domain::credits::format(value)}</span>
+                            </li>
                         }
                     })
                     .collect_view()}
-            </svg>
+            </ol>
             <figcaption class="muted small">{caption}</figcaption>
         </figure>
     }

@@ -378,7 +378,7 @@ fn CreditHistory(history: Vec<crate::model::LedgerLine>) -> impl IntoView {
         <table class="ledger">
             <thead>
                 <tr>
-                    <th>"When (UTC)"</th>
+                    <th>"When"</th>
                     <th>"What"</th>
                     <th class="num">"Credits"</th>
                     <th>"Note"</th>
@@ -391,7 +391,7 @@ fn CreditHistory(history: Vec<crate::model::LedgerLine>) -> impl IntoView {
                         let sign = if line.amount > 0 { "+" } else { "" };
                         view! {
                             <tr data-kind=line.kind.clone()>
-                                <td>{super::format::format_utc(line.at_ms)}</td>
+                                <td>{super::format::local_time(line.at_ms)}</td>
                                 <td>{what(&line.kind)}</td>
                                 <td class="num">{format!("{sign}{}", credits::format(line.amount))}</td>
                                 <td>{line.note}</td>
@@ -865,8 +865,9 @@ fn PastSessionCard(session: SessionView) -> impl IntoView {
         <li class="card session-card" data-testid="session-card" data-session-id=session.id.clone()>
             {session_head(&session)}
             <p class="muted" data-testid="session-when">
-                {crate::ui::format::ran_for(
-                    session.created_at_ms,
+                {super::format::local_time(session.created_at_ms)}
+                " · "
+                {super::format::in_use(
                     session.ready_at_ms,
                     session.ended_at_ms,
                     session.cost.map(|c| c.minutes),

@@ -94,29 +94,65 @@ pub(crate) fn format_utc(ms: i64) -> String {
     crate::domain::dates::minute(ms)
 }
 
-/// When an ended session ran and for how long: "2026-12-01 02:24 UTC · in use 13 min", or
-/// "never started" when its editor was never ready. The minutes are the ones charged (its
-/// cost's, else by the same rule, `credits::charged_minutes`), so the card and the charge agree.
+/// A time on a clock `east` minutes ahead of UTC: "2026-12-01 03:24" at UTC+1; at UTC itself
+/// it says so, "2026-12-01 02:24 UTC".
+pub(crate) fn zoned_minute(ms: i64, east: i32) -> String {
+    if east == 0 {
+        format!("{} UTC", format_utc(ms))
+    } else {
+        format_utc(ms + i64::from(east) * 60_000)
+    }
+}
+
+/// A time as the pages write it before the browser redraws it: "2026-12-01 02:24 UTC".
+pub(crate) fn utc_words(ms: i64) -> String {
+    zoned_minute(ms, 0)
+}
+
+/// A time in the reader's time zone, its UTC time in the title (what a pointer's hover or a
+/// long press shows). The server writes UTC, knowing no reader's zone; the page's own script
+/// ([`LOCAL_TIMES`]) then writes every `time.local` in the browser's zone, whether the server
+/// drew it or the hydrated code did, so that the browser's bundle carries no code for it.
+pub(crate) fn local_time(ms: i64) -> impl IntoView + use<> {
+    let utc = utc_words(ms);
+    let title = utc.clone();
+    view! {
+        <time class="local" data-ms=ms title=title>
+            {utc}
+        </time>
+    }
+}
+
+/// The script, inline in every page's head, that writes each `time.local` on the reader's clock
+/// as [`zoned_minute`] would with the browser's offset at that moment ("2026-12-01 03:24", or
+/// "… UTC" where the browser's zone is UTC), now and whenever the page draws one anew. It
+/// changes the text node's data, never the node, so hydration finds the nodes it drew.
+pub const LOCAL_TIMES: &str = "(()=>{const p=n=>String(n).padStart(2,'0'),\
+w=t=>{const d=new Date(+t.dataset.ms);if(isNaN(d))return;\
+const s=d.getFullYear()+'-'+p(d.getMonth()+1)+'-'+p(d.getDate())+' '+p(d.getHours())+':'+p(d.getMinutes())+(d.getTimezoneOffset()?'':' UTC'),\
+n=t.firstChild;if(n&&n.nodeType===3&&n.data!==s)n.data=s},\
+a=()=>document.querySelectorAll('time.local').forEach(w);\
+new MutationObserver(a).observe(document,{subtree:true,childList:true,characterData:true});\
+document.addEventListener('DOMContentLoaded',a)})()";
+
+/// How long an ended session ran: "in use 13 min", or "never started" when its editor was never
+/// ready; empty while it has not ended. The minutes are the ones charged (its cost's, else by
+/// the same rule, `credits::charged_minutes`), so the card and the charge agree.
 #[cfg(any(feature = "ssr", test))]
-pub(crate) fn ran_for(
-    created_at_ms: i64,
+pub(crate) fn in_use(
     ready_at_ms: Option<i64>,
     ended_at_ms: Option<i64>,
     charged_minutes: Option<i64>,
 ) -> String {
-    let when = format!("{} UTC", format_utc(created_at_ms));
     match (ready_at_ms, ended_at_ms) {
         (Some(ready), Some(ended)) => {
             let minutes = charged_minutes.unwrap_or_else(|| {
                 crate::domain::credits::charged_minutes(Some(ready), None, None, ended)
             });
-            format!(
-                "{when} · in use {}",
-                crate::domain::credits::minutes_words(minutes)
-            )
+            format!("in use {}", crate::domain::credits::minutes_words(minutes))
         }
-        (None, _) => format!("{when} · never started"),
-        (Some(_), None) => when,
+        (None, _) => "never started".into(),
+        (Some(_), None) => String::new(),
     }
 }
 
@@ -157,36 +193,29 @@ mod tests {
     use super::{format_bytes, format_countdown, format_utc, sentence};
 
     #[test]
-    fn a_past_session_says_when_and_how_long() {
-        use super::ran_for;
+    fn a_past_session_says_how_long_it_was_charged_for() {
+        use super::in_use;
         let start = 1_795_919_040_000;
         // Ready 12 min 59 s: 13 minutes begun, 13 charged, "in use 13 min".
         assert_eq!(
-            ran_for(
-                start,
-                Some(start + 5_000),
-                Some(start + 5_000 + 12 * 60_000 + 59_000),
-                None
-            ),
-            "2026-11-29 02:24 UTC · in use 13 min"
+            in_use(Some(start), Some(start + 12 * 60_000 + 59_000), None),
+            "in use 13 min"
         );
         assert_eq!(
-            ran_for(start, Some(start), Some(start + 125 * 60_000), None),
-            "2026-11-29 02:24 UTC · in use 2 h 05 min"
+            in_use(Some(start), Some(start + 125 * 60_000), None),
+            "in use 2 h 05 min"
         );
         assert_eq!(
-            ran_for(start, Some(start), Some(start + 30_000), None),
-            "2026-11-29 02:24 UTC · in use 1 min"
+            in_use(Some(start), Some(start + 30_000), None),
+            "in use 1 min"
         );
         // The cost's minutes win: charged until the last moment a server watched it.
         assert_eq!(
-            ran_for(start, Some(start), Some(start + 125 * 60_000), Some(7)),
-            "2026-11-29 02:24 UTC · in use 7 min"
+            in_use(Some(start), Some(start + 125 * 60_000), Some(7)),
+            "in use 7 min"
         );
-        assert_eq!(
-            ran_for(start, None, Some(start + 1), None),
-            "2026-11-29 02:24 UTC · never started"
-        );
+        assert_eq!(in_use(None, Some(start + 1), None), "never started");
+        assert_eq!(in_use(Some(start), None, None), "");
     }
 
     #[test]
@@ -218,6 +247,18 @@ mod tests {
         assert_eq!(format_utc(0), "1970-01-01 00:00");
         assert_eq!(format_utc(951_782_400_000), "2000-02-29 00:00");
         assert_eq!(format_utc(1_795_919_040_000), "2026-11-29 02:24");
+    }
+
+    #[test]
+    fn a_time_reads_on_the_readers_clock() {
+        use super::{utc_words, zoned_minute};
+        let at = 1_795_919_040_000; // 2026-11-29 02:24 UTC
+        assert_eq!(zoned_minute(at, 0), "2026-11-29 02:24 UTC");
+        assert_eq!(zoned_minute(at, 60), "2026-11-29 03:24");
+        assert_eq!(zoned_minute(at, 330), "2026-11-29 07:54", "India");
+        assert_eq!(zoned_minute(at, -300), "2026-11-28 21:24", "the day before");
+        // What the server writes, and the title keeps.
+        assert_eq!(utc_words(at), "2026-11-29 02:24 UTC");
     }
 
     #[test]

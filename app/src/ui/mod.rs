@@ -39,6 +39,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta name="color-scheme" content="light dark" />
                 <link rel="icon" href="/favicon.svg" type="image/svg+xml" />
                 <HydrationScripts options />
+                <script inner_html=format::LOCAL_TIMES></script>
                 <MetaTags />
             </head>
             <body>

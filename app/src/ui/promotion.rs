@@ -5,7 +5,7 @@
 use super::chips::PromotionChip;
 use super::format::format_bytes;
 #[cfg(feature = "ssr")]
-use super::format::format_utc;
+use super::format::local_time;
 use crate::api::PromoteFile;
 use crate::domain::promotion::{PromotionRequest, PromotionState};
 #[cfg(feature = "ssr")]
@@ -150,7 +150,7 @@ fn PromotionList(items: Vec<PromotionView>) -> impl IntoView {
                                 <td>
                                     <PromotionChip state=p.state />
                                 </td>
-                                <td>{format_utc(p.requested_at_ms)}</td>
+                                <td>{local_time(p.requested_at_ms)}</td>
                                 <td>{result}</td>
                             </tr>
                         }

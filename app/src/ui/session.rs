@@ -56,18 +56,24 @@ fn ExtendMenu(
     let open = RwSignal::new(false);
     let read = move || crate::domain::launch::read_minutes(&minutes.get());
     let typed = move || read().ok().filter(|m| *m > 0);
+    // The ends are times on the reader's clock (`local_time`), their UTC in their titles.
     let summary = move || {
         let (per_hour, ends_at) = session.with(|s| (s.price_per_hour, s.ends_at_ms));
         match (read(), ends_at) {
-            (Ok(0), _) => "Extend by at least 1 minute.".to_string(),
-            (Ok(m), Some(end)) => format!(
-                "Holds {} more now; ends at {} UTC instead of {} UTC.",
-                credits::with_unit(credits::price_for_minutes(per_hour, m as i64)),
-                crate::domain::dates::minute(end + m as i64 * 60_000),
-                crate::domain::dates::minute(end),
-            ),
-            (Ok(_), None) => String::new(),
-            (Err(why), _) => format!("{}.", why.words()),
+            (Ok(0), _) => "Extend by at least 1 minute.".into_any(),
+            (Ok(m), Some(end)) => view! {
+                {format!(
+                    "Holds {} more now; ends at ",
+                    credits::with_unit(credits::price_for_minutes(per_hour, m as i64)),
+                )}
+                {super::format::local_time(end + m as i64 * 60_000)}
+                " instead of "
+                {super::format::local_time(end)}
+                "."
+            }
+            .into_any(),
+            (Ok(_), None) => ().into_any(),
+            (Err(why), _) => format!("{}.", why.words()).into_any(),
         }
     };
     Effect::new(move |_| {
@@ -295,6 +301,26 @@ fn page_idle(session: &SessionView, read_at: i64, now: i64) -> Option<idle::Page
 /// Whether a view whose last step is `fresh` may replace one whose last step is `current`.
 fn is_fresher(current: i64, fresh: i64) -> bool {
     fresh >= current
+}
+
+/// The session tab's title: its editor and slice, so that two session tabs tell themselves apart
+/// ("JupyterLab · 8 GB — GPU Sandbox"); one not running yet or any more says so first.
+pub(crate) fn tab_title(
+    editor: crate::domain::launch::EditorKind,
+    slice_mib: u64,
+    state: SessionState,
+) -> String {
+    let stage = match state {
+        SessionState::Requested | SessionState::Starting => "Starting · ",
+        SessionState::Queued => "Queued · ",
+        SessionState::Ended => "Ended · ",
+        SessionState::Ready | SessionState::Stopping => "",
+    };
+    format!(
+        "{stage}{} · {} — GPU Sandbox",
+        editor.label(),
+        format_mib(slice_mib)
+    )
 }
 
 /// What the stop's own step said (its first step of stopping or ending), without the state's
@@ -545,7 +571,9 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
         })
     });
     let own_tab = format!("/sessions/{id}");
+    let title = move || session.with(|s| tab_title(s.editor, s.slice_mib, s.state));
     view! {
+        <leptos_meta::Title text=title />
         <div class="session-page">
             <header class="toolbar">
                 <a href="/" class="back" aria-label="Back to dashboard">
@@ -603,11 +631,9 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                         .map(|note| {
                             view! {
                                 <span class="banner info" role="status" data-testid="admin-access">
-                                    {format!(
-                                        "{} (admin) may reach this editor until {} UTC; it is in the audit log.",
-                                        note.admin,
-                                        crate::domain::dates::minute(note.until_ms),
-                                    )}
+                                    {format!("{} (admin) may reach this editor until ", note.admin)}
+                                    {super::format::local_time(note.until_ms)}
+                                    "; it is in the audit log."
                                 </span>
                             }
                         })
@@ -947,6 +973,26 @@ mod tests {
         assert!(
             !is_fresher(8, 7),
             "a heartbeat's answer from before the end"
+        );
+    }
+
+    #[test]
+    fn a_session_tab_is_titled_by_its_editor_and_slice() {
+        assert_eq!(
+            tab_title(EditorKind::JupyterLab, 8192, SessionState::Ready),
+            "JupyterLab · 8 GB — GPU Sandbox"
+        );
+        assert_eq!(
+            tab_title(EditorKind::JupyterLab, 8192, SessionState::Queued),
+            "Queued · JupyterLab · 8 GB — GPU Sandbox"
+        );
+        assert_eq!(
+            tab_title(EditorKind::JupyterLab, 8192, SessionState::Ended),
+            "Ended · JupyterLab · 8 GB — GPU Sandbox"
+        );
+        assert_ne!(
+            tab_title(EditorKind::Marimo, 8192, SessionState::Ready),
+            tab_title(EditorKind::JupyterLab, 8192, SessionState::Ready)
         );
     }
 
