@@ -781,7 +781,82 @@ async fn an_ask_for_credits_is_open_until_a_grant_or_a_close(store: Store) {
     );
 }
 
+async fn a_csv_file_is_written_whole_or_not_at_all(store: Store) {
+    let root = store
+        .create_user("root", Some("hash"), Role::Admin, 0, None)
+        .await
+        .unwrap();
+    let ann = user(&store, "ann", 2_000).await;
+    store.ask_credits(&ann.id, 5_000, "course").await.unwrap();
+    assert_eq!(store.open_credit_requests().await.unwrap(), 1);
+    let add = |name, line| BulkAdd {
+        name,
+        password_hash: "hash",
+        role: Role::User,
+        initial_grant: 100,
+        credits: 1_000,
+        note: "from a file",
+        line,
+    };
+    let take = |credits, line| BulkGrant {
+        user_id: &ann.id,
+        credits,
+        note: "from a file",
+        line,
+    };
+    // A take-back past the balance (someone spent it meanwhile): nothing of the file stays.
+    let refused = store
+        .bulk_users(&[add("bea", 1)], &[take(-3_000, 2)], &root.id)
+        .await;
+    assert!(matches!(
+        refused,
+        Err(StoreError::InsufficientCredits { .. })
+    ));
+    assert!(store.user_by_name("bea").await.unwrap().is_none());
+    // A name taken meanwhile: the adds before it are undone too.
+    let taken = store
+        .bulk_users(&[add("bea", 1), add("ann", 2)], &[], &root.id)
+        .await;
+    assert!(matches!(taken, Err(StoreError::Duplicate(_))), "{taken:?}");
+    assert!(store.user_by_name("bea").await.unwrap().is_none());
+    assert_eq!(store.credits(&ann.id).await.unwrap().0, 2_000);
+
+    let ids = store
+        .bulk_users(&[add("bea", 1), add("cy", 2)], &[take(500, 3)], &root.id)
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 2);
+    let bea = store.user_by_name("bea").await.unwrap().unwrap();
+    assert_eq!(bea.id, ids[0]);
+    assert!(bea.must_change_password);
+    assert_eq!(store.credits(&bea.id).await.unwrap().0, 1_100);
+    assert_eq!(store.credits(&ann.id).await.unwrap().0, 2_500);
+    assert_eq!(
+        store.open_credit_requests().await.unwrap(),
+        0,
+        "a grant answers the ask"
+    );
+    let log = store.audit_log(20).await.unwrap();
+    let from_file = log
+        .iter()
+        .filter(|e| e.detail.contains("(CSV line "))
+        .count();
+    assert_eq!(from_file, 5, "two adds, their two grants, one grant");
+}
+
+async fn a_sessions_row_carries_its_holds_charges_and_ready_time(store: Store) {
+    let slots = six_slots(&store).await;
+    let ann = user(&store, "ann", 10_000).await;
+    let (s, _) = store.create_session(launch(&ann.id, 1_000)).await.unwrap();
+    store.assign_slot(&s.id, &slots).await.unwrap().unwrap();
+    let row = store.admin_session(&s.id).await.unwrap().unwrap();
+    assert_eq!((row.held, row.charged, row.ready_at_ms), (1_000, 0, None));
+    assert!(row.as_of_ms > 0);
+}
+
 on_both_fns! {
+    a_csv_file_is_written_whole_or_not_at_all => a_csv_file_is_written_whole_or_not_at_all_sqlite, a_csv_file_is_written_whole_or_not_at_all_postgres;
+    a_sessions_row_carries_its_holds_charges_and_ready_time => a_sessions_row_carries_its_holds_charges_and_ready_time_sqlite, a_sessions_row_carries_its_holds_charges_and_ready_time_postgres;
     an_ask_for_credits_is_open_until_a_grant_or_a_close => an_ask_for_credits_is_open_until_a_grant_or_a_close_sqlite, an_ask_for_credits_is_open_until_a_grant_or_a_close_postgres;
     images_are_added_once_retired_and_remembered_by_sessions => images_are_added_once_retired_and_remembered_by_sessions_sqlite, images_are_added_once_retired_and_remembered_by_sessions_postgres;
     editor_grants_are_per_admin_and_expire => editor_grants_are_per_admin_and_expire_sqlite, editor_grants_are_per_admin_and_expire_postgres;
