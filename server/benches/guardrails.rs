@@ -129,7 +129,7 @@ async fn allocator(kind: &str, warm: bool) -> Option<f64> {
     if warm {
         for i in 0..50 {
             let w = store
-                .add_warm(EditorKind::JupyterLab, SLICE)
+                .add_warm(EditorKind::JupyterLab, SLICE, None)
                 .await
                 .unwrap()
                 .unwrap();

@@ -45,6 +45,11 @@ pub struct KubeConfig {
     pub images: KubeImages,
     /// The port every editor listens on inside its pod.
     pub editor_port: u16,
+    /// Editors started ahead of a launch, each for one user whose dashboard is open and who
+    /// launched in the last two weeks (their last editor and size, in their own namespace with
+    /// their workspace): at most this many at once across the cluster; 0: none. Each holds a
+    /// free slot until its user launches, leaves, or another launch needs the slot.
+    pub warm_pods: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,6 +95,7 @@ impl Default for KubeConfig {
             metrics_url: String::new(),
             images: KubeImages::default(),
             editor_port: 8888,
+            warm_pods: 0,
         }
     }
 }

@@ -29,7 +29,9 @@
 //! in the middle of a start still stops it; shutdown waits for every warm editor to stop; a new
 //! server forgets the records a dead one left half-started, and stops what they name. A warm launch
 //! is ready in 0.009–0.011 s at the median, against 0.72–2.47 s cold (BENCHMARKS.md, section 5).
-//! The kube runtime pre-starts no editors; its warm capacity is placeholder pods (`deploy/`).
+//! On a cluster editors are started ahead per user instead (`kube.warm_pods`: a pod in the
+//! namespace of a user whose dashboard is open, which only their launch takes), beside the
+//! chart's placeholder pods; ARCHITECTURE.md has the design record.
 //!
 //! The sampler ([`Guard::sample_activity`], every `idle.sample_seconds`) asks each ready editor
 //! whether it works: a Jupyter kernel busy or starting, GPU work the runtime reports, or the
@@ -117,12 +119,23 @@ pub async fn keep_instance_lease(service: Guard) {
 
 /// Waits after a failed warm start before trying that editor again.
 const WARM_RETRY: Duration = Duration::from_secs(60);
+/// A user whose dashboard asked nothing for this long has left: their pre-started editor goes.
+/// The open dashboard asks every 15 s and is noted once a minute.
+const WARM_USER_GONE: Duration = Duration::from_secs(3 * 60);
+/// Only users who launched this recently get an editor ahead of their launch.
+const WARM_USER_RECENT: Duration = Duration::from_secs(14 * 24 * 3600);
 
 impl Core {
     /// Whether launches may take pre-started editors: configured, and the runtime can bind a
     /// workspace to one afterwards.
     pub(in crate::service) fn prestarts(&self) -> bool {
         !self.config.pool.warm.is_empty() && self.runtime.prestarts_editors()
+    }
+
+    /// Whether editors are started ahead for users about to launch (a cluster's pods, each in
+    /// its user's namespace: [`Guard::warm_for_users`]).
+    pub(in crate::service) fn warms_for_users(&self) -> bool {
+        self.kube.is_some() && self.config.kube.warm_pods > 0
     }
 
     /// The lease that says this server lives: another server starting up leaves the launches
@@ -251,16 +264,31 @@ impl Core {
                 crate::runtime::gpu::slice_env(g, record.slice_mib, cores_pct, &self.enforcement)
             })
             .unwrap_or_else(|| vec![("CUDA_VISIBLE_DEVICES".to_string(), String::new())]);
+        // One started for a user is theirs from the start (their namespace and workspace).
+        let user = match &record.user_id {
+            Some(id) => match self.store.user_by_id(id).await {
+                Ok(Some(user)) => Some(user),
+                _ => {
+                    let _ = self.store.remove_warm(&record.id).await;
+                    return true;
+                }
+            },
+            None => None,
+        };
+        let disk_mib = match &user {
+            Some(user) => self.disk_quota(&user.id).await,
+            None => 0,
+        };
         let launch = EditorLaunch {
             session_id: record.id.clone(),
-            user_name: String::new(),
+            user_name: user.as_ref().map(|u| u.name.clone()).unwrap_or_default(),
             editor: record.editor,
             base_path: format!("/s/{}/", record.id),
             env,
             slice: SliceBinding::on(gpu, record.slice_mib, cores_pct),
-            prestart: true,
+            prestart: user.is_none(),
             image: None,
-            disk_mib: 0,
+            disk_mib,
         };
         let timeout = Duration::from_secs(self.config.sessions.ready_timeout_seconds);
         let running = match self.runtime.start(&launch).await {
@@ -651,7 +679,7 @@ impl Guard {
     /// Keeps `pool.warm` editors started per (editor, slice size) on free slots. Runs for the
     /// server's life; wakes on a launch that took one, and on every reaper pass.
     pub async fn keep_warm_pool(self) {
-        if !self.prestarts() {
+        if !self.prestarts() && !self.warms_for_users() {
             return;
         }
         // Records still starting belong to a server process that died mid-start: forget them
@@ -673,7 +701,10 @@ impl Guard {
             }
             let warm = self.store.warm_editors().await.unwrap_or_default();
             let mut starts = Vec::new();
-            for target in &self.config.pool.warm {
+            if self.warms_for_users() {
+                starts.extend(self.warm_for_users(&warm).await);
+            }
+            for target in self.config.pool.warm.iter().filter(|_| self.prestarts()) {
                 let Some(editor) = EditorKind::parse(&target.editor) else {
                     continue;
                 };
@@ -697,7 +728,7 @@ impl Guard {
                     .filter(|w| w.editor == editor && w.slice_mib == target.slice_mib)
                     .count() as u32;
                 for _ in have..target.count {
-                    match self.store.add_warm(editor, target.slice_mib).await {
+                    match self.store.add_warm(editor, target.slice_mib, None).await {
                         Ok(Some(record)) => starts.push((key, record)),
                         Ok(None) => break,
                         Err(e) => {
@@ -726,12 +757,69 @@ impl Guard {
         }
     }
 
+    /// Editors ahead of a launch for users about to launch, on the reaper's replica only (one
+    /// keeper for the cluster): retires those whose user left (dashboard unseen for
+    /// [`WARM_USER_GONE`]), was locked or launched, and reserves slots for the newest visitors
+    /// up to `kube.warm_pods`; returns the reservations to start.
+    async fn warm_for_users(&self, warm: &[WarmRecord]) -> Vec<((EditorKind, u64), WarmRecord)> {
+        if !matches!(
+            self.store.lease_holder(REAPER_LEASE).await,
+            Ok(Some(holder)) if holder == self.instance
+        ) {
+            return Vec::new();
+        }
+        let now = self.now();
+        let seen_since = now - WARM_USER_GONE.as_millis() as i64;
+        match self.store.retire_user_warm(seen_since).await {
+            Ok(retired) => self.stop_warm(retired),
+            Err(e) => tracing::warn!(error = %e, "retiring pre-started editors"),
+        }
+        let have = warm.iter().filter(|w| w.user_id.is_some()).count();
+        let room = (self.config.kube.warm_pods as usize).saturating_sub(have);
+        if room == 0 {
+            return Vec::new();
+        }
+        let launched_since = now - WARM_USER_RECENT.as_millis() as i64;
+        let candidates = match self
+            .store
+            .warm_candidates(seen_since, launched_since, room)
+            .await
+        {
+            Ok(candidates) => candidates,
+            Err(e) => {
+                tracing::warn!(error = %e, "choosing users to pre-start editors for");
+                return Vec::new();
+            }
+        };
+        let mut starts = Vec::new();
+        for user in candidates {
+            match self
+                .store
+                .add_warm(user.editor, user.slice_mib, Some(&user.user_id))
+                .await
+            {
+                Ok(Some(record)) => {
+                    tracing::info!(user = %user.user_name, editor = %user.editor, "pre-starting an editor for a user about to launch");
+                    starts.push(((user.editor, user.slice_mib), record));
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reserving a slot for a pre-started editor");
+                    break;
+                }
+            }
+        }
+        starts
+    }
+
     /// Stops every pre-started editor and returns once they are gone: at shutdown, tasks
     /// spawned now would die with the process and leave the editors running.
     pub async fn stop_warm_pool(&self) {
         let mut stops = Vec::new();
+        // Users' pods stay: they are the cluster's, and the next keeper retires them.
         for warm in self.store.warm_editors().await.unwrap_or_default() {
-            if self.store.remove_warm(&warm.id).await.unwrap_or(false)
+            if warm.user_id.is_none()
+                && self.store.remove_warm(&warm.id).await.unwrap_or(false)
                 && let Some(handle) = warm.runtime_handle
             {
                 stops.push(async move {

@@ -43,7 +43,7 @@ async fn pass(service: &Core, kube: &KubeRuntime) -> Result<Report, String> {
         .iter()
         .filter_map(PodView::from_pod)
         .collect();
-    let sessions: Vec<SessionView> = service
+    let mut sessions: Vec<SessionView> = service
         .store
         .live_sessions()
         .await
@@ -60,6 +60,23 @@ async fn pass(service: &Core, kube: &KubeRuntime) -> Result<Report, String> {
             gpu_id: record.gpu_id,
         })
         .collect();
+    // A user's pre-started editor is a pod of a session to be: not an orphan.
+    let warm = service
+        .store
+        .warm_editors()
+        .await
+        .map_err(|e| format!("warm editors: {e}"))?;
+    sessions.extend(
+        warm.into_iter()
+            .filter(|w| w.user_id.is_some())
+            .map(|w| SessionView {
+                id: w.id,
+                state: app::domain::session::SessionState::Starting,
+                raw_handle: None,
+                handle: None,
+                gpu_id: None,
+            }),
+    );
     let mut report = Report::default();
     for action in diff(&sessions, &pods) {
         match action {

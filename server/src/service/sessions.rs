@@ -124,7 +124,7 @@ impl Core {
                 price_on: &price_on,
                 queue_price: self.price_for_slice(slice_mib),
                 // A pre-started editor runs the default image.
-                use_warm: self.prestarts() && valid.image.is_none(),
+                use_warm: (self.prestarts() || self.warms_for_users()) && valid.image.is_none(),
             })
             .await
             .inspect_err(|_| self.metrics.launched("refused", editor))?;
@@ -133,12 +133,17 @@ impl Core {
         match launched.placement {
             Placement::Warm(warm) => {
                 // Bound before anyone has the address: the page opens on the user's own files.
+                // One started for this user has them already.
                 let disk_mib = self.disk_quota(&viewer.id).await;
-                if let Err(e) = self
-                    .runtime
-                    .bind_workspace(&warm.id, &viewer.name, disk_mib)
-                    .await
-                {
+                let bound = match warm.user_id {
+                    Some(_) => Ok(()),
+                    None => {
+                        self.runtime
+                            .bind_workspace(&warm.id, &viewer.name, disk_mib)
+                            .await
+                    }
+                };
+                if let Err(e) = bound {
                     tracing::warn!(session = %id, error = %e, "binding the workspace");
                     self.stop_session(&id, EndReason::Failed, Some(&e.user_message()))
                         .await;
@@ -564,7 +569,20 @@ impl Sessions {
         let (balance, held) = self.store.credits(&viewer.id).await?;
         let pool = self.store.pool().await?;
         let catalog = self.catalog(&pool);
-        let warm = self.store.warm_editors().await?;
+        // Who is about to launch: the cluster pre-starts editors for them.
+        if self.warms_for_users() {
+            match self.store.saw_dashboard(&viewer.id).await {
+                Ok(()) => self.kick_warm_pool(),
+                Err(e) => tracing::warn!(error = %e, "noting a dashboard visit"),
+            }
+        }
+        let warm: Vec<_> = self
+            .store
+            .warm_editors()
+            .await?
+            .into_iter()
+            .filter(|w| w.user_id.as_ref().is_none_or(|u| *u == viewer.id))
+            .collect();
         let queue = self.store.queue_positions().await?;
         let all_slots: Vec<_> = pool.iter().flat_map(|(_, slots)| slots.clone()).collect();
         let mut slices: Vec<SliceOption> = catalog

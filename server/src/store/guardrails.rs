@@ -141,6 +141,7 @@ impl Store {
         } else {
             claim_in(
                 &mut w,
+                plan.user_id,
                 &fresh_id,
                 plan.editor,
                 plan.slice_mib,
@@ -340,7 +341,7 @@ impl Store {
                 let editor: String = head.try_get("editor")?;
                 let editor = EditorKind::parse(&editor).ok_or(StoreError::NotFound("editor"))?;
                 let Some(claim) =
-                    claim_in(&mut w, &session_id, editor, slice_mib, burst, false).await?
+                    claim_in(&mut w, "", &session_id, editor, slice_mib, burst, false).await?
                 else {
                     break;
                 };
@@ -407,8 +408,14 @@ impl Store {
 
     // ---- warm editors ----
 
-    /// Reserves a free slot (one no session holds and no editor warms) for a new pre-started editor.
-    pub async fn add_warm(&self, editor: EditorKind, slice_mib: u64) -> Result<Option<WarmRecord>> {
+    /// Reserves a free slot (one no session holds and no editor warms) for a new pre-started
+    /// editor: anyone's, or `for_user`'s only.
+    pub async fn add_warm(
+        &self,
+        editor: EditorKind,
+        slice_mib: u64,
+        for_user: Option<&str>,
+    ) -> Result<Option<WarmRecord>> {
         let mut w = self.begin_write().await?;
         let sql = format!(
             "SELECT sl.id FROM slots sl WHERE sl.session_id IS NULL AND sl.active = 1 AND sl.slice_mib = $1
@@ -425,12 +432,13 @@ impl Store {
         let slot_id: String = row.try_get("id")?;
         let id = new_id();
         sqlx::query(
-            "INSERT INTO warm_editors (id, slot_id, editor, state, created_at) VALUES ($1, $2, $3, 'starting', $4)",
+            "INSERT INTO warm_editors (id, slot_id, editor, state, created_at, user_id) VALUES ($1, $2, $3, 'starting', $4, $5)",
         )
         .bind(&id)
         .bind(&slot_id)
         .bind(editor.as_str())
         .bind(self.now())
+        .bind(for_user)
         .execute(&mut *w.tx)
         .await
         .map_err(|e| on_unique(e, "warm_editors_slot_key", "warm editor"))?;
@@ -444,6 +452,7 @@ impl Store {
             upstream: None,
             editor_token: None,
             runtime_handle: None,
+            user_id: for_user.map(str::to_string),
         }))
     }
 
@@ -1022,6 +1031,7 @@ async fn usage_in(conn: &mut sqlx::AnyConnection, user_id: &str) -> Result<Usage
 /// pushed off — or for a burst every slot of one idle card.
 async fn claim_in(
     w: &mut WriteTx,
+    user_id: &str,
     session_id: &str,
     editor: EditorKind,
     slice_mib: u64,
@@ -1039,13 +1049,15 @@ async fn claim_in(
         let sql = format!(
             "SELECT {WARM_COLUMNS}, sl.gpu_id FROM warm_editors w JOIN slots sl ON sl.id = w.slot_id
              WHERE w.editor = $1 AND w.state = 'ready' AND sl.slice_mib = $2 AND sl.session_id IS NULL AND sl.active = 1
-             ORDER BY w.created_at LIMIT 1{}",
+             AND (w.user_id IS NULL OR w.user_id = $3)
+             ORDER BY w.user_id IS NULL, w.created_at LIMIT 1{}",
             skip_locked(w.kind, "sl")
         );
         for _ in 0..CLAIM_TRIES {
             let Some(row) = sqlx::query(&sql)
                 .bind(editor.as_str())
                 .bind(slice_mib as i64)
+                .bind(user_id)
                 .fetch_optional(&mut *w.tx)
                 .await?
             else {
@@ -1091,7 +1103,12 @@ async fn claim_in(
         let slot_id: String = row.try_get("id")?;
         let gpu_id: String = row.try_get("gpu_id")?;
         if take_slot_in(w, session_id, &slot_id, now).await? {
-            let evicted = evict_in(w, "w.slot_id = $1", &slot_id).await?;
+            let mut evicted = evict_in(w, "w.slot_id = $1", &slot_id).await?;
+            // The user's own pre-started editor of another kind goes: their namespace's pod
+            // quota counts it.
+            if !user_id.is_empty() {
+                evicted.extend(evict_in(w, "w.user_id = $1", user_id).await?);
+            }
             return Ok(Some(Claim {
                 session_id: session_id.to_string(),
                 slot_id,

@@ -11,6 +11,7 @@ mod images;
 mod kube;
 mod promotions;
 mod records;
+mod warm;
 mod write;
 
 use crate::util::{Clock, SystemClock};
@@ -20,6 +21,7 @@ pub use guardrails::{Dispatched, GpuSample, LaunchPlan, Launched, Placement, que
 pub use http_sessions::HttpSessionStore;
 pub use kube::{ReconcileLock, SlotMove};
 pub use promotions::{NewPromotion, WaitingLimit};
+pub use warm::WarmCandidate;
 pub use records::{
     AuditEntry, GpuRecord, LedgerEntry, SessionRecord, SlotRecord, TokenOwner, TokenRecord,
     UserRecord, WarmRecord,

@@ -312,6 +312,8 @@ pub struct WarmRecord {
     pub upstream: Option<String>,
     pub editor_token: Option<String>,
     pub runtime_handle: Option<String>,
+    /// The one user whose launch may take it (a cluster's pod in their namespace); None: anyone's.
+    pub user_id: Option<String>,
 }
 
 impl std::fmt::Debug for WarmRecord {
@@ -325,7 +327,7 @@ impl std::fmt::Debug for WarmRecord {
     }
 }
 
-pub(super) const WARM_COLUMNS: &str = "w.id, w.slot_id, w.editor, w.state, w.upstream, w.editor_token, w.runtime_handle, sl.slice_mib";
+pub(super) const WARM_COLUMNS: &str = "w.id, w.slot_id, w.editor, w.state, w.upstream, w.editor_token, w.runtime_handle, w.user_id, sl.slice_mib";
 
 impl WarmRecord {
     pub(super) fn from_row(row: &AnyRow) -> Result<Self> {
@@ -340,6 +342,7 @@ impl WarmRecord {
             upstream: row.try_get("upstream")?,
             editor_token: row.try_get("editor_token")?,
             runtime_handle: row.try_get("runtime_handle")?,
+            user_id: row.try_get("user_id")?,
         })
     }
 }

@@ -115,7 +115,7 @@ async fn five_hundred_launches_fifty_warm(store: Store) {
     assert_eq!(slots.len(), 50);
     for i in 0..50 {
         let warm = store
-            .add_warm(EditorKind::JupyterLab, SLICE)
+            .add_warm(EditorKind::JupyterLab, SLICE, None)
             .await
             .unwrap()
             .expect("a free slot to warm");
@@ -133,7 +133,7 @@ async fn five_hundred_launches_fifty_warm(store: Store) {
     }
     assert!(
         store
-            .add_warm(EditorKind::JupyterLab, SLICE)
+            .add_warm(EditorKind::JupyterLab, SLICE, None)
             .await
             .unwrap()
             .is_none()
@@ -211,7 +211,7 @@ async fn warm_on(store: &Store, n: usize) -> Vec<String> {
     let mut ids = Vec::new();
     for i in 0..n {
         let warm = store
-            .add_warm(EditorKind::JupyterLab, SLICE)
+            .add_warm(EditorKind::JupyterLab, SLICE, None)
             .await
             .unwrap()
             .expect("a free slot to warm");

@@ -26,7 +26,7 @@ async fn admin(app: &TestApp, name: &str) -> (String, String) {
 }
 
 /// A server function called with a sign-in cookie, as the page's script calls it.
-async fn server_fn(app: &TestApp, path: &str, cookie: &str, form: &str) -> Response {
+pub(crate) async fn server_fn(app: &TestApp, path: &str, cookie: &str, form: &str) -> Response {
     let request = Request::post(app.url(path))
         .header("cookie", format!("sandbox_session={cookie}"))
         .header("accept", "application/json")
@@ -36,7 +36,7 @@ async fn server_fn(app: &TestApp, path: &str, cookie: &str, form: &str) -> Respo
     app.send(request).await
 }
 
-fn path_of<T: leptos::server_fn::ServerFn>() -> &'static str {
+pub(crate) fn path_of<T: leptos::server_fn::ServerFn>() -> &'static str {
     T::PATH
 }
 

@@ -773,3 +773,99 @@ async fn after_a_restart_the_reconciler_brings_rows_and_pods_back_in_step() {
     app.stop().await;
     cluster.shut_down().await;
 }
+
+/// A user about to launch (dashboard open, launched before) gets an editor started ahead in
+/// their own namespace, and their launch takes it: ready at once, under the pod's id. When
+/// their dashboard has not been seen for a while, the pod goes.
+#[tokio::test]
+async fn a_user_about_to_launch_gets_a_pod_ahead_and_the_launch_takes_it() {
+    use crate::accounts::{path_of, server_fn};
+    if !pods_run_here() {
+        return;
+    }
+    let (cluster, app) = product_with(vec![node("gpu-node-1")], |k| k.warm_pods = 1).await;
+    let (gail, token) = app.user("gail").await;
+    let namespace = namespace_of("gail");
+    let pods_in = |ns: &str| cluster.api.store.read(|o| o.list("pods", Some(ns)).len());
+    // What she launched last is what she gets ahead.
+    let first = app.launch_ready(&token, "marimo").await;
+    app.delete(&format!("/api/v1/sessions/{first}"), Some(&token))
+        .await
+        .assert_status(http::StatusCode::OK);
+    app.wait_for(&token, &first, |v| v["state"] == "ended")
+        .await;
+    // Nothing ahead while her dashboard is closed.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(app.store.warm_editors().await.unwrap().is_empty());
+
+    let cookie = app.sign_in_cookie("gail").await;
+    server_fn(&app, path_of::<app::api::LoadDashboard>(), &cookie, "")
+        .await
+        .assert_status(http::StatusCode::OK);
+    let warm = tokio::time::timeout(Duration::from_secs(90), async {
+        loop {
+            let warm = app.store.warm_editors().await.unwrap();
+            if let Some(w) = warm.into_iter().find(|w| w.ready) {
+                return w;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("an editor ready ahead of her launch");
+    assert_eq!(warm.user_id.as_deref(), Some(gail.as_str()));
+    assert_eq!(warm.editor, app::domain::launch::EditorKind::Marimo);
+    let pod = pod_of(&cluster, &namespace);
+    assert_eq!(pod["status"]["phase"], "Running", "in her own namespace");
+
+    // Another user's launch does not take it.
+    let (_, other) = app.user("hal").await;
+    let hal = app.launch_id(&other, "marimo").await;
+    assert_ne!(hal, warm.id);
+
+    // Her launch takes it: ready in the same answer, the proxy reaches the pod.
+    let id = app.launch_id(&token, "marimo").await;
+    assert_eq!(id, warm.id, "the launch took the pod started ahead");
+    let view = app
+        .get(&format!("/api/v1/sessions/{id}"), Some(&token))
+        .await
+        .json();
+    assert_eq!(view["state"], "ready", "{view}");
+    let page = app.get(&format!("/s/{id}/"), Some(&token)).await;
+    page.assert_status(http::StatusCode::OK);
+    assert!(String::from_utf8_lossy(&page.body).contains("marimo"));
+    assert_eq!(pods_in(&namespace), 1, "one pod: the one started ahead");
+    app.delete(&format!("/api/v1/sessions/{id}"), Some(&token))
+        .await
+        .assert_status(http::StatusCode::OK);
+    app.wait_for(&token, &id, |v| v["state"] == "ended").await;
+
+    // Once her dashboard is no longer seen, what was started ahead for her goes.
+    server_fn(&app, path_of::<app::api::LoadDashboard>(), &cookie, "").await;
+    tokio::time::timeout(Duration::from_secs(90), async {
+        while !app
+            .store
+            .warm_editors()
+            .await
+            .unwrap()
+            .iter()
+            .any(|w| w.ready && w.id != id)
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("a second editor ahead while her dashboard is open");
+    app.sql(
+        "UPDATE users SET dashboard_seen_at = dashboard_seen_at - 3600000 WHERE id = $1",
+        &gail,
+    )
+    .await;
+    until(&cluster, "the pod ahead is deleted", |o| {
+        o.list("pods", Some(&namespace)).is_empty()
+    })
+    .await;
+    assert!(app.store.warm_editors().await.unwrap().is_empty());
+    app.stop().await;
+    cluster.shut_down().await;
+}

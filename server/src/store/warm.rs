@@ -1,0 +1,100 @@
+//! Editors pre-started for one user (a cluster's pods, in the user's own namespace): who is about
+//! to launch (their dashboard asks for its data), what they launched last, and which such editors
+//! are no longer wanted. The shared warm-pool rows and the claim are in `guardrails.rs`.
+
+use super::records::WARM_COLUMNS;
+use super::*;
+
+/// A user to pre-start an editor for, with what they launched last.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WarmCandidate {
+    pub user_id: String,
+    pub user_name: String,
+    pub editor: EditorKind,
+    pub slice_mib: u64,
+}
+
+/// How often a user's dashboard visits are written: one row update a minute at most.
+const SEEN_EVERY_MS: i64 = 60_000;
+
+impl Store {
+    /// The user's dashboard asked for its data.
+    pub async fn saw_dashboard(&self, user_id: &str) -> Result<()> {
+        let now = self.now();
+        sqlx::query(
+            "UPDATE users SET dashboard_seen_at = $1
+             WHERE id = $2 AND (dashboard_seen_at IS NULL OR dashboard_seen_at < $3)",
+        )
+        .bind(now)
+        .bind(user_id)
+        .bind(now - SEEN_EVERY_MS)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Up to `limit` users to pre-start an editor for, the most recently seen first: their
+    /// dashboard was open since `seen_since`, they are not locked, have nothing live and no
+    /// pre-started editor yet, and launched the default image since `launched_since` (that
+    /// launch's editor and size are what they get).
+    pub async fn warm_candidates(
+        &self,
+        seen_since: i64,
+        launched_since: i64,
+        limit: usize,
+    ) -> Result<Vec<WarmCandidate>> {
+        let rows = sqlx::query(
+            "SELECT u.id, u.name, s.editor, s.slice_mib FROM users u
+             JOIN sessions s ON s.id = (SELECT l.id FROM sessions l WHERE l.user_id = u.id
+                 ORDER BY l.created_at DESC, l.id DESC LIMIT 1)
+             WHERE u.dashboard_seen_at >= $1 AND u.locked = 0
+               AND s.image IS NULL AND s.burst = 0 AND s.created_at >= $2
+               AND NOT EXISTS (SELECT 1 FROM sessions o WHERE o.user_id = u.id AND o.state <> 'ended')
+               AND NOT EXISTS (SELECT 1 FROM warm_editors w WHERE w.user_id = u.id)
+             ORDER BY u.dashboard_seen_at DESC, u.id LIMIT $3",
+        )
+        .bind(seen_since)
+        .bind(launched_since)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let editor: String = row.try_get("editor")?;
+                Ok(WarmCandidate {
+                    user_id: row.try_get("id")?,
+                    user_name: row.try_get("name")?,
+                    editor: EditorKind::parse(&editor).ok_or(bad("editor"))?,
+                    slice_mib: row.try_get::<i64, _>("slice_mib")? as u64,
+                })
+            })
+            .collect()
+    }
+
+    /// Forgets the pre-started editors of users who no longer want one (dashboard closed since
+    /// `seen_since`, locked, or with a session of their own now) and returns them, to be stopped.
+    pub async fn retire_user_warm(&self, seen_since: i64) -> Result<Vec<WarmRecord>> {
+        let mut w = self.begin_write().await?;
+        let rows = sqlx::query(&format!(
+            "SELECT {WARM_COLUMNS} FROM warm_editors w JOIN slots sl ON sl.id = w.slot_id
+             JOIN users u ON u.id = w.user_id
+             WHERE u.locked <> 0 OR u.dashboard_seen_at IS NULL OR u.dashboard_seen_at < $1
+                OR EXISTS (SELECT 1 FROM sessions s WHERE s.user_id = u.id AND s.state <> 'ended')"
+        ))
+        .bind(seen_since)
+        .fetch_all(&mut *w.tx)
+        .await?;
+        let retired: Vec<WarmRecord> = rows
+            .iter()
+            .map(WarmRecord::from_row)
+            .collect::<Result<_>>()?;
+        for warm in &retired {
+            sqlx::query("DELETE FROM warm_editors WHERE id = $1")
+                .bind(&warm.id)
+                .execute(&mut *w.tx)
+                .await?;
+        }
+        w.commit().await?;
+        Ok(retired)
+    }
+}
