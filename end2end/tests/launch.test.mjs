@@ -238,9 +238,9 @@ test('launch JupyterLab, see it embedded, reload, reopen after signing in again,
     await past.getByTestId('session-when').waitFor();
     assert.match(await past.innerText(), /Ended: stopped by you/);
     // One minute-count: the time in use is the time charged.
-    const card = await past.innerText();
-    const inUse = card.match(/in use (\d+) min/)?.[1];
-    assert.ok(inUse && card.includes(`for ${inUse} min`), `the minutes in use are the minutes charged: ${card}`);
+    const pastWords = await past.innerText();
+    const inUse = pastWords.match(/in use (\d+) min/)?.[1];
+    assert.ok(inUse && pastWords.includes(`for ${inUse} min`), `the minutes in use are the minutes charged: ${pastWords}`);
   } catch (error) {
     await page.screenshot({ path: `${ARTIFACTS}/failure.png` }).catch(() => {});
     throw error;

@@ -571,7 +571,13 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
         })
     });
     let own_tab = format!("/sessions/{id}");
-    let title = move || session.with(|s| tab_title(s.editor, s.slice_mib, s.state));
+    // The head keeps this title's closure past the page (a Launch again onto the next session
+    // page): read without panicking once the session is gone.
+    let title = move || {
+        session
+            .try_with(|s| tab_title(s.editor, s.slice_mib, s.state))
+            .unwrap_or_else(|| "Session · GPU Sandbox".into())
+    };
     view! {
         <leptos_meta::Title text=title />
         <div class="session-page">
