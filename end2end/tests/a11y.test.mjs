@@ -78,6 +78,17 @@ test('every page passes axe-core without a serious violation, in light and dark'
         await hydrated(page);
         await page.waitForLoadState('networkidle');
         await check(page, `admin ${tab} (${colorScheme})`);
+        if (tab === 'users') {
+          // What the users tab keeps folded: the CSV form, with a checked file's problems, and
+          // a row's menu.
+          const bulk = page.getByTestId('bulk-users');
+          await bulk.locator('summary').click();
+          await bulk.getByLabel('or its lines').fill('a11y-csv,boss\n');
+          await bulk.getByRole('button', { name: 'Check' }).click();
+          await bulk.getByTestId('bulk-problems').waitFor();
+          await page.locator('tr[data-user] details.row-menu > summary').first().click();
+          await check(page, `admin users, unfolded (${colorScheme})`);
+        }
         if (tab === 'promotions') {
           // On on this server (a registry is set): no "promotion is off" notice.
           assert.equal(await page.getByTestId('promotion-off').count(), 0);
