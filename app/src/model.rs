@@ -200,6 +200,10 @@ pub struct SessionView {
     pub ready_at_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at_ms: Option<i64>,
+    /// Why its person could not launch it again now (`session::relaunch_refusal`): its page then
+    /// offers no Launch again. Set for an ended session on its owner's own view.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_refused: Option<String>,
 }
 
 /// What an ended session held, was charged and gave back (milli-credits).

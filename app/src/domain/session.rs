@@ -220,6 +220,23 @@ fn as_sentence(words: &str) -> String {
     out
 }
 
+/// Why the person whose session ended could not launch it again now, in words; `None` when they
+/// could as far as their quota and balance tell (the launch itself decides the rest): a quota of
+/// no sessions (how an admin stops someone's launches), or a balance (milli-credits, holds of
+/// running sessions taken out) below the `hold` the same launch takes.
+pub fn relaunch_refusal(max_sessions: u32, balance: i64, hold: i64) -> Option<String> {
+    if max_sessions == 0 {
+        return Some("Your quota allows no sessions for now; an admin can change it.".to_string());
+    }
+    (balance < hold).then(|| {
+        format!(
+            "Launching it again holds {}, and your balance is {}: ask an admin for credits.",
+            super::credits::with_unit(hold),
+            super::credits::with_unit(balance.max(0))
+        )
+    })
+}
+
 impl SessionState {
     /// The heading of the progress card for a session that has no editor to show (yet, or
     /// any longer).
@@ -244,6 +261,22 @@ impl fmt::Display for EndReason {
 mod tests {
     use super::*;
     use EndReason::*;
+
+    #[test]
+    fn the_same_launch_is_offered_again_only_to_who_could_make_it() {
+        assert_eq!(relaunch_refusal(2, 5_000, 5_000), None);
+        assert!(
+            relaunch_refusal(0, 100_000, 1_000)
+                .unwrap()
+                .contains("quota allows no sessions")
+        );
+        assert_eq!(
+            relaunch_refusal(1, 1_500, 2_000).as_deref(),
+            Some(
+                "Launching it again holds 2 credits, and your balance is 1.5 credits: ask an admin for credits."
+            )
+        );
+    }
 
     #[test]
     fn an_end_is_said_once_in_its_own_words_where_it_has_some() {

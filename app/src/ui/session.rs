@@ -839,6 +839,15 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                                                 </p>
                                             }
                                                 .into_any()
+                                        } else if let Some(why) = ended.launch_refused.clone() {
+                                            // Nothing offered that its person could not launch.
+                                            view! {
+                                                <p class="muted" data-testid="launch-refused">{why}</p>
+                                                <div class="actions">
+                                                    <a class="button" href="/">"Back to your dashboard"</a>
+                                                </div>
+                                            }
+                                                .into_any()
                                         } else {
                                             view! {
                                                 <div class="actions">
@@ -1032,6 +1041,7 @@ mod tests {
             cost: None,
             ready_at_ms: None,
             ended_at_ms: None,
+            launch_refused: None,
         };
         apply_step(&mut s, step(1, SessionState::Starting, false));
         apply_step(&mut s, step(1, SessionState::Starting, false));

@@ -518,6 +518,7 @@ impl Core {
             cost: None,
             ready_at_ms: record.ready_at,
             ended_at_ms: record.ended_at,
+            launch_refused: None,
         }
     }
 
@@ -783,7 +784,20 @@ impl Sessions {
     pub async fn session(&self, viewer: &Viewer, id: &str) -> Result<SessionView, AppError> {
         viewer.scopes.require(Scope::Read)?;
         self.owned_record(viewer, id).await?;
-        self.view(id).await
+        let mut view = self.view(id).await?;
+        if view.state == SessionState::Ended {
+            // Its page offers the same launch again, unless its person could not make it now.
+            let limits = self
+                .config
+                .default_limits()
+                .with(&self.store.quota_overrides(&viewer.id).await?);
+            let (balance, _) = self.store.credits(&viewer.id).await?;
+            let hold =
+                credits::price_for_minutes(view.price_per_hour, view.duration_minutes as i64);
+            view.launch_refused =
+                app::domain::session::relaunch_refusal(limits.max_sessions, balance, hold);
+        }
+        Ok(view)
     }
 
     /// The session's readings of the last hour (one a minute), and the scales to draw them on.

@@ -1607,3 +1607,34 @@ async fn a_csv_file_adds_and_grants_every_line_or_none() {
     );
     app.stop().await;
 }
+
+/// An ended session's page offers the same launch again only to who could make it now: not
+/// under a quota of no sessions (how an admin stops someone's launches).
+#[tokio::test]
+async fn an_ended_session_is_offered_again_only_to_who_could_launch_it() {
+    let app = TestApp::start(Some(FakeRuntime::new())).await;
+    let (ada_id, ada) = app.user("ada").await;
+    let (_, root) = admin(&app, "root", Scopes::ALL).await;
+    let id = app.launch_ready(&ada, "jupyterlab").await;
+    app.delete(&format!("/api/v1/admin/sessions/{id}"), Some(&root))
+        .await
+        .assert_status(StatusCode::OK);
+    let path = format!("/api/v1/sessions/{id}");
+    let ended = app.wait_for(&ada, &id, |v| v["state"] == "ended").await;
+    assert_eq!(ended["end_reason"], "admin");
+    let view = app.get(&path, Some(&ada)).await.json();
+    assert!(view.get("launch_refused").is_none(), "{view}");
+
+    app.call(
+        Method::PATCH,
+        &format!("/api/v1/admin/users/{ada_id}/quota"),
+        Some(&root),
+        Some(json!({ "max_sessions": 0 })),
+    )
+    .await
+    .assert_status(StatusCode::OK);
+    let view = app.get(&path, Some(&ada)).await.json();
+    let why = view["launch_refused"].as_str().unwrap_or_default();
+    assert!(why.contains("quota allows no sessions"), "{view}");
+    app.stop().await;
+}
