@@ -2,7 +2,9 @@
 //! run, alternating: the kube runtime's `start` (objects applied, the pod created, scheduled,
 //! given its address) and `wait_ready` (the kubelet's editor answering its probe), with the API
 //! calls each launch and stop make; the local runtime's `start` and `wait_ready` of the same
-//! editor. JupyterLab, no pre-started editors on either side. As root (network namespaces,
+//! editor. JupyterLab, no pre-started editors on either side. Then the product itself (a server
+//! process, its proxy and SQLite) on the cluster: request → the editor's first proxied answer,
+//! cold and onto a pod started ahead for the user, alternating. As root (network namespaces,
 //! cgroups), after `scripts/setup.sh --test`; prints medians and 95th percentiles.
 //!
 //! cargo bench -p server --bench cluster
@@ -172,5 +174,247 @@ async fn main() {
     for (what, n) in breakdown {
         println!("  {what}: {:.1}", n as f64 / ROUNDS as f64);
     }
+    product(&cluster).await;
     cluster.shut_down().await;
+}
+
+type Answer = (http::StatusCode, http::HeaderMap, bytes::Bytes);
+
+async fn send(
+    addr: std::net::SocketAddr,
+    method: http::Method,
+    path: &str,
+    headers: &[(&str, String)],
+    body: String,
+) -> Answer {
+    use http_body_util::{BodyExt, Full};
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<bytes::Bytes>>();
+    let mut request = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"));
+    for (name, value) in headers {
+        request = request.header(*name, value);
+    }
+    let response = client
+        .request(request.body(Full::new(body.into())).unwrap())
+        .await
+        .expect("the server answers");
+    let (parts, body) = response.into_parts();
+    (
+        parts.status,
+        parts.headers,
+        body.collect().await.unwrap().to_bytes(),
+    )
+}
+
+/// The `server` command on the product's data directory.
+fn operator(data: &std::path::Path, args: &[&str], stdin: &str) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_server"))
+        .args(args)
+        .env("SANDBOX_DATA_DIR", data)
+        .env("SANDBOX_LOG", "error")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Request → the editor's first proxied answer, through the product (a server process, its
+/// proxy and its database) on the simulated cluster: cold, and onto a pod started ahead for the
+/// user (`kube.warm_pods`), alternating.
+async fn product(cluster: &sim_cluster::SimCluster) {
+    let data = tempfile::tempdir().unwrap();
+    let kubeconfig = data.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, cluster.kubeconfig("bench")).unwrap();
+    let config = data.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "runtime = \"kube\"\n[kube]\nserver_namespace = \"gpu-sandbox\"\nwarm_pods = 1\n\
+         [pool]\ndetect_nvidia = false\nwarm = []\n\
+         gpus = [{ name = \"GPU-bench\", model = \"NVIDIA-L40S\", memory_mib = 49152, slice_mib = 8192 }]\n\
+         [idle]\nreaper_period_ms = 200\n[credits]\ninitial_grant = \"1000\"\n",
+    )
+    .unwrap();
+    operator(
+        data.path(),
+        &["user", "add", "bench", "--password-stdin"],
+        "bench-password\n",
+    );
+    let token = operator(data.path(), &["token", "create", "--user", "bench"], "");
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_server"))
+        .args(["--config", config.to_str().unwrap(), "serve"])
+        .env("SANDBOX_DATA_DIR", data.path())
+        .env("SANDBOX_LISTEN", addr.to_string())
+        .env("SANDBOX_LOG", "error")
+        .env("SANDBOX_SECURE_COOKIES", "false")
+        .env("KUBECONFIG", &kubeconfig)
+        .env("SANDBOX_EDITORS__TOOLS_DIR", tools())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("the server");
+    let started = Instant::now();
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the server listens"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let store = server::store::Store::connect(
+        &server::config::Config {
+            data_dir: data.path().to_path_buf(),
+            ..Default::default()
+        }
+        .database_url(),
+    )
+    .await
+    .unwrap();
+    sqlx::any::install_default_drivers();
+    let db = sqlx::AnyPool::connect(
+        &server::config::Config {
+            data_dir: data.path().to_path_buf(),
+            ..Default::default()
+        }
+        .database_url(),
+    )
+    .await
+    .unwrap();
+    let bearer = [("authorization", format!("Bearer {token}"))];
+    let json = [
+        ("authorization", format!("Bearer {token}")),
+        ("content-type", "application/json".to_string()),
+    ];
+    let login = <app::api::Login as leptos::server_fn::ServerFn>::PATH;
+    let dashboard = <app::api::LoadDashboard as leptos::server_fn::ServerFn>::PATH;
+    let (_, headers, _) = send(
+        addr,
+        http::Method::POST,
+        login,
+        &[
+            ("content-type", "application/x-www-form-urlencoded".into()),
+            ("accept", "application/json".into()),
+        ],
+        "name=bench&password=bench-password".into(),
+    )
+    .await;
+    let cookie = headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("sandbox_session="))
+        .and_then(|v| v.split(';').next())
+        .expect("signed in")
+        .to_string();
+    let (mut cold, mut warm) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS * 2 {
+        let ahead = round % 2 == 1;
+        if !ahead {
+            // Nobody about to launch: whatever was started ahead goes first.
+            sqlx::query("UPDATE users SET dashboard_seen_at = NULL")
+                .execute(&db)
+                .await
+                .unwrap();
+            while !store.warm_editors().await.unwrap().is_empty() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        } else {
+            // The dashboard is open: wait until the pod started ahead is ready.
+            send(
+                addr,
+                http::Method::POST,
+                dashboard,
+                &[
+                    ("cookie", cookie.clone()),
+                    ("accept", "application/json".into()),
+                ],
+                String::new(),
+            )
+            .await;
+            let waited = Instant::now();
+            while !store.warm_editors().await.unwrap().iter().any(|w| w.ready) {
+                assert!(waited.elapsed() < Duration::from_secs(120), "a pod ahead");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        let began = Instant::now();
+        let (status, _, body) = send(
+            addr,
+            http::Method::POST,
+            "/api/v1/sessions",
+            &json,
+            r#"{"editor":"jupyterlab","slice_mib":8192,"duration_minutes":30}"#.into(),
+        )
+        .await;
+        assert!(
+            status.is_success(),
+            "{status}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        let id = serde_json::from_slice::<serde_json::Value>(&body).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        loop {
+            let (status, _, _) = send(
+                addr,
+                http::Method::GET,
+                &format!("/s/{id}/api/status"),
+                &bearer,
+                String::new(),
+            )
+            .await;
+            if status == http::StatusCode::OK {
+                break;
+            }
+            assert!(began.elapsed() < Duration::from_secs(120), "{id} answers");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if ahead { &mut warm } else { &mut cold }.push(began.elapsed());
+        send(
+            addr,
+            http::Method::DELETE,
+            &format!("/api/v1/sessions/{id}"),
+            &bearer,
+            String::new(),
+        )
+        .await;
+        while store
+            .live_sessions()
+            .await
+            .unwrap()
+            .iter()
+            .any(|s| s.id == id)
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    println!("\nthrough the product (request → the editor's first proxied answer), {ROUNDS} each");
+    println!("| | p50 | p95 |");
+    println!("|---|---|---|");
+    println!(
+        "| cluster, cold | {} | {} |",
+        ms(pct(&mut cold, 0.5)),
+        ms(pct(&mut cold, 0.95))
+    );
+    println!(
+        "| cluster, onto a pod started ahead | {} | {} |",
+        ms(pct(&mut warm, 0.5)),
+        ms(pct(&mut warm, 0.95))
+    );
+    let _ = server.kill();
+    let _ = server.wait();
 }
