@@ -20,8 +20,19 @@ PROVIDER=$!
 start_registry "$DATA" "$REGISTRY_PORT"
 REGISTRY=$REGISTRY_PID
 SERVER=
+SIM=
+CLUSTER_SERVER=
 cleanup() {
   kill -TERM "$PROVIDER" "$REGISTRY" 2>/dev/null || true
+  if [ -n "$CLUSTER_SERVER" ]; then
+    kill -TERM "$CLUSTER_SERVER" 2>/dev/null || true
+    wait "$CLUSTER_SERVER" 2>/dev/null || true
+  fi
+  # Ctrl-C, as a person stops it: every pod and network of the simulated cluster goes.
+  if [ -n "$SIM" ]; then
+    kill -INT "$SIM" 2>/dev/null || true
+    wait "$SIM" 2>/dev/null || true
+  fi
   if [ -n "$SERVER" ]; then
     kill -TERM "$SERVER" 2>/dev/null || true
     wait "$SERVER" 2>/dev/null || true
@@ -92,11 +103,39 @@ for _ in $(seq 1 100); do
   sleep 0.2
 done
 wait_registry "$REGISTRY_PORT" || { cat "$DATA/registry.log"; exit 1; }
+# A second server on the simulated cluster (runtime kube): pods whose editors are real processes
+# in network namespaces of their own, so as root only.
+if [ "$(id -u)" = 0 ] && [ -z "${E2E_NO_CLUSTER:-}" ]; then
+  CLUSTER_PORT=$((PORT + 3))
+  mkdir -p "$DATA/cluster"
+  scripts/sim-cluster.sh >"$DATA/sim-cluster.out" 2>"$DATA/sim-cluster.log" &
+  SIM=$!
+  for _ in $(seq 1 600); do
+    [ -s "$DATA/sim-cluster.out" ] && break
+    kill -0 "$SIM" 2>/dev/null || { cat "$DATA/sim-cluster.log"; exit 1; }
+    sleep 0.2
+  done
+  KUBECONFIG_FILE=$(head -1 "$DATA/sim-cluster.out")
+  export SANDBOX_DATA_DIR="$DATA/cluster"
+  echo "e2e-password" | "$BIN" user add e2e-cluster --password-stdin >/dev/null
+  SANDBOX_LISTEN="127.0.0.1:$CLUSTER_PORT" SANDBOX_RUNTIME=kube SANDBOX_KUBE__SERVER_NAMESPACE=gpu-sandbox \
+    KUBECONFIG="$KUBECONFIG_FILE" "$BIN" serve >"$DATA/cluster-server.log" 2>&1 &
+  CLUSTER_SERVER=$!
+  export SANDBOX_DATA_DIR="$DATA"
+  for _ in $(seq 1 100); do
+    curl -sf "http://127.0.0.1:$CLUSTER_PORT/login" >/dev/null && break
+    sleep 0.2
+  done
+  export E2E_CLUSTER_URL="http://127.0.0.1:$CLUSTER_PORT" E2E_CLUSTER_KUBECONFIG="$KUBECONFIG_FILE"
+fi
 export E2E_OIDC_URL="http://127.0.0.1:$OIDC_PORT"
 export E2E_REGISTRY_URL="http://127.0.0.1:$REGISTRY_PORT" E2E_DATA_DIR="$DATA" E2E_SERVER_PID="$SERVER"
 export E2E_BASE_URL="http://127.0.0.1:$PORT" E2E_USER=e2e E2E_PASSWORD=e2e-password
 export E2E_ARTIFACTS="$PWD/end2end/test-results"
 status=0
 (cd end2end && node --test --test-concurrency=1 ${E2E_TESTS:-tests/}) || status=$?
-if [ $status != 0 ]; then echo "--- server log"; tail -50 "$DATA/server.log"; fi
+if [ $status != 0 ]; then
+  echo "--- server log"; tail -50 "$DATA/server.log"
+  if [ -n "$CLUSTER_SERVER" ]; then echo "--- cluster server log"; tail -30 "$DATA/cluster-server.log"; fi
+fi
 exit $status
