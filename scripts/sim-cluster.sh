@@ -5,8 +5,10 @@
 #   KUBECONFIG=$PWD/target/sim-cluster.kubeconfig SANDBOX_RUNTIME=kube \
 #     SANDBOX_KUBE__SERVER_NAMESPACE=gpu-sandbox scripts/run.sh
 # Its nodes run the editors installed by scripts/setup.sh in place of the chart's editor images;
-# a launch becomes a pod you can watch (kubectl --kubeconfig … get pods -A -w). Ctrl-C stops it
-# and every pod. Options after the script's name go to the program (--nodes N).
+# a launch becomes a pod you can watch with the kubeconfig's server and token (plain HTTP and no
+# discovery endpoints, so kubectl cannot talk to it; curl can):
+#   curl -H "Authorization: Bearer $TOKEN" "$SERVER/api/v1/pods?watch=1"
+# Ctrl-C stops it and every pod. Options after the script's name go to the program (--nodes N).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
