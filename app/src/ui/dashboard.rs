@@ -46,7 +46,7 @@ pub fn dashboard_page(data: Dashboard, promotions: crate::model::Promotions) -> 
             let cost = s.cost?;
             Some((
                 format!(
-                    "{} · {}",
+                    "{} · {} UTC",
                     s.editor.label(),
                     crate::domain::dates::minute(s.created_at_ms)
                 ),

@@ -5,7 +5,7 @@ use super::table::{Empty, Pager, SearchForm, SortHeader, loaded};
 use crate::api::admin_audit;
 use crate::domain::listing::{ListQuery, Page};
 use crate::model::AuditLine;
-use crate::ui::format::format_utc;
+use crate::ui::format::local_time;
 use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
 
@@ -29,7 +29,7 @@ fn AuditTable(page: Page<AuditLine>, list: Memo<ListQuery>) -> impl IntoView {
         <table class="admin-table" data-testid="audit">
             <thead>
                 <tr>
-                    <SortHeader tab=Tab::Audit list key="at" label="When (UTC)" />
+                    <SortHeader tab=Tab::Audit list key="at" label="When" />
                     <th>"Who"</th>
                     <th>"Action"</th>
                     <th>"Target"</th>
@@ -47,7 +47,7 @@ fn AuditTable(page: Page<AuditLine>, list: Memo<ListQuery>) -> impl IntoView {
                         };
                         view! {
                             <tr>
-                                <td>{format_utc(line.at_ms)}</td>
+                                <td>{local_time(line.at_ms)}</td>
                                 <td>{line.actor.unwrap_or_else(|| "system".into())}</td>
                                 <td>
                                     <code>{line.action}</code>

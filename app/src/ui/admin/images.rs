@@ -2,7 +2,7 @@
 
 use super::table::{Outcome, loaded};
 use crate::api::{AddImage, SetImageState, admin_images};
-use crate::ui::format::format_utc;
+use crate::ui::format::{format_utc, local_time};
 use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
 
@@ -136,9 +136,9 @@ fn ImagesTable(
                     .into_iter()
                     .map(|image| {
                         let pinned = if image.pinned { "pinned" } else { "by tag: can change" };
-                        let added = match (&image.added_by, image.created_at_ms) {
-                            (Some(by), Some(at)) => format!("{} by {by}", format_utc(at)),
-                            _ => "configuration".to_string(),
+                        let added = match (image.added_by.clone(), image.created_at_ms) {
+                            (Some(by), Some(at)) => view! { {local_time(at)} {format!(" by {by}")} }.into_any(),
+                            _ => "configuration".into_any(),
                         };
                         let action = image
                             .id

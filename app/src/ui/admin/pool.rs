@@ -11,7 +11,7 @@ use crate::model::{AdminGpu, AdminQueued};
 #[cfg(feature = "ssr")]
 use crate::ui::chips::HoldChip;
 #[cfg(feature = "ssr")]
-use crate::ui::format::format_utc;
+use crate::ui::format::local_time;
 use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
 
@@ -148,12 +148,12 @@ fn QueueCard(waiting: Vec<AdminQueued>) -> impl IntoView {
                                             <td>{q.user_name}</td>
                                             <td>{q.editor.label()}</td>
                                             <td>{size}</td>
-                                            <td>{format!("{} UTC", format_utc(q.queued_at_ms))}</td>
+                                            <td>{local_time(q.queued_at_ms)}</td>
                                             <td>
                                                 {q
                                                     .eta_ms
-                                                    .map(|at| format!("{} UTC", format_utc(at)))
-                                                    .unwrap_or_else(|| "after launches not started yet".into())}
+                                                    .map(|at| local_time(at).into_any())
+                                                    .unwrap_or_else(|| "after launches not started yet".into_any())}
                                             </td>
                                         </tr>
                                     }

@@ -6,7 +6,7 @@ use crate::api::{DecidePromotion, admin_promotions, my_promotions};
 use crate::domain::listing::{ListQuery, Page};
 use crate::domain::promotion::{Decision, PromotionState};
 use crate::ui::chips::PromotionChip;
-use crate::ui::format::{format_bytes, format_utc};
+use crate::ui::format::{format_bytes, local_time};
 use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
 
@@ -173,7 +173,7 @@ fn PromotionRow(
                 )}
             </td>
             <td>{format!("{}:{}", promotion.repository, promotion.tag)}</td>
-            <td>{format_utc(promotion.requested_at_ms)}</td>
+            <td>{local_time(promotion.requested_at_ms)}</td>
             <td>
                 <PromotionChip state />
                 <div class="muted small">{detail}</div>

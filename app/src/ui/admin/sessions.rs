@@ -8,7 +8,7 @@ use crate::domain::credits;
 use crate::domain::listing::{ListQuery, Page};
 use crate::domain::pool::format_mib;
 use crate::model::AdminSession;
-use crate::ui::format::format_utc;
+use crate::ui::format::local_time;
 use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
 
@@ -151,11 +151,9 @@ fn SessionRow(
                 view! {
                     <div class="notice enter" role="status" data-testid="enter-editor">
                         <p>
-                            {format!(
-                                "Your admin tokens may reach {} until {} UTC; the grant is in the audit log and the user sees it.",
-                                access.url,
-                                format_utc(access.expires_at_ms),
-                            )}
+                            {format!("Your admin tokens may reach {} until ", access.url)}
+                            {local_time(access.expires_at_ms)}
+                            "; the grant is in the audit log and the user sees it."
                         </p>
                         <p class="muted small">
                             "Use a token with the scopes access and admin ("
@@ -174,11 +172,7 @@ fn SessionRow(
         (false, Some(reason)) => format!("ended ({})", reason.as_str()),
         _ => session.state.as_str().to_string(),
     };
-    let ends = session
-        .ended_at_ms
-        .or(session.ends_at_ms)
-        .map(format_utc)
-        .unwrap_or_default();
+    let ends = session.ended_at_ms.or(session.ends_at_ms).map(local_time);
     let (ran, cost) = time_and_cost(&session);
     // The id's start tells rows apart; the whole id is in its title and found by the search.
     let short_id: String = session.id.chars().take(8).collect();
@@ -199,7 +193,7 @@ fn SessionRow(
                     {state}
                 </span>
             </td>
-            <td>{format_utc(session.created_at_ms)}</td>
+            <td>{local_time(session.created_at_ms)}</td>
             <td>{ends}</td>
             <td data-testid="session-ran">{ran}</td>
             <td data-testid="session-cost">{cost}</td>
@@ -246,24 +240,17 @@ fn time_and_cost(session: &AdminSession) -> (String, String) {
     let Some(ready) = session.ready_at_ms else {
         return ("—".into(), credits::with_unit(session.charged));
     };
+    // The minutes and the cost so far by the settlement's own rule (`credits`), as the user's
+    // card and the usage tab count them.
     let until = session.ended_at_ms.unwrap_or(session.as_of_ms);
-    let ran = (until - ready).max(0);
+    let minutes = credits::charged_minutes(Some(ready), None, session.end_reason, until);
     let cost = if session.state.is_live() {
-        let (so_far, _) = credits::settle(session.held, session.price_per_hour, ran);
+        let so_far = credits::cost_so_far(session.held, session.price_per_hour, Some(ready), until);
         format!("{} so far", credits::with_unit(so_far))
     } else {
         credits::with_unit(session.charged)
     };
-    (minutes_words(ran), cost)
-}
-
-/// "7 min", "2 h 05 min"; a minute begun counts, as the charge counts it.
-fn minutes_words(ms: i64) -> String {
-    let minutes = credits::minutes_used(ms);
-    match (minutes / 60, minutes % 60) {
-        (0, m) => format!("{m} min"),
-        (h, m) => format!("{h} h {m:02} min"),
-    }
+    (credits::minutes_words(minutes), cost)
 }
 
 #[cfg(test)]

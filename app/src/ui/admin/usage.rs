@@ -30,7 +30,7 @@ pub(super) fn UsageTab(list: Memo<ListQuery>) -> impl IntoView {
         <p class="muted">
             "The sessions there during the period: their ready time within it, the same weighted "
             "by slice size, the GPU's average utilization and memory in use where the runtime can "
-            "see the GPU, and the credits charged in the period."
+            "see the GPU, and the credits charged in the period (a running session's so far)."
         </p>
         {loaded(
             days,

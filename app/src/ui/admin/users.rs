@@ -17,7 +17,7 @@ use crate::domain::listing::{ListQuery, Page};
 use crate::domain::pool::format_mib;
 use crate::error::AppError;
 use crate::model::{AdminUser, BulkUsers, MadePassword, NewAccount, Role, UserChange};
-use crate::ui::format::{confirmed, format_utc};
+use crate::ui::format::{confirmed, format_utc, local_time};
 use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
 use std::collections::HashMap;
@@ -963,7 +963,7 @@ fn UserRow(
                     })}
             </td>
             <td>{user.live_sessions}</td>
-            <td>{format_utc(user.created_at_ms)}</td>
+            <td>{local_time(user.created_at_ms)}</td>
             <td class="row-actions">
                 <form class="grant" on:submit=submit_grant>
                     <input
