@@ -160,10 +160,26 @@ test('an admin grants credits, locks and unlocks a user, and finds it all in the
       'a refused grant keeps what was typed',
     );
 
+    // Locked with a session's page open: the page says why, once, and offers nothing to launch.
+    const locked = await browser.newPage();
+    await signIn(locked, TARGET);
+    await locked.waitForURL(`${BASE}/`);
+    const doomed = await launchByApi(locked);
+    await locked.goto(`${BASE}/sessions/${doomed.id}`);
+    await hydrated(locked);
     await openMenu(row);
     await row.getByRole('button', { name: `Lock ${TARGET}`, exact: true }).click();
     assert.match(page.dialogs.at(-1) ?? '', new RegExp(`^Lock ${TARGET}\\? They are signed out everywhere`));
     await row.getByText('locked', { exact: true }).waitFor();
+    const lockedWhy = locked.getByTestId('end-reason');
+    await lockedWhy.waitFor({ timeout: 30_000 });
+    assert.equal(await lockedWhy.innerText(), 'The account was locked; unused credits were refunded.');
+    await locked.getByTestId('signed-out').waitFor();
+    assert.equal(await locked.getByTestId('launch-again').count(), 0);
+    assert.equal(await locked.getByText(/locked/).count(), 1, 'said once');
+    assert.equal(await locked.getByText(/refunded|returned/).count(), 1, 'the refund said once');
+    await locked.screenshot({ path: `${ARTIFACTS}/session-locked.png` });
+    await locked.close();
     // Locked: the account cannot sign in.
     const other = await browser.newPage();
     await signIn(other, TARGET);

@@ -571,6 +571,7 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
         })
     });
     let own_tab = format!("/sessions/{id}");
+    let alone_href = format!("/s/{id}/?gsb-alone=%2F");
     // The head keeps this title's closure past the page (a Launch again onto the next session
     // page): read without panicking once the session is gone.
     let title = move || {
@@ -676,6 +677,16 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                                     on:click=move |ev| open_where_the_frame_is(&ev)
                                 >
                                     "New tab"
+                                </a>
+                                <a
+                                    class="button"
+                                    href=alone_href.clone()
+                                    target="_blank"
+                                    rel="noopener"
+                                    data-testid="editor-alone"
+                                    title="The editor alone in a tab of its own, its keyboard shortcuts its own; the session stays active while you work there"
+                                >
+                                    "Editor alone"
                                 </a>
                             }
                         })
@@ -803,6 +814,11 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                             s.end_reason,
                             s.detail.as_deref(),
                         );
+                        // Where the end's own words say the refund, it is not said again.
+                        let refund_said = [&said, &log]
+                            .into_iter()
+                            .flatten()
+                            .any(|words| words.contains("refunded"));
                         let reason = said.map(|said| {
                             view! { <p data-testid="end-reason">{said}</p> }
                         });
@@ -825,6 +841,7 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                                             </p>
                                         }
                                             .into_any(),
+                                        None if refund_said => ().into_any(),
                                         None => view! {
                                             <p class="muted">"Unused credits were returned to your balance."</p>
                                         }
