@@ -126,7 +126,7 @@ test('a marimo tab of its own carries the toolbar, typing there keeps it alive, 
     const ended = tab.getByTestId('session-ended');
     await ended.waitFor({ timeout: 30_000 });
     await ended.getByTestId('session-cost').waitFor({ timeout: 10_000 });
-    assert.match(await ended.innerText(), /shut down from inside the editor/);
+    assert.match(await ended.innerText(), /[Ss]hut down from inside the editor/);
     assert.match(await ended.getByTestId('session-cost').innerText(), /came back to your balance/);
   } catch (error) {
     await (tab ?? page).screenshot({ path: `${ARTIFACTS}/own-tab-failure.png` }).catch(() => {});
@@ -134,6 +134,46 @@ test('a marimo tab of its own carries the toolbar, typing there keeps it alive, 
     if (tab) console.log('DOM:', (await tab.evaluate(() => document.body.innerHTML).catch(() => '')).slice(0, 3000));
     throw error;
   } finally {
+    await browser.close();
+  }
+});
+
+test('"Editor alone" gives the editor a tab of its own, and only that browser\'s tabs', async () => {
+  const browser = await launchBrowser();
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  let id;
+  try {
+    await signIn(page, USER, PASSWORD);
+    await page.waitForURL(`${BASE}/`);
+    id = (await launchByApi(page, { slice_mib: 16384 })).id;
+    await readyByApi(page, id);
+    await page.goto(`${BASE}/sessions/${id}`);
+    await hydrated(page);
+    const [alone] = await Promise.all([
+      context.waitForEvent('page'),
+      page.getByTestId('editor-alone').click({ timeout: 60_000 }),
+    ]);
+    // The editor itself fills the tab: no page of ours around it, so its keys are its own.
+    await alone.waitForLoadState('domcontentloaded');
+    assert.match(alone.url(), new RegExp(`/s/${id}/$`));
+    await alone.getByText('Create a new notebook').waitFor({ timeout: 60_000 });
+    assert.equal(await alone.getByTestId('time-left').count(), 0, 'no toolbar around it');
+    // It stays alone as it moves within the editor.
+    await alone.goto(`${BASE}/s/${id}/?file=alone.py`);
+    assert.match(alone.url(), new RegExp(`/s/${id}/\\?file=alone\\.py$`));
+    // Another browser of the same user is framed as before.
+    const other = await browser.newContext();
+    const elsewhere = await other.newPage();
+    await signIn(elsewhere, USER, PASSWORD);
+    await elsewhere.waitForURL(`${BASE}/`);
+    await elsewhere.goto(`${BASE}/s/${id}/?file=alone.py`);
+    await elsewhere.waitForURL(new RegExp(`/sessions/${id}\\?path=`));
+    await other.close();
+  } finally {
+    if (id) {
+      await page.evaluate((id) => fetch(`/api/v1/sessions/${id}`, { method: 'DELETE' }), id).catch(() => {});
+    }
     await browser.close();
   }
 });

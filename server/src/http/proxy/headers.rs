@@ -100,7 +100,10 @@ pub(super) fn is_upgrade(headers: &HeaderMap) -> bool {
 /// (`by_token`), our bearer token are removed.
 pub(super) fn strip_our_credentials(headers: &mut HeaderMap, by_token: bool) {
     if headers.contains_key(header::COOKIE) {
-        let kept = cookies_but(headers, crate::identity::auth::is_session_cookie).join("; ");
+        let kept = cookies_but(headers, |name| {
+            crate::identity::auth::is_session_cookie(name) || name == super::alone::COOKIE
+        })
+        .join("; ");
         set_cookie_header(headers, &kept);
     }
     if by_token {

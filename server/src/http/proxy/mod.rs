@@ -56,6 +56,7 @@
 //! boxed so each request's own future stays small. `bench/instructions.py` counts instructions per
 //! request against nginx's (BENCHMARKS.md, section 7: 42,389 against about 24,700).
 
+mod alone;
 mod headers;
 mod respond;
 
@@ -170,10 +171,29 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
                 }
             }
         }
+        // The owner asked for the editor alone in its tab (`alone`): remembered for this
+        // session's editor, then there.
+        if admin_until.is_none()
+            && !by_token
+            && req.method() == http::Method::GET
+            && let Some(place) = alone::requested(session_id, tail, req.uri().query())
+        {
+            let cookie = alone::cookie(session_id, state.service.config().secure_cookies);
+            return (
+                StatusCode::SEE_OTHER,
+                [(header::LOCATION, place), (header::SET_COOKIE, cookie)],
+            )
+                .into_response();
+        }
         // The owner's own tab, not the page's frame, went into the editor (marimo opens new
         // notebooks so, a link does): sent to the session page, which frames that place with
-        // the toolbar, the countdowns and the presence that keeps the session alive.
-        if admin_until.is_none() && !by_token && is_tab_navigation(&req) {
+        // the toolbar, the countdowns and the presence that keeps the session alive; unless
+        // they asked for the editor alone.
+        if admin_until.is_none()
+            && !by_token
+            && is_tab_navigation(&req)
+            && !alone::chosen(req.headers())
+        {
             let tail = match req.uri().query() {
                 Some(query) => format!("{tail}?{query}"),
                 None => tail.to_string(),
