@@ -21,12 +21,12 @@ pub use guardrails::{Dispatched, GpuSample, LaunchPlan, Launched, Placement, que
 pub use http_sessions::HttpSessionStore;
 pub use kube::{ReconcileLock, SlotMove};
 pub use promotions::{NewPromotion, WaitingLimit};
-pub use warm::WarmCandidate;
 pub use records::{
     AuditEntry, GpuRecord, LedgerEntry, SessionRecord, SlotRecord, TokenOwner, TokenRecord,
     UserRecord, WarmRecord,
 };
 use records::{SESSION_COLUMNS, SLOT_COLUMNS, USER_COLUMNS, bad, scopes_of};
+pub use warm::WarmCandidate;
 use write::WriteTx;
 
 use app::domain::hold::SliceHold;
