@@ -1038,6 +1038,11 @@ impl Kubelet {
         let _ = run("ip", &["netns", "del", &state.netns]);
     }
 
+    /// Where a claim's volume lies on this node (a folder, as a local-path provisioner makes).
+    pub fn volume_path(&self, namespace: &str, claim: &str) -> PathBuf {
+        self.config.root.join("volumes").join(namespace).join(claim)
+    }
+
     /// Cordons the node and deletes its pods, as `kubectl drain` does.
     pub fn drain(&self) {
         let api = api::Api {

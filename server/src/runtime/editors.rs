@@ -186,8 +186,8 @@ fs.writeFileSync(file, JSON.stringify(settings, null, 4) + "\n");
 /// `command` (code-server's) preceded by a seed of [`CODE_SERVER_SETTINGS`] into its user data
 /// folder `data_dir` (`$XDG_DATA_HOME/code-server`, the user's, kept across sessions). The seed
 /// runs as the editor's own account, inside its sandbox, so nothing is written into a
-/// workspace from outside; it runs with the `node` that runs code-server, and a seed that fails
-/// does not stop the editor.
+/// workspace from outside; it runs with the `node` that runs code-server (on `PATH`, or the one
+/// code-server's image ships), and a seed that fails does not stop the editor.
 pub fn with_settings_seed(
     data_dir: &std::path::Path,
     command: Vec<std::ffi::OsString>,
@@ -199,7 +199,7 @@ pub fn with_settings_seed(
     let mut wrapped: Vec<std::ffi::OsString> = vec![
         "/bin/sh".into(),
         "-c".into(),
-        r#"node -e "$1" "$2" "$3" </dev/null; shift 3; exec "$@""#.into(),
+        r#""$(command -v node || echo /usr/lib/code-server/lib/node)" -e "$1" "$2" "$3" </dev/null; shift 3; exec "$@""#.into(),
         "code-server-settings".into(),
         SEED_SETTINGS_JS.into(),
         data_dir.as_os_str().into(),

@@ -479,6 +479,20 @@ async fn marimo_and_code_server_run_on_the_cluster() {
         .await;
     page.assert_status(http::StatusCode::OK);
     assert!(String::from_utf8_lossy(&page.body).contains("vscode"));
+    // Started set up: its settings seeded into the user's data folder on the volume.
+    let namespace = namespace_of("dora");
+    let claim = cluster.api.store.read(|o| {
+        o.list("persistentvolumeclaims", Some(&namespace))[0]["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    });
+    let settings = cluster.kubelets[0]
+        .volume_path(&namespace, &claim)
+        .join(".local/share/code-server/User/settings.json");
+    let seeded: Value = serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap();
+    assert_eq!(seeded["workbench.startupEditor"], "none", "{seeded}");
+    assert_eq!(seeded["telemetry.telemetryLevel"], "off", "{seeded}");
     let pods = cluster.api.store.read(|o| o.list("pods", None));
     assert_eq!(pods.len(), 2, "two sessions, two pods");
     let ips: std::collections::BTreeSet<&str> = pods

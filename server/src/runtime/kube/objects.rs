@@ -418,6 +418,34 @@ impl<'a> UserPlan<'a> {
             .gpu_uuid
             .as_ref()
             .map(|uuid| BTreeMap::from([(USE_GPU_UUID.to_string(), uuid.clone())]));
+        let arguments = crate::runtime::editors::arguments(
+            editor,
+            crate::runtime::editors::Listen::Tcp {
+                host: "0.0.0.0",
+                port: c.editor_port,
+            },
+            &launch.base_path,
+            WORKSPACE_DIR,
+            &format!("{TOKEN_DIR}/{TOKEN_KEY}"),
+        );
+        let (command, args) = match editor {
+            // Started set up, as on one server: its settings seeded into the user's data folder
+            // on the volume (HOME is the workspace), the user's own values kept.
+            EditorKind::CodeServer => {
+                let mut argv: Vec<std::ffi::OsString> = vec![program(editor).into()];
+                argv.extend(arguments.into_iter().map(Into::into));
+                let seeded = crate::runtime::editors::with_settings_seed(
+                    std::path::Path::new(&format!("{WORKSPACE_DIR}/.local/share/code-server")),
+                    argv,
+                );
+                let command = seeded
+                    .into_iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect();
+                (command, None)
+            }
+            _ => (vec![program(editor).to_string()], Some(arguments)),
+        };
         let container = Container {
             name: "editor".into(),
             image: Some(
@@ -427,17 +455,8 @@ impl<'a> UserPlan<'a> {
                     .unwrap_or_else(|| c.images.of(editor).to_string()),
             ),
             image_pull_policy: Some("IfNotPresent".into()),
-            command: Some(vec![program(editor).into()]),
-            args: Some(crate::runtime::editors::arguments(
-                editor,
-                crate::runtime::editors::Listen::Tcp {
-                    host: "0.0.0.0",
-                    port: c.editor_port,
-                },
-                &launch.base_path,
-                WORKSPACE_DIR,
-                &format!("{TOKEN_DIR}/{TOKEN_KEY}"),
-            )),
+            command: Some(command),
+            args,
             working_dir: Some(WORKSPACE_DIR.into()),
             env: Some(env),
             ports: Some(vec![ContainerPort {
