@@ -23,7 +23,7 @@ test('a person signs in through the identity provider; a name a local account ha
     await page.getByTestId('credit-balance').waitFor();
     assert.equal(await page.getByTestId('user-name').innerText(), 'olga');
     // The provider's group made her an admin.
-    await page.locator('.user .chip', { hasText: 'admin' }).waitFor();
+    await page.locator('.user').getByRole('link', { name: 'Admin', exact: true }).waitFor();
 
     // A local account is named "admin": the provider's "admin" does not become it.
     await nextAccount('admin');

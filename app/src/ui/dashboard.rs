@@ -431,9 +431,12 @@ fn Header(viewer: Viewer, credits: RwSignal<CreditsView>) -> impl IntoView {
                 </a>
                 {(viewer.role == crate::model::Role::Admin)
                     .then(|| {
+                        // The link says the role; a chip beside it would say it again
+                        // (the default account is named "admin" too).
                         view! {
-                            <span class="chip">"admin"</span>
-                            <a href="/admin">"Admin"</a>
+                            <a href="/admin" title="You are an admin">
+                                "Admin"
+                            </a>
                         }
                     })}
                 <a href="/tokens">"API tokens"</a>

@@ -707,15 +707,31 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                             } else {
                                 "This session looks idle and will stop soon."
                             };
+                            // Being here keeps an idle session, not one whose time is up; an
+                            // Extend says what it holds.
+                            let price = session.with_untracked(|s| {
+                                credits::with_unit(credits::price_for_minutes(s.price_per_hour, 30))
+                            });
+                            let time_up = warn.1;
                             view! {
                                 <span class="banner warn" role="status" data-testid="idle-banner">
                                     {message}
-                                    <button on:click=move |_| {
-                                        here.dispatch(Heartbeat { id: id.clone(), input: true });
-                                    }>"I'm here"</button>
-                                    <button on:click=move |_| {
-                                        extend.dispatch(ExtendSession { id: extend_id.clone(), minutes: 30 });
-                                    }>"Extend 30 min"</button>
+                                    {(!time_up)
+                                        .then(|| {
+                                            view! {
+                                                <button on:click=move |_| {
+                                                    here.dispatch(Heartbeat { id: id.clone(), input: true });
+                                                }>"I'm here"</button>
+                                            }
+                                        })}
+                                    <button
+                                        title=format!("Holds {price} more now")
+                                        on:click=move |_| {
+                                            extend.dispatch(ExtendSession { id: extend_id.clone(), minutes: 30 });
+                                        }
+                                    >
+                                        {format!("Extend 30 min · {price}")}
+                                    </button>
                                 </span>
                             }
                         })
