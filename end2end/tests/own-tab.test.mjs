@@ -68,7 +68,11 @@ test('a marimo tab of its own carries the toolbar, typing there keeps it alive, 
     // Extend at any time, by any minutes, with its price and the new end.
     const before = await secondsLeft(tab);
     const extend = tab.getByTestId('extend');
+    const frameAt = async () => (await tab.locator('iframe.editor').boundingBox()).y;
+    const before_y = await frameAt();
     await extend.locator('summary').click();
+    await extend.getByLabel('Minutes').waitFor();
+    assert.equal(await frameAt(), before_y, 'the open Extend menu does not push the editor down');
     await extend.getByLabel('Minutes').fill('7');
     assert.match(
       await extend.getByTestId('extend-price').innerText(),
