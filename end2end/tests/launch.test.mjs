@@ -51,6 +51,13 @@ test('the launch form offers what the quota and credits allow, and says why not'
     // Signed in, the page moves to the dashboard in place: its chunk may still be on its way.
     await page.getByTestId('slice-choice').first().waitFor();
     assert.equal(await page.title(), 'Dashboard · GPU Sandbox');
+    // The pool strip in words: each slice by its place on its card and its state, with a legend.
+    await page.getByTestId('pool-legend').waitFor();
+    const slotTitles = await page.locator('.gpu .slot').evaluateAll((els) => els.map((e) => e.title));
+    assert.ok(
+      slotTitles.length > 0 && slotTitles.every((t) => /^Slice \d+ of \d+ · [\d.]+ GB · (in use|free|.+ ready to launch)$/.test(t)),
+      slotTitles.join(' | '),
+    );
     // The default quota (16 GB at once) refuses a whole 48 GB card: greyed, with the reason.
     const whole = page.locator('[data-testid="slice-choice"]:has(input[value="49152"])');
     assert.match(await whole.innerText(), /Whole GPU · 48 GB/);

@@ -919,17 +919,22 @@ fn PoolStrip(gpus: Vec<GpuView>, enforcement: String) -> impl IntoView {
                                     {g
                                         .slots
                                         .into_iter()
-                                        .map(|s| {
+                                        .enumerate()
+                                        .map(|(i, s)| {
+                                            let state = match (s.in_use, s.warm) {
+                                                (true, _) => "in use".to_string(),
+                                                (false, Some(editor)) => format!("{} started, ready to launch", editor.label()),
+                                                (false, None) => "free".to_string(),
+                                            };
                                             view! {
                                                 <span
                                                     class="slot"
                                                     class:used=s.in_use
                                                     class:warm=s.warm.is_some()
                                                     title=format!(
-                                                        "{} · {}{}",
-                                                        s.id,
+                                                        "Slice {} of {total} · {} · {state}",
+                                                        i + 1,
                                                         format_mib(s.slice_mib),
-                                                        s.warm.map(|e| format!(" · {} ready", e.label())).unwrap_or_default(),
                                                     )
                                                 ></span>
                                             }
@@ -942,6 +947,14 @@ fn PoolStrip(gpus: Vec<GpuView>, enforcement: String) -> impl IntoView {
                     })
                     .collect_view()}
             </div>
+            <p class="muted pool-legend" data-testid="pool-legend">
+                <span class="slot used" aria-hidden="true"></span>
+                " in use "
+                <span class="slot" aria-hidden="true"></span>
+                " free "
+                <span class="slot warm" aria-hidden="true"></span>
+                " an editor started ahead, ready to launch"
+            </p>
     }
 }
 
