@@ -113,9 +113,35 @@ pub fn parse_rfc3339(text: &str) -> Option<i64> {
     Some(seconds * 1000 + millis)
 }
 
+/// A span of seconds as people say it: `45 s`, `30 min`, `1 min 30 s`, `2 h`, `1 h 30 min`.
+pub fn span_words(seconds: u64) -> String {
+    let (h, m, s) = (seconds / 3600, seconds % 3600 / 60, seconds % 60);
+    let parts: Vec<String> = [(h, "h"), (m, "min"), (s, "s")]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, unit)| format!("{n} {unit}"))
+        .collect();
+    if parts.is_empty() {
+        "0 s".into()
+    } else {
+        parts.join(" ")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spans_read_as_people_say_them() {
+        assert_eq!(span_words(0), "0 s");
+        assert_eq!(span_words(45), "45 s");
+        assert_eq!(span_words(1800), "30 min");
+        assert_eq!(span_words(90), "1 min 30 s");
+        assert_eq!(span_words(7200), "2 h");
+        assert_eq!(span_words(5400), "1 h 30 min");
+        assert_eq!(span_words(3661), "1 h 1 min 1 s");
+    }
 
     #[test]
     fn dates_read_in_utc() {

@@ -50,7 +50,7 @@ pub fn settings(
     } else {
         "PostgreSQL (SANDBOX_DATABASE_URL)".into()
     };
-    let seconds = |s: u64| format!("{s} s");
+    let seconds = app::domain::dates::span_words;
     let minutes = |m: u32| format!("{m} min");
     let limits = config.default_limits();
     let mut sections = vec![
@@ -204,10 +204,10 @@ pub fn settings(
                             .iter()
                             .map(|o| {
                                 format!(
-                                    "{}: ends after {} s, warns {} s before",
+                                    "{}: ends after {}, warns {} before",
                                     format_mib(o.slice_mib),
-                                    o.timeout_seconds,
-                                    o.warn_seconds
+                                    seconds(o.timeout_seconds),
+                                    seconds(o.warn_seconds)
                                 )
                             })
                             .collect(),
