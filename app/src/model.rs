@@ -630,6 +630,10 @@ pub struct EditorAccess {
     /// `/s/<id>/`.
     pub url: String,
     pub expires_at_ms: i64,
+    /// Where the admin's browser enters it, on the entry origin (`proxy.entry_origin`): a
+    /// one-time link that lasts a minute. None where no entry origin is set.
+    #[serde(default)]
+    pub entry_url: Option<String>,
 }
 
 /// An image editors may run, for the admin page (and, approved, for the launch form).

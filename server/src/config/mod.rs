@@ -166,6 +166,37 @@ pub struct ProxyConfig {
     pub serving_threads: u64,
     /// How many WebSockets one session may have open at once (a JupyterLab tab opens a few).
     pub max_websockets_per_session: usize,
+    /// A second origin of this server (another host name, e.g. `https://enter.gpu.example.com`)
+    /// where an admin opens a user's editor in the browser ("Enter editor"). Unset: admins
+    /// enter with a token only, since on our own origin the user's editor page would run with
+    /// the admin's sign-in.
+    pub entry_origin: Option<String>,
+}
+
+impl ProxyConfig {
+    /// `entry_origin`'s `host[:port]`, lower-cased, as requests name it in `Host`.
+    pub fn entry_host(&self) -> Option<String> {
+        self.entry_origin
+            .as_deref()
+            .and_then(|origin| origin_host(origin).ok())
+    }
+}
+
+/// The `host[:port]` of an origin such as `https://enter.example.com`, or why it is not one.
+fn origin_host(origin: &str) -> Result<String, String> {
+    let uri: http::Uri = origin
+        .parse()
+        .map_err(|_| format!("'{origin}' is not an origin like https://enter.example.com"))?;
+    let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
+    let path_ok = matches!(uri.path(), "" | "/") && uri.query().is_none();
+    match uri.authority() {
+        Some(authority) if scheme_ok && path_ok && !authority.as_str().contains('@') => {
+            Ok(authority.as_str().to_ascii_lowercase())
+        }
+        _ => Err(format!(
+            "'{origin}' is not an origin like https://enter.example.com (a scheme and a host, nothing after)"
+        )),
+    }
 }
 
 /// The reaper and what counts as activity.
@@ -367,6 +398,7 @@ impl Default for Config {
                 answer_timeout_seconds: 120,
                 max_connections: 0,
                 max_connections_per_client: 0,
+                entry_origin: None,
                 body_timeout_seconds: 30,
                 serving_threads: 0,
                 max_websockets_per_session: 64,
@@ -450,6 +482,11 @@ impl Config {
                      insecure_http = true to accept cookies in clear"
                 ),
             );
+        }
+        if let Some(origin) = &self.proxy.entry_origin
+            && let Err(why) = origin_host(origin)
+        {
+            return bad("proxy.entry_origin", why);
         }
         // Amounts: none below zero (a negative price would pay users to launch), none so large
         // that price times minutes could overflow.
@@ -884,6 +921,36 @@ mod tests {
                 .to_string()
                 .contains("`listen`")
         );
+    }
+
+    #[test]
+    fn an_entry_origin_is_a_scheme_and_a_host() {
+        let with = |origin: &str| {
+            let mut config = Config::default();
+            config.proxy.entry_origin = Some(origin.into());
+            config
+        };
+        let good = with("https://Enter.Example.com");
+        assert!(good.validate().is_ok());
+        assert_eq!(
+            good.proxy.entry_host().as_deref(),
+            Some("enter.example.com")
+        );
+        assert_eq!(
+            with("http://localhost:3000/").proxy.entry_host().as_deref(),
+            Some("localhost:3000")
+        );
+        for bad in [
+            "enter.example.com",
+            "ftp://x",
+            "https://x/path",
+            "https://u@x",
+            "https://x/?a",
+        ] {
+            let error = with(bad).validate().unwrap_err().to_string();
+            assert!(error.contains("proxy.entry_origin"), "{bad}: {error}");
+        }
+        assert_eq!(Config::default().proxy.entry_host(), None);
     }
 
     #[test]

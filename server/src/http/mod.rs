@@ -23,6 +23,7 @@
 //! same-origin` and a Content-Security-Policy for our pages; behind TLS (`secure_cookies`) also
 //! `Strict-Transport-Security`, and the sign-in cookie is then `__Host-sandbox_session`, Secure.
 
+mod entry;
 pub mod listener;
 pub mod pages;
 pub mod proxy;
@@ -52,6 +53,8 @@ pub struct AppState(Arc<AppStateInner>);
 pub struct AppStateInner {
     pub service: Arc<Service>,
     pub leptos: LeptosOptions,
+    /// `proxy.entry_origin`'s host, where only entered editors are served (`entry`).
+    pub entry_host: Option<String>,
 }
 
 impl std::ops::Deref for AppState {
@@ -259,6 +262,12 @@ impl Front {
     }
 
     fn route(&self, mut request: axum::extract::Request) -> FrontFuture {
+        let entering = self
+            .0
+            .state
+            .entry_host
+            .as_deref()
+            .is_some_and(|host| entry::is_for(host, &request));
         if request.uri().path().starts_with("/s/") {
             let connection = self.0.clone();
             Box::pin(async move {
@@ -266,9 +275,13 @@ impl Front {
                     forwarded_for: connection.forwarded_for.as_ref(),
                     answer: &connection.answer,
                     slot: connection.slot.as_ref(),
+                    entering,
                 };
                 Ok(proxy::handle(&connection.state, client, request).await)
             })
+        } else if entering {
+            let connection = self.0.clone();
+            Box::pin(async move { Ok(entry::handle(&connection.state, request).await) })
         } else {
             request.extensions_mut().insert(ClientAddr(self.0.client));
             Box::pin(tower::ServiceExt::oneshot(self.0.router.clone(), request))
@@ -368,6 +381,7 @@ impl<F: FnMut(&Polled, bool) + Unpin> http_body::Body for Watched<F> {
 fn router_state(service: &Arc<Service>) -> AppState {
     AppState(Arc::new(AppStateInner {
         leptos: leptos_options(service.config()),
+        entry_host: service.config().proxy.entry_host(),
         service: service.clone(),
     }))
 }

@@ -443,6 +443,29 @@ impl Credential {
             is_token,
         })
     }
+
+    /// A request's credential on the entry origin (see [`ENTRY_COOKIE`]).
+    pub fn of_entry(headers: &HeaderMap) -> Option<Credential> {
+        let (key, is_token) = entry_key(headers)?;
+        Some(Credential {
+            key: key.to_string(),
+            is_token,
+        })
+    }
+}
+
+/// The cookie in which the entry origin (`proxy.entry_origin`) keeps an admin's entry token
+/// (`service::admin`): set only there, for one session's path; never read on our own origin.
+pub const ENTRY_COOKIE: &str = "sandbox_enter";
+
+/// On the entry origin: the bearer token, or else the entry cookie's token. Our sign-in cookie
+/// counts for nothing there.
+fn entry_key(headers: &HeaderMap) -> Option<(&str, bool)> {
+    bearer_token(headers)
+        .or_else(|| {
+            session_cookie(headers, ENTRY_COOKIE).filter(|token| token.starts_with(TOKEN_PREFIX))
+        })
+        .map(|token| (token, true))
 }
 
 /// The bearer token, or else our session cookie: (its value, whether it is a token).
@@ -469,6 +492,17 @@ impl Authenticator {
     /// nobody.
     pub async fn caller(&self, headers: &HeaderMap) -> Result<Option<Arc<Caller>>, StoreError> {
         match credential_key(headers, self.cookie_name) {
+            Some((key, is_token)) => self.resolve(key, is_token).await,
+            None => Ok(None),
+        }
+    }
+
+    /// The caller on the entry origin: by a bearer token or the entry cookie's, never a sign-in.
+    pub async fn entry_caller(
+        &self,
+        headers: &HeaderMap,
+    ) -> Result<Option<Arc<Caller>>, StoreError> {
+        match entry_key(headers) {
             Some((key, is_token)) => self.resolve(key, is_token).await,
             None => Ok(None),
         }

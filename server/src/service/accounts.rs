@@ -615,6 +615,20 @@ impl Accounts {
         Ok(self.auth.caller(headers).await?)
     }
 
+    /// A request's credential on the entry origin, kept as [`Self::credential`] is.
+    pub fn entry_credential(&self, headers: &http::HeaderMap) -> Option<auth::Credential> {
+        auth::Credential::of_entry(headers)
+    }
+
+    /// Who a request on the entry origin stands for: a token (bearer, or the entry cookie's),
+    /// never a sign-in cookie.
+    pub async fn entry_caller(
+        &self,
+        headers: &http::HeaderMap,
+    ) -> Result<Option<Arc<auth::Caller>>, AppError> {
+        Ok(self.auth.entry_caller(headers).await?)
+    }
+
     /// Who `credential` stands for now (an open WebSocket's, looked at again).
     pub async fn caller_of(
         &self,

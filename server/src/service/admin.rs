@@ -37,7 +37,10 @@
 //! `admin` now and came with a bearer token. Never with the browser's cookie: editors share our
 //! origin, so the user's editor page, whose code the user controls (an extension in their workspace
 //! will do), would run in the admin's browser with the admin's sign-in and could call the admin API
-//! as them. Serving editors from origins of their own would lift that, and is not built. The grant
+//! as them. With `proxy.entry_origin` set (another host name of this server) the grant also gives
+//! a one-time link there, good for a minute ([`Admin::enter_by_ticket`], migration 0020): it
+//! becomes a token of the admin's own, kept in an HttpOnly cookie of that origin for the session's
+//! path only, so the user's page runs in an origin where no sign-in of ours lives. The grant
 //! lives in the database, so every replica honours it. The admin's WebSocket closes when the grant
 //! ends or their credential stops standing for an admin; their traffic never counts as the
 //! session's activity; and the owner's view carries `admin_access` (the admin's name, until when)
@@ -55,10 +58,11 @@
 //! restart, where a mistake is refused at start with the key's name.
 
 use super::{Accounts, Admin};
+use crate::identity::auth;
 use crate::store::{BulkAdd, BulkGrant, StoreError};
 use app::domain::listing::{ListQuery, Listing, Page};
 use app::domain::quota::{Limits, Offered, Overrides, OverridesChange};
-use app::domain::scope::Scope;
+use app::domain::scope::{Scope, Scopes};
 use app::domain::session::{EndReason, SessionState};
 use app::domain::usage::{self, UsageDay};
 use app::domain::{bulk, credits};
@@ -68,6 +72,20 @@ use app::model::{
     MadePassword, NewAccount, Role, SettingsSection, UsageRow, UserChange, Viewer,
 };
 use std::sync::Arc;
+
+/// How long an entry link works: enough to click it, too short to be worth keeping.
+const ENTRY_TICKET_MS: i64 = 60_000;
+
+/// What a spent, late or unknown entry link answers.
+pub const ENTRY_REFUSED: &str =
+    "this entry link is used up or has expired: press Enter editor again on the admin page";
+
+/// An entry ticket redeemed: the token the entry origin keeps, for which session, until when.
+pub struct Entered {
+    pub session_id: String,
+    pub token: String,
+    pub until: i64,
+}
 
 /// Refuses anyone but an admin whose credential carries `admin`.
 pub fn require_admin(viewer: &Viewer) -> Result<(), AppError> {
@@ -184,9 +202,66 @@ impl Admin {
         self.store
             .grant_editor_access(session_id, &viewer.id, &session.user_id, expires_at_ms)
             .await?;
+        let entry_url = match &self.config.proxy.entry_origin {
+            Some(origin) => {
+                let ticket = auth::random_secret(24);
+                let valid_until = self.now() + ENTRY_TICKET_MS;
+                self.store
+                    .add_entry_ticket(
+                        &auth::token_hash(&ticket),
+                        &viewer.id,
+                        session_id,
+                        valid_until,
+                    )
+                    .await?;
+                Some(format!("{}/enter/{ticket}", origin.trim_end_matches('/')))
+            }
+            None => None,
+        };
         Ok(EditorAccess {
             url: format!("/s/{session_id}/"),
             expires_at_ms,
+            entry_url,
+        })
+    }
+
+    /// Redeems an entry ticket on the entry origin: a token of the admin's own (scopes `access`
+    /// and `admin`, ending with the grant, in their token list where they may revoke it), which
+    /// that origin keeps in a cookie for the session's path only. Refused once used, after a
+    /// minute, or when the admin is no longer one or the grant ended.
+    pub async fn enter_by_ticket(&self, ticket: &str) -> Result<Entered, AppError> {
+        let refused = || AppError::Forbidden(ENTRY_REFUSED.into());
+        let (admin_id, session_id) = self
+            .store
+            .take_entry_ticket(&auth::token_hash(ticket))
+            .await?
+            .ok_or_else(refused)?;
+        let admin = self
+            .store
+            .user_by_id(&admin_id)
+            .await?
+            .filter(|u| u.role == Role::Admin && !u.locked)
+            .ok_or_else(refused)?;
+        let until = self
+            .store
+            .editor_access_until(&session_id, &admin.id)
+            .await?
+            .ok_or_else(refused)?;
+        let short: String = session_id.chars().take(8).collect();
+        let (token, hash) = auth::new_api_token();
+        self.store
+            .create_token(
+                &admin.id,
+                &hash,
+                &format!("entered session {short}"),
+                Scopes::of(&[Scope::Access, Scope::Admin]),
+                Some(until),
+            )
+            .await?;
+        Ok(Entered {
+            session_id,
+            token,
+            until,
         })
     }
 

@@ -169,6 +169,54 @@ impl Store {
         Ok(row.map(|r| r.try_get("expires_at")).transpose()?)
     }
 
+    /// Keeps a one-time entry ticket (its hash) for `admin_id` into the session's editor, and
+    /// forgets the expired ones.
+    pub async fn add_entry_ticket(
+        &self,
+        ticket_hash: &str,
+        admin_id: &str,
+        session_id: &str,
+        expires_at: i64,
+    ) -> Result<()> {
+        let mut w = self.begin_write().await?;
+        sqlx::query("DELETE FROM entry_tickets WHERE expires_at <= $1")
+            .bind(self.now())
+            .execute(&mut *w.tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO entry_tickets (ticket_hash, admin_id, session_id, expires_at)
+             VALUES ($1, $2, $3, $4)",
+        )
+        .bind(ticket_hash)
+        .bind(admin_id)
+        .bind(session_id)
+        .bind(expires_at)
+        .execute(&mut *w.tx)
+        .await?;
+        w.commit().await?;
+        Ok(())
+    }
+
+    /// Takes an entry ticket: `(admin_id, session_id)` once, while it runs; nothing after.
+    pub async fn take_entry_ticket(&self, ticket_hash: &str) -> Result<Option<(String, String)>> {
+        let mut w = self.begin_write().await?;
+        let row = sqlx::query(
+            "DELETE FROM entry_tickets WHERE ticket_hash = $1 RETURNING admin_id, session_id, expires_at",
+        )
+        .bind(ticket_hash)
+        .fetch_optional(&mut *w.tx)
+        .await?;
+        w.commit().await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let expires_at: i64 = row.try_get("expires_at")?;
+        if expires_at <= self.now() {
+            return Ok(None);
+        }
+        Ok(Some((row.try_get("admin_id")?, row.try_get("session_id")?)))
+    }
+
     /// The admin let into the session's editor now, if one is (the grant that lasts longest).
     pub async fn editor_access_now(&self, session_id: &str) -> Result<Option<(String, i64)>> {
         let row = sqlx::query(

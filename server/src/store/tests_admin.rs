@@ -658,6 +658,23 @@ async fn editor_grants_are_per_admin_and_expire(store: Store) {
         .filter(|e| e.action == "session.access" && e.target == format!("user:{}", alice.id))
         .count();
     assert_eq!(audited, 3);
+
+    // An entry ticket is taken once, and not after it expired.
+    store
+        .add_entry_ticket("t1", &root.id, &s.id, now_ms() + 60_000)
+        .await
+        .unwrap();
+    store
+        .add_entry_ticket("late", &root.id, &s.id, now_ms() - 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.take_entry_ticket("t1").await.unwrap(),
+        Some((root.id.clone(), s.id.clone()))
+    );
+    assert_eq!(store.take_entry_ticket("t1").await.unwrap(), None);
+    assert_eq!(store.take_entry_ticket("late").await.unwrap(), None);
+    assert_eq!(store.take_entry_ticket("never").await.unwrap(), None);
 }
 
 async fn images_are_added_once_retired_and_remembered_by_sessions(store: Store) {

@@ -951,6 +951,10 @@ async fn an_admin_enters_a_users_editor_only_by_an_audited_grant() {
     granted.assert_status(StatusCode::OK);
     let access = granted.json();
     assert_eq!(access["url"], format!("/s/{id}/"));
+    assert!(
+        access["entry_url"].is_null(),
+        "no entry origin, no link: {access}"
+    );
     let until = access["expires_at_ms"].as_i64().unwrap();
     let minutes = (until - server::store::now_ms()) / 60_000;
     assert!((14..=15).contains(&minutes), "{minutes} minutes");
@@ -1032,6 +1036,121 @@ async fn an_admin_enters_a_users_editor_only_by_an_audited_grant() {
     )
     .await
     .assert_status(StatusCode::NOT_FOUND);
+}
+
+/// With an entry origin, "Enter editor" gives a one-time link there: it becomes a cookie of that
+/// origin, for that session's path, that only the proxy there honours; our sign-in counts for
+/// nothing there, the entry cookie for nothing here, and the editor sees neither.
+#[tokio::test]
+async fn an_admins_browser_enters_a_users_editor_on_the_entry_origin_only() {
+    const ENTRY: &str = "enter.test";
+    let app = TestApp::start_with(Some(FakeRuntime::new()), |config| {
+        config.proxy.entry_origin = Some(format!("http://{ENTRY}"));
+    })
+    .await;
+    let (_, alice) = app.user("alice").await;
+    let (_, root) = admin(&app, "root", Scopes::ALL).await;
+    let id = app.launch_ready(&alice, "jupyterlab").await;
+    let editor = format!("/s/{id}/api/status");
+    let get = |path: &str, host: Option<&str>, cookie: Option<String>| {
+        let mut request = Request::get(app.url(path));
+        if let Some(host) = host {
+            request = request.header("host", host);
+        }
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", cookie);
+        }
+        app.send(request.body(Full::default()).unwrap())
+    };
+    let enter = |token: String| {
+        let app = &app;
+        let path = format!("/api/v1/admin/sessions/{id}/access");
+        async move {
+            let granted = app.call(Method::POST, &path, Some(&token), None).await;
+            granted.assert_status(StatusCode::OK);
+            let link = granted.json()["entry_url"].as_str().unwrap().to_string();
+            link.strip_prefix(&format!("http://{ENTRY}"))
+                .expect("a link on the entry origin")
+                .to_string()
+        }
+    };
+    let link = enter(root.clone()).await;
+    assert!(link.starts_with("/enter/"), "{link}");
+
+    // Our own origin does not redeem it.
+    let here = get(&link, None, None).await;
+    assert!(
+        here.headers.get("set-cookie").is_none(),
+        "{:?}",
+        here.headers
+    );
+    assert_ne!(here.status, StatusCode::SEE_OTHER);
+
+    let entered = get(&link, Some(ENTRY), None).await;
+    entered.assert_status(StatusCode::SEE_OTHER);
+    assert_eq!(entered.headers["location"], format!("/s/{id}/"));
+    let set_cookie = entered.headers["set-cookie"].to_str().unwrap().to_string();
+    for part in [
+        format!("Path=/s/{id}/"),
+        "HttpOnly".into(),
+        "SameSite=Lax".into(),
+    ] {
+        assert!(set_cookie.contains(&part), "{set_cookie}");
+    }
+    assert!(
+        !set_cookie.to_ascii_lowercase().contains("domain="),
+        "{set_cookie}"
+    );
+    let cookie = set_cookie.split(';').next().unwrap().to_string();
+    assert!(cookie.starts_with("sandbox_enter=gsb_"), "{cookie}");
+    // Once only.
+    let says = |answer: &Response, text: &str| {
+        answer.assert_status(StatusCode::FORBIDDEN);
+        let body = String::from_utf8_lossy(&answer.body);
+        assert!(body.contains(text), "expected '{text}' in: {body}");
+    };
+    says(&get(&link, Some(ENTRY), None).await, "used up");
+
+    let inside = get(&editor, Some(ENTRY), Some(cookie.clone())).await;
+    inside.assert_status(StatusCode::OK);
+    let seen = inside.json();
+    assert_eq!(
+        seen["cookies"], "",
+        "the editor sees none of our cookies: {seen}"
+    );
+    // The entry cookie is nothing on our origin, and nothing for another path there.
+    get(&editor, None, Some(cookie.clone()))
+        .await
+        .assert_status(StatusCode::UNAUTHORIZED);
+    // Our sign-in is nothing on the entry origin, and nothing but editors answers there.
+    let sign_in = format!("sandbox_session={}", app.sign_in_cookie("root").await);
+    get(&editor, Some(ENTRY), Some(sign_in.clone()))
+        .await
+        .assert_status(StatusCode::UNAUTHORIZED);
+    get("/api/v1/sessions", Some(ENTRY), Some(sign_in))
+        .await
+        .assert_status(StatusCode::NOT_FOUND);
+    get("/admin", Some(ENTRY), None)
+        .await
+        .assert_status(StatusCode::NOT_FOUND);
+
+    // A link not used within its minute is spent.
+    let late = enter(root.clone()).await;
+    app.sql(
+        "UPDATE entry_tickets SET expires_at = 0 WHERE admin_id <> $1",
+        "",
+    )
+    .await;
+    says(&get(&late, Some(ENTRY), None).await, "expired");
+    // When the grant ends, so does the cookie.
+    app.sql(
+        "UPDATE editor_grants SET expires_at = 0 WHERE session_id = $1",
+        &id,
+    )
+    .await;
+    get(&editor, Some(ENTRY), Some(cookie))
+        .await
+        .assert_status(StatusCode::NOT_FOUND);
 }
 
 /// Admins keep the list of approved images; each change is audited; bad ones are refused.

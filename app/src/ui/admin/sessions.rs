@@ -148,6 +148,16 @@ fn SessionRow(
                     origin(),
                     access.url
                 );
+                let browser = access.entry_url.clone().map(|href| {
+                    view! {
+                        <p>
+                            <a href=href target="_blank" rel="noopener noreferrer" data-testid="enter-link">
+                                "Open their editor in a new tab"
+                            </a>
+                            " (the link works once, for a minute; the editor runs on the entry address, apart from this site)"
+                        </p>
+                    }
+                });
                 view! {
                     <div class="notice enter" role="status" data-testid="enter-editor">
                         <p>
@@ -155,10 +165,11 @@ fn SessionRow(
                             {local_time(access.expires_at_ms)}
                             "; the grant is in the audit log and the user sees it."
                         </p>
+                        {browser}
                         <p class="muted small">
-                            "Use a token with the scopes access and admin ("
+                            "From a script: a token with the scopes access and admin ("
                             <a href="/tokens">"make one"</a>
-                            "), never this browser: the user's page would run with your sign-in. For example:"
+                            "), never this site's sign-in, with which the user's page would run. For example:"
                         </p>
                         <code class="command">{command}</code>
                     </div>

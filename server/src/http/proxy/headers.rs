@@ -101,7 +101,9 @@ pub(super) fn is_upgrade(headers: &HeaderMap) -> bool {
 pub(super) fn strip_our_credentials(headers: &mut HeaderMap, by_token: bool) {
     if headers.contains_key(header::COOKIE) {
         let kept = cookies_but(headers, |name| {
-            crate::identity::auth::is_session_cookie(name) || name == super::alone::COOKIE
+            crate::identity::auth::is_session_cookie(name)
+                || name == super::alone::COOKIE
+                || name == crate::identity::auth::ENTRY_COOKIE
         })
         .join("; ");
         set_cookie_header(headers, &kept);

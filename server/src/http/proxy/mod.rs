@@ -89,6 +89,8 @@ pub struct Client<'a> {
     pub answer: &'a crate::net::deadline::Deadline,
     /// The connection's place under the cap, which a WebSocket keeps while it lasts.
     pub slot: Option<&'a crate::http::ConnectionSlot>,
+    /// Sent to the entry origin (`crate::http::entry`): only an entry token counts there.
+    pub entering: bool,
 }
 
 /// Forwards `req` for its owner.
@@ -102,7 +104,13 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
     {
         return cross_site_refused();
     }
-    let caller = match state.service.accounts.caller(req.headers()).await {
+    let accounts = &state.service.accounts;
+    let caller = if client.entering {
+        Box::pin(accounts.entry_caller(req.headers())).await
+    } else {
+        accounts.caller(req.headers()).await
+    };
+    let caller = match caller {
         Ok(caller) => caller,
         Err(e) => {
             tracing::error!(error = %e, "proxy auth");
@@ -110,6 +118,13 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
         }
     };
     let Some(caller) = caller else {
+        if client.entering {
+            return json_error(
+                StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                crate::service::admin::ENTRY_REFUSED,
+            );
+        }
         if req.method() == http::Method::GET && wants_html(req.headers()) {
             let next = req
                 .uri()
@@ -267,7 +282,10 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     // An upgraded connection outlives this request: it is checked again while it lasts.
     let credential = upgrade
-        .then(|| state.service.accounts.credential(req.headers()))
+        .then(|| match client.entering {
+            true => state.service.accounts.entry_credential(req.headers()),
+            false => state.service.accounts.credential(req.headers()),
+        })
         .flatten();
     let (mut parts, body) = req.into_parts();
     // A page the browser navigates to may quote the editor's secret (JupyterLab's page config
