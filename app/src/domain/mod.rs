@@ -9,6 +9,7 @@
 //! says what each module holds.
 
 pub mod accounts;
+pub mod backups;
 pub mod bulk;
 pub mod credits;
 pub mod dates;

@@ -4,6 +4,7 @@
 
 pub mod accounts;
 pub mod activity;
+pub mod archive;
 pub mod cgroup;
 pub mod disk;
 pub mod editors;

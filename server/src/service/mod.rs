@@ -4,6 +4,7 @@
 
 pub mod accounts;
 pub mod admin;
+pub mod backups;
 pub mod events;
 pub mod guard;
 pub mod images;
@@ -109,6 +110,8 @@ pub struct Core {
     pub(in crate::service) metrics: metrics::Metrics,
     /// The production registry promotions go to, when one is configured.
     pub(in crate::service) registry: Option<Result<crate::registry::Registry, String>>,
+    /// Exports under way, the backup repository and its runs.
+    pub(in crate::service) backup: backups::BackupState,
     /// The runtime the service was made on, which runs the server's own work; see [`Core::spawn`].
     background: tokio::runtime::Handle,
 }
@@ -151,6 +154,7 @@ impl Core {
             sign_ins: auth::SignInThrottle::default(),
             closing: tokio::sync::watch::Sender::new(false),
             metrics: metrics::Metrics::new(),
+            backup: backups::BackupState::default(),
             background: tokio::runtime::Handle::current(),
         }
     }
@@ -218,6 +222,10 @@ area!(
     /// Who reaches which editor through the proxy.
     Access
 );
+area!(
+    /// Exports, backups and restores of users' workspaces.
+    Backups
+);
 
 /// What the doors hold: the rules by area, and nothing that skips them.
 /// Who asks for `/metrics`: a scraper with the configured `metrics.token`, or an admin.
@@ -235,6 +243,7 @@ pub struct Service {
     pub images: Images,
     pub promotions: Promotions,
     pub access: Access,
+    pub backups: Backups,
 }
 
 impl Service {
@@ -278,6 +287,7 @@ impl Service {
             images: Images(core.clone()),
             promotions: Promotions(core.clone()),
             access: Access(core.clone()),
+            backups: Backups(core.clone()),
             core,
         }
     }

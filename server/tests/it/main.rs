@@ -50,6 +50,7 @@ mod common;
 mod accounts;
 mod admin;
 mod api;
+mod backups;
 mod cli;
 mod cluster;
 mod editors;

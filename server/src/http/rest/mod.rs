@@ -1,6 +1,7 @@
 //! The REST API, `/api/v1/…`: the scripts' door to the same service functions as the pages.
 
 mod admin;
+mod backups;
 mod export;
 mod images;
 mod promotions;
@@ -190,6 +191,7 @@ pub fn router() -> Router<AppState> {
         .route("/images", get(images::list_images))
         .route("/promotions/{id}", get(promotions::get_promotion))
         .nest("/admin", admin::admin_router())
+        .merge(backups::routes())
         .fallback(|| async { ApiError(AppError::NotFound) })
         .method_not_allowed_fallback(|| async {
             (
