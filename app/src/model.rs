@@ -636,6 +636,14 @@ pub struct EditorAccess {
     pub entry_url: Option<String>,
 }
 
+/// The Images tab: every image, and whether this server's runtime runs them at all.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminImages {
+    pub images: Vec<ImageView>,
+    /// False on the local runtime, which runs the editors installed on its machine.
+    pub runs_images: bool,
+}
+
 /// An image editors may run, for the admin page (and, approved, for the launch form).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageView {

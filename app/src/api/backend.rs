@@ -171,8 +171,7 @@ pub trait Backend: Send + Sync + 'static {
         request: crate::domain::promotion::PromotionRequest,
     ) -> Result<PromotionView, AppError>;
     async fn promotions(&self, viewer: &Viewer) -> Result<Promotions, AppError>;
-    async fn admin_images(&self, viewer: &Viewer)
-    -> Result<Vec<crate::model::ImageView>, AppError>;
+    async fn admin_images(&self, viewer: &Viewer) -> Result<crate::model::AdminImages, AppError>;
     async fn add_image(
         &self,
         viewer: &Viewer,

@@ -361,7 +361,7 @@ pub async fn decide_promotion(
 }
 
 #[server]
-pub async fn admin_images() -> Result<Vec<crate::model::ImageView>, AppError> {
+pub async fn admin_images() -> Result<crate::model::AdminImages, AppError> {
     let viewer = backend::require_viewer().await?;
     backend::backend()?.admin_images(&viewer).await
 }

@@ -367,8 +367,11 @@ impl app::api::Backend for PagesBackend {
             .await
     }
 
-    async fn admin_images(&self, viewer: &Viewer) -> Result<Vec<ImageView>, AppError> {
-        self.0.images.admin_images(viewer).await
+    async fn admin_images(&self, viewer: &Viewer) -> Result<app::model::AdminImages, AppError> {
+        Ok(app::model::AdminImages {
+            images: self.0.images.admin_images(viewer).await?,
+            runs_images: self.0.images.runs_images(),
+        })
     }
 
     async fn add_image(

@@ -17,7 +17,7 @@ pub const MAX_REPORT_BYTES: usize = 32 * 1024 * 1024;
 
 impl Core {
     /// Whether the runtime in use runs images (the kube runtime does).
-    pub(in crate::service) fn runs_images(&self) -> bool {
+    pub fn runs_images(&self) -> bool {
         self.runtime.runs_images()
     }
 

@@ -2,7 +2,7 @@
 
 use super::table::{Outcome, loaded};
 use crate::api::{AddImage, SetImageState, admin_images};
-use crate::ui::format::{format_utc, local_time};
+use crate::ui::format::local_time;
 use crate::ui::hydration::page_resource;
 use leptos::prelude::*;
 
@@ -51,7 +51,7 @@ pub(super) fn ImagesTab() -> impl IntoView {
     });
     view! {
         <p class="muted">
-            "Images users may choose at launch, besides each editor's configured default. The Kubernetes runtime runs them; the local runtime runs the editors installed on its machine. Pin images by digest (@sha256:…) so that a name cannot change under a running team."
+            "Images users may choose at launch, besides each editor's configured default. Pin images by digest (@sha256:…) so that a name cannot change under a running team."
         </p>
         <p class="muted">
             "Each added image carries its scan: post the scanner's report (Trivy's JSON or SARIF) to "
@@ -60,6 +60,40 @@ pub(super) fn ImagesTab() -> impl IntoView {
             <code>"trivy image -f json"</code>
             ". The scan policy (Settings, Image scans) decides whether an image may be approved and launched."
         </p>
+        {loaded(
+            data,
+            "Loading images…",
+            move |page| {
+                view! {
+                    <AddImageForm runs_images=page.runs_images add editor reference label />
+                    {outcome.view()}
+                    <ImagesTable images=page.images change />
+                }
+                    .into_any()
+            },
+        )}
+    }
+}
+
+/// The form that adds an image. The local runtime runs the editors installed on its machine,
+/// so there an added image would be offered to nobody: the form says so and stays off.
+#[component]
+fn AddImageForm(
+    runs_images: bool,
+    add: ServerAction<AddImage>,
+    editor: RwSignal<String>,
+    reference: RwSignal<String>,
+    label: RwSignal<String>,
+) -> impl IntoView {
+    view! {
+        {(!runs_images)
+            .then(|| {
+                view! {
+                    <p class="notice" data-testid="images-not-run">
+                        "This server runs editors as processes on its own machine, from the editors installed there, not images: adding images takes effect on a Kubernetes install (runtime = \"kube\")."
+                    </p>
+                }
+            })}
         <form
             class="search add-image"
             on:submit=move |ev: leptos::ev::SubmitEvent| {
@@ -73,42 +107,38 @@ pub(super) fn ImagesTab() -> impl IntoView {
                 });
             }
         >
-            <label>
-                "Editor "
-                <select on:change=move |ev| editor.set(event_target_value(&ev))>
-                    {crate::domain::launch::EditorKind::ALL
-                        .into_iter()
-                        .map(|kind| {
-                            view! {
-                                <option
-                                    value=kind.as_str()
-                                    selected=move || editor.get() == kind.as_str()
-                                >
-                                    {kind.label()}
-                                </option>
-                            }
-                        })
-                        .collect_view()}
-                </select>
-            </label>
-            <input
-                class="reference"
-                aria-label="Image reference"
-                placeholder="registry.example.com/team/image:tag@sha256:…"
-                required
-                bind:value=reference
-            />
-            <input aria-label="Label" placeholder="PyTorch 2.5, CUDA 12.4" required bind:value=label />
-            <button type="submit" class="primary">
-                "Add image"
-            </button>
+            <fieldset disabled=!runs_images>
+                <label>
+                    "Editor "
+                    <select on:change=move |ev| editor.set(event_target_value(&ev))>
+                        {crate::domain::launch::EditorKind::ALL
+                            .into_iter()
+                            .map(|kind| {
+                                view! {
+                                    <option
+                                        value=kind.as_str()
+                                        selected=move || editor.get() == kind.as_str()
+                                    >
+                                        {kind.label()}
+                                    </option>
+                                }
+                            })
+                            .collect_view()}
+                    </select>
+                </label>
+                <input
+                    class="reference"
+                    aria-label="Image reference"
+                    placeholder="registry.example.com/team/image:tag@sha256:…"
+                    required
+                    bind:value=reference
+                />
+                <input aria-label="Label" placeholder="PyTorch 2.5, CUDA 12.4" required bind:value=label />
+                <button type="submit" class="primary">
+                    "Add image"
+                </button>
+            </fieldset>
         </form>
-        {outcome.view()}
-        {loaded(
-            data,
-            "Loading images…",
-            move |images| view! { <ImagesTable images change /> }.into_any(),
-        )}
     }
 }
 
@@ -254,9 +284,10 @@ fn ScanCell(
     view! {
         <div class="scan-counts" data-testid="scan-counts">{counts}{clean}</div>
         <p class="muted">
+            {format!("{fixable} with a fix · scanned {age} (")}
+            {local_time(scan.facts().scanned_at_ms)}
             {format!(
-                "{fixable} with a fix · scanned {age} ({}) by {} · posted by {}",
-                format_utc(scan.facts().scanned_at_ms),
+                ") by {} · posted by {}",
                 summary.scanner,
                 scan.posted_by.clone().unwrap_or_else(|| "a removed user".into())
             )}
