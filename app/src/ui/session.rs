@@ -801,18 +801,7 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                     .get()
                     .map(|src| {
                         let label = session.with_untracked(|s| s.editor.label());
-                        view! {
-                            <main class="editor-main">
-                                <h1 class="sr-only">{format!("{label} session")}</h1>
-                                <iframe
-                                    class="editor"
-                                    src=src
-                                    title=format!("{label} editor")
-                                    data-testid="editor-frame"
-                                    allow="clipboard-read; clipboard-write"
-                                ></iframe>
-                            </main>
-                        }
+                        view! { <EditorFrame src label /> }
                     })
             }}
             {move || {
@@ -907,7 +896,7 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                                         .then(|| {
                                             view! {
                                                 <p class="muted" data-testid="queue-eta">
-                                                    {crate::domain::pool::queue_words(
+                                                    {crate::ui::format::queue_line(
                                                         s.waits_for.as_deref(),
                                                         s.queue_eta_ms,
                                                     )}
@@ -942,6 +931,59 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
 }
 
 /// The same editor, slice and duration again, in one click from the end page.
+/// The editor in the page. Until its page has loaded, a progress line over the page's own
+/// background stands where a blank (white) frame would: an editor takes seconds to draw.
+#[component]
+fn EditorFrame(src: String, label: &'static str) -> impl IntoView {
+    let loaded = RwSignal::new(false);
+    // The frame may have loaded before this page's code ran (it is in the server's HTML).
+    #[cfg(feature = "hydrate")]
+    Effect::new(move |_| {
+        if frame_has_loaded() {
+            loaded.set(true);
+        }
+    });
+    view! {
+        <main class="editor-main">
+            <h1 class="sr-only">{format!("{label} session")}</h1>
+            <Show when=move || !loaded.get()>
+                <div class="editor-progress" role="progressbar" aria-label=format!("Opening {label}")>
+                    <span></span>
+                </div>
+            </Show>
+            <iframe
+                class="editor"
+                class:loading=move || !loaded.get()
+                src=src
+                title=format!("{label} editor")
+                data-testid="editor-frame"
+                allow="clipboard-read; clipboard-write"
+                on:load=move |_| loaded.set(true)
+            ></iframe>
+        </main>
+    }
+}
+
+/// Whether the editor's frame holds a loaded page of its own (not the blank one it starts with).
+#[cfg(feature = "hydrate")]
+fn frame_has_loaded() -> bool {
+    use wasm_bindgen::JsCast;
+    let Some(frame) = web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.query_selector("iframe.editor").ok().flatten())
+        .and_then(|f| f.dyn_into::<web_sys::HtmlIFrameElement>().ok())
+    else {
+        return false;
+    };
+    let href = frame
+        .content_window()
+        .and_then(|w| w.location().href().ok());
+    let complete = frame
+        .content_document()
+        .is_some_and(|d| d.ready_state() == "complete");
+    complete && href.is_some_and(|h| h != "about:blank")
+}
+
 #[component]
 fn LaunchAgain(ended: SessionView) -> impl IntoView {
     let launch = ServerAction::<Launch>::new();
