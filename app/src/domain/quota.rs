@@ -251,6 +251,43 @@ pub fn extension(
     Ok(())
 }
 
+/// A quota's GB field as typed (`8`, `12.5`, `0.25`): its MiB, 1 GB being 1024 MiB as
+/// everywhere on the pages; None unless it is a plain non-negative decimal. Read by hand, in
+/// integers, so the browser bundle carries no float parsing.
+pub fn gb_to_mib(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() && fraction.is_empty() || !digits(whole) || !digits(fraction) {
+        return None;
+    }
+    let whole: u64 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().ok()?
+    };
+    let fraction = &fraction[..fraction.len().min(6)];
+    let scale = 10u64.pow(fraction.len() as u32);
+    let parts: u64 = if fraction.is_empty() {
+        0
+    } else {
+        fraction.parse().ok()?
+    };
+    whole
+        .checked_mul(1024)?
+        .checked_add((parts * 1024 + scale / 2) / scale)
+}
+
+/// MiB as a quota's GB field shows them: whole GB plainly, else to two decimals at most.
+pub fn mib_to_gb(mib: u64) -> String {
+    let hundredths = (mib * 100 + 512) / 1024;
+    match hundredths % 100 {
+        0 => format!("{}", hundredths / 100),
+        h if h % 10 == 0 => format!("{}.{}", hundredths / 100, h / 10),
+        h => format!("{}.{h:02}", hundredths / 100),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -531,5 +568,23 @@ mod tests {
             ..Overrides::default()
         };
         assert_eq!(unusable(&tiny, &empty), Ok(()));
+    }
+
+    #[test]
+    fn gb_fields_read_and_show_as_mib() {
+        assert_eq!(gb_to_mib("8"), Some(8192));
+        assert_eq!(gb_to_mib(" 12.5 "), Some(12_800));
+        assert_eq!(gb_to_mib(".5"), Some(512));
+        assert_eq!(gb_to_mib("0"), Some(0));
+        for bad in ["", ".", "-1", "1e3", "1,5", "8 GB", "1.2.3"] {
+            assert_eq!(gb_to_mib(bad), None, "{bad}");
+        }
+        assert_eq!(gb_to_mib("99999999999999999999"), None);
+        assert_eq!(mib_to_gb(8192), "8");
+        assert_eq!(mib_to_gb(12_800), "12.5");
+        assert_eq!(mib_to_gb(1000), "0.98");
+        for typed in ["8", "12.5", "0.25", "40"] {
+            assert_eq!(mib_to_gb(gb_to_mib(typed).unwrap()), typed);
+        }
     }
 }

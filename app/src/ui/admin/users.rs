@@ -711,11 +711,12 @@ fn delete_question(name: &str, live_sessions: u32) -> String {
 /// A user's quota overrides as the editor shows them: empty for the configured default.
 fn quota_texts(overrides: &crate::domain::quota::Overrides) -> [String; 4] {
     let text = |value: Option<u64>| value.map(|v| v.to_string()).unwrap_or_default();
+    let gb = |mib: Option<u64>| mib.map(crate::domain::quota::mib_to_gb).unwrap_or_default();
     [
         text(overrides.max_sessions.map(u64::from)),
-        text(overrides.max_gpu_mib),
+        gb(overrides.max_gpu_mib),
         text(overrides.max_minutes.map(u64::from)),
-        text(overrides.max_disk_mib),
+        gb(overrides.max_disk_mib),
     ]
 }
 
@@ -779,20 +780,22 @@ fn UserRow(
     let ask = user.credit_request.clone().map(|ask| {
         let id = user.id.clone();
         let said = format!("Declined {}'s ask for credits.", user.name);
+        let note = if ask.note.is_empty() {
+            String::new()
+        } else {
+            format!(": \u{201c}{}\u{201d}", ask.note)
+        };
+        let amount = credits::with_unit(ask.amount);
         let words = format!(
-            "Asks for {} (since {} UTC){}",
-            credits::with_unit(ask.amount),
-            format_utc(ask.at_ms),
-            if ask.note.is_empty() {
-                String::new()
-            } else {
-                format!(": \u{201c}{}\u{201d}", ask.note)
-            }
+            "Asks for {amount} (since {} UTC){note}",
+            format_utc(ask.at_ms)
         );
         let name = user.name.clone();
         view! {
-            <span class="ask" data-testid="credit-ask" title=words.clone()>
-                {words.clone()}
+            <span class="ask" data-testid="credit-ask" title=words>
+                {format!("Asks for {amount} (since ")}
+                {local_time(ask.at_ms)}
+                {format!("){note}")}
                 " "
                 <button
                     class="link"
@@ -1117,9 +1120,9 @@ fn QuotaEditor(user: AdminUser, quota: QuotaAction, draft: Draft) -> impl IntoVi
             <summary>{summary}</summary>
             <form on:submit=submit>
                 {field("Sessions", sessions)}
-                {field("GPU MiB", gpu)}
+                {field("GPU GB", gpu)}
                 {field("Minutes", minutes)}
-                {field("Disk MiB", disk)}
+                {field("Disk GB", disk)}
                 <button type="submit">"Save quota"</button>
                 {move || {
                     problem
@@ -1137,20 +1140,31 @@ fn QuotaEditor(user: AdminUser, quota: QuotaAction, draft: Draft) -> impl IntoVi
     }
 }
 
-/// Sessions, GPU MiB, minutes and disk MiB as typed: empty for the default, else a whole number.
+/// Sessions, GPU GB, minutes and disk GB as typed: empty for the default, else a whole number
+/// (sessions, minutes) or a number of GB (`12.5`), kept in MiB.
 fn read_overrides(fields: [String; 4]) -> Result<crate::domain::quota::Overrides, String> {
-    let names = ["sessions", "GPU MiB", "minutes", "disk MiB"];
+    let names = ["sessions", "GPU GB", "minutes", "disk GB"];
     let mut values = [None; 4];
     for (i, text) in fields.iter().enumerate() {
         let text = text.trim();
-        if !text.is_empty() {
-            values[i] = Some(text.parse::<u64>().map_err(|_| {
-                format!(
-                    "{} must be a whole number, or empty for the default",
-                    names[i]
-                )
-            })?);
+        if text.is_empty() {
+            continue;
         }
+        let in_gb = i == 1 || i == 3;
+        let value = match in_gb {
+            true => crate::domain::quota::gb_to_mib(text),
+            false => text.parse::<u64>().ok(),
+        };
+        values[i] = Some(value.ok_or_else(|| match in_gb {
+            true => format!(
+                "{} must be a number of GB such as 8 or 12.5, or empty for the default",
+                names[i]
+            ),
+            false => format!(
+                "{} must be a whole number, or empty for the default",
+                names[i]
+            ),
+        })?);
     }
     let small = |value: Option<u64>, name: &str| {
         value
@@ -1216,10 +1230,7 @@ mod tests {
 
             // Untouched fields follow the figures.
             overrides.max_gpu_mib = Some(8192);
-            assert_eq!(
-                quota_of(&drafts.of("u1", &overrides)),
-                ["3", "8192", "45", ""]
-            );
+            assert_eq!(quota_of(&drafts.of("u1", &overrides)), ["3", "8", "45", ""]);
         });
     }
 
@@ -1266,8 +1277,14 @@ mod tests {
             (o.max_sessions, o.max_gpu_mib, o.max_minutes, o.max_disk_mib),
             (Some(3), None, Some(120), None)
         );
+        let o = read(["", "12.5", "", "40"]).unwrap();
+        assert_eq!(
+            (o.max_gpu_mib, o.max_disk_mib),
+            (Some(12_800), Some(40_960))
+        );
         assert!(read(["-1", "", "", ""]).unwrap_err().contains("sessions"));
-        assert!(read(["", "lots", "", ""]).unwrap_err().contains("GPU MiB"));
+        assert!(read(["", "lots", "", ""]).unwrap_err().contains("GPU GB"));
+        assert!(read(["", "", "", "-2"]).unwrap_err().contains("disk GB"));
         assert!(
             read(["", "", "99999999999", ""])
                 .unwrap_err()
