@@ -123,6 +123,9 @@ test('launch JupyterLab, see it embedded, reload, reopen after signing in again,
 
     const frame = page.frameLocator('[data-testid=editor-frame]');
     await frame.locator('.jp-LabShell, #jp-main-dock-panel').first().waitFor({ timeout: 120_000 });
+    // The progress line that stood in for the blank frame is gone once the editor's page loaded.
+    const opening = page.getByRole('progressbar', { name: /^Opening JupyterLab/ });
+    await opening.waitFor({ state: 'detached', timeout: 30_000 });
     await page.getByTestId('time-left').waitFor();
     assert.match(await page.getByTestId('time-left').innerText(), /Time left \d+:\d\d/);
     await page.screenshot({ path: `${ARTIFACTS}/session.png` });
@@ -130,6 +133,8 @@ test('launch JupyterLab, see it embedded, reload, reopen after signing in again,
     // A reload (or a new visit) finds the running session again.
     await page.reload();
     await frame.locator('.jp-LabShell, #jp-main-dock-panel').first().waitFor({ timeout: 60_000 });
+    await hydrated(page);
+    await opening.waitFor({ state: 'detached', timeout: 30_000 });
     await page.goto(`${BASE}/`);
     const card = page.getByTestId('session-card').first();
     await card.waitFor();

@@ -4,7 +4,7 @@
 use crate::api::{AskForCredits, WithdrawCreditRequest};
 use crate::domain::credits;
 use crate::model::CreditsView;
-use crate::ui::format::format_utc;
+use crate::ui::format::local_time;
 use leptos::prelude::*;
 use leptos::server_fn::ServerFn;
 
@@ -34,10 +34,10 @@ pub(super) fn AskForCreditsCard(credits_now: RwSignal<CreditsView>) -> impl Into
             {move || match open() {
                 Some(request) => view! {
                     <p data-testid="open-ask">
+                        {format!("You asked for {} on ", credits::with_unit(request.amount))}
+                        {local_time(request.at_ms)}
                         {format!(
-                            "You asked for {} on {} UTC{}. Admins see it on their Users page; a grant answers it.",
-                            credits::with_unit(request.amount),
-                            format_utc(request.at_ms),
+                            "{}. Admins see it on their Users page; a grant answers it.",
                             if request.note.is_empty() {
                                 String::new()
                             } else {

@@ -788,8 +788,8 @@ fn SessionCard(
     let ends_at = session.ends_at_ms;
     let idle_at = session.idle_at_ms;
     let position = session.queue_position;
-    let waiting =
-        crate::domain::pool::queue_words(session.waits_for.as_deref(), session.queue_eta_ms);
+    let waits_for = session.waits_for.clone();
+    let eta = session.queue_eta_ms;
     let queued = session.state == SessionState::Queued;
     let href = format!("/sessions/{}", session.id);
     view! {
@@ -820,7 +820,9 @@ fn SessionCard(
                         <p class="muted" data-testid="queue-position">
                             {format!("In line: position {p}. It starts by itself when a slice frees.")}
                         </p>
-                        <p class="muted" data-testid="queue-eta">{waiting.clone()}</p>
+                        <p class="muted" data-testid="queue-eta">
+                            {crate::ui::format::queue_line(waits_for.as_deref(), eta)}
+                        </p>
                     }
                 })}
             <div class="actions">

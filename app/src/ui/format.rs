@@ -123,6 +123,21 @@ pub(crate) fn local_time(ms: i64) -> impl IntoView + use<> {
     }
 }
 
+/// What a queued launch waits for and when it should start, the time on the reader's clock
+/// (the words of [`crate::domain::pool::queue_words`]).
+pub(crate) fn queue_line(waits_for: Option<&str>, eta_ms: Option<i64>) -> AnyView {
+    let Some(at) = eta_ms else {
+        return crate::domain::pool::queue_words(waits_for, None).into_any();
+    };
+    let what = waits_for.unwrap_or("a free slice");
+    view! {
+        {format!("Waiting for {what}: expected by ")}
+        {local_time(at)}
+        ", when a running session's time ends (sooner if one stops)."
+    }
+    .into_any()
+}
+
 /// The script, inline in every page's head, that writes each `time.local` on the reader's clock
 /// as [`zoned_minute`] would with the browser's offset at that moment ("2026-12-01 03:24", or
 /// "… UTC" where the browser's zone is UTC), now and whenever the page draws one anew. It
