@@ -8,6 +8,7 @@
 //! domain/          the pure rules, the same on both sides; unit-tested with `cargo test -p app`
 //!   bulk           a CSV file of accounts: each line read, checked, planned as an add or a grant
 //!   credits        integer milli-credits: prices, holds, settlement, how they read and parse
+//!   datasets       shared datasets: names, paths, claims, who may use them, what a launch mounts
 //!   dates          times as people read them, in UTC
 //!   encode         one percent-encoder and its two alphabets (UNRESERVED, PATH)
 //!   idle           when a session counts as idle, and when its user is warned
@@ -46,6 +47,7 @@
 //!     sessions.rs  every session: stop, or enter the editor (audited)
 //!     pool.rs      each GPU and who holds its slots
 //!     images.rs    the images users may choose at launch
+//!     datasets.rs  the shared datasets and who may use them
 //!     usage.rs     usage and cost per user over a period
 //!     promotions.rs  promotions to approve, reject or retry
 //!     audit.rs     the audit log

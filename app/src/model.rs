@@ -204,6 +204,9 @@ pub struct SessionView {
     /// offers no Launch again. Set for an ended session on its owner's own view.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch_refused: Option<String>,
+    /// The shared datasets its launch mounted (`~/datasets/<name>`), on its own page.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub datasets: Vec<String>,
 }
 
 /// What an ended session held, was charged and gave back (milli-credits).

@@ -38,6 +38,7 @@ fn launch(user: &str, id: &str) -> EditorLaunch {
         prestart: false,
         image: None,
         disk_mib: 0,
+        datasets: Vec::new(),
     }
 }
 

@@ -12,6 +12,7 @@ pub mod accounts;
 pub mod backups;
 pub mod bulk;
 pub mod credits;
+pub mod datasets;
 pub mod dates;
 pub mod encode;
 pub mod hold;

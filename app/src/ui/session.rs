@@ -1117,6 +1117,7 @@ mod tests {
             ready_at_ms: None,
             ended_at_ms: None,
             launch_refused: None,
+            datasets: Vec::new(),
         };
         apply_step(&mut s, step(1, SessionState::Starting, false));
         apply_step(&mut s, step(1, SessionState::Starting, false));

@@ -351,6 +351,7 @@ pub fn probe_in_sandbox(
                 .map(|_| (sandbox.local.editor_uid, sandbox.local.editor_uid)),
             workdir: Path::new("/"),
             command: &command,
+            datasets: &[],
         };
         let bwrap = sandbox.tools.bwrap.as_ref().ok_or("no bwrap")?;
         let env: Vec<(String, String)> = slice_env

@@ -410,6 +410,85 @@ fn own_workspace(
     accounts.of_workspace(workspaces, workspace)
 }
 
+/// The launch's datasets that are host folders, each with its mount point made in the workspace.
+fn local_datasets(
+    launch: &EditorLaunch,
+    workspace: &Path,
+    owner: Option<u32>,
+) -> Vec<(PathBuf, String)> {
+    let folders: Vec<(PathBuf, String)> = launch
+        .datasets
+        .iter()
+        .filter_map(|d| match &d.place {
+            app::domain::datasets::Place::Path(path) => Some((PathBuf::from(path), d.name.clone())),
+            app::domain::datasets::Place::Claim(_) => None,
+        })
+        .collect();
+    if folders.is_empty() {
+        return folders;
+    }
+    let names: Vec<String> = folders.iter().map(|(_, n)| n.clone()).collect();
+    let ready = dataset_mount_points(workspace, &names, owner);
+    folders
+        .into_iter()
+        .filter(|(_, name)| ready.contains(name))
+        .collect()
+}
+
+/// Makes `<workspace>/datasets/<name>` for each name, owned by `owner`, as mount points for the
+/// datasets' read-only binds; never following a link the user made there (the server is root
+/// here). The names whose mount point is there: a `datasets` that is not a folder leaves all out.
+fn dataset_mount_points(workspace: &Path, names: &[String], owner: Option<u32>) -> Vec<String> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let open_dir = |at: Option<i32>, name: &Path| -> std::io::Result<OwnedFd> {
+        let c = std::ffi::CString::new(name.as_os_str().as_encoded_bytes())
+            .map_err(std::io::Error::other)?;
+        let flags = libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_RDONLY;
+        // SAFETY: open(at) of a valid C string; the descriptor is owned at once.
+        let fd = unsafe { libc::openat(at.unwrap_or(libc::AT_FDCWD), c.as_ptr(), flags) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: fd was just opened and is ours.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    };
+    let make = |at: &OwnedFd, name: &str| -> std::io::Result<OwnedFd> {
+        let c = std::ffi::CString::new(name).map_err(std::io::Error::other)?;
+        // SAFETY: mkdirat in a directory we hold open, with a valid C string.
+        if unsafe { libc::mkdirat(at.as_raw_fd(), c.as_ptr(), 0o755) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::AlreadyExists {
+                return Err(e);
+            }
+        }
+        let dir = open_dir(Some(at.as_raw_fd()), Path::new(name))?;
+        if let Some(uid) = owner {
+            std::os::unix::fs::fchown(&dir, Some(uid), Some(uid))?;
+        }
+        Ok(dir)
+    };
+    let base = match open_dir(None, workspace)
+        .and_then(|w| make(&w, app::domain::datasets::MOUNT_DIR))
+    {
+        Ok(base) => base,
+        Err(e) => {
+            tracing::warn!(workspace = %workspace.display(), error = %e, "no datasets: ~/datasets is not a folder");
+            return Vec::new();
+        }
+    };
+    names
+        .iter()
+        .filter(|name| match make(&base, name) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(dataset = %name, error = %e, "a dataset's mount point");
+                false
+            }
+        })
+        .cloned()
+        .collect()
+}
+
 /// `words` as one line for `sh -c`, each single-quoted.
 fn shell_words(words: &[String]) -> String {
     words
@@ -830,6 +909,7 @@ impl Runtime for LocalRuntime {
                 if let Some(account) = account {
                     super::sandbox::write_account_files(&run_dir, account, Path::new(HOME_INSIDE))?;
                 }
+                let datasets = local_datasets(launch, &workspace, account.map(|(uid, _)| uid));
                 let spec = super::sandbox::Spec {
                     system: &sandbox.system,
                     tools: &sandbox.tool_dirs,
@@ -843,6 +923,7 @@ impl Runtime for LocalRuntime {
                     account,
                     workdir: &workdir,
                     command: &editor_command,
+                    datasets: &datasets,
                 };
                 let mut args = vec![
                     std::ffi::OsString::from("--info-fd"),
@@ -1158,6 +1239,11 @@ impl Runtime for LocalRuntime {
                 "editors run as the server's own account and can read each other's files ({why})"
             )),
         }
+    }
+
+    fn mounts_datasets(&self) -> bool {
+        // A read-only bind in the sandbox; without one there is nowhere to make it.
+        self.sandbox().is_some()
     }
 
     fn prestarts_editors(&self) -> bool {

@@ -45,6 +45,16 @@ pub struct EditorLaunch {
     pub image: Option<String>,
     /// The user's disk quota for their workspace, in MiB (0 for a pre-started editor).
     pub disk_mib: u64,
+    /// The shared datasets the editor finds read-only at `~/datasets/<name>`, decided at launch.
+    pub datasets: Vec<DatasetMount>,
+}
+
+/// A shared dataset an editor gets read-only (`app::domain::datasets`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DatasetMount {
+    pub name: String,
+    /// A host folder (local runtime) or a claim of the user's namespace (kube).
+    pub place: app::domain::datasets::Place,
 }
 
 impl EditorLaunch {
@@ -60,6 +70,7 @@ impl EditorLaunch {
             prestart: false,
             image: None,
             disk_mib: 0,
+            datasets: Vec::new(),
         }
     }
 
@@ -322,6 +333,10 @@ pub trait Runtime: Send + Sync + 'static {
     /// How editors are kept apart from each other and from the server, or why they are not.
     fn isolation(&self) -> Result<String, String> {
         Ok("a namespace per user, restricted pods".into())
+    }
+    /// Whether editors get the shared datasets (a sandbox binds them, a pod mounts them).
+    fn mounts_datasets(&self) -> bool {
+        false
     }
     /// Whether launches may choose among approved images (a runtime that runs images).
     fn runs_images(&self) -> bool {

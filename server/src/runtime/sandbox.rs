@@ -103,6 +103,9 @@ pub struct Spec<'a> {
     pub workdir: &'a Path,
     /// The editor's own command line.
     pub command: &'a [OsString],
+    /// Shared datasets, each a host folder and its name: bound read-only at
+    /// `<home_inside>/datasets/<name>`, over the home. A folder that is not there is left out.
+    pub datasets: &'a [(PathBuf, String)],
 }
 
 /// What a GPU session's sandbox preloads for every program.
@@ -342,6 +345,15 @@ pub fn arguments(spec: &Spec<'_>, tools: &Tools) -> Vec<OsString> {
     args.paths("--bind", spec.run_dir, spec.run_inside);
     args.open_parents(spec.home_inside, spec.system);
     args.paths("--bind", spec.home, spec.home_inside);
+    // After the home, which they sit in: the host folder itself, read-only, and nothing above it.
+    for (folder, name) in spec.datasets {
+        if folder.is_dir() {
+            let inside = spec
+                .home_inside
+                .join(app::domain::datasets::mount_point(name));
+            args.paths("--ro-bind", folder, &inside);
+        }
+    }
     for device in spec.devices {
         if device.exists() {
             args.paths("--dev-bind", device, device);
@@ -651,6 +663,7 @@ impl Sandbox {
                 .map(|_| (self.local.editor_uid, self.local.editor_uid)),
             workdir: Path::new("/"),
             command: &command,
+            datasets: &[],
         };
         let bwrap = self.tools.bwrap.as_ref().expect("found");
         let out = std::process::Command::new(bwrap)
@@ -1044,6 +1057,7 @@ mod tests {
                 account,
                 workdir: Path::new("/"),
                 command: &command,
+                datasets: &[],
             };
             text(&arguments(&spec, &tools(true)))
         };
@@ -1082,6 +1096,52 @@ mod tests {
     }
 
     #[test]
+    fn datasets_are_bound_read_only_over_the_home_and_a_missing_one_is_left_out() {
+        let run = tempfile::tempdir().unwrap();
+        let home = tempfile::tempdir().unwrap();
+        let shared = tempfile::tempdir().unwrap();
+        let command = ["jupyter-lab".into()];
+        let datasets = [
+            (shared.path().to_path_buf(), "imagenet".to_string()),
+            (shared.path().join("gone"), "gone".to_string()),
+        ];
+        let spec = Spec {
+            system: &["/usr".into()],
+            tools: &[],
+            hidden: &[],
+            home: home.path(),
+            home_inside: Path::new("/home/user"),
+            run_dir: run.path(),
+            run_inside: Path::new("/run/editor"),
+            devices: &[],
+            preload: None,
+            account: Some((200_001, 200_001)),
+            workdir: Path::new("/home/user"),
+            command: &command,
+            datasets: &datasets,
+        };
+        let args = text(&arguments(&spec, &tools(true)));
+        let home_bind = args
+            .find(&format!("--bind {} /home/user ", home.path().display()))
+            .expect("the home");
+        let dataset = format!(
+            "--ro-bind {} /home/user/datasets/imagenet ",
+            shared.path().display()
+        );
+        let bound = args.find(&dataset).expect(&args);
+        assert!(
+            bound > home_bind,
+            "after the home, or the home hides it: {args}"
+        );
+        assert!(!args.contains("gone"), "{args}");
+        assert_eq!(
+            args.matches("--bind ").count(),
+            2,
+            "nothing more writable: {args}"
+        );
+    }
+
+    #[test]
     fn an_editor_sees_its_home_its_run_directory_and_a_read_only_system_and_nothing_else() {
         let run = tempfile::tempdir().unwrap();
         let home = tempfile::tempdir().unwrap();
@@ -1099,6 +1159,7 @@ mod tests {
             account: Some((200_001, 200_001)),
             workdir: Path::new("/home/user"),
             command: &command,
+            datasets: &[],
         };
         let args = text(&arguments(&spec, &tools(true)));
         assert!(
@@ -1144,6 +1205,7 @@ mod tests {
             account: Some((200_001, 200_001)),
             workdir: Path::new("/home/user"),
             command: &command,
+            datasets: &[],
         };
         let args = text(&arguments(&spec, &tools(false)));
         assert!(args.starts_with("--unshare-user"), "{args}");
@@ -1180,6 +1242,7 @@ mod tests {
             account: None,
             workdir: Path::new("/home/user"),
             command: &command,
+            datasets: &[],
         };
         let args = text(&arguments(&spec, &tools(true)));
         assert!(
@@ -1302,6 +1365,7 @@ mod tests {
             account: None,
             workdir: Path::new("/home/user"),
             command: &command,
+            datasets: &[],
         };
         let args = text(&arguments(&spec, &tools(false)));
         assert!(

@@ -289,6 +289,7 @@ impl Core {
             prestart: user.is_none(),
             image: None,
             disk_mib,
+            datasets: Vec::new(),
         };
         let timeout = Duration::from_secs(self.config.sessions.ready_timeout_seconds);
         let running = match self.runtime.start(&launch).await {

@@ -5,6 +5,7 @@
 pub mod accounts;
 pub mod admin;
 pub mod backups;
+pub mod datasets;
 pub mod events;
 pub mod guard;
 pub mod images;
@@ -215,6 +216,10 @@ area!(
     Images
 );
 area!(
+    /// The shared datasets and who may use them.
+    Datasets
+);
+area!(
     /// Promoting a file from a session to the production registry.
     Promotions
 );
@@ -241,6 +246,7 @@ pub struct Service {
     pub guard: Guard,
     pub admin: Admin,
     pub images: Images,
+    pub datasets: Datasets,
     pub promotions: Promotions,
     pub access: Access,
     pub backups: Backups,
@@ -285,6 +291,7 @@ impl Service {
             guard: Guard(core.clone()),
             admin: Admin(core.clone()),
             images: Images(core.clone()),
+            datasets: Datasets(core.clone()),
             promotions: Promotions(core.clone()),
             access: Access(core.clone()),
             backups: Backups(core.clone()),

@@ -123,8 +123,10 @@ impl Core {
                 disk_mib: self.runtime.workspace_mib(&viewer.name).await,
                 price_on: &price_on,
                 queue_price: self.price_for_slice(slice_mib),
-                // A pre-started editor runs the default image.
-                use_warm: (self.prestarts() || self.warms_for_users()) && valid.image.is_none(),
+                // A pre-started editor runs the default image, without datasets.
+                use_warm: (self.prestarts() || self.warms_for_users())
+                    && valid.image.is_none()
+                    && !self.has_datasets(&viewer.id).await,
             })
             .await
             .inspect_err(|_| self.metrics.launched("refused", editor))?;
@@ -256,6 +258,7 @@ impl Core {
             prestart: false,
             image: record.image.clone(),
             disk_mib: self.disk_quota(&record.user_id).await,
+            datasets: self.launch_datasets(session_id, &record.user_id).await,
         };
         self.step(
             session_id,
@@ -426,6 +429,7 @@ impl Core {
             None
         };
         let mut view = self.session_view(&record, steps, position);
+        view.datasets = self.store.session_datasets(id).await?;
         if let Some(position) = position {
             let live = self.store.live_sessions().await?;
             let pool = self.store.pool().await?;
@@ -519,6 +523,7 @@ impl Core {
             ready_at_ms: record.ready_at,
             ended_at_ms: record.ended_at,
             launch_refused: None,
+            datasets: Vec::new(),
         }
     }
 

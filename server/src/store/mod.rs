@@ -5,6 +5,7 @@
 //! on SQLite writers are serialized in-process, on PostgreSQL the user's row is locked.
 
 mod admin;
+mod datasets;
 mod guardrails;
 mod http_sessions;
 mod images;
@@ -17,6 +18,7 @@ mod write;
 use crate::util::{Clock, SystemClock};
 pub use crate::util::{new_id, now_ms};
 pub use admin::{BulkAdd, BulkGrant};
+pub use datasets::{DatasetRecord, DatasetWrite};
 pub use guardrails::{Dispatched, GpuSample, LaunchPlan, Launched, Placement, queue_message};
 pub use http_sessions::HttpSessionStore;
 pub use kube::{ReconcileLock, SlotMove};

@@ -112,6 +112,7 @@ fn launch(user: &str, session_id: &str) -> EditorLaunch {
         prestart: false,
         image: None,
         disk_mib: 0,
+        datasets: Vec::new(),
     }
 }
 

@@ -44,6 +44,7 @@ fn launch_for(user: &str, session_id: &str, editor: EditorKind) -> EditorLaunch 
         prestart: false,
         image: None,
         disk_mib: 0,
+        datasets: Vec::new(),
     }
 }
 

@@ -14,6 +14,8 @@
 //!   RBAC rendered from the chart, the schema, server-side apply, refusals a cluster makes.
 //! - `cli`: the command line: the first run's admin, environment over file, tokens, locks seen by a
 //!   running server, `migrate`.
+//! - `datasets`: shared datasets: the admin API's refusals, who lists what, and from inside real
+//!   sandboxed kernels: read-only, nothing past it, unseen by others, decided at each launch.
 //! - `editors`: real JupyterLab, marimo and code-server through the local runtime: a kernel over
 //!   the proxied WebSocket, direct access refused, workspaces, re-adoption, shutdown cleanup, warm
 //!   editors taken over.
@@ -53,6 +55,7 @@ mod api;
 mod backups;
 mod cli;
 mod cluster;
+mod datasets;
 mod editors;
 mod faults;
 mod fuzz;

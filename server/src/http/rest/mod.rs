@@ -2,6 +2,7 @@
 
 mod admin;
 mod backups;
+mod datasets;
 mod export;
 mod images;
 mod promotions;
@@ -189,8 +190,9 @@ pub fn router() -> Router<AppState> {
         )
         .route("/promotions", get(promotions::list_promotions))
         .route("/images", get(images::list_images))
+        .route("/datasets", get(datasets::list_datasets))
         .route("/promotions/{id}", get(promotions::get_promotion))
-        .nest("/admin", admin::admin_router())
+        .nest("/admin", admin::admin_router().merge(datasets::admin_routes()))
         .merge(backups::routes())
         .fallback(|| async { ApiError(AppError::NotFound) })
         .method_not_allowed_fallback(|| async {

@@ -820,6 +820,10 @@ impl Runtime for KubeRuntime {
             .collect()
     }
 
+    fn mounts_datasets(&self) -> bool {
+        true
+    }
+
     fn runs_images(&self) -> bool {
         true
     }

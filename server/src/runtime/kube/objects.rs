@@ -649,6 +649,7 @@ pub(crate) mod tests {
             prestart: false,
             image: None,
             disk_mib: 0,
+            datasets: Vec::new(),
         }
     }
 
