@@ -400,6 +400,30 @@ impl<'a> UserPlan<'a> {
                 ..Volume::default()
             },
         ];
+        // Shared datasets: each a claim of the user's namespace, read-only in the volume and in
+        // the mount, at `~/datasets/<name>` (HOME is the workspace).
+        for dataset in &launch.datasets {
+            let app::domain::datasets::Place::Claim(claim) = &dataset.place else {
+                continue;
+            };
+            let volume = format!("dataset-{}", dataset.name);
+            mounts.push(mount(
+                &volume,
+                &format!(
+                    "{WORKSPACE_DIR}/{}",
+                    app::domain::datasets::mount_point(&dataset.name)
+                ),
+                true,
+            ));
+            volumes.push(Volume {
+                name: volume,
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: claim.clone(),
+                    read_only: Some(true),
+                }),
+                ..Volume::default()
+            });
+        }
         if token_variable(editor).is_none() {
             // marimo reads its token from a file: the Secret, mounted read-only.
             mounts.push(mount("token", TOKEN_DIR, true));
@@ -731,6 +755,19 @@ pub(crate) mod tests {
             "pod_code_server",
             plan.session_pod(&launch(EditorKind::CodeServer, None)),
         );
+        let mut with_datasets = launch(EditorKind::JupyterLab, None);
+        with_datasets.datasets = vec![
+            crate::runtime::DatasetMount {
+                name: "imagenet".into(),
+                place: app::domain::datasets::Place::Claim("imagenet-ro".into()),
+            },
+            // A host folder is the local runtime's: no volume here.
+            crate::runtime::DatasetMount {
+                name: "local".into(),
+                place: app::domain::datasets::Place::Path("/srv/local".into()),
+            },
+        ];
+        golden("pod_with_dataset", plan.session_pod(&with_datasets));
     }
 
     #[test]
