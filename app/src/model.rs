@@ -306,6 +306,9 @@ pub struct DashboardPage {
     pub isolation_warning: Option<String>,
     #[serde(default)]
     pub images: Vec<ImageChoice>,
+    /// The shared datasets a launch mounts (`~/datasets/<name>`), for the launch form's line.
+    #[serde(default)]
+    pub datasets: Vec<String>,
     pub drawn: DashboardDrawn,
 }
 

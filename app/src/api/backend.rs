@@ -183,6 +183,22 @@ pub trait Backend: Send + Sync + 'static {
         id: &str,
         state: crate::domain::images::ImageState,
     ) -> Result<crate::model::ImageView, AppError>;
+    async fn admin_datasets(
+        &self,
+        viewer: &Viewer,
+    ) -> Result<crate::domain::datasets::AdminDatasets, AppError>;
+    async fn add_dataset(
+        &self,
+        viewer: &Viewer,
+        dataset: crate::domain::datasets::NewDataset,
+    ) -> Result<crate::domain::datasets::DatasetView, AppError>;
+    async fn change_dataset(
+        &self,
+        viewer: &Viewer,
+        id: &str,
+        change: crate::domain::datasets::DatasetChange,
+    ) -> Result<crate::domain::datasets::DatasetView, AppError>;
+    async fn remove_dataset(&self, viewer: &Viewer, id: &str) -> Result<(), AppError>;
     async fn admin_promotions(
         &self,
         viewer: &Viewer,

@@ -103,6 +103,14 @@ pub struct DatasetView {
     pub missing: bool,
 }
 
+/// The admins' datasets tab: every dataset, and which place this server takes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminDatasets {
+    pub datasets: Vec<DatasetView>,
+    /// Editors run on a cluster: a dataset is a claim, not a path.
+    pub on_cluster: bool,
+}
+
 /// A dataset as the users who may use it see it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DatasetUse {

@@ -121,6 +121,7 @@ pub fn dashboard_page(data: Dashboard, promotions: crate::model::Promotions) -> 
                 reference: i.reference,
             })
             .collect(),
+        datasets: Vec::new(),
         drawn: crate::model::DashboardDrawn {
             spending,
             history,
@@ -163,6 +164,7 @@ fn DashboardView(data: DashboardPage) -> impl IntoView {
         sessions,
         isolation_warning,
         drawn,
+        datasets,
         ..
     } = data;
     #[cfg(feature = "hydrate")]
@@ -255,6 +257,14 @@ fn DashboardView(data: DashboardPage) -> impl IntoView {
                             })
                     }}
                 </p>
+                {(!datasets.is_empty())
+                    .then(|| {
+                        view! {
+                            <p class="muted" data-testid="datasets">
+                                {format!("Datasets, read-only in ~/datasets: {}", datasets.join(", "))}
+                            </p>
+                        }
+                    })}
                 <LaunchForm offer balance />
             </section>
             <section class="sessions" aria-labelledby="sessions-title">

@@ -634,6 +634,11 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                 }}
                 {move || {
                     session
+                        .with(|s| (s.state.is_live() && !s.datasets.is_empty()).then(|| s.datasets.join(", ")))
+                        .map(|names| view! { <span class="muted" data-testid="datasets">"~/datasets: " {names}</span> })
+                }}
+                {move || {
+                    session
                         .with(|s| s.admin_access.clone())
                         .map(|note| {
                             view! {

@@ -2,6 +2,7 @@
 //!
 //! Nested keys use `__` in the environment: `SANDBOX_CREDITS__INITIAL_GRANT=50`.
 
+pub mod accounts;
 pub mod kube;
 pub mod local;
 pub mod network;
@@ -53,6 +54,8 @@ pub struct Config {
     pub oidc: Option<oidc::OidcConfig>,
     /// Pushing users' files to the production registry.
     pub promotion: promotion::PromotionConfig,
+    /// Deleted accounts: how long their storage stays.
+    pub accounts: accounts::AccountsConfig,
     /// Who may read `/metrics` besides admins.
     pub metrics: MetricsConfig,
     /// How long sessions' per-minute readings are kept.
@@ -407,6 +410,7 @@ impl Default for Config {
             kube: KubeConfig::default(),
             oidc: None,
             promotion: promotion::PromotionConfig::default(),
+            accounts: accounts::AccountsConfig::default(),
             metrics: MetricsConfig::default(),
             history: HistoryConfig::default(),
             image_policy: ImagePolicyConfig::default(),

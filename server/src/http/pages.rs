@@ -80,7 +80,13 @@ impl app::api::Backend for PagesBackend {
     async fn dashboard(&self, viewer: &Viewer) -> Result<DashboardPage, AppError> {
         let dashboard = self.0.sessions.dashboard(viewer).await?;
         let promotions = self.promotions(viewer).await?;
-        Ok(app::dashboard_page(dashboard, promotions))
+        let mut page = app::dashboard_page(dashboard, promotions);
+        // What the launch form says its sessions mount.
+        page.datasets = match self.0.datasets.usable(viewer).await {
+            Ok(usable) => usable.into_iter().map(|d| d.name).collect(),
+            Err(_) => Vec::new(),
+        };
+        Ok(page)
     }
 
     async fn tokens_page(&self, request: &http::request::Parts) -> Result<TokensPage, AppError> {
@@ -389,5 +395,36 @@ impl app::api::Backend for PagesBackend {
         state: app::domain::images::ImageState,
     ) -> Result<ImageView, AppError> {
         self.0.images.set_image_state(viewer, id, state).await
+    }
+
+    async fn admin_datasets(
+        &self,
+        viewer: &Viewer,
+    ) -> Result<app::domain::datasets::AdminDatasets, AppError> {
+        Ok(app::domain::datasets::AdminDatasets {
+            datasets: self.0.datasets.admin_datasets(viewer).await?,
+            on_cluster: self.0.config().runtime == crate::config::RuntimeKind::Kube,
+        })
+    }
+
+    async fn add_dataset(
+        &self,
+        viewer: &Viewer,
+        dataset: app::domain::datasets::NewDataset,
+    ) -> Result<app::domain::datasets::DatasetView, AppError> {
+        self.0.datasets.add(viewer, &dataset).await
+    }
+
+    async fn change_dataset(
+        &self,
+        viewer: &Viewer,
+        id: &str,
+        change: app::domain::datasets::DatasetChange,
+    ) -> Result<app::domain::datasets::DatasetView, AppError> {
+        self.0.datasets.change(viewer, id, &change).await
+    }
+
+    async fn remove_dataset(&self, viewer: &Viewer, id: &str) -> Result<(), AppError> {
+        self.0.datasets.remove(viewer, id).await
     }
 }

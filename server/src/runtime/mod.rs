@@ -248,6 +248,13 @@ pub trait Runtime: Send + Sync + 'static {
             "this runtime does not pre-start editors".into(),
         ))
     }
+    /// Removes a departed user's storage for good (their account was deleted and its grace
+    /// period ran out; no editor of theirs runs): the workspace and whatever held it. Done
+    /// when it returns Ok; an error leaves it to be tried again.
+    async fn remove_workspace(&self, user_name: &str) -> Result<(), RuntimeError> {
+        let _ = user_name;
+        Ok(())
+    }
     /// The size of a user's workspace in MiB, where the runtime can measure it.
     async fn workspace_mib(&self, user_name: &str) -> Option<u64> {
         let _ = user_name;

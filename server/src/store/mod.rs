@@ -6,6 +6,7 @@
 
 mod admin;
 mod datasets;
+mod departed;
 mod guardrails;
 mod http_sessions;
 mod images;
@@ -19,6 +20,7 @@ use crate::util::{Clock, SystemClock};
 pub use crate::util::{new_id, now_ms};
 pub use admin::{BulkAdd, BulkGrant};
 pub use datasets::{DatasetRecord, DatasetWrite};
+pub use departed::Departed;
 pub use guardrails::{Dispatched, GpuSample, LaunchPlan, Launched, Placement, queue_message};
 pub use http_sessions::HttpSessionStore;
 pub use kube::{ReconcileLock, SlotMove};

@@ -160,6 +160,16 @@ fn endpoints() -> Vec<Endpoint> {
             json!({ "image": { "editor": "jupyterlab", "reference": "registry.example/lab:1", "label": "Lab" } }),
         ),
         server_fn::<SetImageState>(Json, json!({ "id": "{id}", "state": "retired" })),
+        server_fn::<AdminDatasets>(Form, json!({})),
+        server_fn::<AddDataset>(
+            Json,
+            json!({ "dataset": { "name": "fuzzed", "path": "/srv", "users": "everyone" } }),
+        ),
+        server_fn::<ChangeDataset>(
+            Json,
+            json!({ "id": "{id}", "change": { "users": ["fuzz"] } }),
+        ),
+        server_fn::<RemoveDataset>(Json, json!({ "id": "{id}" })),
         rest(Method::GET, "/health", json!(null)),
         rest(Method::GET, "/me", json!(null)),
         rest(

@@ -56,6 +56,7 @@ mod backups;
 mod cli;
 mod cluster;
 mod datasets;
+mod departed;
 mod editors;
 mod faults;
 mod fuzz;

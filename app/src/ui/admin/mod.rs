@@ -12,6 +12,7 @@
 //! shares; each tab has a file of its own, which imports these two and never another tab.
 
 mod audit;
+mod datasets;
 mod images;
 mod pool;
 #[cfg(feature = "ssr")]
@@ -38,6 +39,7 @@ enum Tab {
     Sessions,
     Pool,
     Images,
+    Datasets,
     Usage,
     Promotions,
     Audit,
@@ -45,11 +47,12 @@ enum Tab {
 }
 
 impl Tab {
-    const ALL: [Tab; 8] = [
+    const ALL: [Tab; 9] = [
         Tab::Users,
         Tab::Sessions,
         Tab::Pool,
         Tab::Images,
+        Tab::Datasets,
         Tab::Usage,
         Tab::Promotions,
         Tab::Audit,
@@ -61,6 +64,7 @@ impl Tab {
             Some("sessions") => Tab::Sessions,
             Some("pool") => Tab::Pool,
             Some("images") => Tab::Images,
+            Some("datasets") => Tab::Datasets,
             Some("usage") => Tab::Usage,
             Some("promotions") => Tab::Promotions,
             Some("audit") => Tab::Audit,
@@ -75,6 +79,7 @@ impl Tab {
             Tab::Sessions => "sessions",
             Tab::Pool => "pool",
             Tab::Images => "images",
+            Tab::Datasets => "datasets",
             Tab::Usage => "usage",
             Tab::Promotions => "promotions",
             Tab::Audit => "audit",
@@ -88,6 +93,7 @@ impl Tab {
             Tab::Sessions => "Sessions",
             Tab::Pool => "Pool",
             Tab::Images => "Images",
+            Tab::Datasets => "Datasets",
             Tab::Usage => "Usage and cost",
             Tab::Promotions => "Promotions",
             Tab::Audit => "Audit log",
@@ -290,6 +296,7 @@ fn AdminTabs(tab: Memo<Tab>, list: Memo<ListQuery>) -> impl IntoView {
                 Tab::Sessions => view! { <sessions::SessionsTab list /> }.into_any(),
                 Tab::Pool => view! { <pool::PoolTab /> }.into_any(),
                 Tab::Images => view! { <images::ImagesTab /> }.into_any(),
+                Tab::Datasets => view! { <datasets::DatasetsTab /> }.into_any(),
                 Tab::Usage => view! { <usage::UsageTab list /> }.into_any(),
                 Tab::Promotions => view! { <promotions::PromotionsTab list /> }.into_any(),
                 Tab::Audit => view! { <audit::AuditTab list /> }.into_any(),
