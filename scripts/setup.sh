@@ -59,6 +59,11 @@ if ! command -v bwrap >/dev/null || ! command -v pasta >/dev/null || ! command -
   apt_install bubblewrap passt socat nftables || echo "warning: no sandbox tools; editors will not be isolated (one user at most)"
 fi
 
+# --- Backups: Debian's restic (workspaces backed up, restored; `[backups]`, off by default) -------
+if ! command -v restic >/dev/null; then
+  apt_install restic || echo "warning: no restic; workspace backups will fail until it is installed"
+fi
+
 # --- Editors ----------------------------------------------------------------------------------
 if [ ! -x "$TOOLS/venv/bin/jupyter-lab" ] || [ ! -x "$TOOLS/venv/bin/marimo" ]; then
   say "installing JupyterLab and marimo into $TOOLS/venv"

@@ -692,3 +692,51 @@ impl ScanView {
         }
     }
 }
+
+/// One snapshot of a workspace, as its owner (or an admin) sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotView {
+    /// restic's full id; its first 8 digits name it too.
+    pub id: String,
+    pub short_id: String,
+    pub taken_at_ms: i64,
+}
+
+/// How a user's last workspace backup went (the admin pages, `/metrics`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupStatus {
+    pub user_id: String,
+    pub user_name: String,
+    /// None: never tried.
+    pub attempted_at_ms: Option<i64>,
+    pub ok: bool,
+    /// Why the last one failed; empty when it worked.
+    pub message: String,
+    pub succeeded_at_ms: Option<i64>,
+    /// The snapshot it made (its short id, as restic prints it).
+    pub snapshot_id: Option<String>,
+    pub files: Option<u64>,
+    pub bytes: Option<u64>,
+}
+
+/// A user's backups: whether they run and when, the last run, the snapshots (newest first).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupsView {
+    pub enabled: bool,
+    /// "daily at 02:30 UTC".
+    pub schedule: String,
+    /// "the newest of each of the last 7 days and 4 weeks".
+    pub kept: String,
+    pub last: Option<BackupStatus>,
+    pub snapshots: Vec<SnapshotView>,
+}
+
+/// What a restore made: the folder inside the workspace it went to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreDone {
+    pub snapshot_id: String,
+    /// `restored-2026-12-05-0830`, inside the workspace.
+    pub folder: String,
+    /// What was restored (relative to the workspace); None: all of it.
+    pub path: Option<String>,
+}

@@ -3,6 +3,7 @@
 //! Nested keys use `__` in the environment: `SANDBOX_CREDITS__INITIAL_GRANT=50`.
 
 pub mod accounts;
+pub mod backups;
 pub mod kube;
 pub mod local;
 pub mod network;
@@ -54,6 +55,8 @@ pub struct Config {
     pub oidc: Option<oidc::OidcConfig>,
     /// Pushing users' files to the production registry.
     pub promotion: promotion::PromotionConfig,
+    /// Workspaces backed up with restic (off by default).
+    pub backups: backups::BackupsConfig,
     /// Deleted accounts: how long their storage stays.
     pub accounts: accounts::AccountsConfig,
     /// Who may read `/metrics` besides admins.
@@ -410,6 +413,7 @@ impl Default for Config {
             kube: KubeConfig::default(),
             oidc: None,
             promotion: promotion::PromotionConfig::default(),
+            backups: backups::BackupsConfig::default(),
             accounts: accounts::AccountsConfig::default(),
             metrics: MetricsConfig::default(),
             history: HistoryConfig::default(),
@@ -763,6 +767,9 @@ impl Config {
         }
         if let Some((key, why)) = self.promotion.problem() {
             return bad(&format!("promotion.{key}"), why);
+        }
+        if let Some((key, why)) = self.backups.problem() {
+            return bad(&format!("backups.{key}"), why);
         }
         if let Some((key, why)) = self.local.problem() {
             return bad(&format!("local.{key}"), why);

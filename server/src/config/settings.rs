@@ -296,6 +296,7 @@ pub fn settings(
             vec![("Registry", "none: promotion is off".into())],
         )
     });
+    sections.push(super::backups::settings_section(config));
     sections
 }
 

@@ -16,6 +16,7 @@ pub mod kube;
 mod local;
 pub mod mig;
 pub mod procfs;
+pub mod restic;
 pub mod sandbox;
 pub mod workspace_file;
 

@@ -77,6 +77,14 @@ pub struct Metrics {
     credits_charged: FloatGauge,
     user_gpu_memory: Family<ByUser, Gauge>,
     user_gpu_utilization: Family<ByUser, FloatGauge>,
+    /// Per user whose workspace was ever backed up: the last good backup, and whether the last
+    /// one failed (`[backups]`, see `service::backups`).
+    backup_last_success: Family<ByUser, FloatGauge>,
+    backup_failed: Family<ByUser, Gauge>,
+    /// The same summed up, always there (alerts read them): workspaces whose last backup
+    /// failed, and the oldest of the last good backups (0: none).
+    backups_failed: Gauge,
+    backup_oldest_success: FloatGauge,
     /// One scrape at a time: each clears and refills the database's gauges.
     scraping: tokio::sync::Mutex<()>,
 }
@@ -188,6 +196,30 @@ impl Metrics {
             Unit::Other("cards".into()),
             user_gpu_utilization.clone(),
         );
+        let backup_last_success = Family::<ByUser, FloatGauge>::default();
+        registry.register(
+            "backup_last_success_timestamp_seconds",
+            "When each user's workspace was last backed up (Unix time), where backups are on",
+            backup_last_success.clone(),
+        );
+        let backup_failed = Family::<ByUser, Gauge>::default();
+        registry.register(
+            "backup_last_failed",
+            "1 where a user's last workspace backup failed, 0 where it worked",
+            backup_failed.clone(),
+        );
+        let backups_failed = Gauge::default();
+        registry.register(
+            "backups_failed",
+            "Workspaces whose last backup failed (0 where backups are off)",
+            backups_failed.clone(),
+        );
+        let backup_oldest_success = FloatGauge::default();
+        registry.register(
+            "backup_oldest_success_timestamp_seconds",
+            "The oldest among the workspaces' last good backups (Unix time; 0: none, or backups are off)",
+            backup_oldest_success.clone(),
+        );
         // Every series from the start, at zero: a rate over a series that appears late misses its
         // first events, and a dashboard shows "no data" rather than 0.
         for editor in EditorKind::ALL {
@@ -227,6 +259,10 @@ impl Metrics {
             credits_charged,
             user_gpu_memory,
             user_gpu_utilization,
+            backup_last_success,
+            backup_failed,
+            backups_failed,
+            backup_oldest_success,
             scraping: tokio::sync::Mutex::new(()),
         }
     }
@@ -296,6 +332,8 @@ pub(in crate::service) struct Snapshot {
     pub user_gpu_bytes: Vec<(String, i64)>,
     /// Per user, the cards' worth of GPU compute their sessions used (1.0 = one whole card).
     pub user_gpu_cards: Vec<(String, f64)>,
+    /// Users whose workspace was ever backed up, where backups are on.
+    pub backups: Vec<crate::store::BackupRecord>,
 }
 
 impl Core {
@@ -345,6 +383,26 @@ impl Core {
                 .get_or_create(&ByUser { user })
                 .set(cards);
         }
+        m.backup_last_success.clear();
+        m.backup_failed.clear();
+        let failed = snapshot.backups.iter().filter(|b| !b.ok).count() as i64;
+        let oldest = snapshot
+            .backups
+            .iter()
+            .map(|b| b.succeeded_at.unwrap_or(0))
+            .min();
+        for b in snapshot.backups {
+            let user = ByUser { user: b.user_name };
+            if let Some(at) = b.succeeded_at {
+                m.backup_last_success
+                    .get_or_create(&user)
+                    .set(at as f64 / 1000.0);
+            }
+            m.backup_failed.get_or_create(&user).set(i64::from(!b.ok));
+        }
+        m.backups_failed.set(failed);
+        m.backup_oldest_success
+            .set(oldest.map_or(0.0, |at| at as f64 / 1000.0));
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &m.registry)
             .map_err(|_| crate::store::StoreError::NotFound("metrics encoding"))?;
@@ -356,7 +414,12 @@ impl Core {
         let live = self.store.live_sessions().await?;
         let pool = self.store.admin_pool().await?;
         let charged = self.store.charged_total().await?;
-        Ok(snapshot(now, &live, &pool, charged))
+        let mut figures = snapshot(now, &live, &pool, charged);
+        if self.config.backups.enabled {
+            figures.backups = self.store.backup_records().await?;
+            figures.backups.retain(|b| b.attempted_at.is_some());
+        }
+        Ok(figures)
     }
 }
 
@@ -429,6 +492,7 @@ pub(in crate::service) fn snapshot(
         credits_charged: charged_milli as f64 / app::domain::credits::MILLI as f64,
         user_gpu_bytes: bytes.into_iter().collect(),
         user_gpu_cards: cards.into_iter().collect(),
+        backups: Vec::new(),
     }
 }
 

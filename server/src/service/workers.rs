@@ -20,7 +20,7 @@
 //! signal, so open progress streams show the end before they close. The listener then gives
 //! requests in flight 10 s to finish.
 
-use super::{Access, Guard, Promotions, Service};
+use super::{Access, Backups, Guard, Promotions, Service};
 use crate::config::RuntimeKind;
 use crate::store;
 use std::sync::{Arc, Mutex};
@@ -128,6 +128,7 @@ async fn background(service: Guard) {
             let pusher = Promotions(Arc::clone(&service));
             tokio::spawn(async move { pusher.resume_promotions().await });
         }
+        Backups(Arc::clone(&service)).tick();
         if swept.elapsed() >= Duration::from_secs(10) {
             swept = tokio::time::Instant::now();
             service.events.sweep();

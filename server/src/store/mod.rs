@@ -5,6 +5,7 @@
 //! on SQLite writers are serialized in-process, on PostgreSQL the user's row is locked.
 
 mod admin;
+mod backups;
 mod datasets;
 mod departed;
 mod guardrails;
@@ -19,6 +20,7 @@ mod write;
 use crate::util::{Clock, SystemClock};
 pub use crate::util::{new_id, now_ms};
 pub use admin::{BulkAdd, BulkGrant};
+pub use backups::{BackupOutcome, BackupRecord};
 pub use datasets::{DatasetRecord, DatasetWrite};
 pub use departed::Departed;
 pub use guardrails::{Dispatched, GpuSample, LaunchPlan, Launched, Placement, queue_message};

@@ -256,3 +256,508 @@ async fn one_export_at_a_time_per_user_and_the_slot_comes_back_when_the_client_l
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A server on the fake runtime with backups on, into a repository under `repo`.
+async fn backed_up_app(
+    workspaces: &Path,
+    repo: &Path,
+    adjust: impl FnOnce(&mut server::config::Config),
+) -> TestApp {
+    let repo = repo.to_path_buf();
+    app_on(workspaces, move |c| {
+        c.backups.enabled = true;
+        c.backups.repository = repo.display().to_string();
+        adjust(c);
+    })
+    .await
+}
+
+async fn post(
+    app: &TestApp,
+    path: &str,
+    token: &str,
+    body: Option<serde_json::Value>,
+) -> crate::common::Response {
+    app.call(http::Method::POST, path, Some(token), body).await
+}
+
+/// Backs up as the owner of `token`; the snapshot's id.
+async fn back_up(app: &TestApp, token: &str) -> String {
+    let done = post(app, "/api/v1/backups", token, None).await;
+    done.assert_status(StatusCode::CREATED);
+    let done = done.json();
+    assert_eq!(done["ok"], true, "{done}");
+    done["snapshot_id"].as_str().unwrap().to_string()
+}
+
+/// A tree without the restore folders: what the user had.
+fn own_files(ws: &Path) -> BTreeMap<String, String> {
+    tree(ws)
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("restored-"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_file_and_the_whole_workspace_come_back_beside_the_current_files() {
+    let (workspaces, repo) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let app = backed_up_app(workspaces.path(), &repo.path().join("r"), |_| {}).await;
+    let (_, token) = app.user("alice").await;
+    let (_, bob) = app.user("bob").await;
+    let ws = workspaces.path().join("alice");
+    fill_workspace(&ws);
+    let before = tree(&ws);
+
+    let listed = app.get("/api/v1/backups", Some(&token)).await.json();
+    assert_eq!(listed["enabled"], true);
+    assert_eq!(listed["snapshots"].as_array().unwrap().len(), 0);
+    let snapshot = back_up(&app, &token).await;
+    let listed = app.get("/api/v1/backups", Some(&token)).await.json();
+    let full = listed["snapshots"][0]["id"].as_str().unwrap().to_string();
+    assert!(full.starts_with(&snapshot), "{listed}");
+    assert_eq!(listed["last"]["ok"], true);
+    assert_eq!(
+        listed["kept"],
+        "the newest of each of the last 7 days and 4 weeks"
+    );
+
+    // The user changes a file, deletes one and makes one.
+    std::fs::write(ws.join("notes.txt"), "second words\n").unwrap();
+    std::fs::remove_file(ws.join("notebooks/a.ipynb")).unwrap();
+    std::fs::write(ws.join("new.txt"), "made after").unwrap();
+    let current = own_files(&ws);
+
+    let short = &snapshot[..8];
+    let one = post(
+        &app,
+        &format!("/api/v1/backups/{short}/restore"),
+        &token,
+        Some(serde_json::json!({ "path": "notebooks/a.ipynb" })),
+    )
+    .await;
+    one.assert_status(StatusCode::CREATED);
+    let folder = one.json()["folder"].as_str().unwrap().to_string();
+    assert!(folder.starts_with("restored-"), "{folder}");
+    assert_eq!(
+        std::fs::read(ws.join(&folder).join("notebooks/a.ipynb")).unwrap(),
+        br#"{"cells": []}"#
+    );
+    assert_eq!(
+        tree(&ws.join(&folder)).len(),
+        2,
+        "only the file (and its folder) came back"
+    );
+    assert_eq!(own_files(&ws), current, "no current file was written over");
+
+    let whole = post(
+        &app,
+        &format!("/api/v1/backups/{snapshot}/restore"),
+        &token,
+        None,
+    )
+    .await;
+    whole.assert_status(StatusCode::CREATED);
+    let whole_folder = whole.json()["folder"].as_str().unwrap().to_string();
+    assert_eq!(
+        whole_folder,
+        format!("{folder}-2"),
+        "a name in use is never reused"
+    );
+    assert_eq!(
+        tree(&ws.join(&whole_folder)),
+        before,
+        "the whole workspace, byte for byte"
+    );
+    assert_eq!(own_files(&ws), current, "no current file was written over");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("notes.txt")).unwrap(),
+        "second words\n"
+    );
+    assert!(
+        std::fs::read_dir(&ws).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with(".sandbox-restore")),
+        "no staging folder is left"
+    );
+
+    // Refusals, each a clear 400 or a 404 like a missing snapshot.
+    for (body, why) in [
+        (serde_json::json!({ "path": "../bob" }), "no `..`"),
+        (serde_json::json!({ "path": "/etc/passwd" }), "relative"),
+        (
+            serde_json::json!({ "path": "never-was.txt" }),
+            "not in that snapshot",
+        ),
+        (serde_json::json!({ "file": "x" }), "unknown field"),
+    ] {
+        let refused = post(
+            &app,
+            &format!("/api/v1/backups/{short}/restore"),
+            &token,
+            Some(body.clone()),
+        )
+        .await;
+        refused.assert_status(StatusCode::BAD_REQUEST);
+        let message = refused.json()["message"].as_str().unwrap().to_string();
+        assert!(message.contains(why), "{body}: {message}");
+    }
+    post(&app, "/api/v1/backups/not-hex!/restore", &token, None)
+        .await
+        .assert_status(StatusCode::BAD_REQUEST);
+    post(&app, "/api/v1/backups/deadbeef/restore", &token, None)
+        .await
+        .assert_status(StatusCode::NOT_FOUND);
+    // Bob cannot restore alice's snapshot, nor see it.
+    std::fs::create_dir_all(workspaces.path().join("bob")).unwrap();
+    post(
+        &app,
+        &format!("/api/v1/backups/{snapshot}/restore"),
+        &bob,
+        None,
+    )
+    .await
+    .assert_status(StatusCode::NOT_FOUND);
+    let his = app.get("/api/v1/backups", Some(&bob)).await.json();
+    assert_eq!(his["snapshots"].as_array().unwrap().len(), 0, "{his}");
+    assert!(
+        !workspaces
+            .path()
+            .join("bob")
+            .read_dir()
+            .unwrap()
+            .any(|_| true)
+    );
+
+    let audit = app.store.audit_log(20).await.unwrap();
+    let restores = audit
+        .iter()
+        .filter(|a| a.action == "backup.restore")
+        .count();
+    assert_eq!(restores, 2);
+    assert!(
+        audit
+            .iter()
+            .any(|a| a.action == "backup.run" && a.target == "user:alice")
+    );
+}
+
+#[tokio::test]
+async fn admins_back_up_and_restore_for_a_user_and_see_everyones_last_backup() {
+    let (workspaces, repo) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let app = backed_up_app(workspaces.path(), &repo.path().join("r"), |_| {}).await;
+    let (alice_id, alice) = app.user("alice").await;
+    let root = app.admin_token("root").await;
+    let ws = workspaces.path().join("alice");
+    fill_workspace(&ws);
+
+    let base = format!("/api/v1/admin/users/{alice_id}/backups");
+    post(&app, &base, &alice, None)
+        .await
+        .assert_status(StatusCode::FORBIDDEN);
+    let made = post(&app, &base, &root, None).await;
+    made.assert_status(StatusCode::CREATED);
+    let snapshot = made.json()["snapshot_id"].as_str().unwrap().to_string();
+    let listed = app.get(&base, Some(&root)).await.json();
+    assert!(
+        listed["snapshots"][0]["id"]
+            .as_str()
+            .unwrap()
+            .starts_with(&snapshot)
+    );
+    std::fs::remove_file(ws.join("notes.txt")).unwrap();
+    let restored = post(
+        &app,
+        &format!("{base}/{snapshot}/restore"),
+        &root,
+        Some(serde_json::json!({ "path": "notes.txt" })),
+    )
+    .await;
+    restored.assert_status(StatusCode::CREATED);
+    let folder = restored.json()["folder"].as_str().unwrap().to_string();
+    assert_eq!(
+        std::fs::read_to_string(ws.join(folder).join("notes.txt")).unwrap(),
+        "first words\n"
+    );
+    let everyone = app.get("/api/v1/admin/backups", Some(&root)).await.json();
+    let row = everyone
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["user_name"] == "alice")
+        .unwrap();
+    assert_eq!(row["ok"], true, "{everyone}");
+    assert!(row["succeeded_at_ms"].as_i64().is_some());
+    app.get("/api/v1/admin/backups", Some(&alice))
+        .await
+        .assert_status(StatusCode::FORBIDDEN);
+    let audit = app.store.audit_log(10).await.unwrap();
+    let restore = audit.iter().find(|a| a.action == "backup.restore").unwrap();
+    assert_eq!(restore.target, "user:alice");
+    assert!(restore.detail.contains("notes.txt"), "{}", restore.detail);
+}
+
+/// The bytes a folder's files take.
+fn bytes_under(dir: &Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let meta = entry.metadata().unwrap();
+        total += if meta.is_dir() {
+            bytes_under(&entry.path())
+        } else {
+            meta.len()
+        };
+    }
+    total
+}
+
+#[tokio::test]
+async fn retention_keeps_the_newest_of_each_day_as_configured_and_prunes_the_rest() {
+    let (workspaces, repo) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let repo_dir = repo.path().join("r");
+    let runtime = Arc::new(FakeRuntime {
+        workspaces: Some(workspaces.path().to_path_buf()),
+        ..FakeRuntime::plain()
+    });
+    let place = repo_dir.display().to_string();
+    let app = TestApp::start_clocked(Some(runtime), move |c| {
+        c.backups.enabled = true;
+        c.backups.repository = place;
+        c.backups.keep_daily = 2;
+        c.backups.keep_weekly = 0;
+    })
+    .await;
+    let (_, token) = app.user("alice").await;
+    let ws = workspaces.path().join("alice");
+    std::fs::create_dir_all(&ws).unwrap();
+    // Day one holds a large file the later days do not.
+    std::fs::write(ws.join("big.bin"), noise(3, 8 << 20)).unwrap();
+    let mut made = Vec::new();
+    for day in 0..4 {
+        std::fs::write(ws.join("day.txt"), format!("day {day}")).unwrap();
+        made.push(back_up(&app, &token).await);
+        if day == 0 {
+            std::fs::remove_file(ws.join("big.bin")).unwrap();
+        }
+        app.advance(Duration::from_secs(86_400));
+    }
+    let with_big = bytes_under(&repo_dir);
+    let listed = app.get("/api/v1/backups", Some(&token)).await.json();
+    let kept: Vec<&str> = listed["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["short_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kept,
+        vec![made[3].as_str(), made[2].as_str()],
+        "the two newest days, newest first"
+    );
+    assert!(
+        with_big < 4 << 20,
+        "the big file's data went with the last snapshot that held it: {with_big} bytes"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_or_damaged_repository_is_a_clear_error_and_loses_nothing() {
+    let (workspaces, repo) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let repo_dir = repo.path().join("r");
+    let app = backed_up_app(workspaces.path(), &repo_dir, |_| {}).await;
+    let (_, token) = app.user("alice").await;
+    let root = app.admin_token("root").await;
+    let ws = workspaces.path().join("alice");
+    fill_workspace(&ws);
+    let snapshot = back_up(&app, &token).await;
+    let before = tree(&ws);
+
+    // Missing: moved away. Never replaced by a new empty repository.
+    let aside = repo.path().join("aside");
+    std::fs::rename(&repo_dir, &aside).unwrap();
+    let failed = post(&app, "/api/v1/backups", &token, None).await;
+    failed.assert_status(StatusCode::SERVICE_UNAVAILABLE);
+    let message = failed.json()["message"].as_str().unwrap().to_string();
+    assert!(message.contains("repository is missing"), "{message}");
+    assert!(
+        message.contains("nothing of your workspace was changed"),
+        "{message}"
+    );
+    assert!(
+        !message.contains(&repo_dir.display().to_string()),
+        "no path shown: {message}"
+    );
+    assert!(
+        !repo_dir.exists(),
+        "no new repository was made in its place"
+    );
+    let restore = post(
+        &app,
+        &format!("/api/v1/backups/{snapshot}/restore"),
+        &token,
+        None,
+    )
+    .await;
+    restore.assert_status(StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        tree(&ws),
+        before,
+        "the workspace is untouched: no restored or staging folder"
+    );
+    let status = app.get("/api/v1/admin/backups", Some(&root)).await.json();
+    let alice = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["user_name"] == "alice")
+        .unwrap();
+    assert_eq!(alice["ok"], false, "{status}");
+    assert!(
+        alice["message"]
+            .as_str()
+            .unwrap()
+            .contains("no backup repository"),
+        "the admin reads why: {status}"
+    );
+    assert!(
+        alice["succeeded_at_ms"].as_i64().is_some(),
+        "the last good one is kept"
+    );
+    let metrics = app.get("/metrics", Some(&root)).await;
+    let text = String::from_utf8_lossy(&metrics.body);
+    assert!(
+        text.contains("sandbox_backup_last_failed{user=\"alice\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("sandbox_backup_last_success_timestamp_seconds{user=\"alice\"}"));
+    assert!(text.contains("sandbox_backups_failed 1"), "{text}");
+
+    // Damaged: its config overwritten.
+    std::fs::rename(&aside, &repo_dir).unwrap();
+    let config = repo_dir.join("config");
+    let good = std::fs::read(&config).unwrap();
+    std::fs::write(&config, noise(9, good.len())).unwrap();
+    let failed = post(&app, "/api/v1/backups", &token, None).await;
+    failed.assert_status(StatusCode::SERVICE_UNAVAILABLE);
+    let message = failed.json()["message"].as_str().unwrap().to_string();
+    assert!(message.contains("cannot be read"), "{message}");
+    assert_eq!(tree(&ws), before);
+
+    // Mended: the earlier snapshot is all there.
+    std::fs::write(&config, good).unwrap();
+    let restored = post(
+        &app,
+        &format!("/api/v1/backups/{snapshot}/restore"),
+        &token,
+        None,
+    )
+    .await;
+    restored.assert_status(StatusCode::CREATED);
+    let folder = restored.json()["folder"].as_str().unwrap().to_string();
+    assert_eq!(tree(&ws.join(folder)), before);
+    back_up(&app, &token).await;
+}
+
+#[tokio::test]
+async fn a_backup_during_a_live_session_leaves_it_answering() {
+    let (workspaces, repo) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let app = backed_up_app(workspaces.path(), &repo.path().join("r"), |_| {}).await;
+    let (_, token) = app.user("alice").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    let ws = workspaces.path().join("alice");
+    std::fs::create_dir_all(&ws).unwrap();
+    for i in 0..40 {
+        std::fs::write(ws.join(format!("part-{i}.bin")), noise(i, 1 << 20)).unwrap();
+    }
+    let backing_up = {
+        let (client_app, token) = (app.url("/api/v1/backups"), token.clone());
+        tokio::spawn(async move {
+            let client =
+                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .build_http();
+            let answer = client
+                .request(
+                    Request::post(client_app)
+                        .header("authorization", format!("Bearer {token}"))
+                        .body(Full::new(Bytes::new()))
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+            answer.status()
+        })
+    };
+    let mut answered = 0;
+    while !backing_up.is_finished() {
+        let status = app.get(&format!("/s/{id}/api/status"), Some(&token)).await;
+        status.assert_status(StatusCode::OK);
+        answered += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(backing_up.await.unwrap(), StatusCode::CREATED);
+    assert!(answered > 0);
+    let view = app
+        .get(&format!("/api/v1/sessions/{id}"), Some(&token))
+        .await
+        .json();
+    assert_eq!(view["state"], "ready", "the session goes on: {view}");
+}
+
+#[tokio::test]
+async fn the_schedule_backs_every_workspace_up_when_it_is_due() {
+    let (workspaces, repo) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let runtime = Arc::new(FakeRuntime {
+        workspaces: Some(workspaces.path().to_path_buf()),
+        ..FakeRuntime::plain()
+    });
+    let place = repo.path().join("r").display().to_string();
+    let app = TestApp::start_clocked(Some(runtime), move |c| {
+        c.backups.enabled = true;
+        c.backups.repository = place;
+        c.backups.schedule = "every 1h".into();
+        c.idle.reaper_period_ms = 50;
+    })
+    .await;
+    let (alice_id, token) = app.user("alice").await;
+    let (carol_id, _) = app.user("carol").await;
+    fill_workspace(&workspaces.path().join("alice"));
+    // Carol never launched: she has no workspace, and nothing is recorded for her.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        app.store
+            .backup_record(&alice_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .attempted_at
+            .is_none(),
+        "not due yet"
+    );
+    app.advance(Duration::from_secs(3600));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let record = app.store.backup_record(&alice_id).await.unwrap().unwrap();
+        if record.attempted_at.is_some() {
+            assert!(record.ok, "{record:?}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the scheduled pass ran"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let listed = app.get("/api/v1/backups", Some(&token)).await.json();
+    assert_eq!(listed["snapshots"].as_array().unwrap().len(), 1, "{listed}");
+    assert!(
+        app.store
+            .backup_record(&carol_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .attempted_at
+            .is_none()
+    );
+}

@@ -214,6 +214,22 @@ fn endpoints() -> Vec<Endpoint> {
         ),
         rest(Method::GET, "/promotions", json!(null)),
         rest(Method::GET, "/images", json!(null)),
+        rest(Method::GET, "/workspace/export", json!(null)),
+        rest(Method::GET, "/backups", json!(null)),
+        rest(Method::POST, "/backups", json!(null)),
+        rest(
+            Method::POST,
+            "/backups/{id}/restore",
+            json!({ "path": "a.ipynb" }),
+        ),
+        rest(Method::GET, "/admin/backups", json!(null)),
+        rest(Method::GET, "/admin/users/{user}/backups", json!(null)),
+        rest(Method::POST, "/admin/users/{user}/backups", json!(null)),
+        rest(
+            Method::POST,
+            "/admin/users/{user}/backups/{id}/restore",
+            json!({}),
+        ),
         rest(Method::GET, "/datasets", json!(null)),
         rest(Method::GET, "/admin/datasets", json!(null)),
         rest(

@@ -1,0 +1,190 @@
+//! `[backups]`: workspaces backed up with restic on a schedule (off by default).
+
+use app::domain::backups::{Retention, Schedule};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// `[backups]` in the configuration.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BackupsConfig {
+    /// Back workspaces up on the schedule (and let users back up and restore). Off by default.
+    pub enabled: bool,
+    /// A restic repository: a local folder (empty: `<data_dir>/backups`), or S3-compatible
+    /// storage as `s3:https://host/bucket/path`, with the server's `AWS_ACCESS_KEY_ID` and
+    /// `AWS_SECRET_ACCESS_KEY` in its environment.
+    pub repository: String,
+    /// The file holding the repository's password; empty: `<data_dir>/backup-password`,
+    /// made at the first backup. Without it the backups cannot be read: keep a copy elsewhere.
+    pub password_file: PathBuf,
+    /// When: `"02:30"` (daily, UTC) or `"every 6h"`.
+    pub schedule: String,
+    /// Snapshots kept: the newest of each of the last `keep_daily` days...
+    pub keep_daily: u32,
+    /// ...and of the last `keep_weekly` weeks.
+    pub keep_weekly: u32,
+}
+
+impl Default for BackupsConfig {
+    fn default() -> Self {
+        BackupsConfig {
+            enabled: false,
+            repository: String::new(),
+            password_file: PathBuf::new(),
+            schedule: "02:30".into(),
+            keep_daily: 7,
+            keep_weekly: 4,
+        }
+    }
+}
+
+impl BackupsConfig {
+    pub fn retention(&self) -> Retention {
+        Retention {
+            keep_daily: self.keep_daily,
+            keep_weekly: self.keep_weekly,
+        }
+    }
+
+    /// The schedule; one that does not parse was refused at start-up.
+    pub fn schedule(&self) -> Schedule {
+        Schedule::parse(&self.schedule).unwrap_or(Schedule::DailyAt { minute_of_day: 150 })
+    }
+
+    /// The repository, with the default folder under `data_dir`.
+    pub fn repository_in(&self, data_dir: &Path) -> String {
+        if self.repository.is_empty() {
+            data_dir.join("backups").display().to_string()
+        } else {
+            self.repository.clone()
+        }
+    }
+
+    /// The password file, with the default under `data_dir`.
+    pub fn password_file_in(&self, data_dir: &Path) -> PathBuf {
+        if self.password_file.as_os_str().is_empty() {
+            data_dir.join("backup-password")
+        } else {
+            self.password_file.clone()
+        }
+    }
+
+    /// The first key that is wrong, and why.
+    pub fn problem(&self) -> Option<(&'static str, String)> {
+        if let Err(why) = Schedule::parse(&self.schedule) {
+            return Some(("schedule", why));
+        }
+        if let Err(why) = self.retention().check() {
+            return Some(("keep_daily", why));
+        }
+        let repo = self.repository.as_str();
+        if let Some((scheme, _)) = repo.split_once(':')
+            && !repo.starts_with('/')
+            && scheme != "s3"
+        {
+            return Some((
+                "repository",
+                "must be a local folder (an absolute path) or s3:https://host/bucket/path".into(),
+            ));
+        }
+        if !repo.is_empty() && !repo.contains(':') && !repo.starts_with('/') {
+            return Some((
+                "repository",
+                "a local folder must be an absolute path".into(),
+            ));
+        }
+        None
+    }
+}
+
+/// Whether `program` is on the PATH (or in /usr/bin).
+fn installed(program: &str) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/bin")])
+        .any(|dir| dir.join(program).is_file())
+}
+
+/// The Settings page's "Backups" section: what is backed up, where, when and for how long, or
+/// a clear line that nothing is.
+pub fn settings_section(config: &super::Config) -> app::model::SettingsSection {
+    let b = &config.backups;
+    let entries: Vec<(&str, String)> = if !b.enabled {
+        vec![(
+            "Workspaces",
+            "not backed up: a deleted file is lost (turn on with [backups] enabled = true)".into(),
+        )]
+    } else {
+        vec![
+            (
+                "Workspaces",
+                "backed up with restic (encrypted, deduplicated)".into(),
+            ),
+            (
+                "Repository",
+                // An S3 URL names its bucket, never a key (those are in the environment).
+                b.repository_in(&config.data_dir),
+            ),
+            (
+                "Password file",
+                format!(
+                    "{} (keep a copy elsewhere: without it no backup can be read)",
+                    b.password_file_in(&config.data_dir).display()
+                ),
+            ),
+            ("When", b.schedule().words()),
+            ("Kept", b.retention().words()),
+            (
+                "restic",
+                if installed("restic") {
+                    "installed".into()
+                } else {
+                    "not installed: every backup fails (apt install restic)".into()
+                },
+            ),
+        ]
+    };
+    app::model::SettingsSection {
+        title: "Backups".into(),
+        entries: entries
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrong_keys_are_named() {
+        let with = |f: &dyn Fn(&mut BackupsConfig)| {
+            let mut c = BackupsConfig::default();
+            f(&mut c);
+            c.problem().map(|(k, _)| k)
+        };
+        assert_eq!(with(&|_| {}), None);
+        assert_eq!(with(&|c| c.schedule = "sometimes".into()), Some("schedule"));
+        assert_eq!(
+            with(&|c| {
+                c.keep_daily = 0;
+                c.keep_weekly = 0
+            }),
+            Some("keep_daily")
+        );
+        assert_eq!(
+            with(&|c| c.repository = "rel/path".into()),
+            Some("repository")
+        );
+        assert_eq!(
+            with(&|c| c.repository = "sftp:host:/x".into()),
+            Some("repository")
+        );
+        assert_eq!(
+            with(&|c| c.repository = "s3:https://s3.example/b".into()),
+            None
+        );
+        assert_eq!(with(&|c| c.repository = "/srv/backups".into()), None);
+    }
+}
