@@ -147,6 +147,21 @@ impl Disks {
         unmounted
     }
 
+    /// Takes a departed user's file system away: unmounted (its loop device goes with the
+    /// mount) and its image deleted. Nothing to do where the workspace never had one.
+    pub fn remove(&self, workspace: &Path) -> std::io::Result<()> {
+        let Ok(workspace) = std::fs::canonicalize(workspace) else {
+            return Ok(());
+        };
+        if super::sandbox::is_mount_point(&workspace) {
+            run(Command::new("umount").arg(&workspace))?;
+        }
+        match std::fs::remove_file(self.image_of(&workspace)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// The size of the workspace's file system, in MiB, where it has one.
     pub fn size_mib(&self, workspace: &Path) -> Option<u64> {
         std::fs::metadata(self.image_of(workspace))

@@ -1311,6 +1311,24 @@ impl Runtime for LocalRuntime {
         Some(self.workspace_of(user_name))
     }
 
+    async fn remove_workspace(&self, user_name: &str) -> Result<(), RuntimeError> {
+        let workspace = self.workspace_of(user_name);
+        let disks = self.sandbox().and_then(|s| s.disks.as_ref().ok()).cloned();
+        tokio::task::spawn_blocking(move || {
+            if let Some(disks) = disks {
+                disks.remove(&workspace)?;
+            }
+            // Not following links: a link in the workspace removes the link, not its target.
+            match std::fs::remove_dir_all(&workspace) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            }
+        })
+        .await
+        .map_err(|e| RuntimeError::Unavailable(format!("removing a workspace: {e}")))?
+        .map_err(RuntimeError::Io)
+    }
+
     async fn workspace_mib(&self, user_name: &str) -> Option<u64> {
         let workspace = self.workspace_of(user_name);
         tokio::task::spawn_blocking(move || directory_bytes(&workspace))

@@ -618,6 +618,7 @@ impl Guard {
         self.finish_overdue(&live, now).await;
         self.dispatch_queue().await;
         self.check_warm_pool().await;
+        self.purge_departed().await;
     }
 
     /// Dispatches the queue whenever a stop here frees a slot (the reaper's pass also does, for
@@ -794,6 +795,11 @@ impl Guard {
         };
         let mut starts = Vec::new();
         for user in candidates {
+            // Their launch starts its own editor with the datasets it decides: one pre-started
+            // now would never be taken.
+            if self.has_datasets(&user.user_id).await {
+                continue;
+            }
             match self
                 .store
                 .add_warm(user.editor, user.slice_mib, Some(&user.user_id))

@@ -6,6 +6,7 @@ pub mod accounts;
 pub mod admin;
 pub mod backups;
 pub mod datasets;
+mod departed;
 pub mod events;
 pub mod guard;
 pub mod images;

@@ -677,6 +677,46 @@ async fn editor_grants_are_per_admin_and_expire(store: Store) {
     assert_eq!(store.take_entry_ticket("never").await.unwrap(), None);
 }
 
+async fn a_deleted_account_is_kept_undeleted_or_purged_once(store: Store) {
+    let root = store
+        .create_user("root", Some("hash"), Role::Admin, 0, None)
+        .await
+        .unwrap();
+    let bob = user(&store, "bob", 0).await;
+    let _ann = user(&store, "ann", 0).await;
+    assert_eq!(store.departed_users(now_ms()).await.unwrap(), Vec::new());
+    store.delete_user(&bob.id, Some(&root.id)).await.unwrap();
+    let listed = store.departed_users(now_ms() + 1).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (listed[0].id.as_str(), listed[0].name.as_str()),
+        (bob.id.as_str(), "bob")
+    );
+    // Not yet due before it was deleted.
+    let before = listed[0].deleted_at - 1;
+    assert!(store.departed_users(before).await.unwrap().is_empty());
+
+    store.undelete_user(&bob.id, &root.id).await.unwrap();
+    let back = store.user_by_id(&bob.id).await.unwrap().unwrap();
+    assert!(!back.deleted && !back.locked);
+    assert!(matches!(
+        store.undelete_user(&bob.id, &root.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+
+    store.delete_user(&bob.id, Some(&root.id)).await.unwrap();
+    store.mark_purged(&bob.id, "storage removed").await.unwrap();
+    store.mark_purged(&bob.id, "again").await.unwrap();
+    assert!(store.departed_users(now_ms() + 1).await.unwrap().is_empty());
+    assert!(matches!(
+        store.undelete_user(&bob.id, &root.id).await,
+        Err(StoreError::Conflict)
+    ));
+    let audit = store.audit_log(20).await.unwrap();
+    let count = |action: &str| audit.iter().filter(|e| e.action == action).count();
+    assert_eq!((count("user.undelete"), count("user.purge")), (1, 1));
+}
+
 async fn images_are_added_once_retired_and_remembered_by_sessions(store: Store) {
     use app::domain::images::ImageState;
     let root = store
@@ -872,6 +912,7 @@ async fn a_sessions_row_carries_its_holds_charges_and_ready_time(store: Store) {
 }
 
 on_both_fns! {
+    a_deleted_account_is_kept_undeleted_or_purged_once => a_deleted_account_is_kept_undeleted_or_purged_once_sqlite, a_deleted_account_is_kept_undeleted_or_purged_once_postgres;
     a_csv_file_is_written_whole_or_not_at_all => a_csv_file_is_written_whole_or_not_at_all_sqlite, a_csv_file_is_written_whole_or_not_at_all_postgres;
     a_sessions_row_carries_its_holds_charges_and_ready_time => a_sessions_row_carries_its_holds_charges_and_ready_time_sqlite, a_sessions_row_carries_its_holds_charges_and_ready_time_postgres;
     an_ask_for_credits_is_open_until_a_grant_or_a_close => an_ask_for_credits_is_open_until_a_grant_or_a_close_sqlite, an_ask_for_credits_is_open_until_a_grant_or_a_close_postgres;

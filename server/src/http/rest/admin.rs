@@ -23,6 +23,7 @@ pub(super) fn admin_router() -> Router<AppState> {
             axum::routing::patch(admin_change_user).delete(admin_delete_user),
         )
         .route("/users/{id}/password", post(admin_reset_password))
+        .route("/users/{id}/undelete", post(admin_undelete_user))
         .route("/users/{id}/credits", post(admin_grant))
         .route(
             "/users/{id}/credit-request",
@@ -162,6 +163,16 @@ pub(super) async fn admin_delete_user(
     PathId(id): PathId,
 ) -> ApiResult<StatusCode> {
     state.service.admin.admin_delete_user(&viewer, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Brings a deleted account back while its storage is still kept.
+pub(super) async fn admin_undelete_user(
+    State(state): State<AppState>,
+    ApiUser(viewer): ApiUser,
+    PathId(id): PathId,
+) -> ApiResult<StatusCode> {
+    state.service.admin.admin_undelete_user(&viewer, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

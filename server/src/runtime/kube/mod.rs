@@ -642,6 +642,19 @@ impl KubeRuntime {
 
 #[async_trait::async_trait]
 impl Runtime for KubeRuntime {
+    /// The user's namespace goes, and with it their workspace's claim (its volume, as the
+    /// storage class's reclaim policy says) and everything else of theirs. The chart's
+    /// admission policy lets the server delete only namespaces it made.
+    async fn remove_workspace(&self, user_name: &str) -> Result<(), RuntimeError> {
+        let namespace = names::namespace_of(&self.config.namespace_prefix, user_name);
+        let api = Api::<Namespace>::all(self.client.clone());
+        match api.delete(&namespace, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(e) => Err(RuntimeError::from(KubeError::from_kube("namespace", e))),
+        }
+    }
+
     async fn copy_workspace_file(
         &self,
         file: &super::workspace_file::WorkspaceFile<'_>,
