@@ -28,6 +28,10 @@ const SERVER: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "reclaim",
+        &["config", "runtime", "service", "store", "util"],
+    ),
+    (
         "boot",
         &[
             "config", "http", "identity", "net", "registry", "runtime", "service", "store", "util",

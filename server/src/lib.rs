@@ -14,6 +14,8 @@
 //! - [`service`]: the application layer, the rules of who may do what; both doors call it.
 //! - [`http`]: the doors: pages and server functions, the REST API, sign-in, the proxy, and the
 //!   listener.
+//! - [`reclaim`]: a month of people replayed through the service under each idle policy (a
+//!   benchmark's and its tests' library).
 //! - [`boot`] builds a service from a configuration; [`cli`] is the command line.
 //!
 //! [`run`] serves on a listener until a shutdown signal, so tests bind `127.0.0.1:0`.
@@ -24,6 +26,7 @@ pub mod config;
 pub mod http;
 pub mod identity;
 pub mod net;
+pub mod reclaim;
 pub mod registry;
 pub mod runtime;
 pub mod service;

@@ -37,6 +37,8 @@
 //!   refusals.
 //! - `promotion`: against Debian's `docker-registry` on loopback: refusals, approval, the artifact
 //!   read back byte for byte, a failed push retried.
+//! - `reclaim`: the reclaim simulator kept honest: a running job is never reclaimed by ours, a
+//!   person who leaves is reclaimed within a timeout and a pass, the month's ledger balances.
 //! - `restart`: a server process killed, stopped and started again with the sandbox on: the same
 //!   kernels answer, credits untouched, an ended session swept, nothing left at a full stop.
 //! - `router`: the HTTP surface in-process through the per-connection `Front` (`oneshot`): errors,
@@ -67,6 +69,7 @@ mod network_edge;
 mod observe;
 mod oidc;
 mod promotion;
+mod reclaim;
 mod replicas;
 mod restart;
 mod router;

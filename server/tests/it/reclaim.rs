@@ -1,0 +1,103 @@
+//! The reclaim simulator kept honest (`server::reclaim`): short spans of the persona file's
+//! people, replayed through the real service and store on SQLite, on a hand-moved clock.
+
+use server::reclaim::run::{self, Ended};
+use server::reclaim::trace::Kind;
+use server::reclaim::{Personas, Policy};
+
+/// The repository's people of `kinds` only, `count` of each, coming every day for `days` days.
+fn only(kinds: &[Kind], count: u32, days: u32) -> Personas {
+    let mut personas = Personas::repo_default();
+    personas.days = days;
+    personas.persona.retain(|p| kinds.contains(&p.kind));
+    for p in &mut personas.persona {
+        p.count = count;
+        p.chance = 1.0;
+    }
+    personas
+}
+
+async fn month(personas: &Personas, policy: Policy) -> run::Outcome {
+    let url = run::fresh_database("sqlite").await.expect("a database");
+    run::simulate(personas, &personas.trace(), policy, &url, |_| {})
+        .await
+        .expect("the simulation")
+}
+
+#[tokio::test]
+async fn a_persona_whose_job_runs_is_never_reclaimed_by_our_policy() {
+    let personas = only(&[Kind::FineTune], 2, 2);
+    let ours = month(&personas, Policy::Ours).await;
+    let unattended: u32 = ours
+        .sessions
+        .iter()
+        .map(|s| s.allocated_min - s.idle_min)
+        .sum();
+    assert!(unattended > 120, "the jobs ran: {unattended} min");
+    assert!(ours.wrongful.is_empty(), "{:#?}", ours.wrongful);
+    // Once each job is done, nothing is left running: the session goes as idle.
+    assert!(
+        ours.sessions
+            .iter()
+            .all(|s| s.how == Some(Ended::Reclaimed)),
+        "{:#?}",
+        ours.sessions
+    );
+    // The same trace under a rule that sees no job without a browser or kernel.
+    let culler = month(&personas, Policy::JupyterHub).await;
+    assert!(
+        !culler.wrongful.is_empty(),
+        "the simulator must see the culler end running jobs"
+    );
+}
+
+#[tokio::test]
+async fn a_persona_that_leaves_is_reclaimed_within_one_timeout_plus_one_period() {
+    let personas = only(
+        &[Kind::LaptopClosed, Kind::OvernightTab, Kind::MemoryHolder],
+        1,
+        2,
+    );
+    let config = run::config_for(&personas, Policy::Ours, |_| {});
+    let timeout_min = (config.idle.timeout_seconds / 60) as u32;
+    // The simulator's reaper passes once a minute.
+    let period_min = 1;
+    let ours = month(&personas, Policy::Ours).await;
+    let left: Vec<_> = ours
+        .sessions
+        .iter()
+        .filter(|s| s.how != Some(Ended::Person))
+        .collect();
+    assert!(left.len() >= 4, "{:#?}", ours.sessions);
+    for s in left {
+        let ended = s.ended.expect("ended");
+        assert!(
+            ended - s.last_signal <= timeout_min + period_min,
+            "{} left at minute {} and was reclaimed at {}",
+            s.user,
+            s.last_signal,
+            ended
+        );
+        assert_eq!(s.how, Some(Ended::Reclaimed), "{s:?}");
+    }
+    assert!(ours.wrongful.is_empty(), "{:#?}", ours.wrongful);
+}
+
+#[tokio::test]
+async fn the_simulated_ledger_balances_to_the_credit() {
+    let personas = only(&[Kind::Extender, Kind::Crowd, Kind::OvernightTab], 3, 1);
+    for policy in [Policy::Ours, Policy::Coder] {
+        let outcome = month(&personas, policy).await;
+        assert!(outcome.charged_milli > 0);
+        assert!(
+            outcome.sessions.iter().all(|s| s.ended.is_some()),
+            "every session ended"
+        );
+        assert!(
+            outcome.ledger_balances(),
+            "{}: the ledger against the simulator's minutes: {:?}",
+            policy.name(),
+            outcome.balances
+        );
+    }
+}
