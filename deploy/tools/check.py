@@ -65,8 +65,6 @@ def rbac(role: dict) -> list[str]:
             problems.append(f"{where(role)}: rule beyond the runtime's needs: {rule}")
         if groups - {"", "networking.k8s.io"}:
             problems.append(f"{where(role)}: API groups {sorted(groups)}")
-        if "namespaces" in res and "delete" in verbs:
-            problems.append(f"{where(role)}: may delete namespaces")
         if "secrets" in res and verbs & {"get", "list", "watch"} and role.get("kind") == "ClusterRole":
             problems.append(f"{where(role)}: reads Secrets (every Secret of the cluster, once bound cluster-wide)")
     return problems
@@ -318,6 +316,9 @@ def admission_cases(policies: list[dict], prefix: str) -> list[str]:
         ("a user namespace applied again", "namespaces", "UPDATE", user_ns, user_ns, None, True),
         ("a pod in a user namespace", "pods", "CREATE", obj, None, user_ns, True),
         ("a token Secret deleted in a user namespace", "secrets", "DELETE", None, obj, user_ns, True),
+        ("a departed user's namespace deleted", "namespaces", "DELETE", None, user_ns, None, True),
+        ("kube-system deleted", "namespaces", "DELETE", None, foreign_ns, None, False),
+        ("a namespace with our prefix made by someone else, deleted", "namespaces", "DELETE", None, lookalike, None, False),
         ("kube-system labelled as ours", "namespaces", "CREATE", {"metadata": {"name": "kube-system", "labels": ours}}, None, None, False),
         ("a namespace with our prefix made by someone else, taken over", "namespaces", "UPDATE",
          {"metadata": {"name": f"{prefix}team", "labels": ours}}, lookalike, None, False),

@@ -175,6 +175,56 @@ async fn a_launch_writes_every_object_through_the_charts_rbac_and_the_schema() {
     assert_eq!(quota["metadata"]["managedFields"][0]["operation"], "Apply");
 }
 
+/// A departed user's storage on a cluster is their namespace: deleting it (the chart grants
+/// it) takes their volume claim and everything else of theirs; without the grant it is refused
+/// in the API server's words, and the storage stays to be tried again.
+#[tokio::test]
+async fn a_departed_users_namespace_and_volume_claim_go_with_the_chart_s_grant() {
+    let namespace =
+        server::runtime::kube::names::namespace_of(&kube_config().namespace_prefix, "carol");
+    let without_delete = chart_with(|rules| {
+        for rule in rules.iter_mut() {
+            if rule["resources"] == json!(["namespaces"])
+                && let Some(verbs) = rule["verbs"].as_array_mut()
+            {
+                verbs.retain(|v| v != "delete");
+            }
+        }
+    });
+    for (rbac, granted) in [(without_delete, false), (chart().clone(), true)] {
+        let cluster = start_cluster(rbac).await;
+        let runtime = KubeRuntime::new(client(&cluster, SERVER_TOKEN).await, kube_config())
+            .with_timing(quick());
+        let _ = runtime.start(&launch("carol", "s9")).await;
+        let kinds = |cluster: &SimCluster| -> Vec<String> {
+            objects_in(cluster, &namespace)
+                .into_iter()
+                .map(|(r, _)| r)
+                .collect()
+        };
+        assert!(kinds(&cluster).contains(&"persistentvolumeclaims".to_string()));
+        let removed = runtime.remove_workspace("carol").await;
+        if granted {
+            removed.expect("the namespace is deleted");
+            let mut left = kinds(&cluster);
+            for _ in 0..100 {
+                if left.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                left = kinds(&cluster);
+            }
+            assert!(left.is_empty(), "nothing of carol's stays: {left:?}");
+            // Gone already: a second try is done, not an error.
+            runtime.remove_workspace("carol").await.unwrap();
+        } else {
+            let said = removed.expect_err("refused").to_string();
+            assert!(said.contains("not allowed"), "{said}");
+            assert!(kinds(&cluster).contains(&"persistentvolumeclaims".to_string()));
+        }
+    }
+}
+
 /// A verb the chart forgot fails the launch as it would on a cluster: with the API server's
 /// refusal, said as a missing permission, not a hang.
 #[tokio::test]
