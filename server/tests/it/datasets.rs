@@ -381,3 +381,51 @@ async fn a_dataset_added_while_a_session_runs_appears_in_the_next_and_a_missing_
         .unwrap();
     assert_eq!(gone["missing"], true, "the admin page says so too");
 }
+
+/// A pre-started editor's sandbox was made before anyone took it, without datasets: a user with
+/// datasets gets an editor started for them, with their datasets, and the warm one stays.
+#[tokio::test]
+async fn a_user_with_datasets_is_not_given_a_pre_started_editor_without_them() {
+    let app = TestApp::start_with(None, |c| {
+        c.pool.warm = vec![server::config::WarmTarget {
+            editor: "jupyterlab".into(),
+            slice_mib: 8192,
+            count: 1,
+        }];
+    })
+    .await;
+    let warm = tokio::time::timeout(std::time::Duration::from_secs(120), async {
+        loop {
+            let warm = app.store.warm_editors().await.unwrap();
+            if warm.iter().any(|w| w.ready) {
+                return warm;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("a warm editor within two minutes");
+    let root = app.admin_token("root").await;
+    let (_, alice) = app.user("alice").await;
+    let (_host, folders) = host_folder(&["shared"]);
+    add(
+        &app,
+        &root,
+        json!({"name": "shared", "path": folders[0].to_string_lossy(), "users": ["alice"]}),
+    )
+    .await
+    .assert_status(StatusCode::CREATED);
+    let session = app.launch_ready(&alice, "jupyterlab").await;
+    assert!(
+        !warm.iter().any(|w| w.id == session),
+        "the pre-started editor was not handed over"
+    );
+    let read = run_python(
+        &app,
+        &alice,
+        &session,
+        "import os\nprint(open(os.path.expanduser('~/datasets/shared/data.txt')).read())",
+    )
+    .await;
+    assert_eq!(read.trim(), "rows of shared");
+}
