@@ -506,6 +506,31 @@ impl Backups {
         }
     }
 
+    /// A departed user's last backup, before their storage is removed: nothing to do where
+    /// backups are off or the workspace is gone; an error keeps the storage for another try.
+    pub(in crate::service) async fn last_backup(
+        &self,
+        user_id: &str,
+        user_name: &str,
+    ) -> Result<(), String> {
+        if !self.config.backups.enabled {
+            return Ok(());
+        }
+        let owner = Owner {
+            id: user_id.to_string(),
+            name: user_name.to_string(),
+        };
+        let repo = self.repository().map_err(|e| e.to_string())?;
+        let workspace = match self.workspace_of(&owner) {
+            Ok(workspace) if workspace.is_dir() => workspace,
+            _ => return Ok(()),
+        };
+        let _slot = self.take_run_slot(&owner).map_err(|e| e.to_string())?;
+        self.back_up(&repo, &owner, workspace)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
     /// Every workspace backed up, one after another (the schedule's pass).
     pub async fn back_up_everyone(&self) {
         let Ok(repo) = self.repository() else {

@@ -1,6 +1,7 @@
 //! Departed users: an account an admin deleted keeps its storage for
 //! `accounts.purge_deleted_after_days` (30 by default), while [`Admin::admin_undelete_user`]
-//! may bring it back; then the reaper's pass ([`Guard::purge_departed`]) removes its storage
+//! may bring it back; then the reaper's pass ([`Guard::purge_departed`]) backs its workspace up
+//! a last time where backups are on, and removes its storage
 //! through the runtime (the workspace folder and its file system, which frees its editor
 //! account; on a cluster the user's namespace with its volume claim) and marks it removed, after
 //! which it cannot come back. Audited as `user.undelete` and `user.purge`.
@@ -47,7 +48,12 @@ impl Guard {
                 return;
             }
         };
+        let backups = super::Backups(self.0.clone());
         for user in departed {
+            if let Err(why) = backups.last_backup(&user.id, &user.name).await {
+                tracing::warn!(user = %user.id, error = %why, "the last backup of a deleted account failed; its storage stays");
+                continue;
+            }
             if let Err(e) = self.runtime.remove_workspace(&user.name).await {
                 tracing::warn!(user = %user.id, error = %e, "removing a deleted account's storage");
                 continue;

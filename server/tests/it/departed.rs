@@ -1,6 +1,7 @@
 //! Departed users: a deleted account keeps its workspace through the grace period, an admin may
-//! undo the deletion meanwhile, and then the reaper removes its storage (as root, its own file
-//! system too: unmounted, image deleted), after which the account cannot come back.
+//! undo the deletion meanwhile, and then the reaper backs it up a last time and removes its
+//! storage (as root, its own file system too: unmounted, image deleted), after which the account
+//! cannot come back.
 
 use crate::common::TestApp;
 use http::{Method, StatusCode};
@@ -12,6 +13,8 @@ const DAY: Duration = Duration::from_secs(24 * 3600);
 async fn a_deleted_accounts_workspace_stays_through_its_grace_period_then_goes() {
     let app = TestApp::start_clocked(None, |config| {
         config.accounts.purge_deleted_after_days = 30;
+        // Backed up a last time before it goes (restic, into the data dir's repository).
+        config.backups.enabled = true;
     })
     .await;
     let root = app.admin_token("root").await;
@@ -61,6 +64,13 @@ async fn a_deleted_accounts_workspace_stays_through_its_grace_period_then_goes()
     app.advance(30 * DAY + Duration::from_secs(60));
     app.service.guard.reap().await;
     assert!(!workspace.exists(), "the workspace is removed");
+    let last = app
+        .store
+        .backup_record(&bob_id)
+        .await
+        .unwrap()
+        .expect("a last backup");
+    assert!(last.ok && last.files == Some(1), "{last:?}");
     assert!(!data.join("disks/bob.ext4").exists(), "and its file system");
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
     assert!(
