@@ -82,4 +82,4 @@ pub use domain::paths::is_local_path;
 pub use ui::hydration::hydration_done;
 pub use ui::{App, shell};
 #[cfg(feature = "ssr")]
-pub use ui::{admin_pool_page, dashboard_page};
+pub use ui::{admin_pool_page, backups_drawn, dashboard_page};

@@ -338,6 +338,10 @@ pub struct DashboardDrawn {
     /// The user's promotions and how files get pushed; empty where the server has no registry.
     #[serde(default)]
     pub promotions: String,
+    /// The workspace's download and backups (`ui::backups`); empty where workspaces are not
+    /// on this server.
+    #[serde(default)]
+    pub backups: String,
 }
 
 /// An API token as its owner may see it: never its secret, which only its hash stands for.

@@ -128,6 +128,7 @@ pub fn dashboard_page(data: Dashboard, promotions: crate::model::Promotions) -> 
             pool,
             promotions,
             recent,
+            backups: String::new(),
         },
     }
 }
@@ -317,6 +318,12 @@ fn DashboardView(data: DashboardPage) -> impl IntoView {
                         </button>
                     </h2>
                     <div inner_html=move || drawn.with(|d| d.promotions.clone())></div>
+                </section>
+            </Show>
+            <Show when=move || drawn.with(|d| !d.backups.is_empty())>
+                <section class="card backups" id="workspace" aria-labelledby="workspace-title">
+                    <h2 id="workspace-title">"Your workspace"</h2>
+                    <div inner_html=move || drawn.with(|d| d.backups.clone())></div>
                 </section>
             </Show>
             <section

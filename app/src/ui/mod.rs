@@ -2,6 +2,7 @@
 
 mod account;
 mod admin;
+mod backups;
 mod charts;
 mod chips;
 mod copy;
@@ -22,6 +23,8 @@ mod tokens;
 use crate::error::AppError;
 #[cfg(feature = "ssr")]
 pub use admin::admin_pool_page;
+#[cfg(feature = "ssr")]
+pub use backups::backups_drawn;
 #[cfg(feature = "ssr")]
 pub use dashboard::dashboard_page;
 use leptos::prelude::*;

@@ -81,6 +81,9 @@ impl app::api::Backend for PagesBackend {
         let dashboard = self.0.sessions.dashboard(viewer).await?;
         let promotions = self.promotions(viewer).await?;
         let mut page = app::dashboard_page(dashboard, promotions);
+        if let Some(backups) = self.0.backups.workspace_card(viewer).await {
+            page.drawn.backups = app::backups_drawn(backups);
+        }
         // What the launch form says its sessions mount.
         page.datasets = match self.0.datasets.usable(viewer).await {
             Ok(usable) => usable.into_iter().map(|d| d.name).collect(),

@@ -348,7 +348,10 @@ impl Admin {
                     Some(gaps) => format!("{isolation}. {gaps}"),
                     None => isolation,
                 }),
-        ))
+        )
+        .into_iter()
+        .chain(super::backups::last_runs_section(self))
+        .collect())
     }
 
     /// Changes a user's role or lock. An admin cannot demote or lock themselves, so that some

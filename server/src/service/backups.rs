@@ -49,6 +49,9 @@ pub struct BackupState {
     next_pass: Mutex<Option<i64>>,
     /// A scheduled pass is under way.
     passing: Arc<std::sync::atomic::AtomicBool>,
+    /// Each user's last run as recorded, read at the first tick and kept as runs end: what
+    /// the admins' Settings page shows without a query of its own.
+    last_runs: Mutex<std::collections::BTreeMap<String, BackupStatus>>,
 }
 
 /// A user's run slot, given back when the run ends.
@@ -145,6 +148,13 @@ impl Backups {
 }
 
 impl Backups {
+    /// The dashboard's workspace card: the caller's backups, or why they could not be read;
+    /// None where workspaces are not on this server (nothing to download or back up here).
+    pub async fn workspace_card(&self, viewer: &Viewer) -> Option<Result<BackupsView, String>> {
+        self.runtime.workspace_dir(&viewer.name)?;
+        Some(self.backups(viewer).await.map_err(|e| e.to_string()))
+    }
+
     /// The caller's snapshots and last backup.
     pub async fn backups(&self, viewer: &Viewer) -> Result<BackupsView, AppError> {
         viewer.scopes.require(Scope::Read)?;
@@ -399,6 +409,9 @@ impl Backups {
         if let Err(e) = self.store.record_backup(&owner.id, at, recorded).await {
             tracing::error!(error = %e, user = %owner.name, "recording a backup");
         }
+        if let Ok(Some(record)) = self.store.backup_record(&owner.id).await {
+            self.remember(status_of(record));
+        }
         let done = ran?;
         tracing::info!(user = %owner.name, snapshot = %done.snapshot_id, files = done.files, bytes = done.bytes, added = done.bytes_added, "workspace backed up");
         let _alone = self.backup.repository.write().await;
@@ -573,7 +586,17 @@ impl Backups {
         let schedule = backups.schedule();
         let mut next = self.backup.next_pass.lock().expect("next pass");
         match *next {
-            None => *next = Some(schedule.next_after(now)),
+            None => {
+                *next = Some(schedule.next_after(now));
+                let area = self.clone();
+                self.spawn(async move {
+                    if let Ok(records) = area.store.backup_records().await {
+                        for record in records.into_iter().filter(|r| r.attempted_at.is_some()) {
+                            area.remember(status_of(record));
+                        }
+                    }
+                });
+            }
             Some(at) if now >= at => {
                 *next = Some(schedule.next_after(now));
                 let passing = self.backup.passing.clone();
@@ -588,6 +611,61 @@ impl Backups {
             Some(_) => {}
         }
     }
+}
+
+impl Backups {
+    fn remember(&self, status: BackupStatus) {
+        self.backup
+            .last_runs
+            .lock()
+            .expect("last runs")
+            .insert(status.user_name.clone(), status);
+    }
+}
+
+/// The admins' Settings page's "Last backups": each user's last run, failures first; none
+/// where backups are off.
+pub(in crate::service) fn last_runs_section(
+    core: &super::Core,
+) -> Option<app::model::SettingsSection> {
+    if !core.config.backups.enabled {
+        return None;
+    }
+    let runs = core.backup.last_runs.lock().expect("last runs");
+    let mut entries: Vec<(bool, String, String)> = runs
+        .values()
+        .map(|r| {
+            let at = |ms: Option<i64>| {
+                ms.map_or("never".into(), |ms| {
+                    format!("{} UTC", app::domain::dates::minute(ms))
+                })
+            };
+            let words = if r.ok {
+                format!(
+                    "backed up {} ({} files, {})",
+                    at(r.attempted_at_ms),
+                    r.files.unwrap_or(0),
+                    app::domain::pool::format_mib(r.bytes.unwrap_or(0) / (1024 * 1024))
+                )
+            } else {
+                format!(
+                    "FAILED {}: {}; last good backup {}",
+                    at(r.attempted_at_ms),
+                    r.message,
+                    at(r.succeeded_at_ms)
+                )
+            };
+            (r.ok, r.user_name.clone(), words)
+        })
+        .collect();
+    entries.sort();
+    if entries.is_empty() {
+        entries.push((true, "Workspaces".into(), "none backed up yet".into()));
+    }
+    Some(app::model::SettingsSection {
+        title: "Last backups".into(),
+        entries: entries.into_iter().map(|(_, k, v)| (k, v)).collect(),
+    })
 }
 
 /// The record as the doors show it.

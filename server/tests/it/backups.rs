@@ -492,6 +492,23 @@ async fn admins_back_up_and_restore_for_a_user_and_see_everyones_last_backup() {
     app.get("/api/v1/admin/backups", Some(&alice))
         .await
         .assert_status(StatusCode::FORBIDDEN);
+    // The Settings tab says how backups run and how each user's last one went.
+    let settings = app.get("/api/v1/admin/settings", Some(&root)).await.json();
+    let section = |title: &str| {
+        settings
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["title"] == title)
+            .unwrap_or_else(|| panic!("{title}: {settings}"))
+            .to_string()
+    };
+    assert!(section("Backups").contains("daily at 02:30 UTC"));
+    let last = section("Last backups");
+    assert!(
+        last.contains("alice") && last.contains("backed up"),
+        "{last}"
+    );
     let audit = app.store.audit_log(10).await.unwrap();
     let restore = audit.iter().find(|a| a.action == "backup.restore").unwrap();
     assert_eq!(restore.target, "user:alice");
@@ -760,4 +777,84 @@ async fn the_schedule_backs_every_workspace_up_when_it_is_due() {
             .attempted_at
             .is_none()
     );
+}
+
+#[tokio::test]
+async fn the_dashboard_lists_the_snapshots_and_its_restore_form_answers_with_a_page() {
+    use crate::accounts::{path_of, server_fn};
+    let (workspaces, repo) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let app = backed_up_app(workspaces.path(), &repo.path().join("r"), |_| {}).await;
+    let (_, token) = app.user("alice").await;
+    let ws = workspaces.path().join("alice");
+    fill_workspace(&ws);
+    let snapshot = back_up(&app, &token).await;
+    let cookie = app.sign_in_cookie("alice").await;
+    let page = server_fn(&app, path_of::<app::api::LoadDashboard>(), &cookie, "").await;
+    page.assert_status(StatusCode::OK);
+    let card = page.json()["drawn"]["backups"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        card.contains(r#"href="/api/v1/workspace/export""#),
+        "{card}"
+    );
+    assert!(
+        card.contains(&format!(r#"action="/api/v1/backups/{snapshot}/restore""#)),
+        "{card}"
+    );
+    assert!(card.contains("daily at 02:30 UTC"), "{card}");
+
+    std::fs::remove_file(ws.join("notes.txt")).unwrap();
+    let form = |path: &str, body: &str| {
+        Request::post(app.url(path))
+            .header("cookie", format!("sandbox_session={cookie}"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("sec-fetch-site", "same-origin")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap()
+    };
+    let restored = app
+        .send(form(
+            &format!("/api/v1/backups/{snapshot}/restore"),
+            "path=notes.txt",
+        ))
+        .await;
+    restored.assert_status(StatusCode::OK);
+    let text = String::from_utf8_lossy(&restored.body).to_string();
+    assert!(
+        text.contains("Restored notes.txt into the folder restored-"),
+        "{text}"
+    );
+    let folder = std::fs::read_dir(&ws)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("restored-")
+        })
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(folder.join("notes.txt")).unwrap(),
+        "first words\n"
+    );
+    let refused = app
+        .send(form(
+            &format!("/api/v1/backups/{snapshot}/restore"),
+            "path=..%2Fx",
+        ))
+        .await;
+    refused.assert_status(StatusCode::BAD_REQUEST);
+    assert!(String::from_utf8_lossy(&refused.body).contains("no `..`"));
+    // Cross-site, the same form is refused.
+    let mut cross = form("/api/v1/backups", "");
+    cross
+        .headers_mut()
+        .insert("sec-fetch-site", "cross-site".parse().unwrap());
+    app.send(cross).await.assert_status(StatusCode::FORBIDDEN);
+    let again = app.send(form("/api/v1/backups", "")).await;
+    again.assert_status(StatusCode::OK);
+    assert!(String::from_utf8_lossy(&again.body).contains("Your workspace is backed up"));
 }

@@ -61,25 +61,103 @@ async fn list(
 
 async fn back_up(
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     ApiUser(viewer): ApiUser,
-) -> ApiResult<(StatusCode, Json<BackupStatus>)> {
-    let done = state.service.backups.back_up_now(&viewer).await?;
-    Ok((StatusCode::CREATED, Json(done)))
+) -> ApiResult<Response> {
+    let done = state.service.backups.back_up_now(&viewer).await;
+    if is_form(&headers) {
+        return Ok(form_answer(done.map(|d| {
+            format!(
+                "Your workspace is backed up: snapshot {} ({} files).",
+                d.snapshot_id.unwrap_or_default(),
+                d.files.unwrap_or(0)
+            )
+        })));
+    }
+    Ok((StatusCode::CREATED, Json(done?)).into_response())
 }
 
 async fn restore(
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     ApiUser(viewer): ApiUser,
     PathId(id): PathId,
     body: axum::body::Bytes,
-) -> ApiResult<(StatusCode, Json<RestoreDone>)> {
+) -> ApiResult<Response> {
+    if is_form(&headers) {
+        // The dashboard's Restore: `path=` from its form, an empty one for everything.
+        let path = form_field(&body, "path").filter(|p| !p.trim().is_empty());
+        let done = state
+            .service
+            .backups
+            .restore(&viewer, &id, path.as_deref())
+            .await;
+        return Ok(form_answer(done.map(|d| {
+            format!(
+                "Restored {} into the folder {} of your workspace; your other files are as they were.",
+                d.path.as_deref().unwrap_or("everything"),
+                d.folder
+            )
+        })));
+    }
     let body = restore_body(&body)?;
     let done = state
         .service
         .backups
         .restore(&viewer, &id, body.path.as_deref())
         .await?;
-    Ok((StatusCode::CREATED, Json(done)))
+    Ok((StatusCode::CREATED, Json(done)).into_response())
+}
+
+/// A plain form's post (the dashboard's buttons), answered with a page rather than JSON.
+fn is_form(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"))
+}
+
+/// `name`'s value in a URL-encoded form body.
+fn form_field(body: &[u8], name: &str) -> Option<String> {
+    std::str::from_utf8(body).ok()?.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        (key == name).then(|| {
+            percent_encoding::percent_decode_str(&value.replace('+', " "))
+                .decode_utf8_lossy()
+                .into_owned()
+        })
+    })
+}
+
+/// A small page saying how a form's action went, with the way back to the dashboard.
+fn form_answer(outcome: Result<String, AppError>) -> Response {
+    let (status, title, words) = match outcome {
+        Ok(words) => (StatusCode::OK, "Done", words),
+        Err(e) => (
+            StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            "Not done",
+            e.to_string(),
+        ),
+    };
+    let escape = |text: &str| {
+        text.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;")
+    };
+    let page = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title} · GPU Sandbox</title>\
+         <meta name=\"viewport\" content=\"width=device-width\"></head><body><main>\
+         <h1>{title}</h1><p role=\"status\">{}</p><p><a href=\"/#workspace\">Back to the dashboard</a></p>\
+         </main></body></html>",
+        escape(&words)
+    );
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        page,
+    )
+        .into_response()
 }
 
 async fn admin_status(
