@@ -858,3 +858,104 @@ async fn the_dashboard_lists_the_snapshots_and_its_restore_form_answers_with_a_p
     again.assert_status(StatusCode::OK);
     assert!(String::from_utf8_lossy(&again.body).contains("Your workspace is backed up"));
 }
+
+/// Whether `path` is where a file system is mounted (its own ext4 image, as root).
+fn is_mount_point(path: &Path) -> bool {
+    let path = std::fs::canonicalize(path).unwrap();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(path.to_str().unwrap()))
+}
+
+#[tokio::test]
+async fn a_real_jupyterlab_saves_is_backed_up_live_and_reads_what_was_restored() {
+    let lab = crate::common::tools_dir().join("venv/bin/jupyter-lab");
+    assert!(
+        lab.exists(),
+        "JupyterLab is not installed; run scripts/setup.sh"
+    );
+    let repo = tempfile::tempdir().unwrap();
+    let place = repo.path().join("r").display().to_string();
+    let app = TestApp::start_with(None, move |c| {
+        c.backups.enabled = true;
+        c.backups.repository = place;
+    })
+    .await;
+    let (_, token) = app.user("alice").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    let ws = app.runtime.workspace_dir("alice").unwrap();
+    // As root the workspace is a file system of its own: read through its mount.
+    // SAFETY: geteuid(2) reads the process's own id and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        assert!(is_mount_point(&ws), "{} is mounted", ws.display());
+    }
+
+    // JupyterLab saves a notebook (by its atomic write) into the workspace.
+    let notebook = serde_json::json!({
+        "type": "notebook", "format": "json",
+        "content": { "cells": [{ "cell_type": "markdown", "metadata": {}, "source": "kept" }],
+                     "metadata": {}, "nbformat": 4, "nbformat_minor": 5 }
+    });
+    app.call(
+        http::Method::PUT,
+        &format!("/s/{id}/api/contents/nb.ipynb"),
+        Some(&token),
+        Some(notebook),
+    )
+    .await
+    .assert_status(StatusCode::CREATED);
+    std::fs::create_dir_all(ws.join("data")).unwrap();
+    std::fs::write(ws.join("data/weights.bin"), noise(5, 4 << 20)).unwrap();
+
+    let snapshot = back_up(&app, &token).await;
+    app.get(&format!("/s/{id}/api/status"), Some(&token))
+        .await
+        .assert_status(StatusCode::OK);
+    let exported = app.get("/api/v1/workspace/export", Some(&token)).await;
+    exported.assert_status(StatusCode::OK);
+    let unpacked = unpack(&exported.body);
+    let files = |root: &Path| {
+        tree(root)
+            .into_iter()
+            .filter(|(k, _)| !k.starts_with('.'))
+            .collect::<BTreeMap<_, _>>()
+    };
+    assert_eq!(
+        files(unpacked.path()),
+        files(&ws),
+        "the export is the workspace, read through its mount"
+    );
+
+    // The notebook is deleted in the editor, then restored: the editor reads the copy.
+    app.delete(&format!("/s/{id}/api/contents/nb.ipynb"), Some(&token))
+        .await
+        .assert_status(StatusCode::NO_CONTENT);
+    let restored = post(
+        &app,
+        &format!("/api/v1/backups/{snapshot}/restore"),
+        &token,
+        Some(serde_json::json!({ "path": "nb.ipynb" })),
+    )
+    .await;
+    restored.assert_status(StatusCode::CREATED);
+    let folder = restored.json()["folder"].as_str().unwrap().to_string();
+    let read = app
+        .get(
+            &format!("/s/{id}/api/contents/{folder}/nb.ipynb"),
+            Some(&token),
+        )
+        .await;
+    read.assert_status(StatusCode::OK);
+    assert_eq!(read.json()["content"]["cells"][0]["source"], "kept");
+    // The editor may change what was restored: it is its user's.
+    app.call(
+        http::Method::DELETE,
+        &format!("/s/{id}/api/contents/{folder}/nb.ipynb"),
+        Some(&token),
+        None,
+    )
+    .await
+    .assert_status(StatusCode::NO_CONTENT);
+}
