@@ -42,21 +42,23 @@ fn resolve_folder(path: &str, data_dir: &Path) -> Result<String, String> {
     Ok(real_text)
 }
 
-/// Whether a dataset's place is there now: a host folder is looked at, a claim is the
-/// cluster's to find.
-fn present(place: &Place) -> bool {
-    match place {
-        Place::Path(path) => Path::new(path).is_dir(),
-        Place::Claim(_) => true,
+/// Whether a dataset's place is there now for this server's runtime: a host folder is looked
+/// at (one server), a claim is the cluster's to find; one of the other runtime's kind (left
+/// from before the runtime changed) is not.
+fn present(place: &Place, on_cluster: bool) -> bool {
+    match (place, on_cluster) {
+        (Place::Path(path), false) => Path::new(path).is_dir(),
+        (Place::Claim(_), true) => true,
+        _ => false,
     }
 }
 
-fn view_of(record: DatasetRecord) -> DatasetView {
+fn view_of(record: DatasetRecord, on_cluster: bool) -> DatasetView {
     let (path, claim) = match &record.place {
         Place::Path(path) => (Some(path.clone()), None),
         Place::Claim(claim) => (None, Some(claim.clone())),
     };
-    let missing = !present(&record.place);
+    let missing = !present(&record.place, on_cluster);
     DatasetView {
         users: if record.everyone {
             Users::Everyone
@@ -122,11 +124,12 @@ impl Core {
             .await;
             return Vec::new();
         }
+        let on_cluster = self.on_cluster();
         let looked = tokio::task::spawn_blocking(move || {
             usable
                 .into_iter()
                 .map(|d| {
-                    let here = present(&d.place);
+                    let here = present(&d.place, on_cluster);
                     (d, here)
                 })
                 .collect::<Vec<_>>()
@@ -216,7 +219,8 @@ impl Core {
 
     async fn dataset_view(&self, id: &str) -> Result<DatasetView, AppError> {
         let record = self.store.dataset(id).await?.ok_or(AppError::NotFound)?;
-        tokio::task::spawn_blocking(move || view_of(record))
+        let on_cluster = self.on_cluster();
+        tokio::task::spawn_blocking(move || view_of(record, on_cluster))
             .await
             .map_err(|_| AppError::Internal)
     }
@@ -251,9 +255,15 @@ impl Datasets {
     pub async fn admin_datasets(&self, viewer: &Viewer) -> Result<Vec<DatasetView>, AppError> {
         require_admin(viewer)?;
         let records = self.store.datasets().await?;
-        tokio::task::spawn_blocking(move || records.into_iter().map(view_of).collect())
-            .await
-            .map_err(|_| AppError::Internal)
+        let on_cluster = self.on_cluster();
+        tokio::task::spawn_blocking(move || {
+            records
+                .into_iter()
+                .map(|r| view_of(r, on_cluster))
+                .collect()
+        })
+        .await
+        .map_err(|_| AppError::Internal)
     }
 
     /// Registers a dataset. A 400 names what is wrong: the name taken or malformed, the folder
@@ -380,5 +390,20 @@ mod tests {
         let linked = resolve_folder(&text(&root.join("link")), &data_dir).unwrap_err();
         assert!(linked.contains("inside"), "{linked}");
         std::fs::remove_dir_all(&root).unwrap();
+    }
+    #[test]
+    fn a_place_counts_only_on_its_own_runtime() {
+        let here = std::env::temp_dir().to_string_lossy().into_owned();
+        assert!(present(&Place::Path(here.clone()), false));
+        assert!(
+            !present(&Place::Path(here), true),
+            "a folder is not a pod's"
+        );
+        assert!(!present(&Place::Path("/no/such/folder".into()), false));
+        assert!(present(&Place::Claim("c".into()), true));
+        assert!(
+            !present(&Place::Claim("c".into()), false),
+            "a claim is not a folder"
+        );
     }
 }
