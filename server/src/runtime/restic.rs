@@ -458,7 +458,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn resticss_words_become_clear_errors() {
+    fn restics_words_become_clear_errors() {
         let missing = classify(
             "Fatal: unable to open config file: stat /b/config: no such file or directory\nIs there a repository at the following location?\n/b\n",
         );

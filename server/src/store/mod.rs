@@ -1827,6 +1827,8 @@ mod tests;
 #[cfg(test)]
 mod tests_admin;
 #[cfg(test)]
+mod tests_backups;
+#[cfg(test)]
 mod tests_guardrails;
 #[cfg(test)]
 mod tests_promotions;
