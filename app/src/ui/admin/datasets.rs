@@ -60,11 +60,8 @@ pub(super) fn DatasetsTab() -> impl IntoView {
             "Loading datasets…",
             move |page| {
                 let on_cluster = page.on_cluster;
-                let where_hint = if on_cluster {
-                    "Claim in each user's namespace (NFS or CSI via a PVC)"
-                } else {
-                    "Folder on this server, e.g. /srv/datasets/imagenet"
-                };
+                // A claim on a cluster (NFS or CSI volumes come through one), else a folder here.
+                let where_hint = if on_cluster { "PVC claim name" } else { "/srv/datasets/imagenet" };
                 view! {
                     <form
                         class="search add-dataset"
