@@ -412,6 +412,10 @@ pub struct AdminUser {
     /// What they asked for and no admin has answered yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credit_request: Option<CreditRequest>,
+    /// Deleted, its storage still kept: when its storage goes (the deletion can be undone
+    /// until then). Only the `deleted` filter lists such accounts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_removed_at_ms: Option<i64>,
     /// What an admin set for this user; `None` keeps the configured default.
     pub overrides: crate::domain::quota::Overrides,
     /// The limits that apply: the defaults with the overrides.

@@ -169,6 +169,25 @@ test('an added user signs in with the shown password, chooses their own, and is 
     await newcomer.getByLabel('Password').fill(reset);
     await newcomer.getByRole('button', { name: 'Sign in' }).click();
     await newcomer.getByTestId('login-error').waitFor();
+
+    // Within its grace period the deletion is undone from the filter "deleted": the account
+    // is back in the list and signs in again.
+    await page.getByLabel('Show').selectOption('deleted');
+    await page.getByRole('button', { name: 'Search' }).click();
+    await page.waitForURL(/filter=deleted/);
+    await hydrated(page);
+    const gone = page.locator(`tr[data-user="${name}"]`);
+    assert.match(await gone.getByTestId('storage-removed').innerText(), /^Workspace removed on \d{4}-\d\d-\d\d/);
+    await gone.getByRole('button', { name: `Undo the deletion of ${name}` }).click();
+    await page.getByTestId('outcome').filter({ hasText: `${name} is back` }).waitFor();
+    await gone.waitFor({ state: 'detached' });
+    await page.getByLabel('Show').selectOption('all');
+    await page.getByRole('button', { name: 'Search' }).click();
+    await page.locator(`tr[data-user="${name}"]`).waitFor();
+    await newcomer.getByLabel('User name').fill(name);
+    await newcomer.getByLabel('Password').fill(reset);
+    await newcomer.getByRole('button', { name: 'Sign in' }).click();
+    await newcomer.waitForURL((url) => !url.pathname.startsWith('/login'));
   } catch (error) {
     await page.screenshot({ path: `${ARTIFACTS}/accounts-failure.png` }).catch(() => {});
     await newcomer.screenshot({ path: `${ARTIFACTS}/accounts-newcomer-failure.png` }).catch(() => {});

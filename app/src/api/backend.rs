@@ -153,6 +153,7 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<crate::model::BulkUsers, AppError>;
     async fn open_credit_requests(&self, viewer: &Viewer) -> Result<u32, AppError>;
     async fn delete_user(&self, viewer: &Viewer, user_id: &str) -> Result<(), AppError>;
+    async fn undelete_user(&self, viewer: &Viewer, user_id: &str) -> Result<(), AppError>;
     async fn admin_open_editor(
         &self,
         viewer: &Viewer,

@@ -286,6 +286,12 @@ pub async fn delete_user(user_id: String) -> Result<(), AppError> {
 }
 
 #[server]
+pub async fn undelete_user(user_id: String) -> Result<(), AppError> {
+    let viewer = backend::require_viewer().await?;
+    backend::backend()?.undelete_user(&viewer, &user_id).await
+}
+
+#[server]
 pub async fn admin_stop(id: String) -> Result<AdminSession, AppError> {
     let viewer = backend::require_viewer().await?;
     backend::backend()?.admin_stop(&viewer, &id).await

@@ -178,6 +178,8 @@ pub enum UserFilter {
     Locked,
     /// Those who asked for credits and have no answer yet.
     Asking,
+    /// Deleted accounts whose storage is still kept (their deletion can be undone).
+    Deleted,
 }
 
 /// Which sessions a table shows.
@@ -271,8 +273,9 @@ impl Listing<UserSort, UserFilter> {
             "user" => Ok(UserFilter::Users),
             "locked" => Ok(UserFilter::Locked),
             "asking" => Ok(UserFilter::Asking),
+            "deleted" => Ok(UserFilter::Deleted),
             other => Err(ListingError::Filter(format!(
-                "unknown filter `{other}`; users filter by all, admin, user, locked or asking"
+                "unknown filter `{other}`; users filter by all, admin, user, locked, asking or deleted"
             ))),
         })
     }
@@ -468,6 +471,12 @@ mod tests {
         assert_eq!(
             Listing::users(&query(None, Some("asking"))).unwrap().filter,
             UserFilter::Asking
+        );
+        assert_eq!(
+            Listing::users(&query(None, Some("deleted")))
+                .unwrap()
+                .filter,
+            UserFilter::Deleted
         );
         assert!(Listing::users(&query(None, Some("root"))).is_err());
         assert!(Listing::audit(&query(None, Some("x"))).is_err());

@@ -314,6 +314,10 @@ impl app::api::Backend for PagesBackend {
         self.0.admin.admin_delete_user(viewer, user_id).await
     }
 
+    async fn undelete_user(&self, viewer: &Viewer, user_id: &str) -> Result<(), AppError> {
+        self.0.admin.admin_undelete_user(viewer, user_id).await
+    }
+
     async fn admin_open_editor(
         &self,
         viewer: &Viewer,

@@ -114,8 +114,10 @@ impl Admin {
             .store
             .admin_users(&Listing::users(query)?, defaults)
             .await?;
+        let grace = self.config.accounts.grace_ms();
         for user in &mut page.items {
             user.is_you = user.id == viewer.id;
+            user.storage_removed_at_ms = user.storage_removed_at_ms.map(|deleted| deleted + grace);
         }
         Ok(page)
     }

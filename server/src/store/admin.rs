@@ -56,7 +56,8 @@ impl Conditions {
     }
 }
 
-const USER_COLUMNS: &str = "u.id, u.name, u.role, u.locked, u.created_at, u.must_change_password,
+const USER_COLUMNS: &str =
+    "u.id, u.name, u.role, u.locked, u.created_at, u.must_change_password, u.deleted_at,
     u.credit_request_amount, u.credit_request_note, u.credit_request_at,
     q.max_sessions, q.max_gpu_mib, q.max_minutes, q.max_disk_mib,
     CASE WHEN u.oidc_subject IS NULL THEN 0 ELSE 1 END AS sso,
@@ -239,7 +240,10 @@ impl Store {
         defaults: Limits,
     ) -> Result<Page<AdminUser>> {
         let mut c = Conditions::default();
-        c.clauses.push("u.deleted_at IS NULL".into());
+        c.clauses.push(match listing.filter {
+            UserFilter::Deleted => "u.deleted_at IS NOT NULL AND u.purged_at IS NULL".into(),
+            _ => "u.deleted_at IS NULL".into(),
+        });
         if let Some(search) = &listing.search {
             let p = c.bind(self.pattern(search));
             c.clauses
@@ -251,6 +255,7 @@ impl Store {
             UserFilter::Users => c.clauses.push("u.role = 'user'".into()),
             UserFilter::Locked => c.clauses.push("u.locked = 1".into()),
             UserFilter::Asking => c.clauses.push("u.credit_request_amount IS NOT NULL".into()),
+            UserFilter::Deleted => {}
         }
         let by_name = self.by_name("u.name");
         let order = match listing.sort {
@@ -291,6 +296,8 @@ impl Store {
                     created_at_ms: r.try_get("created_at")?,
                     is_you: false,
                     credit_request: super::credit_request_of(r)?,
+                    // When it was deleted, until the service adds the grace period.
+                    storage_removed_at_ms: r.try_get("deleted_at")?,
                 })
             })
             .collect::<Result<_>>()?;

@@ -40,6 +40,23 @@ async fn a_deleted_accounts_workspace_stays_through_its_grace_period_then_goes()
         async move { app.call(Method::POST, &path, Some(&token), None).await }
     };
     delete().await.assert_status(StatusCode::NO_CONTENT);
+    // Out of the list, but under the `deleted` filter, with when its storage goes.
+    let listed = |filter: &'static str| {
+        let app = &app;
+        let root = root.clone();
+        async move {
+            let page = app
+                .get(&format!("/api/v1/admin/users?filter={filter}"), Some(&root))
+                .await
+                .json();
+            page["items"].as_array().unwrap().clone()
+        }
+    };
+    assert!(!listed("all").await.iter().any(|u| u["name"] == "bob"));
+    let deleted = listed("deleted").await;
+    assert_eq!(deleted.len(), 1, "{deleted:?}");
+    let goes = deleted[0]["storage_removed_at_ms"].as_i64().unwrap();
+    assert!(goes > app.store.now() + 29 * DAY.as_millis() as i64);
 
     // Within the grace period the files stay, and the deletion can be undone.
     app.advance(29 * DAY);

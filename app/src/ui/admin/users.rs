@@ -9,7 +9,7 @@ use super::Tab;
 use super::table::{Empty, Outcome, Pager, SearchForm, SortHeader, loaded};
 use crate::api::{
     AddUser, ChangeUser, GrantCredits, ResetPassword, SetUserQuota, admin_users, bulk_users,
-    change_user, decline_credit_request, delete_user, grant_credits, set_user_quota,
+    change_user, decline_credit_request, delete_user, grant_credits, set_user_quota, undelete_user,
 };
 use crate::domain::bulk;
 use crate::domain::credits;
@@ -40,10 +40,15 @@ pub(super) fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
         let (said, user_id) = (said.clone(), input.user_id.clone());
         async move { decline_credit_request(user_id).await.map(|()| said) }
     });
+    let undelete: ChangeAction = Action::new(|(said, input): &(String, ChangeUser)| {
+        let (said, user_id) = (said.clone(), input.user_id.clone());
+        async move { undelete_user(user_id).await.map(|()| said) }
+    });
     let accounts = Accounts {
         reset,
         delete,
         decline,
+        undelete,
     };
     // The last password an admin set here, from an add or a reset, whichever answered last.
     let made = RwSignal::new(None::<MadePassword>);
@@ -128,6 +133,10 @@ pub(super) fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
     outcome.follow(move || change.pending().get(), move || change.value().get());
     outcome.follow(move || delete.pending().get(), move || delete.value().get());
     outcome.follow(
+        move || undelete.pending().get(),
+        move || undelete.value().get(),
+    );
+    outcome.follow(
         move || decline.pending().get(),
         move || decline.value().get(),
     );
@@ -165,6 +174,7 @@ pub(super) fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
             matches!(delete.value().get(), Some(Ok(_))),
             matches!(decline.value().get(), Some(Ok(_))),
             matches!(apply.value().get(), Some((_, Ok(_)))),
+            matches!(undelete.value().get(), Some(Ok(_))),
         ];
         if succeeded.contains(&true) {
             changed.update(|n| *n += 1);
@@ -195,6 +205,7 @@ pub(super) fn UsersTab(list: Memo<ListQuery>) -> impl IntoView {
                 ("admin", "admins"),
                 ("user", "users"),
                 ("locked", "locked"),
+                ("deleted", "deleted, storage kept"),
             ]
         />
         <div class="user-forms">
@@ -251,6 +262,7 @@ struct Accounts {
     reset: ServerAction<ResetPassword>,
     delete: ChangeAction,
     decline: ChangeAction,
+    undelete: ChangeAction,
 }
 
 /// A new local account: its name, whether an admin, and a password (or one the server makes).
@@ -704,7 +716,7 @@ fn delete_question(name: &str, live_sessions: u32) -> String {
         n => format!(" Their {n} running sessions end, and unsaved work in them is lost."),
     };
     format!(
-        "Delete {name}? They can no longer sign in, their tokens are revoked, and they leave this list; their history stays.{sessions} This cannot be undone here."
+        "Delete {name}? They can no longer sign in, their tokens are revoked, and they leave this list; their history stays.{sessions} Their workspace is kept for a grace period, when the filter \u{201c}deleted\u{201d} can undo this; then it is removed."
     )
 }
 
@@ -751,13 +763,50 @@ fn UsersTable(
                 {page
                     .items
                     .into_iter()
-                    .map(|user| view! { <UserRow user change grant quota drafts accounts /> })
+                    .map(|user| match user.storage_removed_at_ms {
+                        Some(removed_at) => view! { <DeletedRow user removed_at accounts /> }.into_any(),
+                        None => view! { <UserRow user change grant quota drafts accounts /> }.into_any(),
+                    })
                     .collect_view()}
             </tbody>
         </table>
         <Pager tab=Tab::Users list page=page.page pages total=page.total />
     }
     .into_any()
+}
+
+/// A deleted account whose storage is still kept: when it goes, and the way back.
+#[component]
+fn DeletedRow(user: AdminUser, removed_at: i64, accounts: Accounts) -> impl IntoView {
+    let id = user.id.clone();
+    let said = format!(
+        "{} is back, unlocked, with their workspace; their tokens are not.",
+        user.name
+    );
+    let undo = move |_| {
+        accounts.undelete.dispatch((
+            said.clone(),
+            ChangeUser {
+                user_id: id.clone(),
+                change: UserChange::default(),
+            },
+        ));
+    };
+    view! {
+        <tr data-user=user.name.clone()>
+            <td>{user.name.clone()}</td>
+            <td>"deleted"</td>
+            <td>{credits::with_unit(user.balance)}</td>
+            <td>"0"</td>
+            <td>{local_time(user.created_at_ms)}</td>
+            <td>
+                <span data-testid="storage-removed">"Workspace removed on " {local_time(removed_at)} " "</span>
+                <button on:click=undo aria-label=format!("Undo the deletion of {}", user.name)>
+                    "Undo delete"
+                </button>
+            </td>
+        </tr>
+    }
 }
 
 #[component]
@@ -1266,7 +1315,7 @@ mod tests {
         assert!(!lock_question("ada", 0).contains("session"));
         assert!(lock_question("ada", 1).contains("Their running session ends"));
         assert!(delete_question("ada", 2).contains("Their 2 running sessions end"));
-        assert!(delete_question("ada", 0).contains("cannot be undone"));
+        assert!(delete_question("ada", 0).contains("grace period"));
     }
 
     #[test]
