@@ -192,7 +192,10 @@ pub fn router() -> Router<AppState> {
         .route("/images", get(images::list_images))
         .route("/datasets", get(datasets::list_datasets))
         .route("/promotions/{id}", get(promotions::get_promotion))
-        .nest("/admin", admin::admin_router().merge(datasets::admin_routes()))
+        .nest(
+            "/admin",
+            admin::admin_router().merge(datasets::admin_routes()),
+        )
         .merge(backups::routes())
         .fallback(|| async { ApiError(AppError::NotFound) })
         .method_not_allowed_fallback(|| async {
