@@ -161,6 +161,8 @@ async fn an_export_never_leads_out_of_the_workspace() {
     fill_workspace(&ws);
     std::fs::create_dir_all(workspaces.path().join("bob")).unwrap();
     std::fs::write(workspaces.path().join("bob/secret"), "bob's").unwrap();
+    std::fs::create_dir_all(workspaces.path().join("bob/inner")).unwrap();
+    std::fs::write(workspaces.path().join("bob/inner/key"), "bob's key").unwrap();
     std::os::unix::fs::symlink(workspaces.path().join("bob"), ws.join("to-bob")).unwrap();
 
     for (path, why) in [
@@ -168,6 +170,7 @@ async fn an_export_never_leads_out_of_the_workspace() {
         ("..%2Fbob%2Fsecret", "no `..`"),
         ("%2Fetc", "relative"),
         ("to-bob/secret", "behind a link"),
+        ("to-bob/inner/key", "leads outside your workspace"),
         ("nothing-here", "no file or folder"),
     ] {
         let refused = app
@@ -200,7 +203,10 @@ async fn an_export_never_leads_out_of_the_workspace() {
     // Bob's own export is his, never alice's.
     let his = app.get("/api/v1/workspace/export", Some(&bob)).await;
     his.assert_status(StatusCode::OK);
-    assert_eq!(tree(unpack(&his.body).path()).len(), 1);
+    assert_eq!(
+        tree(unpack(&his.body).path()),
+        tree(&workspaces.path().join("bob"))
+    );
 
     let unknown = app
         .get("/api/v1/workspace/export?file=x", Some(&token))
