@@ -410,7 +410,7 @@ impl app::api::Backend for PagesBackend {
     ) -> Result<app::domain::datasets::AdminDatasets, AppError> {
         Ok(app::domain::datasets::AdminDatasets {
             datasets: self.0.datasets.admin_datasets(viewer).await?,
-            on_cluster: self.0.config().runtime == crate::config::RuntimeKind::Kube,
+            on_cluster: self.0.datasets.takes_claims(),
         })
     }
 

@@ -77,8 +77,9 @@ fn view_of(record: DatasetRecord, on_cluster: bool) -> DatasetView {
 }
 
 impl Core {
+    /// Editors run on a cluster: a dataset is a claim there, a folder here.
     fn on_cluster(&self) -> bool {
-        self.config.runtime == crate::config::RuntimeKind::Kube
+        self.kube.is_some() || self.config.runtime == crate::config::RuntimeKind::Kube
     }
 
     /// The datasets `user_id` may use, by name.
@@ -236,6 +237,11 @@ fn name_conflict(e: StoreError) -> AppError {
 }
 
 impl Datasets {
+    /// Whether a dataset is a claim (editors run on a cluster) rather than a folder here.
+    pub fn takes_claims(&self) -> bool {
+        self.on_cluster()
+    }
+
     /// The datasets the caller may use, and where their sessions find them.
     pub async fn usable(&self, viewer: &Viewer) -> Result<Vec<DatasetUse>, AppError> {
         viewer.scopes.require(Scope::Read).map_err(AppError::from)?;

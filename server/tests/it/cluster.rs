@@ -934,3 +934,71 @@ async fn a_user_about_to_launch_gets_a_pod_ahead_and_the_launch_takes_it() {
     app.stop().await;
     cluster.shut_down().await;
 }
+
+/// A dataset on a cluster is a claim of the user's namespace: the pod a launch writes mounts it
+/// read-only at `~/datasets/<name>`, through the schema and admission, and the session's page
+/// names it; a host folder is refused here with the reason.
+#[tokio::test]
+async fn a_launch_mounts_each_datasets_claim_read_only() {
+    use http::{Method, StatusCode};
+    let (cluster, app) = product_on(Vec::new()).await;
+    let root = app.admin_token("root").await;
+    let (_, token) = app.user("dana").await;
+    let add = |body: Value| {
+        let (app, root) = (&app, root.clone());
+        async move {
+            app.call(
+                Method::POST,
+                "/api/v1/admin/datasets",
+                Some(&root),
+                Some(body),
+            )
+            .await
+        }
+    };
+    add(json!({"name": "imagenet", "claim": "imagenet-ro", "users": ["dana"]}))
+        .await
+        .assert_status(StatusCode::CREATED);
+    let folder = add(json!({"name": "here", "path": "/srv", "users": "everyone"})).await;
+    folder.assert_status(StatusCode::BAD_REQUEST);
+    assert!(
+        folder.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("give the dataset's PersistentVolumeClaim as claim"),
+        "{}",
+        folder.json()
+    );
+    let id = app.launch_id(&token, "jupyterlab").await;
+    let namespace = namespace_of("dana");
+    until(&cluster, "the session's pod is written", |o| {
+        !o.list("pods", Some(&namespace)).is_empty()
+    })
+    .await;
+    let pod = pod_of(&cluster, &namespace);
+    let volume = pod["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "dataset-imagenet")
+        .unwrap_or_else(|| panic!("no dataset volume: {pod}"));
+    assert_eq!(
+        volume["persistentVolumeClaim"],
+        json!({"claimName": "imagenet-ro", "readOnly": true})
+    );
+    let mount = pod["spec"]["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "dataset-imagenet")
+        .unwrap_or_else(|| panic!("no dataset mount: {pod}"));
+    assert_eq!(mount["mountPath"], "/workspace/datasets/imagenet");
+    assert_eq!(mount["readOnly"], true);
+    let view = app
+        .get(&format!("/api/v1/sessions/{id}"), Some(&token))
+        .await
+        .json();
+    assert_eq!(view["datasets"], json!(["imagenet"]), "{view}");
+    app.stop().await;
+    cluster.shut_down().await;
+}
