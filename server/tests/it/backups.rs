@@ -965,3 +965,45 @@ async fn a_real_jupyterlab_saves_is_backed_up_live_and_reads_what_was_restored()
     .await
     .assert_status(StatusCode::NO_CONTENT);
 }
+
+#[tokio::test]
+async fn a_restore_past_the_workspaces_quota_fails_clearly_and_leaves_nothing() {
+    let lab = crate::common::tools_dir().join("venv/bin/jupyter-lab");
+    assert!(
+        lab.exists(),
+        "JupyterLab is not installed; run scripts/setup.sh"
+    );
+    let repo = tempfile::tempdir().unwrap();
+    let place = repo.path().join("r").display().to_string();
+    let app = TestApp::start_with(None, move |c| {
+        c.backups.enabled = true;
+        c.backups.repository = place;
+        c.quotas.max_disk_mib = 64;
+    })
+    .await;
+    let (_, token) = app.user("alice").await;
+    let _id = app.launch_ready(&token, "jupyterlab").await;
+    let ws = app.runtime.workspace_dir("alice").unwrap();
+    if !is_mount_point(&ws) {
+        eprintln!("skipped: workspaces are file systems of their own only as root");
+        return;
+    }
+    std::fs::write(ws.join("data.bin"), noise(8, 36 << 20)).unwrap();
+    let snapshot = back_up(&app, &token).await;
+    let before = tree(&ws);
+    let full = post(
+        &app,
+        &format!("/api/v1/backups/{snapshot}/restore"),
+        &token,
+        None,
+    )
+    .await;
+    full.assert_status(StatusCode::SERVICE_UNAVAILABLE);
+    let message = full.json()["message"].as_str().unwrap().to_string();
+    assert!(message.contains("no room left"), "{message}");
+    assert_eq!(
+        tree(&ws),
+        before,
+        "nothing half-restored is left, nothing current was touched"
+    );
+}
