@@ -132,6 +132,7 @@ fn endpoints() -> Vec<Endpoint> {
         ),
         server_fn::<OpenCreditRequests>(Form, json!({})),
         server_fn::<DeleteUser>(Form, json!({ "user_id": "{user}" })),
+        server_fn::<UndeleteUser>(Form, json!({ "user_id": "{user}" })),
         server_fn::<ChangePassword>(
             Form,
             json!({ "current": "password123", "new": "password123" }),
@@ -262,6 +263,7 @@ fn endpoints() -> Vec<Endpoint> {
         rest(Method::GET, "/admin/credit-requests", json!(null)),
         rest(Method::DELETE, "/admin/users/{user}", json!(null)),
         rest(Method::POST, "/admin/users/{user}/password", json!(null)),
+        rest(Method::POST, "/admin/users/{user}/undelete", json!(null)),
         rest(
             Method::DELETE,
             "/admin/users/{user}/credit-request",
