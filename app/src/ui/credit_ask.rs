@@ -4,21 +4,19 @@
 use crate::api::{AskForCredits, WithdrawCreditRequest};
 use crate::domain::credits;
 use crate::model::CreditsView;
-use crate::ui::format::local_time;
+use crate::ui::format::{local_time, submitted};
 use leptos::prelude::*;
 use leptos::server_fn::ServerFn;
 
 #[component]
 pub(super) fn AskForCreditsCard(credits_now: RwSignal<CreditsView>) -> impl IntoView {
     let ask = ServerAction::<AskForCredits>::new();
-    let amount = RwSignal::new(String::new());
-    let note = RwSignal::new(String::new());
-    // The dashboard's reloads carry the ask too: a grant elsewhere closes it here.
+    // The dashboard's reloads carry the ask too: a grant elsewhere closes it here. Once asked,
+    // the form gives way to the open ask; refused, it keeps what was typed (the browser's own
+    // fields, read at the submit).
     Effect::new(move |_| {
         if let Some(Ok(request)) = ask.value().get() {
             credits_now.update(|c| c.request = Some(request));
-            amount.set(String::new());
-            note.set(String::new());
         }
     });
     let refused = move || {
@@ -57,8 +55,8 @@ pub(super) fn AskForCreditsCard(credits_now: RwSignal<CreditsView>) -> impl Into
                         on:submit=move |ev: leptos::ev::SubmitEvent| {
                             ev.prevent_default();
                             ask.dispatch(AskForCredits {
-                                amount: amount.get_untracked(),
-                                note: note.get_untracked(),
+                                amount: submitted(&ev, "amount"),
+                                note: submitted(&ev, "note"),
                             });
                         }
                     >
@@ -70,7 +68,6 @@ pub(super) fn AskForCreditsCard(credits_now: RwSignal<CreditsView>) -> impl Into
                                 required
                                 size="6"
                                 placeholder="e.g. 20"
-                                bind:value=amount
                             />
                         </label>
                         <label>
@@ -79,7 +76,6 @@ pub(super) fn AskForCreditsCard(credits_now: RwSignal<CreditsView>) -> impl Into
                                 name="note"
                                 maxlength="200"
                                 placeholder="fine-tuning for the course project"
-                                bind:value=note
                             />
                         </label>
                         <button type="submit" disabled=move || ask.pending().get()>
