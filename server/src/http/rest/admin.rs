@@ -172,7 +172,11 @@ pub(super) async fn admin_undelete_user(
     ApiUser(viewer): ApiUser,
     PathId(id): PathId,
 ) -> ApiResult<StatusCode> {
-    state.service.admin.admin_undelete_user(&viewer, &id).await?;
+    state
+        .service
+        .admin
+        .admin_undelete_user(&viewer, &id)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
