@@ -77,6 +77,21 @@ impl Policy {
         self.last_active(s) + self.timeout_ms
     }
 
+    /// The policy while launches wait for this slice size: idle after `timeout_ms` at most, and
+    /// warned within it. What counts as activity is unchanged, so a session whose kernel, GPU or
+    /// CPU works (or its person types, or its scripts call) is never ended sooner. A timeout of
+    /// 0, or one no shorter, leaves the policy as it is.
+    pub fn pressed(self, timeout_ms: i64) -> Policy {
+        if timeout_ms <= 0 || timeout_ms >= self.timeout_ms {
+            return self;
+        }
+        Policy {
+            timeout_ms,
+            warn_ms: self.warn_ms.min(timeout_ms / 2),
+            ..self
+        }
+    }
+
     pub fn judge(&self, s: &Signals, now: i64) -> Verdict {
         let idle_at = self.idle_at(s);
         if now >= idle_at {
@@ -189,6 +204,29 @@ mod tests {
             policy(true).judge(&tab_only, 31 * MIN),
             Verdict::Active { .. }
         ));
+    }
+
+    #[test]
+    fn under_pressure_idleness_comes_sooner_but_work_still_counts() {
+        let pressed = policy(false).pressed(10 * MIN);
+        assert_eq!((pressed.timeout_ms, pressed.warn_ms), (10 * MIN, 5 * MIN));
+        let quiet = Signals::default();
+        assert!(matches!(
+            pressed.judge(&quiet, 10 * MIN),
+            Verdict::Idle { .. }
+        ));
+        let busy = Signals {
+            busy: Some(9 * MIN),
+            ..Signals::default()
+        };
+        assert!(matches!(
+            pressed.judge(&busy, 10 * MIN),
+            Verdict::Active { .. }
+        ));
+        // Off, or no shorter than the timeout: unchanged.
+        assert_eq!(policy(false).pressed(0), policy(false));
+        assert_eq!(policy(false).pressed(40 * MIN), policy(false));
+        assert_eq!(policy(false).pressed(4 * MIN).warn_ms, 2 * MIN);
     }
 
     #[test]

@@ -223,6 +223,11 @@ pub struct IdleConfig {
     pub busy_cpu_percent: u32,
     /// Different timeouts for some slice sizes, e.g. shorter for whole cards.
     pub per_slice: Vec<IdleOverride>,
+    /// While launches wait in the queue for a slice size, sessions of that size end after this
+    /// long without work instead (and are warned within it); 0 turns it off. Busy work, typing
+    /// and API calls count as always, so a session that works is never ended sooner.
+    #[serde(default)]
+    pub pressure_timeout_seconds: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -397,6 +402,7 @@ impl Default for Config {
                 sample_seconds: 30,
                 busy_cpu_percent: 20,
                 per_slice: Vec::new(),
+                pressure_timeout_seconds: 0,
             },
             proxy: ProxyConfig {
                 websocket_busy_poll_us: 100,
@@ -633,6 +639,15 @@ impl Config {
             return bad(
                 "idle.warn_seconds",
                 "the timeout must be at least 1 s and the warning shorter than it".into(),
+            );
+        }
+        if i.pressure_timeout_seconds != 0
+            && (i.pressure_timeout_seconds < 2 * i.sample_seconds.max(30)
+                || i.pressure_timeout_seconds >= i.timeout_seconds)
+        {
+            return bad(
+                "idle.pressure_timeout_seconds",
+                "must be 0 (off), or at least two samples (60 s) and shorter than idle.timeout_seconds".into(),
             );
         }
         if i.reaper_period_ms < 50 || i.sample_seconds == 0 {
@@ -1037,6 +1052,16 @@ mod tests {
             &|c| c.pool.warm[0].slice_mib = 16384,
             "pool.warm[0].slice_mib",
             "no card in the pool has 16384 MiB slices (it has 8192)",
+        );
+        refused(
+            &|c| c.idle.pressure_timeout_seconds = 1800,
+            "idle.pressure_timeout_seconds",
+            "shorter than idle.timeout_seconds",
+        );
+        refused(
+            &|c| c.idle.pressure_timeout_seconds = 30,
+            "idle.pressure_timeout_seconds",
+            "at least two samples",
         );
         // In a cluster nothing is pre-started: the default `pool.warm` does not have to fit.
         let mut config = Config {

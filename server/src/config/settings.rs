@@ -196,6 +196,13 @@ pub fn settings(
                     format!("{} %", config.idle.busy_cpu_percent),
                 ),
                 (
+                    "Ends sooner while launches wait",
+                    match config.idle.pressure_timeout_seconds {
+                        0 => "no".to_string(),
+                        s => format!("after {}", seconds(s)),
+                    },
+                ),
+                (
                     "By slice",
                     or_none(
                         config

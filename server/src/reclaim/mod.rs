@@ -13,7 +13,8 @@
 //!   shows) are written as the product writes them; then the reaper passes
 //!   (`Guard::reap`: the verdicts, the timer, the dispatcher). Under ours the reaper's idle
 //!   rule decides, with its defaults, and a person at the screen answers its warning with the
-//!   file's chance; under a peer's, our idle rule is off and the peer's rule
+//!   file's chance (and again with `idle.pressure_timeout_seconds`: sooner while launches
+//!   wait for the size); under a peer's, our idle rule is off and the peer's rule
 //!   ([`peers::Policy`]) ends sessions through the admin's stop, at the peer's own period.
 //! - [`report`]: the table, the wrongful reclaims with why, the SVG bars.
 //!

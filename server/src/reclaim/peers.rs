@@ -21,6 +21,9 @@ use super::trace::{API, CPU, GPU, HIDDEN, INPUT, KERNEL, TAB};
 pub enum Policy {
     /// The product's reaper with its configured defaults.
     Ours,
+    /// Ours, with idle sessions of a size launches wait for ended after
+    /// [`SOONER_SECONDS`] (`idle.pressure_timeout_seconds`).
+    OursSooner,
     JupyterHub,
     Z2jh,
     Kubeflow,
@@ -28,12 +31,16 @@ pub enum Policy {
     SageMaker,
 }
 
+/// The pressure timeout [`Policy::OursSooner`] runs with.
+pub const SOONER_SECONDS: u64 = 600;
+
 /// SageMaker Studio's admin bounds on the idle timeout a user picks, in minutes.
 pub const SAGEMAKER_BOUNDS: (u32, u32) = (60, 240);
 
 impl Policy {
-    pub const ALL: [Policy; 6] = [
+    pub const ALL: [Policy; 7] = [
         Policy::Ours,
+        Policy::OursSooner,
         Policy::JupyterHub,
         Policy::Z2jh,
         Policy::Kubeflow,
@@ -41,9 +48,15 @@ impl Policy {
         Policy::SageMaker,
     ];
 
+    /// The product's own reaper decides (with our signals, warning and timer).
+    pub fn is_ours(self) -> bool {
+        matches!(self, Policy::Ours | Policy::OursSooner)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Policy::Ours => "ours",
+            Policy::OursSooner => "ours, sooner while launches wait",
             Policy::JupyterHub => "jupyterhub-idle-culler",
             Policy::Z2jh => "z2jh",
             Policy::Kubeflow => "kubeflow",
@@ -57,7 +70,7 @@ impl Policy {
     pub fn counts(self, minute: u16) -> Option<bool> {
         let any = |flags: u16| minute & flags != 0;
         match self {
-            Policy::Ours => None,
+            Policy::Ours | Policy::OursSooner => None,
             Policy::JupyterHub | Policy::Z2jh => Some(any(INPUT | TAB | HIDDEN | KERNEL | API)),
             Policy::Kubeflow => Some(any(KERNEL)),
             Policy::Coder => Some(any(INPUT | TAB | HIDDEN | API)),
@@ -69,7 +82,7 @@ impl Policy {
     /// policy lets them (SageMaker Studio).
     pub fn timing(self, user_min: u32) -> Option<(u32, u32)> {
         match self {
-            Policy::Ours => None,
+            Policy::Ours | Policy::OursSooner => None,
             Policy::JupyterHub => Some((10, 5)),
             Policy::Z2jh => Some((60, 10)),
             Policy::Kubeflow => Some((1440, 1)),
@@ -92,7 +105,7 @@ impl Policy {
     /// wrongful-reclaim reasons): CPU or GPU work outside a kernel is not, for most peers.
     pub fn sees_job(self, minute: u16) -> bool {
         match self {
-            Policy::Ours => minute & (KERNEL | GPU | CPU | API | INPUT) != 0,
+            Policy::Ours | Policy::OursSooner => minute & (KERNEL | GPU | CPU | API | INPUT) != 0,
             _ => self.counts(minute) == Some(true),
         }
     }
@@ -112,7 +125,7 @@ mod tests {
 
     #[test]
     fn a_job_without_a_browser_or_kernel_counts_for_no_peer() {
-        for p in Policy::ALL.into_iter().skip(1) {
+        for p in Policy::ALL.into_iter().filter(|p| !p.is_ours()) {
             assert_eq!(p.counts(GPU | CPU), Some(false), "{}", p.name());
         }
         assert!(Policy::Ours.sees_job(GPU | CPU));

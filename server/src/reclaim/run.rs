@@ -88,6 +88,8 @@ pub struct SessionOutcome {
     /// Credits charged for it (milli-credits, from the ledger).
     pub charged_milli: i64,
     pub price_per_hour: i64,
+    /// What its person was told at the end, if anything.
+    pub detail: Option<String>,
 }
 
 /// A reclaim that cost someone work.
@@ -160,6 +162,7 @@ struct Tracked {
     idle: u32,
     ended: Option<(u32, Ended)>,
     price_per_hour: i64,
+    detail: Option<String>,
 }
 
 /// "day 3 14:05" for minute `m` of the month.
@@ -210,8 +213,11 @@ pub fn config_for(personas: &Personas, policy: Policy, adjust: impl FnOnce(&mut 
             slice_mib: personas.pool.slice_mib,
         })
         .collect();
-    if policy != Policy::Ours {
+    if !policy.is_ours() {
         config.idle.timeout_seconds = 365 * 24 * 3600;
+    }
+    if policy == Policy::OursSooner {
+        config.idle.pressure_timeout_seconds = super::peers::SOONER_SECONDS;
     }
     adjust(&mut config);
     config
@@ -413,8 +419,11 @@ impl Sim<'_> {
         }
         // A person at the screen sees our warning (the page reads the deadline the server
         // says) and, mostly, answers it.
-        if self.policy == Policy::Ours && flags & PRESENT != 0 && flags & INPUT == 0 {
-            let policy = self.service.config().idle_policy(record.slice_mib);
+        if self.policy.is_ours() && flags & PRESENT != 0 && flags & INPUT == 0 {
+            let policy = self
+                .service
+                .guard
+                .idle_policy_now(record.slice_mib, record.burst);
             let idle_at = policy.idle_at(&record.signals());
             let page = app::domain::idle::page_idle(idle_at, policy.warn_ms, now, now);
             if page.warn && self.rng.gen_bool(self.personas.answers_warning) {
@@ -459,13 +468,14 @@ impl Sim<'_> {
             idle: 0,
             ended: None,
             price_per_hour: view.price_per_hour,
+            detail: None,
         });
     }
 
     /// A peer's culler: every period, ends the sessions idle by its rule (through the real
     /// service's stop, as an admin).
     async fn peer_looks(&mut self, m: u32) {
-        if self.policy == Policy::Ours {
+        if self.policy.is_ours() {
             return;
         }
         let live: Vec<usize> = self.live.values().copied().collect();
@@ -514,14 +524,15 @@ impl Sim<'_> {
                 continue;
             }
             self.live.remove(&person);
+            self.tracked[t].detail = record.detail.clone();
             if self.tracked[t].ended.is_some() {
                 continue;
             }
             let how = match record.end_reason {
                 Some(EndReason::User) => Ended::Person,
                 Some(EndReason::Timer) => Ended::Timer,
-                Some(EndReason::Idle) if self.policy == Policy::Ours => Ended::Reclaimed,
-                Some(EndReason::Admin) if self.policy != Policy::Ours => Ended::Reclaimed,
+                Some(EndReason::Idle) if self.policy.is_ours() => Ended::Reclaimed,
+                Some(EndReason::Admin) if !self.policy.is_ours() => Ended::Reclaimed,
                 _ => Ended::Other,
             };
             self.tracked[t].ended = Some((m, how));
@@ -622,6 +633,7 @@ impl Sim<'_> {
                     last_signal: t.last_signal,
                     charged_milli: charged_by_session.get(&t.id).copied().unwrap_or(0),
                     price_per_hour: t.price_per_hour,
+                    detail: t.detail.clone(),
                 }
             })
             .collect();

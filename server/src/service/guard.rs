@@ -8,7 +8,10 @@
 //! live session is `app::domain::reaper::verdict`: a locked account's sessions end first, queued
 //! ones included (`admin`, unused credits back); then, for a ready one, its time (`timer`, the
 //! whole duration charged), idleness (`idle`) and, asked of the runtime only when nothing else ends
-//! it, whether its editor lives (`crash`, so within one period). It then finishes what nothing
+//! it, whether its editor lives (`crash`, so within one period). While launches wait for a slice
+//! size, that size's sessions are judged idle after `idle.pressure_timeout_seconds` instead
+//! ([`Core::idle_policy_now`], which the session page warns by too; off by default, measured in
+//! BENCHMARKS.md section 14: what counts as work is unchanged). It then finishes what nothing
 //! drives any more (`reaper::overdue`): a session `starting` for longer than twice the readiness
 //! timeout plus a minute (a runtime may wait the timeout for a placement, then again for the
 //! editor; past that its launch task met a database error, or ran on a replica that died) ends
@@ -117,6 +120,9 @@ pub async fn keep_instance_lease(service: Guard) {
     }
 }
 
+/// Why an idle session ended sooner than its timeout.
+const PRESSED: &str = "ended sooner for being idle while launches waited for a slice of its size";
+
 /// Waits after a failed warm start before trying that editor again.
 const WARM_RETRY: Duration = Duration::from_secs(60);
 /// A user whose dashboard asked nothing for this long has left: their pre-started editor goes.
@@ -212,6 +218,23 @@ impl Core {
                         .await
                 }
             }
+        }
+    }
+
+    /// The idle policy a session of `slice_mib` is judged by now: its slice's, or, while launches
+    /// waited for that size at the reaper's last pass, the shorter one (`idle.pressure_timeout_seconds`).
+    /// Whole cards (bursts) are held briefly anyway and are left as they are.
+    pub fn idle_policy_now(&self, slice_mib: u64, burst: bool) -> app::domain::idle::Policy {
+        let policy = self.config.idle_policy(slice_mib);
+        let pressed = !burst
+            && self
+                .pressed
+                .read()
+                .is_ok_and(|sizes| sizes.contains(&slice_mib));
+        if pressed {
+            policy.pressed(self.config.idle.pressure_timeout_seconds as i64 * 1000)
+        } else {
+            policy
         }
     }
 
@@ -578,6 +601,15 @@ impl Guard {
             Default::default()
         });
         let now = self.now();
+        // Sizes launches wait for: their idle sessions end sooner.
+        let waiting: Vec<u64> = live
+            .iter()
+            .filter(|r| r.state == SessionState::Queued && !r.burst)
+            .map(|r| r.slice_mib)
+            .collect();
+        if let Ok(mut pressed) = self.pressed.write() {
+            *pressed = waiting;
+        }
         for record in &live {
             let mut watch = Watch {
                 state: record.state,
@@ -587,7 +619,8 @@ impl Guard {
                 has_editor: record.runtime_handle.is_some(),
                 alive: None,
             };
-            let policy = self.config.idle_policy(record.slice_mib);
+            let policy = self.idle_policy_now(record.slice_mib, record.burst);
+            let sooner = policy != self.config.idle_policy(record.slice_mib);
             let mut judged = reaper::verdict(&watch, &policy, now);
             if let (reaper::Verdict::AskAlive, Some(handle)) = (judged, &record.runtime_handle) {
                 watch.alive = Some(self.runtime.is_alive(handle).await);
@@ -610,6 +643,9 @@ impl Guard {
                     (EndReason::Crash, Some(handle)) => self.runtime.last_words(handle).await,
                     _ => String::new(),
                 };
+                if reason == EndReason::Idle && sooner {
+                    detail = Some(PRESSED);
+                }
                 let detail = detail.map(|d| crate::runtime::with_last_words(d, &last_words));
                 self.stop_session(&record.id, reason, detail.as_deref())
                     .await;

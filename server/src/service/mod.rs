@@ -106,6 +106,9 @@ pub struct Core {
     /// Set at shutdown: the warm-pool keeper starts nothing more and gives up waiting on starts,
     /// and the queue is not dispatched.
     pub(in crate::service) closing: tokio::sync::watch::Sender<bool>,
+    /// Slice sizes launches waited for at the reaper's last pass: their idle sessions end
+    /// sooner (`idle.pressure_timeout_seconds`), and their pages warn by that.
+    pub(in crate::service) pressed: std::sync::RwLock<Vec<u64>>,
     /// Sign-in with the configured OpenID Connect provider.
     pub(in crate::service) oidc: Option<crate::identity::oidc::Oidc>,
     /// What Prometheus reads at `/metrics`.
@@ -155,6 +158,7 @@ impl Core {
             queue_wake: tokio::sync::Notify::new(),
             sign_ins: auth::SignInThrottle::default(),
             closing: tokio::sync::watch::Sender::new(false),
+            pressed: Default::default(),
             metrics: metrics::Metrics::new(),
             backup: backups::BackupState::default(),
             background: tokio::runtime::Handle::current(),

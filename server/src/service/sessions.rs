@@ -482,7 +482,7 @@ impl Core {
     ) -> SessionView {
         let url = (record.state == SessionState::Ready)
             .then(|| format!("/s/{}/{}", record.id, record.editor.landing_path()));
-        let policy = self.config.idle_policy(record.slice_mib);
+        let policy = self.idle_policy_now(record.slice_mib, record.burst);
         SessionView {
             id: record.id.clone(),
             editor: record.editor,

@@ -101,3 +101,32 @@ async fn the_simulated_ledger_balances_to_the_credit() {
         );
     }
 }
+
+#[tokio::test]
+async fn under_pressure_idle_sessions_end_sooner_and_running_jobs_still_never() {
+    // One card of six slices. Three people come at 8:00 and close their laptops half an hour
+    // later; six come at 9:00 and wait for slices; two fine-tunes run through the morning.
+    let mut personas = only(&[Kind::Crowd, Kind::FineTune, Kind::LaptopClosed], 1, 2);
+    personas.pool.cards = 1;
+    for p in &mut personas.persona {
+        p.count = match p.kind {
+            Kind::Crowd => 6,
+            Kind::LaptopClosed => 3,
+            _ => 2,
+        };
+        if p.kind == Kind::LaptopClosed {
+            p.arrive_h = [8.0, 8.2];
+            p.work_h = [0.5, 0.6];
+        }
+    }
+    let sooner = month(&personas, Policy::OursSooner).await;
+    assert!(sooner.wait(1.0) > 0, "launches waited");
+    let ended_sooner = sooner
+        .sessions
+        .iter()
+        .filter(|s| s.detail.as_deref().is_some_and(|d| d.contains("sooner")))
+        .count();
+    assert!(ended_sooner > 0, "{:#?}", sooner.sessions);
+    assert!(sooner.wrongful.is_empty(), "{:#?}", sooner.wrongful);
+    assert!(sooner.ledger_balances());
+}
