@@ -44,7 +44,7 @@ pub struct BackupState {
     /// Users with a backup or restore under way.
     running: Arc<Mutex<HashSet<String>>>,
     /// Backups, restores and lists share the repository; a prune takes it alone.
-    repository: tokio::sync::RwLock<()>,
+    pub(in crate::service) repository: tokio::sync::RwLock<()>,
     /// When the next scheduled pass is due (the service's clock); None until the first tick.
     next_pass: Mutex<Option<i64>>,
     /// A scheduled pass is under way.

@@ -8,6 +8,7 @@ pub mod backups;
 pub mod datasets;
 mod departed;
 pub mod events;
+mod follow;
 pub mod guard;
 pub mod images;
 pub mod metrics;

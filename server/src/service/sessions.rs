@@ -248,6 +248,8 @@ impl Core {
             .map(|g| gpu::slice_env(g, memory_mib, cores_pct, &self.enforcement))
             // A slot on a card we no longer know: hide every card rather than expose them all.
             .unwrap_or_else(|| vec![("CUDA_VISIBLE_DEVICES".to_string(), String::new())]);
+        self.bring_workspace_back(session_id, &record.user_id, user_name)
+            .await;
         let launch = EditorLaunch {
             session_id: record.id.clone(),
             user_name: user_name.to_string(),

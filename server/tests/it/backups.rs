@@ -1007,3 +1007,69 @@ async fn a_restore_past_the_workspaces_quota_fails_clearly_and_leaves_nothing() 
         "nothing half-restored is left, nothing current was touched"
     );
 }
+
+/// A workspace follows its user: on a server with no workspace for them (a fresh disk, the same
+/// database and repository), their first launch restores the newest snapshot as the workspace,
+/// says so in its steps, and the editor reads the files as its own. Where nothing was backed
+/// up, the launch starts empty and says nothing of it.
+#[tokio::test]
+async fn a_users_first_launch_where_no_workspace_is_brings_the_backup_back() {
+    let lab = crate::common::tools_dir().join("venv/bin/jupyter-lab");
+    assert!(
+        lab.exists(),
+        "JupyterLab is not installed; run scripts/setup.sh"
+    );
+    let repo = tempfile::tempdir().unwrap();
+    let place = repo.path().join("r").display().to_string();
+    let app = TestApp::start_with(None, move |c| {
+        c.backups.enabled = true;
+        c.backups.repository = place;
+    })
+    .await;
+    let (_, alice) = app.user("alice").await;
+    let ws = app.runtime.workspace_dir("alice").unwrap();
+    std::fs::create_dir_all(ws.join("data")).unwrap();
+    std::fs::write(ws.join("data/notes.txt"), "carried over").unwrap();
+    back_up(&app, &alice).await;
+    std::fs::remove_dir_all(&ws).unwrap();
+
+    let id = app.launch_ready(&alice, "jupyterlab").await;
+    let view = app
+        .get(&format!("/api/v1/sessions/{id}"), Some(&alice))
+        .await
+        .json();
+    let said = serde_json::to_string(&view["steps"]).unwrap();
+    assert!(
+        said.contains("Restored your workspace from its backup of"),
+        "{said}"
+    );
+    let read = app
+        .get(
+            &format!("/s/{id}/api/contents/data/notes.txt?content=1"),
+            Some(&alice),
+        )
+        .await;
+    read.assert_status(StatusCode::OK);
+    assert_eq!(read.json()["content"], "carried over");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("data/notes.txt")).unwrap(),
+        "carried over"
+    );
+
+    // Nobody else's backup comes along: bob starts empty, and no step says otherwise.
+    let (_, bob) = app.user("bob").await;
+    let id = app.launch_ready(&bob, "jupyterlab").await;
+    let view = app
+        .get(&format!("/api/v1/sessions/{id}"), Some(&bob))
+        .await
+        .json();
+    let said = serde_json::to_string(&view["steps"]).unwrap();
+    assert!(!said.contains("backup"), "{said}");
+    assert!(
+        !app.runtime
+            .workspace_dir("bob")
+            .unwrap()
+            .join("data")
+            .exists()
+    );
+}
