@@ -10,6 +10,7 @@
 //!
 //! cargo bench -p server --bench reclaim
 //! RECLAIM_DAYS=7 cargo bench -p server --bench reclaim     (a shorter month)
+//! RECLAIM_ONLY=sooner cargo bench -p server --bench reclaim (the policies whose name has it)
 
 use server::reclaim::{Outcome, Personas, Policy, report, run};
 
@@ -38,6 +39,9 @@ async fn main() {
     for db in ["sqlite", "postgres"] {
         for policy in Policy::ALL {
             let every = std::env::var("RECLAIM_PG").is_ok_and(|v| v == "all");
+            if std::env::var("RECLAIM_ONLY").is_ok_and(|only| !policy.name().contains(&only)) {
+                continue;
+            }
             if db == "postgres" && policy != Policy::Ours && !every {
                 continue;
             }

@@ -104,6 +104,13 @@ impl Policy {
     }
 }
 
+/// Whether pressure that began at `since` has given a session's person its warning (`warn_ms`)
+/// by `now`: a session already quiet when launches begin to wait would otherwise be ended by the
+/// shorter timeout at once, unwarned.
+pub fn warned_since(since: i64, warn_ms: i64, now: i64) -> bool {
+    now >= since + warn_ms
+}
+
 /// What a page may do with the idle deadline it last read from the server. The server moves
 /// `idle_at` whenever a signal counts (a busy kernel, CPU or GPU work) and tells no page, so a
 /// copy read before the warning began says nothing about whether the session is idle now: the
@@ -227,6 +234,9 @@ mod tests {
         assert_eq!(policy(false).pressed(0), policy(false));
         assert_eq!(policy(false).pressed(40 * MIN), policy(false));
         assert_eq!(policy(false).pressed(4 * MIN).warn_ms, 2 * MIN);
+        // Pressure that begins at minute 40 on a session quiet since 0: warned first.
+        assert!(!warned_since(40 * MIN, 5 * MIN, 44 * MIN));
+        assert!(warned_since(40 * MIN, 5 * MIN, 45 * MIN));
     }
 
     #[test]

@@ -230,7 +230,7 @@ impl Core {
             && self
                 .pressed
                 .read()
-                .is_ok_and(|sizes| sizes.contains(&slice_mib));
+                .is_ok_and(|sizes| sizes.iter().any(|(size, _)| *size == slice_mib));
         if pressed {
             policy.pressed(self.config.idle.pressure_timeout_seconds as i64 * 1000)
         } else {
@@ -602,14 +602,27 @@ impl Guard {
         });
         let now = self.now();
         // Sizes launches wait for: their idle sessions end sooner.
-        let waiting: Vec<u64> = live
+        let mut waiting: Vec<u64> = live
             .iter()
             .filter(|r| r.state == SessionState::Queued && !r.burst)
             .map(|r| r.slice_mib)
             .collect();
-        if let Ok(mut pressed) = self.pressed.write() {
-            *pressed = waiting;
-        }
+        waiting.sort_unstable();
+        waiting.dedup();
+        let pressed_since: Vec<(u64, i64)> = match self.pressed.write() {
+            Ok(mut pressed) => {
+                let since: Vec<(u64, i64)> = waiting
+                    .iter()
+                    .map(|size| {
+                        let before = pressed.iter().find(|(s, _)| s == size).map(|(_, at)| *at);
+                        (*size, before.unwrap_or(now))
+                    })
+                    .collect();
+                *pressed = since.clone();
+                since
+            }
+            Err(_) => Vec::new(),
+        };
         for record in &live {
             let mut watch = Watch {
                 state: record.state,
@@ -622,6 +635,24 @@ impl Guard {
             let policy = self.idle_policy_now(record.slice_mib, record.burst);
             let sooner = policy != self.config.idle_policy(record.slice_mib);
             let mut judged = reaper::verdict(&watch, &policy, now);
+            // Pressure that begins while a session is already quiet ends it only once its
+            // person has had the warning.
+            let since = pressed_since
+                .iter()
+                .find(|(size, _)| *size == record.slice_mib)
+                .map(|(_, at)| *at);
+            if let (
+                true,
+                Some(since),
+                reaper::Verdict::End {
+                    reason: EndReason::Idle,
+                    ..
+                },
+            ) = (sooner, since, judged)
+                && !app::domain::idle::warned_since(since, policy.warn_ms, now)
+            {
+                judged = reaper::Verdict::Keep;
+            }
             if let (reaper::Verdict::AskAlive, Some(handle)) = (judged, &record.runtime_handle) {
                 watch.alive = Some(self.runtime.is_alive(handle).await);
                 judged = reaper::verdict(&watch, &policy, now);

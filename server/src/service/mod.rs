@@ -107,9 +107,10 @@ pub struct Core {
     /// Set at shutdown: the warm-pool keeper starts nothing more and gives up waiting on starts,
     /// and the queue is not dispatched.
     pub(in crate::service) closing: tokio::sync::watch::Sender<bool>,
-    /// Slice sizes launches waited for at the reaper's last pass: their idle sessions end
-    /// sooner (`idle.pressure_timeout_seconds`), and their pages warn by that.
-    pub(in crate::service) pressed: std::sync::RwLock<Vec<u64>>,
+    /// Slice sizes launches waited for at the reaper's last pass, each with when they began to:
+    /// their idle sessions end sooner (`idle.pressure_timeout_seconds`), and their pages warn
+    /// by that.
+    pub(in crate::service) pressed: std::sync::RwLock<Vec<(u64, i64)>>,
     /// Sign-in with the configured OpenID Connect provider.
     pub(in crate::service) oidc: Option<crate::identity::oidc::Oidc>,
     /// What Prometheus reads at `/metrics`.
