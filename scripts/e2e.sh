@@ -87,7 +87,7 @@ admin_groups = ["gpu-admins"]
 registry = "http://127.0.0.1:$REGISTRY_PORT"
 repository_prefix = "e2e/"
 TOML
-for user in e2e e2e-idle e2e-queue e2e-queue-b e2e-target e2e-promote e2e-cs e2e-victim e2e-live; do
+for user in e2e e2e-idle e2e-queue e2e-queue-b e2e-target e2e-promote e2e-cs e2e-victim e2e-live e2e-data; do
   echo "e2e-password" | "$BIN" --config "$DATA/e2e.toml" user add "$user" --password-stdin >/dev/null
 done
 # A local admin named as one of the provider's people, whom single sign-on must not make them.

@@ -3,7 +3,11 @@
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ARTIFACTS, BASE, PASSWORD, USER, hydrated, launchBrowser, launchByApi, readyByApi, signIn } from './helpers.mjs';
+import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, launchByApi, readyByApi, signIn } from './helpers.mjs';
+
+// A user of its own (scripts/e2e.sh adds it): its session's charge must not touch the balance
+// other tests start from.
+const USER = 'e2e-data';
 
 test('an admin adds a dataset on its tab, and its user sees it at launch and in the session', async () => {
   const folder = mkdtempSync('/var/tmp/e2e-dataset-');
