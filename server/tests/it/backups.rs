@@ -874,8 +874,9 @@ fn is_mount_point(path: &Path) -> bool {
         .any(|l| l.split(' ').nth(4) == Some(path.to_str().unwrap()))
 }
 
-#[tokio::test]
-async fn a_real_jupyterlab_saves_is_backed_up_live_and_reads_what_was_restored() {
+/// A server with the real local runtime and backups on, into a repository of its own (kept
+/// while the returned folder lives).
+async fn real_lab_app() -> (TestApp, tempfile::TempDir) {
     let lab = crate::common::tools_dir().join("venv/bin/jupyter-lab");
     assert!(
         lab.exists(),
@@ -888,6 +889,12 @@ async fn a_real_jupyterlab_saves_is_backed_up_live_and_reads_what_was_restored()
         c.backups.repository = place;
     })
     .await;
+    (app, repo)
+}
+
+#[tokio::test]
+async fn a_real_jupyterlab_saves_is_backed_up_live_and_reads_what_was_restored() {
+    let (app, _repo) = real_lab_app().await;
     let (_, token) = app.user("alice").await;
     let id = app.launch_ready(&token, "jupyterlab").await;
     let ws = app.runtime.workspace_dir("alice").unwrap();
@@ -1014,18 +1021,7 @@ async fn a_restore_past_the_workspaces_quota_fails_clearly_and_leaves_nothing() 
 /// up, the launch starts empty and says nothing of it.
 #[tokio::test]
 async fn a_users_first_launch_where_no_workspace_is_brings_the_backup_back() {
-    let lab = crate::common::tools_dir().join("venv/bin/jupyter-lab");
-    assert!(
-        lab.exists(),
-        "JupyterLab is not installed; run scripts/setup.sh"
-    );
-    let repo = tempfile::tempdir().unwrap();
-    let place = repo.path().join("r").display().to_string();
-    let app = TestApp::start_with(None, move |c| {
-        c.backups.enabled = true;
-        c.backups.repository = place;
-    })
-    .await;
+    let (app, _repo) = real_lab_app().await;
     let (_, alice) = app.user("alice").await;
     let ws = app.runtime.workspace_dir("alice").unwrap();
     std::fs::create_dir_all(ws.join("data")).unwrap();
