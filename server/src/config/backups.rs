@@ -1,5 +1,6 @@
 //! `[backups]`: workspaces backed up with restic on a schedule (off by default).
 
+use super::InvalidKey;
 use app::domain::backups::{Retention, Schedule};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -39,6 +40,14 @@ impl Default for BackupsConfig {
 }
 
 impl BackupsConfig {
+    /// Checks what serde cannot; the error names the full key (`backups.schedule`).
+    pub fn validate(&self) -> Result<(), InvalidKey> {
+        match self.problem() {
+            Some((key, why)) => Err(InvalidKey::new(format!("backups.{key}"), why)),
+            None => Ok(()),
+        }
+    }
+
     pub fn retention(&self) -> Retention {
         Retention {
             keep_daily: self.keep_daily,

@@ -1,6 +1,7 @@
 //! The `[kube]` table of the configuration: where user namespaces go, what they may use,
 //! which images run the editors.
 
+use super::InvalidKey;
 use app::domain::launch::EditorKind;
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +29,9 @@ pub struct KubeConfig {
     pub session_priority_class: String,
     /// StorageClass of workspace volumes; empty means the cluster's default.
     pub storage_class: String,
+    /// VolumeSnapshotClass of workspace backups on the cluster (`[backups] enabled`): each
+    /// backup is a VolumeSnapshot of the user's workspace claim. Empty: no backups there.
+    pub snapshot_class: String,
     /// Workspace volume size, and the namespace's storage quota, for users whose quota sets no
     /// disk size of their own (`quotas.max_disk_mib` or a per-user override sizes it otherwise).
     pub workspace_size_gib: u32,
@@ -88,6 +92,7 @@ impl Default for KubeConfig {
             field_manager: "gpu-sandbox".into(),
             session_priority_class: "gpu-sandbox-session".into(),
             storage_class: String::new(),
+            snapshot_class: String::new(),
             workspace_size_gib: 10,
             hami: true,
             max_pods_per_user: 4,
@@ -116,9 +121,9 @@ pub fn is_dns_subdomain(s: &str) -> bool {
 }
 
 impl KubeConfig {
-    /// Checks what serde cannot; the error names the key (below `kube.`) and why.
-    pub fn validate(&self) -> Result<(), (String, String)> {
-        let bad = |key: &str, why: &str| Err((format!("kube.{key}"), why.to_string()));
+    /// Checks what serde cannot; the error names the key and why.
+    pub fn validate(&self) -> Result<(), InvalidKey> {
+        let bad = |key: &str, why: &str| Err(InvalidKey::new(format!("kube.{key}"), why));
         if !is_dns_label(&self.server_namespace) {
             return bad(
                 "server_namespace",
@@ -152,6 +157,12 @@ impl KubeConfig {
         }
         if !self.storage_class.is_empty() && !is_dns_subdomain(&self.storage_class) {
             return bad("storage_class", "must be empty or a StorageClass name");
+        }
+        if !self.snapshot_class.is_empty() && !is_dns_subdomain(&self.snapshot_class) {
+            return bad(
+                "snapshot_class",
+                "must be empty or a VolumeSnapshotClass name",
+            );
         }
         if self.workspace_size_gib == 0 {
             return bad("workspace_size_gib", "must be at least 1");

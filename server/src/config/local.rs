@@ -1,5 +1,6 @@
 //! `[local]`: how the local runtime keeps editors apart on one machine.
 
+use super::InvalidKey;
 use serde::{Deserialize, Serialize};
 
 /// Whether editors run in sandboxes (`local.isolation`).
@@ -89,6 +90,14 @@ impl Default for LocalConfig {
 }
 
 impl LocalConfig {
+    /// Checks what serde cannot; the error names the full key (`local.network`).
+    pub fn validate(&self) -> Result<(), InvalidKey> {
+        match self.problem() {
+            Some((key, why)) => Err(InvalidKey::new(format!("local.{key}"), why)),
+            None => Ok(()),
+        }
+    }
+
     /// The resources of a session of `slice_mib`.
     pub fn resources(&self, slice_mib: u64) -> Resources {
         self.per_slice

@@ -4,6 +4,7 @@
 //! turns it into nftables rules in each sandbox's network namespace (`runtime::egress`), the kube
 //! runtime into each user namespace's NetworkPolicy.
 
+use super::InvalidKey;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
@@ -80,6 +81,14 @@ pub fn parse_range(s: &str) -> Result<IpNet, String> {
 }
 
 impl NetworkConfig {
+    /// Checks what serde cannot; the error names the full key (`network.egress_deny`).
+    pub fn validate(&self) -> Result<(), InvalidKey> {
+        match self.problem() {
+            Some((key, why)) => Err(InvalidKey::new(format!("network.{key}"), why)),
+            None => Ok(()),
+        }
+    }
+
     /// The first key that is wrong, and why.
     pub fn problem(&self) -> Option<(String, String)> {
         for (key, list) in [

@@ -1,5 +1,6 @@
 //! `[oidc]`: the OpenID Connect provider to sign in with.
 
+use super::InvalidKey;
 use serde::{Deserialize, Serialize};
 
 /// Where the provider sends the browser back, under this server's public URL.
@@ -58,6 +59,14 @@ pub(crate) fn default_groups_claim() -> String {
 }
 
 impl OidcConfig {
+    /// Checks what serde cannot; the error names the full key (`oidc.issuer`).
+    pub fn validate(&self) -> Result<(), InvalidKey> {
+        match self.problem() {
+            Some((key, why)) => Err(InvalidKey::new(format!("oidc.{key}"), why)),
+            None => Ok(()),
+        }
+    }
+
     /// The first problem with it: (key under `oidc.`, what is wrong).
     pub fn problem(&self) -> Option<(&'static str, String)> {
         let is_url = |u: &str| {

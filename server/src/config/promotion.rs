@@ -1,5 +1,6 @@
 //! `[promotion]`: the production registry files are promoted to.
 
+use super::InvalidKey;
 use serde::{Deserialize, Serialize};
 
 /// `[promotion]` in the configuration.
@@ -34,6 +35,14 @@ impl Default for PromotionConfig {
 }
 
 impl PromotionConfig {
+    /// Checks what serde cannot; the error names the full key (`promotion.registry`).
+    pub fn validate(&self) -> Result<(), InvalidKey> {
+        match self.problem() {
+            Some((key, why)) => Err(InvalidKey::new(format!("promotion.{key}"), why)),
+            None => Ok(()),
+        }
+    }
+
     pub fn enabled(&self) -> bool {
         !self.registry.is_empty()
     }
