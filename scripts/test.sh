@@ -26,6 +26,10 @@ cargo fmt --all --check
 cargo clippy --workspace --exclude frontend --all-targets --locked -- -D warnings
 cargo clippy -p frontend --target wasm32-unknown-unknown --locked -- -D warnings
 
+echo "==> cargo doc: no broken intra-doc links"
+# Without the wasm crate, for the reason given below; its one function links nowhere.
+RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links" cargo doc --no-deps --workspace --exclude frontend --locked
+
 echo "==> cargo test (unit, the folders' import order, store on SQLite + PostgreSQL, API, proxy, real editors)"
 # Without the wasm crate: its `hydrate` features would otherwise be unified into the server's
 # build of the pages (effects then run at render, which the server never does).

@@ -16,7 +16,7 @@
 //!   from everyone else; past its share its new connections are closed at once.
 //! - A tenth of the cap is kept for signed-in traffic: once the rest is taken (a flood from many
 //!   addresses), a new connection gets a kept place only to present a request head within
-//!   [`RESERVED_HEADER_TIMEOUT`] whose sign-in cookie or token stands for someone (health probes
+//!   `RESERVED_HEADER_TIMEOUT` (5 s) whose sign-in cookie or token stands for someone (health probes
 //!   too); anything else is answered 503 `busy` and closed (`http::Front`).
 //! - Accepted sockets get `TCP_NODELAY` and TCP keepalive (probes after a minute idle, every 15 s,
 //!   8 of them), so a client that vanished (a laptop closed on an open WebSocket) gives its place
