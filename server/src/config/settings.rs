@@ -1,8 +1,13 @@
 //! The admin Settings page's words: what the configuration says and what the server found at
 //! start, never a secret.
 
+use super::oidc::OidcConfig;
+use super::promotion::PromotionConfig;
+use super::{Config, ImagePolicyConfig};
 use app::domain::credits;
+use app::domain::dates::span_words;
 use app::domain::launch::EditorKind;
+use app::domain::pool::{GpuSpec, format_mib};
 use app::model::SettingsSection;
 
 fn section(title: &str, entries: Vec<(&str, String)>) -> SettingsSection {
@@ -37,198 +42,236 @@ fn or_none(items: Vec<String>) -> String {
 
 /// The settings page's sections from the configuration and what the server found at start.
 pub fn settings(
-    config: &crate::config::Config,
+    config: &Config,
     gpus: &[app::domain::pool::GpuSpec],
     enforcement: &str,
     editors: &[(EditorKind, Result<(), String>)],
     isolation: &Result<String, String>,
 ) -> Vec<SettingsSection> {
-    use app::domain::pool::format_mib;
+    vec![
+        server(config),
+        editors_section(editors, isolation),
+        pool(config, gpus, enforcement),
+        credits_section(config),
+        sessions(config),
+        quota(config),
+        idle(config),
+        image_scans(&config.image_policy),
+        single_sign_on(config.oidc.as_ref()),
+        promotion(&config.promotion),
+        super::backups::settings_section(config),
+    ]
+}
+
+fn minutes(m: u32) -> String {
+    format!("{m} min")
+}
+
+fn server(config: &Config) -> SettingsSection {
     let database = config.database_url();
     let database = if database.starts_with("sqlite:") {
         format!("SQLite ({})", config.data_dir.display())
     } else {
         "PostgreSQL (SANDBOX_DATABASE_URL)".into()
     };
-    let seconds = app::domain::dates::span_words;
-    let minutes = |m: u32| format!("{m} min");
+    section(
+        "Server",
+        vec![
+            ("Listening on", config.listen.clone()),
+            ("Database", database),
+            ("Runtime", format!("{:?}", config.runtime).to_lowercase()),
+            ("Secure cookies", yes_no(config.secure_cookies)),
+        ],
+    )
+}
+
+fn editors_section(
+    editors: &[(EditorKind, Result<(), String>)],
+    isolation: &Result<String, String>,
+) -> SettingsSection {
+    section(
+        "Editors",
+        editors
+            .iter()
+            .map(|(kind, available)| {
+                let state = match available {
+                    Ok(()) => "available".to_string(),
+                    Err(why) => format!("unavailable: {why}"),
+                };
+                (kind.label(), state)
+            })
+            .chain(std::iter::once((
+                "Isolation",
+                match isolation {
+                    Ok(how) => how.clone(),
+                    Err(why) => format!("none: {why}"),
+                },
+            )))
+            .collect(),
+    )
+}
+
+fn pool(config: &Config, gpus: &[GpuSpec], enforcement: &str) -> SettingsSection {
+    section(
+        "Pool",
+        vec![
+            ("Slice limits", enforcement.to_string()),
+            (
+                "GPUs",
+                or_none(
+                    gpus.iter()
+                        .map(|g| {
+                            format!(
+                                "{} ({}, {}, slices of {}, {})",
+                                g.id,
+                                g.model,
+                                format_mib(g.memory_mib),
+                                format_mib(g.slice_mib),
+                                g.hold.label()
+                            )
+                        })
+                        .collect(),
+                ),
+            ),
+            (
+                "Pre-started editors",
+                or_none(
+                    config
+                        .pool
+                        .warm
+                        .iter()
+                        .map(|w| {
+                            format!("{} × {} on {}", w.count, w.editor, format_mib(w.slice_mib))
+                        })
+                        .collect(),
+                ),
+            ),
+            (
+                "Longest whole-GPU burst",
+                minutes(config.pool.burst_max_minutes),
+            ),
+        ],
+    )
+}
+
+fn credits_section(config: &Config) -> SettingsSection {
+    section(
+        "Credits",
+        vec![
+            ("Starting grant", amount(&config.credits.initial_grant, "")),
+            (
+                "Default price",
+                amount(&config.pool.default_price_per_gib_hour, " per GiB-hour"),
+            ),
+            (
+                "Prices",
+                or_none(
+                    config
+                        .pool
+                        .prices
+                        .iter()
+                        .map(|p| {
+                            format!(
+                                "{} {}: {}",
+                                p.model,
+                                format_mib(p.slice_mib),
+                                amount(&p.per_hour, " per hour")
+                            )
+                        })
+                        .collect(),
+                ),
+            ),
+        ],
+    )
+}
+
+fn sessions(config: &Config) -> SettingsSection {
+    let sessions = &config.sessions;
+    section(
+        "Sessions",
+        vec![
+            (
+                "Duration",
+                format!(
+                    "{} to {} (default {})",
+                    minutes(sessions.min_minutes),
+                    minutes(sessions.max_minutes),
+                    minutes(sessions.default_minutes)
+                ),
+            ),
+            (
+                "Time to get ready",
+                span_words(sessions.ready_timeout_seconds),
+            ),
+            (
+                "Stopped when the server stops",
+                yes_no(sessions.stop_on_shutdown),
+            ),
+        ],
+    )
+}
+
+fn quota(config: &Config) -> SettingsSection {
     let limits = config.default_limits();
-    let mut sections = vec![
-        section(
-            "Server",
-            vec![
-                ("Listening on", config.listen.clone()),
-                ("Database", database),
-                ("Runtime", format!("{:?}", config.runtime).to_lowercase()),
-                ("Secure cookies", yes_no(config.secure_cookies)),
-            ],
-        ),
-        section(
-            "Editors",
-            editors
-                .iter()
-                .map(|(kind, available)| {
-                    let state = match available {
-                        Ok(()) => "available".to_string(),
-                        Err(why) => format!("unavailable: {why}"),
-                    };
-                    (kind.label(), state)
-                })
-                .chain(std::iter::once((
-                    "Isolation",
-                    match isolation {
-                        Ok(how) => how.clone(),
-                        Err(why) => format!("none: {why}"),
-                    },
-                )))
-                .collect(),
-        ),
-        section(
-            "Pool",
-            vec![
-                ("Slice limits", enforcement.to_string()),
-                (
-                    "GPUs",
-                    or_none(
-                        gpus.iter()
-                            .map(|g| {
-                                format!(
-                                    "{} ({}, {}, slices of {}, {})",
-                                    g.id,
-                                    g.model,
-                                    format_mib(g.memory_mib),
-                                    format_mib(g.slice_mib),
-                                    g.hold.label()
-                                )
-                            })
-                            .collect(),
-                    ),
+    section(
+        "Default quota",
+        vec![
+            ("Sessions at once", limits.max_sessions.to_string()),
+            ("GPU memory", format_mib(limits.max_gpu_mib)),
+            ("Longest session", minutes(limits.max_minutes)),
+            ("Workspace", format_mib(limits.max_disk_mib)),
+        ],
+    )
+}
+
+fn idle(config: &Config) -> SettingsSection {
+    let idle = &config.idle;
+    section(
+        "Idle",
+        vec![
+            ("Ends after", span_words(idle.timeout_seconds)),
+            ("Warns before", span_words(idle.warn_seconds)),
+            (
+                "An open tab keeps a session",
+                yes_no(idle.open_tab_keeps_alive),
+            ),
+            (
+                "CPU that counts as work",
+                format!("{} %", idle.busy_cpu_percent),
+            ),
+            (
+                "Ends sooner while launches wait",
+                match idle.pressure_timeout_seconds {
+                    0 => "no".to_string(),
+                    s => format!("after {}", span_words(s)),
+                },
+            ),
+            (
+                "By slice",
+                or_none(
+                    idle.per_slice
+                        .iter()
+                        .map(|o| {
+                            format!(
+                                "{}: ends after {}, warns {} before",
+                                format_mib(o.slice_mib),
+                                span_words(o.timeout_seconds),
+                                span_words(o.warn_seconds)
+                            )
+                        })
+                        .collect(),
                 ),
-                (
-                    "Pre-started editors",
-                    or_none(
-                        config
-                            .pool
-                            .warm
-                            .iter()
-                            .map(|w| {
-                                format!("{} × {} on {}", w.count, w.editor, format_mib(w.slice_mib))
-                            })
-                            .collect(),
-                    ),
-                ),
-                (
-                    "Longest whole-GPU burst",
-                    minutes(config.pool.burst_max_minutes),
-                ),
-            ],
-        ),
-        section(
-            "Credits",
-            vec![
-                ("Starting grant", amount(&config.credits.initial_grant, "")),
-                (
-                    "Default price",
-                    amount(&config.pool.default_price_per_gib_hour, " per GiB-hour"),
-                ),
-                (
-                    "Prices",
-                    or_none(
-                        config
-                            .pool
-                            .prices
-                            .iter()
-                            .map(|p| {
-                                format!(
-                                    "{} {}: {}",
-                                    p.model,
-                                    format_mib(p.slice_mib),
-                                    amount(&p.per_hour, " per hour")
-                                )
-                            })
-                            .collect(),
-                    ),
-                ),
-            ],
-        ),
-        section(
-            "Sessions",
-            vec![
-                (
-                    "Duration",
-                    format!(
-                        "{} to {} (default {})",
-                        minutes(config.sessions.min_minutes),
-                        minutes(config.sessions.max_minutes),
-                        minutes(config.sessions.default_minutes)
-                    ),
-                ),
-                (
-                    "Time to get ready",
-                    seconds(config.sessions.ready_timeout_seconds),
-                ),
-                (
-                    "Stopped when the server stops",
-                    yes_no(config.sessions.stop_on_shutdown),
-                ),
-            ],
-        ),
-        section(
-            "Default quota",
-            vec![
-                ("Sessions at once", limits.max_sessions.to_string()),
-                ("GPU memory", format_mib(limits.max_gpu_mib)),
-                ("Longest session", minutes(limits.max_minutes)),
-                ("Workspace", format_mib(limits.max_disk_mib)),
-            ],
-        ),
-        section(
-            "Idle",
-            vec![
-                ("Ends after", seconds(config.idle.timeout_seconds)),
-                ("Warns before", seconds(config.idle.warn_seconds)),
-                (
-                    "An open tab keeps a session",
-                    yes_no(config.idle.open_tab_keeps_alive),
-                ),
-                (
-                    "CPU that counts as work",
-                    format!("{} %", config.idle.busy_cpu_percent),
-                ),
-                (
-                    "Ends sooner while launches wait",
-                    match config.idle.pressure_timeout_seconds {
-                        0 => "no".to_string(),
-                        s => format!("after {}", seconds(s)),
-                    },
-                ),
-                (
-                    "By slice",
-                    or_none(
-                        config
-                            .idle
-                            .per_slice
-                            .iter()
-                            .map(|o| {
-                                format!(
-                                    "{}: ends after {}, warns {} before",
-                                    format_mib(o.slice_mib),
-                                    seconds(o.timeout_seconds),
-                                    seconds(o.warn_seconds)
-                                )
-                            })
-                            .collect(),
-                    ),
-                ),
-                (
-                    "Readings kept",
-                    format!("{} days, one a minute", config.history.retention_days),
-                ),
-            ],
-        ),
-    ];
-    let policy = &config.image_policy;
-    sections.push(section(
+            ),
+            (
+                "Readings kept",
+                format!("{} days, one a minute", config.history.retention_days),
+            ),
+        ],
+    )
+}
+
+fn image_scans(policy: &ImagePolicyConfig) -> SettingsSection {
+    section(
         "Image scans",
         vec![
             (
@@ -252,59 +295,61 @@ pub fn settings(
                 },
             ),
         ],
-    ));
-    sections.push(match &config.oidc {
-        Some(oidc) => section(
-            "Single sign-on",
-            vec![
-                (
-                    "Provider",
-                    format!("{} ({})", oidc.display_name, oidc.issuer),
-                ),
-                ("Client", oidc.client_id.clone()),
-                ("Name from", oidc.username_claim.clone()),
-                (
-                    "Admins by group",
-                    if oidc.admin_groups.is_empty() {
-                        "off: roles are set here".into()
-                    } else {
-                        oidc.admin_groups.join(", ")
-                    },
-                ),
-            ],
-        ),
-        None => section("Single sign-on", vec![("Provider", "none".into())]),
-    });
-    let promotion = &config.promotion;
-    sections.push(if promotion.enabled() {
-        section(
-            "Promotion",
-            vec![
-                ("Registry", promotion.registry.clone()),
-                (
-                    "Artifacts land at",
-                    format!("{}<user>/<name>:<tag>", promotion.repository_prefix),
-                ),
-                (
-                    "Pushed as",
-                    if promotion.username.is_empty() {
-                        "anonymous".into()
-                    } else {
-                        promotion.username.clone()
-                    },
-                ),
-                ("Approval by an admin", yes_no(promotion.require_approval)),
-                ("Largest file", format_mib(promotion.max_file_mib)),
-            ],
-        )
-    } else {
-        section(
+    )
+}
+
+fn single_sign_on(oidc: Option<&OidcConfig>) -> SettingsSection {
+    let Some(oidc) = oidc else {
+        return section("Single sign-on", vec![("Provider", "none".into())]);
+    };
+    section(
+        "Single sign-on",
+        vec![
+            (
+                "Provider",
+                format!("{} ({})", oidc.display_name, oidc.issuer),
+            ),
+            ("Client", oidc.client_id.clone()),
+            ("Name from", oidc.username_claim.clone()),
+            (
+                "Admins by group",
+                if oidc.admin_groups.is_empty() {
+                    "off: roles are set here".into()
+                } else {
+                    oidc.admin_groups.join(", ")
+                },
+            ),
+        ],
+    )
+}
+
+fn promotion(promotion: &PromotionConfig) -> SettingsSection {
+    if !promotion.enabled() {
+        return section(
             "Promotion",
             vec![("Registry", "none: promotion is off".into())],
-        )
-    });
-    sections.push(super::backups::settings_section(config));
-    sections
+        );
+    }
+    section(
+        "Promotion",
+        vec![
+            ("Registry", promotion.registry.clone()),
+            (
+                "Artifacts land at",
+                format!("{}<user>/<name>:<tag>", promotion.repository_prefix),
+            ),
+            (
+                "Pushed as",
+                if promotion.username.is_empty() {
+                    "anonymous".into()
+                } else {
+                    promotion.username.clone()
+                },
+            ),
+            ("Approval by an admin", yes_no(promotion.require_approval)),
+            ("Largest file", format_mib(promotion.max_file_mib)),
+        ],
+    )
 }
 
 #[cfg(test)]
