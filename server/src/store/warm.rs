@@ -1,6 +1,6 @@
 //! Editors pre-started for one user (a cluster's pods, in the user's own namespace): who is about
 //! to launch (their dashboard asks for its data), what they launched last, and which such editors
-//! are no longer wanted. The shared warm-pool rows and the claim are in `guardrails.rs`.
+//! are no longer wanted. Its rows are made and read below; the claim is `launch.rs`'s.
 
 use super::records::WARM_COLUMNS;
 use super::*;
@@ -97,4 +97,114 @@ impl Store {
         w.commit().await?;
         Ok(retired)
     }
+}
+
+impl Store {
+    /// Reserves a free slot (one no session holds and no editor warms) for a new pre-started
+    /// editor: anyone's, or `for_user`'s only.
+    pub async fn add_warm(
+        &self,
+        editor: EditorKind,
+        slice_mib: u64,
+        for_user: Option<&str>,
+    ) -> Result<Option<WarmRecord>> {
+        let mut w = self.begin_write().await?;
+        let sql = format!(
+            "SELECT sl.id FROM slots sl WHERE sl.session_id IS NULL AND sl.active = 1 AND sl.slice_mib = $1
+             AND NOT EXISTS (SELECT 1 FROM warm_editors w WHERE w.slot_id = sl.id) ORDER BY sl.id LIMIT 1{}",
+            skip_locked(w.kind, "sl")
+        );
+        let Some(row) = sqlx::query(&sql)
+            .bind(slice_mib as i64)
+            .fetch_optional(&mut *w.tx)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let slot_id: String = row.try_get("id")?;
+        let id = new_id();
+        sqlx::query(
+            "INSERT INTO warm_editors (id, slot_id, editor, state, created_at, user_id) VALUES ($1, $2, $3, 'starting', $4, $5)",
+        )
+        .bind(&id)
+        .bind(&slot_id)
+        .bind(editor.as_str())
+        .bind(self.now())
+        .bind(for_user)
+        .execute(&mut *w.tx)
+        .await
+        .map_err(|e| on_unique(e, "warm_editors_slot_key", "warm editor"))?;
+        w.commit().await?;
+        Ok(Some(WarmRecord {
+            id,
+            slot_id,
+            editor,
+            slice_mib,
+            ready: false,
+            upstream: None,
+            editor_token: None,
+            runtime_handle: None,
+            user_id: for_user.map(str::to_string),
+        }))
+    }
+
+    /// The editor's process exists: its handle is kept at once, so a shutdown in the middle of
+    /// its start still stops it. False when the record is gone or ready already.
+    pub async fn warm_started(&self, id: &str, handle: &str) -> Result<bool> {
+        let mut w = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE warm_editors SET runtime_handle = $1 WHERE id = $2 AND state = 'starting'",
+        )
+        .bind(handle)
+        .bind(id)
+        .execute(&mut *w.tx)
+        .await?;
+        w.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// The editor answers: it may be handed out. False when a launch pushed it off its slot meanwhile.
+    pub async fn warm_ready(
+        &self,
+        id: &str,
+        upstream: &str,
+        token: &str,
+        handle: &str,
+    ) -> Result<bool> {
+        let mut w = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE warm_editors SET state = 'ready', upstream = $1, editor_token = $2, runtime_handle = $3
+             WHERE id = $4 AND state = 'starting'",
+        )
+        .bind(upstream)
+        .bind(token)
+        .bind(handle)
+        .bind(id)
+        .execute(&mut *w.tx)
+        .await?;
+        w.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Forgets a pre-started editor (its start failed, or it died); true when it was still there.
+    pub async fn remove_warm(&self, id: &str) -> Result<bool> {
+        let mut w = self.begin_write().await?;
+        let done = sqlx::query("DELETE FROM warm_editors WHERE id = $1")
+            .bind(id)
+            .execute(&mut *w.tx)
+            .await?;
+        w.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub async fn warm_editors(&self) -> Result<Vec<WarmRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {WARM_COLUMNS} FROM warm_editors w JOIN slots sl ON sl.id = w.slot_id ORDER BY w.created_at"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(WarmRecord::from_row).collect()
+    }
+
+    // ---- activity ----
 }

@@ -23,12 +23,14 @@ pub(super) struct ApiSession {
     time_left_seconds: Option<i64>,
 }
 
-impl From<SessionView> for ApiSession {
-    fn from(view: SessionView) -> Self {
+impl ApiSession {
+    /// `view` as the API shows it, its seconds left counted by the service's clock.
+    fn of(state: &AppState, view: SessionView) -> Self {
+        let now = state.service.now();
         let time_left_seconds = view
             .ends_at_ms
             .filter(|_| view.state == SessionState::Ready)
-            .map(|end| ((end - crate::util::now_ms()) / 1000).max(0));
+            .map(|end| ((end - now) / 1000).max(0));
         ApiSession {
             view,
             time_left_seconds,
@@ -41,7 +43,12 @@ pub(super) async fn list_sessions(
     ApiUser(viewer): ApiUser,
 ) -> ApiResult<Json<Vec<ApiSession>>> {
     let sessions = state.service.sessions.sessions(&viewer).await?;
-    Ok(Json(sessions.into_iter().map(ApiSession::from).collect()))
+    Ok(Json(
+        sessions
+            .into_iter()
+            .map(|view| ApiSession::of(&state, view))
+            .collect(),
+    ))
 }
 
 pub(super) async fn create_session(
@@ -50,7 +57,7 @@ pub(super) async fn create_session(
     ApiJson(request): ApiJson<LaunchRequest>,
 ) -> ApiResult<(StatusCode, Json<ApiSession>)> {
     let view = state.service.sessions.launch(&viewer, request).await?;
-    Ok((StatusCode::CREATED, Json(view.into())))
+    Ok((StatusCode::CREATED, Json(ApiSession::of(&state, view))))
 }
 
 pub(super) async fn get_session(
@@ -58,9 +65,10 @@ pub(super) async fn get_session(
     ApiUser(viewer): ApiUser,
     PathId(id): PathId,
 ) -> ApiResult<Json<ApiSession>> {
-    Ok(Json(
-        state.service.sessions.session(&viewer, &id).await?.into(),
-    ))
+    Ok(Json(ApiSession::of(
+        &state,
+        state.service.sessions.session(&viewer, &id).await?,
+    )))
 }
 
 /// The last hour of the session's readings, one a minute.
@@ -77,9 +85,10 @@ pub(super) async fn delete_session(
     ApiUser(viewer): ApiUser,
     PathId(id): PathId,
 ) -> ApiResult<Json<ApiSession>> {
-    Ok(Json(
-        state.service.sessions.stop(&viewer, &id).await?.into(),
-    ))
+    Ok(Json(ApiSession::of(
+        &state,
+        state.service.sessions.stop(&viewer, &id).await?,
+    )))
 }
 
 #[derive(serde::Deserialize)]
@@ -101,9 +110,10 @@ pub(super) async fn heartbeat(
         .sessions
         .heartbeat(&viewer, &id, body.input)
         .await?;
-    Ok(Json(
-        state.service.sessions.session(&viewer, &id).await?.into(),
-    ))
+    Ok(Json(ApiSession::of(
+        &state,
+        state.service.sessions.session(&viewer, &id).await?,
+    )))
 }
 
 #[derive(serde::Deserialize)]
@@ -118,14 +128,14 @@ pub(super) async fn extend(
     PathId(id): PathId,
     ApiJson(body): ApiJson<ExtendBody>,
 ) -> ApiResult<Json<ApiSession>> {
-    Ok(Json(
+    Ok(Json(ApiSession::of(
+        &state,
         state
             .service
             .sessions
             .extend(&viewer, &id, body.minutes)
-            .await?
-            .into(),
-    ))
+            .await?,
+    )))
 }
 
 /// The session's steps so far, then each new one as it happens, until it ends.

@@ -1,0 +1,88 @@
+//! The pool: the configured cards and their slots, kept in step with the configuration.
+
+use super::*;
+
+impl Store {
+    /// Makes the slots table match the configured pool; slots no longer configured are
+    /// deactivated (kept while a session still holds them).
+    pub async fn sync_pool(&self, gpus: &[GpuSpec], slots: &[SlotSpec]) -> Result<()> {
+        let now = self.now();
+        let mut w = self.begin_write().await?;
+        sqlx::query("UPDATE gpus SET active = 0")
+            .execute(&mut *w.tx)
+            .await?;
+        sqlx::query("UPDATE slots SET active = 0")
+            .execute(&mut *w.tx)
+            .await?;
+        for (ordinal, gpu) in gpus.iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO gpus (id, model, memory_mib, enforced, hold, ordinal, active)
+                 VALUES ($1, $2, $3, $4, $5, $6, 1)
+                 ON CONFLICT (id) DO UPDATE
+                 SET model = $2, memory_mib = $3, enforced = $4, hold = $5, ordinal = $6, active = 1",
+            )
+            .bind(&gpu.id)
+            .bind(&gpu.model)
+            .bind(gpu.memory_mib as i64)
+            .bind((gpu.hold != SliceHold::None) as i64)
+            .bind(gpu.hold.word())
+            .bind(ordinal as i64)
+            .execute(&mut *w.tx)
+            .await?;
+        }
+        for slot in slots {
+            sqlx::query(
+                "INSERT INTO slots (id, gpu_id, slice_mib, cores_pct, session_id, active, updated_at)
+                 VALUES ($1, $2, $3, $4, NULL, 1, $5)
+                 ON CONFLICT (id) DO UPDATE SET gpu_id = $2, slice_mib = $3, cores_pct = $4, active = 1",
+            )
+            .bind(&slot.id)
+            .bind(&slot.gpu_id)
+            .bind(slot.slice_mib as i64)
+            .bind(slot.cores_pct as i64)
+            .bind(now)
+            .execute(&mut *w.tx)
+            .await?;
+        }
+        w.commit().await?;
+        Ok(())
+    }
+
+    pub async fn pool(&self) -> Result<Vec<(GpuRecord, Vec<SlotRecord>)>> {
+        let gpus = sqlx::query(
+            "SELECT id, model, memory_mib, hold FROM gpus WHERE active = 1 ORDER BY ordinal",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let slots = sqlx::query(&format!(
+            "SELECT {SLOT_COLUMNS} FROM slots WHERE active = 1 ORDER BY id"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        let slots: Vec<SlotRecord> = slots
+            .iter()
+            .map(SlotRecord::from_row)
+            .collect::<Result<_>>()?;
+        gpus.iter()
+            .map(|g| {
+                let gpu = GpuRecord::from_row(g)?;
+                let mine = slots
+                    .iter()
+                    .filter(|s| s.gpu_id == gpu.id)
+                    .cloned()
+                    .collect();
+                Ok((gpu, mine))
+            })
+            .collect()
+    }
+
+    pub async fn slot(&self, id: &str) -> Result<Option<SlotRecord>> {
+        let row = sqlx::query(&format!("SELECT {SLOT_COLUMNS} FROM slots WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| SlotRecord::from_row(&r)).transpose()
+    }
+
+    // ---- sessions ----
+}
