@@ -11,7 +11,7 @@
 //! per core"; a thread per core that kept one shared pool of editor connections was tried first and
 //! not taken). The price: work that holds a thread (a page render, busy polling) delays the other
 //! connections on it. Work that a request starts and that outlives it (a launch, a stop, a
-//! promotion's push) goes to the main runtime (`Core::spawn` in `service`), which is shut down with
+//! promotion's push) goes to the main runtime (`Handles::background` in `service`), which is shut down with
 //! the server. Idle connections to editors are kept per serving thread ([`thread_index`]), since a
 //! socket is watched by the driver of the runtime that opened it.
 //!

@@ -38,7 +38,6 @@
 //! the role follows the provider's groups at every sign-in (audited, cached sign-ins forgotten).
 //! Every sign-in cycles the session's id.
 
-use super::Accounts;
 use crate::identity::auth::{self, USER_KEY};
 use crate::store::{StoreError, TokenRecord, UserRecord};
 use app::domain::accounts;
@@ -48,7 +47,46 @@ use app::error::AppError;
 use app::model::*;
 use std::sync::Arc;
 
+/// Sign-in, accounts, API tokens and the confirmations they take.
+#[derive(Clone)]
+pub struct Accounts {
+    pub(in crate::service) auth: Arc<crate::identity::auth::Authenticator>,
+    pub(in crate::service) config: Arc<crate::config::Config>,
+    pub(in crate::service) oidc: Option<Arc<crate::identity::oidc::Oidc>>,
+    pub(in crate::service) runtime: Arc<dyn crate::runtime::Runtime>,
+    pub(in crate::service) sign_ins: Arc<crate::identity::auth::SignInThrottle>,
+    pub(in crate::service) store: crate::store::Store,
+}
+
 impl Accounts {
+    pub(in crate::service) fn new(handles: &super::handles::Handles) -> Accounts {
+        Accounts {
+            auth: handles.auth.clone(),
+            config: handles.config.clone(),
+            oidc: handles.oidc.clone(),
+            runtime: handles.runtime.clone(),
+            sign_ins: handles.sign_ins.clone(),
+            store: handles.store.clone(),
+        }
+    }
+}
+
+impl Accounts {
+    /// Where a sandbox is wanted and none can be made, the server serves one account: refuses
+    /// to make a second.
+    pub(in crate::service) async fn check_one_account_unisolated(&self) -> Result<(), AppError> {
+        let wanted = self.config.runtime == crate::config::RuntimeKind::Local
+            && self.config.local.isolation == crate::config::local::Isolation::Sandbox;
+        if let (true, Err(why)) = (wanted, self.runtime.isolation())
+            && self.store.count_users().await? >= 1
+        {
+            return Err(AppError::Unavailable(format!(
+                "this server cannot keep editors apart ({why}), so it serves one account: install bubblewrap (scripts/setup.sh), or set local.isolation = \"none\" to let accounts share it anyway"
+            )));
+        }
+        Ok(())
+    }
+
     /// The first admin, on an empty database: returns the generated password to show once.
     pub async fn ensure_admin(&self) -> Result<Option<String>, StoreError> {
         if self.store.count_users().await? > 0 {
@@ -378,7 +416,7 @@ impl Accounts {
             AppError::Internal
         })?;
         session
-            .insert(auth::SIGNED_IN_KEY, self.now())
+            .insert(auth::SIGNED_IN_KEY, self.store.now())
             .await
             .map_err(|e| {
                 tracing::error!(error = %e, "writing the session");
@@ -438,7 +476,7 @@ impl Accounts {
             scopes,
             label,
             expires_at,
-        } = scope::grant(&grantor, scopes, label, days, self.now())?;
+        } = scope::grant(&grantor, scopes, label, days, self.store.now())?;
         let (token, hash) = auth::new_api_token();
         let id = self
             .store
@@ -485,7 +523,7 @@ impl Accounts {
         let confirmation = match (&user.password_hash, &self.oidc) {
             (None, Some(oidc)) => Confirmation::SingleSignOn {
                 provider: oidc.config.display_name.clone(),
-                fresh: confirmed_at.is_some_and(|at| self.now() - at < SSO_CONFIRMATION_MS),
+                fresh: confirmed_at.is_some_and(|at| self.store.now() - at < SSO_CONFIRMATION_MS),
             },
             _ => Confirmation::Password,
         };
@@ -655,7 +693,7 @@ impl Accounts {
 
     /// The configured OpenID Connect provider, for the sign-in door's code flow.
     pub fn oidc(&self) -> Option<&crate::identity::oidc::Oidc> {
-        self.oidc.as_ref()
+        self.oidc.as_deref()
     }
 
     /// The account called `name`.
@@ -786,7 +824,7 @@ impl Accounts {
         .await?;
         let session = auth.session.ok_or(AppError::Internal)?;
         session
-            .insert(auth::ADMIN_CONFIRMED_KEY, self.now())
+            .insert(auth::ADMIN_CONFIRMED_KEY, self.store.now())
             .await
             .map_err(|e| {
                 tracing::error!(error = %e, "recording an admin's confirmation");
@@ -802,7 +840,10 @@ impl Accounts {
     /// Keeps, in the browser's sign-in, that its person just confirmed who they are at the
     /// identity provider (tokens may be made for a while).
     pub async fn keep_sso_confirmation(&self, session: &tower_sessions::Session) {
-        if let Err(e) = session.insert(auth::SSO_CONFIRMED_KEY, self.now()).await {
+        if let Err(e) = session
+            .insert(auth::SSO_CONFIRMED_KEY, self.store.now())
+            .await
+        {
             tracing::error!(error = %e, "keeping a confirmation");
         }
     }

@@ -57,7 +57,7 @@
 //! no secret reaches the page (a unit test looks for them). Changing them stays a file edit and a
 //! restart, where a mistake is refused at start with the key's name.
 
-use super::{Accounts, Admin};
+use super::Accounts;
 use crate::identity::auth;
 use crate::store::{BulkAdd, BulkGrant, StoreError};
 use app::domain::listing::{ListQuery, Listing, Page};
@@ -71,7 +71,6 @@ use app::model::{
     AdminGpu, AdminQueued, AdminSession, AdminUser, AuditLine, BulkUsers, EditorAccess,
     MadePassword, NewAccount, Role, SettingsSection, UsageRow, UserChange, Viewer,
 };
-use std::sync::Arc;
 
 /// How long an entry link works: enough to click it, too short to be worth keeping.
 const ENTRY_TICKET_MS: i64 = 60_000;
@@ -99,6 +98,42 @@ pub fn require_admin(viewer: &Viewer) -> Result<(), AppError> {
             "admin actions take a recent confirmation: enter your password on the admin page (it lasts {} minutes), or use a token with the scope `admin`",
             crate::identity::auth::ADMIN_CONFIRMATION_MS / 60_000
         )))
+    }
+}
+
+/// The admin pages' operations: users, credits, quotas, everyone's sessions, the pool.
+#[derive(Clone)]
+pub struct Admin {
+    pub(in crate::service) accounts: Accounts,
+    pub(in crate::service) auth: std::sync::Arc<crate::identity::auth::Authenticator>,
+    pub(in crate::service) background: tokio::runtime::Handle,
+    pub(in crate::service) backup: std::sync::Arc<super::backups::BackupState>,
+    pub(in crate::service) config: std::sync::Arc<crate::config::Config>,
+    pub(in crate::service) enforcement: crate::runtime::gpu::Enforcement,
+    pub(in crate::service) gpus: std::sync::Arc<Vec<app::domain::pool::GpuSpec>>,
+    pub(in crate::service) lifecycle: std::sync::Arc<super::lifecycle::Lifecycle>,
+    pub(in crate::service) runtime: std::sync::Arc<dyn crate::runtime::Runtime>,
+    pub(in crate::service) store: crate::store::Store,
+}
+
+impl Admin {
+    pub(in crate::service) fn new(
+        handles: &super::handles::Handles,
+        accounts: Accounts,
+        lifecycle: std::sync::Arc<super::lifecycle::Lifecycle>,
+    ) -> Admin {
+        Admin {
+            accounts,
+            auth: handles.auth.clone(),
+            background: handles.background.clone(),
+            backup: handles.backup.clone(),
+            config: handles.config.clone(),
+            enforcement: handles.enforcement.clone(),
+            gpus: handles.gpus.clone(),
+            lifecycle,
+            runtime: handles.runtime.clone(),
+            store: handles.store.clone(),
+        }
     }
 }
 
@@ -151,7 +186,7 @@ impl Admin {
         require_admin(viewer)?;
         Ok(self
             .store
-            .admin_usage(&Listing::usage(query)?, self.now())
+            .admin_usage(&Listing::usage(query)?, self.store.now())
             .await?)
     }
 
@@ -162,7 +197,7 @@ impl Admin {
         query: &ListQuery,
     ) -> Result<Vec<UsageDay>, AppError> {
         require_admin(viewer)?;
-        let now = self.now();
+        let now = self.store.now();
         // The period's days, today included: "7d" is today and the six before it.
         let since = usage::day_of(Listing::usage(query)?.filter.since_ms(now)) + usage::DAY_MS;
         let (spans, busy) = self.store.usage_spans(None, since, now).await?;
@@ -200,14 +235,15 @@ impl Admin {
                 session.state.as_str()
             )));
         }
-        let expires_at_ms = self.now() + app::domain::scope::EDITOR_ACCESS_MINUTES * 60 * 1000;
+        let expires_at_ms =
+            self.store.now() + app::domain::scope::EDITOR_ACCESS_MINUTES * 60 * 1000;
         self.store
             .grant_editor_access(session_id, &viewer.id, &session.user_id, expires_at_ms)
             .await?;
         let entry_url = match &self.config.proxy.entry_origin {
             Some(origin) => {
                 let ticket = auth::random_secret(24);
-                let valid_until = self.now() + ENTRY_TICKET_MS;
+                let valid_until = self.store.now() + ENTRY_TICKET_MS;
                 self.store
                     .add_entry_ticket(
                         &auth::token_hash(&ticket),
@@ -326,7 +362,7 @@ impl Admin {
                     burst: record.burst,
                     position,
                     queued_at_ms: record.queued_at.unwrap_or(record.created_at),
-                    eta_ms: super::sessions::queue_eta(&live, &pool, record, position),
+                    eta_ms: super::lifecycle::queue_eta(&live, &pool, record, position),
                 })
             })
             .collect())
@@ -352,7 +388,10 @@ impl Admin {
                 }),
         )
         .into_iter()
-        .chain(super::backups::last_runs_section(self))
+        .chain(super::backups::last_runs_section(
+            &self.config,
+            &self.backup,
+        ))
         .collect())
     }
 
@@ -390,7 +429,7 @@ impl Admin {
                     .await?;
             }
             if let Some(locked) = change.locked.filter(|locked| *locked != user.locked) {
-                Accounts(Arc::clone(&self.0))
+                self.accounts
                     .set_locked(&user.id, locked, Some(&viewer.id))
                     .await?;
             }
@@ -432,7 +471,8 @@ impl Admin {
             .password
             .filter(|p| !p.is_empty())
             .unwrap_or_else(|| crate::identity::auth::random_secret(9));
-        let user = Accounts(Arc::clone(&self.0))
+        let user = self
+            .accounts
             .create_user_with_temporary_password(
                 &account.name,
                 &password,
@@ -504,7 +544,7 @@ impl Admin {
             .filter(|p| matches!(p.action, bulk::Action::Add { .. }))
             .collect();
         if !adding.is_empty() {
-            self.check_one_account_unisolated().await?;
+            self.accounts.check_one_account_unisolated().await?;
         }
         let passwords: Vec<String> = adding
             .iter()
@@ -659,18 +699,20 @@ impl Admin {
         // Their own task: a client that disconnects must not leave them half-stopped.
         let this = self.clone();
         let detail = format!("the account was deleted by the admin {}", viewer.name);
-        self.spawn(async move {
-            for id in live {
-                this.try_stop_session(&id, EndReason::Admin, Some(&detail))
-                    .await?;
-            }
-            Ok::<_, AppError>(())
-        })
-        .await
-        .map_err(|e| {
-            tracing::error!(error = %e, "stop task");
-            AppError::Internal
-        })??;
+        self.background
+            .spawn(async move {
+                for id in live {
+                    this.lifecycle
+                        .try_stop_session(&id, EndReason::Admin, Some(&detail))
+                        .await?;
+                }
+                Ok::<_, AppError>(())
+            })
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "stop task");
+                AppError::Internal
+            })??;
         Ok(())
     }
 
@@ -708,7 +750,7 @@ impl Admin {
     /// Refuses overrides nobody could launch with, naming the smallest slice, the shortest and
     /// the longest session (the rule: `quota::unusable`).
     async fn check_usable(&self, overrides: &Overrides) -> Result<(), AppError> {
-        let (sizes, bursts) = super::sessions::pool_sizes(&self.store.pool().await?);
+        let (sizes, bursts) = super::launch::pool_sizes(&self.store.pool().await?);
         let offered = Offered {
             smallest_slice_mib: sizes.iter().chain(&bursts).copied().min(),
             min_minutes: self.config.sessions.min_minutes,
@@ -831,15 +873,17 @@ impl Admin {
             let this = self.clone();
             let id = session_id.to_string();
             let detail = format!("stopped by the admin {}", viewer.name);
-            self.spawn(async move {
-                this.try_stop_session(&id, EndReason::Admin, Some(&detail))
-                    .await
-            })
-            .await
-            .map_err(|e| {
-                tracing::error!(error = %e, "stop task");
-                AppError::Internal
-            })??;
+            self.background
+                .spawn(async move {
+                    this.lifecycle
+                        .try_stop_session(&id, EndReason::Admin, Some(&detail))
+                        .await
+                })
+                .await
+                .map_err(|e| {
+                    tracing::error!(error = %e, "stop task");
+                    AppError::Internal
+                })??;
         }
         self.admin_session(viewer, session_id).await
     }

@@ -24,7 +24,6 @@
 //!   restore; admins for anyone (`/api/v1/admin/users/{id}/backups…`). Backups and restores are
 //!   audited (`backup.run`, `backup.restore`), admins' as theirs.
 
-use super::Backups;
 use crate::runtime::archive::{self, ArchiveError};
 use crate::runtime::restic::{self, Repository, RepositoryError, Restic};
 use crate::store::{BackupOutcome, BackupRecord};
@@ -92,6 +91,28 @@ pub struct WorkspaceExport {
     >,
 }
 
+/// Exports, backups and restores of users' workspaces.
+#[derive(Clone)]
+pub struct Backups {
+    pub(in crate::service) background: tokio::runtime::Handle,
+    pub(in crate::service) backup: Arc<super::backups::BackupState>,
+    pub(in crate::service) config: Arc<crate::config::Config>,
+    pub(in crate::service) runtime: Arc<dyn crate::runtime::Runtime>,
+    pub(in crate::service) store: crate::store::Store,
+}
+
+impl Backups {
+    pub(in crate::service) fn new(handles: &super::handles::Handles) -> Backups {
+        Backups {
+            background: handles.background.clone(),
+            backup: handles.backup.clone(),
+            config: handles.config.clone(),
+            runtime: handles.runtime.clone(),
+            store: handles.store.clone(),
+        }
+    }
+}
+
 impl Backups {
     /// Starts an export of `path` (None: everything) of the caller's workspace.
     pub async fn export(
@@ -128,7 +149,7 @@ impl Backups {
             chunk
         });
         Ok(WorkspaceExport {
-            file_name: export_name(&viewer.name, part.as_deref(), self.now()),
+            file_name: export_name(&viewer.name, part.as_deref(), self.store.now()),
             body: Box::pin(body),
         })
     }
@@ -390,7 +411,7 @@ impl Backups {
         owner: &Owner,
         workspace: PathBuf,
     ) -> Result<(), RepositoryError> {
-        let at = self.now();
+        let at = self.store.now();
         let ran = async {
             self.open(repo).await?;
             let _shared = self.backup.repository.read().await;
@@ -582,14 +603,14 @@ impl Backups {
         if !backups.enabled || self.runtime.workspace_dir("").is_none() {
             return;
         }
-        let now = self.now();
+        let now = self.store.now();
         let schedule = backups.schedule();
         let mut next = self.backup.next_pass.lock().expect("next pass");
         match *next {
             None => {
                 *next = Some(schedule.next_after(now));
                 let area = self.clone();
-                self.spawn(async move {
+                self.background.spawn(async move {
                     if let Ok(records) = area.store.backup_records().await {
                         for record in records.into_iter().filter(|r| r.attempted_at.is_some()) {
                             area.remember(status_of(record));
@@ -602,7 +623,7 @@ impl Backups {
                 let passing = self.backup.passing.clone();
                 if !passing.swap(true, std::sync::atomic::Ordering::SeqCst) {
                     let area = self.clone();
-                    self.spawn(async move {
+                    self.background.spawn(async move {
                         area.back_up_everyone().await;
                         passing.store(false, std::sync::atomic::Ordering::SeqCst);
                     });
@@ -626,12 +647,13 @@ impl Backups {
 /// The admins' Settings page's "Last backups": each user's last run, failures first; none
 /// where backups are off.
 pub(in crate::service) fn last_runs_section(
-    core: &super::Core,
+    config: &crate::config::Config,
+    backup: &BackupState,
 ) -> Option<app::model::SettingsSection> {
-    if !core.config.backups.enabled {
+    if !config.backups.enabled {
         return None;
     }
-    let runs = core.backup.last_runs.lock().expect("last runs");
+    let runs = backup.last_runs.lock().expect("last runs");
     let mut entries: Vec<(bool, String, String)> = runs
         .values()
         .map(|r| {

@@ -1,12 +1,11 @@
 //! Shared datasets: admins register a folder of this machine (one server) or a claim (a cluster)
 //! and who may use it, audited; every session of a permitted user finds it read-only at
-//! `~/datasets/<name>`, as decided when its editor starts (`Core::launch_datasets`): a dataset
+//! `~/datasets/<name>`, as decided when its editor starts (`Datasets::launch_datasets`): a dataset
 //! added while a session runs appears in the next one, and one whose folder has gone is a launch
 //! step, not a failed editor. The rules (names, paths, who may use what, the steps' words) are
 //! `app::domain::datasets`; this checks what only the machine can tell (the folder exists, is a
 //! folder, and stays clear of the data directory) and keeps the records.
 
-use super::{Core, Datasets};
 use crate::runtime::DatasetMount;
 use crate::service::admin::require_admin;
 use crate::store::{DatasetRecord, DatasetWrite, StoreError};
@@ -76,7 +75,32 @@ fn view_of(record: DatasetRecord, on_cluster: bool) -> DatasetView {
     }
 }
 
-impl Core {
+/// The shared datasets and who may use them.
+#[derive(Clone)]
+pub struct Datasets {
+    pub(in crate::service) config: std::sync::Arc<crate::config::Config>,
+    pub(in crate::service) kube: Option<std::sync::Arc<crate::runtime::kube::KubeRuntime>>,
+    pub(in crate::service) lifecycle: std::sync::Arc<super::lifecycle::Lifecycle>,
+    pub(in crate::service) runtime: std::sync::Arc<dyn crate::runtime::Runtime>,
+    pub(in crate::service) store: crate::store::Store,
+}
+
+impl Datasets {
+    pub(in crate::service) fn new(
+        handles: &super::handles::Handles,
+        lifecycle: std::sync::Arc<super::lifecycle::Lifecycle>,
+    ) -> Datasets {
+        Datasets {
+            config: handles.config.clone(),
+            kube: handles.kube.clone(),
+            lifecycle,
+            runtime: handles.runtime.clone(),
+            store: handles.store.clone(),
+        }
+    }
+}
+
+impl Datasets {
     /// Editors run on a cluster: a dataset is a claim there, a folder here.
     fn on_cluster(&self) -> bool {
         self.kube.is_some() || self.config.runtime == crate::config::RuntimeKind::Kube
@@ -117,12 +141,13 @@ impl Core {
             return Vec::new();
         }
         if !self.runtime.mounts_datasets() {
-            self.step(
-                session_id,
-                "Datasets are not mounted: editors on this server run without a sandbox",
-                40,
-            )
-            .await;
+            self.lifecycle
+                .step(
+                    session_id,
+                    "Datasets are not mounted: editors on this server run without a sandbox",
+                    40,
+                )
+                .await;
             return Vec::new();
         }
         let on_cluster = self.on_cluster();
@@ -144,7 +169,7 @@ impl Core {
                 .collect::<Vec<_>>(),
         );
         for step in &plan.steps {
-            self.step(session_id, step, 40).await;
+            self.lifecycle.step(session_id, step, 40).await;
         }
         if let Err(e) = self
             .store

@@ -41,14 +41,14 @@ impl Guard {
     /// holder only, from its pass). One that fails is tried again at the next pass.
     pub async fn purge_departed(&self) {
         let grace = self.config.accounts.grace_ms();
-        let departed = match self.store.departed_users(self.now() - grace).await {
+        let departed = match self.store.departed_users(self.store.now() - grace).await {
             Ok(departed) => departed,
             Err(e) => {
                 tracing::warn!(error = %e, "listing deleted accounts");
                 return;
             }
         };
-        let backups = super::Backups(self.0.clone());
+        let backups = &self.backups;
         for user in departed {
             if let Err(why) = backups.last_backup(&user.id, &user.name).await {
                 tracing::warn!(user = %user.id, error = %why, "the last backup of a deleted account failed; its storage stays");

@@ -4,10 +4,10 @@
 //! workspaces and renamed into place, so a failed restore leaves no half workspace; the launch
 //! then makes the folder its user's (the editor account takes the tree).
 
-use super::Core;
+use super::launch::Launcher;
 use crate::runtime::restic::{Repository, Restic};
 
-impl Core {
+impl Launcher {
     /// Before a launch: the user's workspace from the repository, where this server has none.
     pub(in crate::service) async fn bring_workspace_back(
         &self,
@@ -46,12 +46,15 @@ impl Core {
             }
         };
         let taken = app::domain::dates::minute(snapshot.time_ms);
-        self.step(
-            session_id,
-            &format!("Your workspace is not on this server: restoring its backup of {taken} UTC"),
-            40,
-        )
-        .await;
+        self.lifecycle
+            .step(
+                session_id,
+                &format!(
+                    "Your workspace is not on this server: restoring its backup of {taken} UTC"
+                ),
+                40,
+            )
+            .await;
         let staging = workspace.with_file_name(format!(
             ".restoring-{}",
             workspace.file_name().unwrap_or_default().to_string_lossy()
@@ -74,6 +77,6 @@ impl Core {
                 "Your workspace could not be restored from its backup; starting with an empty one (the backup is untouched)".into()
             }
         };
-        self.step(session_id, &said, 42).await;
+        self.lifecycle.step(session_id, &said, 42).await;
     }
 }

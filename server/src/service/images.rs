@@ -2,7 +2,6 @@
 //! default. Admins add and retire them (audited); the kube runtime runs them. The local runtime
 //! runs the editors installed on this machine, so it offers no choice.
 
-use super::{Core, Images};
 use crate::service::admin::require_admin;
 use crate::store::StoreError;
 use app::domain::images::{self, ImageState, NewImage};
@@ -15,7 +14,25 @@ use app::model::{ImageView, Viewer};
 /// a few MiB; SARIF repeats each rule's text).
 pub const MAX_REPORT_BYTES: usize = 32 * 1024 * 1024;
 
-impl Core {
+/// The approved editor images.
+#[derive(Clone)]
+pub struct Images {
+    pub(in crate::service) config: std::sync::Arc<crate::config::Config>,
+    pub(in crate::service) runtime: std::sync::Arc<dyn crate::runtime::Runtime>,
+    pub(in crate::service) store: crate::store::Store,
+}
+
+impl Images {
+    pub(in crate::service) fn new(handles: &super::handles::Handles) -> Images {
+        Images {
+            config: handles.config.clone(),
+            runtime: handles.runtime.clone(),
+            store: handles.store.clone(),
+        }
+    }
+}
+
+impl Images {
     /// Whether the runtime in use runs images (the kube runtime does).
     pub fn runs_images(&self) -> bool {
         self.runtime.runs_images()
@@ -25,7 +42,7 @@ impl Core {
     async fn scanned_images(&self) -> Result<Vec<ImageView>, StoreError> {
         let mut images = self.store.images().await?;
         let mut scans = self.store.latest_scans().await?;
-        let (policy, now) = (self.config.image_policy.policy(), self.now());
+        let (policy, now) = (self.config.image_policy.policy(), self.store.now());
         for image in &mut images {
             image.scan = image.id.as_ref().and_then(|id| scans.remove(id));
             image.blocked =
@@ -199,7 +216,7 @@ impl Images {
         scan::check_artifact(&summary, &image.reference).map_err(AppError::Invalid)?;
         if summary
             .scanned_at_ms
-            .is_some_and(|at| at > self.now() + 86_400_000)
+            .is_some_and(|at| at > self.store.now() + 86_400_000)
         {
             return Err(AppError::Invalid(
                 "the report says it was made more than a day from now: check the scanner's clock"

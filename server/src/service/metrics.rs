@@ -8,7 +8,6 @@
 //! editors, reasons and GPUs are fixed sets; users appear only while they hold a live session,
 //! which the pool's slot count bounds.
 
-use super::Core;
 use app::domain::launch::EditorKind;
 use app::domain::session::{EndReason, SessionState};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -336,7 +335,25 @@ pub(in crate::service) struct Snapshot {
     pub backups: Vec<crate::store::BackupRecord>,
 }
 
-impl Core {
+/// What `/metrics` reads: the counters and the database's figures.
+#[derive(Clone)]
+pub(in crate::service) struct Exporter {
+    pub(in crate::service) config: std::sync::Arc<crate::config::Config>,
+    pub(in crate::service) metrics: std::sync::Arc<super::metrics::Metrics>,
+    pub(in crate::service) store: crate::store::Store,
+}
+
+impl Exporter {
+    pub(in crate::service) fn new(handles: &super::handles::Handles) -> Exporter {
+        Exporter {
+            config: handles.config.clone(),
+            metrics: handles.metrics.clone(),
+            store: handles.store.clone(),
+        }
+    }
+}
+
+impl Exporter {
     /// The metrics in the OpenMetrics text format, the database's figures read now.
     pub(in crate::service) async fn metrics_text(
         &self,
@@ -410,7 +427,7 @@ impl Core {
     }
 
     async fn metrics_snapshot(&self) -> Result<Snapshot, crate::store::StoreError> {
-        let now = self.now();
+        let now = self.store.now();
         let live = self.store.live_sessions().await?;
         let pool = self.store.admin_pool().await?;
         let charged = self.store.charged_total().await?;

@@ -40,7 +40,6 @@
 //! passes the check; on one machine editors run as the server's own account anyway
 //! (`runtime::local`), so that is no new power.
 
-use super::Promotions;
 use crate::registry::{Artifact, Registry};
 use crate::runtime::workspace_file::{CopyError, WorkspaceFile};
 use crate::store::NewPromotion;
@@ -78,10 +77,9 @@ struct StagingGuard {
     lock: Arc<tokio::sync::Mutex<()>>,
 }
 
-impl std::ops::Deref for StagingGuard {
-    type Target = tokio::sync::Mutex<()>;
-    fn deref(&self) -> &Self::Target {
-        &self.lock
+impl StagingGuard {
+    async fn lock(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.lock.lock().await
     }
 }
 
@@ -116,6 +114,33 @@ pub fn repository_component(user_name: &str) -> String {
     format!("{DIGESTED}{hex}")
 }
 
+/// Promoting a file from a session to the production registry.
+#[derive(Clone)]
+pub struct Promotions {
+    pub(in crate::service) background: tokio::runtime::Handle,
+    pub(in crate::service) config: Arc<crate::config::Config>,
+    pub(in crate::service) lifecycle: Arc<super::lifecycle::Lifecycle>,
+    pub(in crate::service) registry: Option<Arc<Result<crate::registry::Registry, String>>>,
+    pub(in crate::service) runtime: Arc<dyn crate::runtime::Runtime>,
+    pub(in crate::service) store: crate::store::Store,
+}
+
+impl Promotions {
+    pub(in crate::service) fn new(
+        handles: &super::handles::Handles,
+        lifecycle: Arc<super::lifecycle::Lifecycle>,
+    ) -> Promotions {
+        Promotions {
+            background: handles.background.clone(),
+            config: handles.config.clone(),
+            lifecycle,
+            registry: handles.registry.clone(),
+            runtime: handles.runtime.clone(),
+            store: handles.store.clone(),
+        }
+    }
+}
+
 impl Promotions {
     /// Where promotions keep their copies until pushed.
     fn staged(&self, id: &str) -> PathBuf {
@@ -128,7 +153,7 @@ impl Promotions {
                 "promotion is not set up on this server: an admin sets `promotion.registry`".into(),
             ));
         }
-        match &self.registry {
+        match self.registry.as_deref() {
             Some(Ok(registry)) => Ok(registry),
             Some(Err(e)) => {
                 tracing::error!(error = %e, "the registry client");
@@ -146,7 +171,7 @@ impl Promotions {
         request: &PromotionRequest,
     ) -> Result<PromotionView, AppError> {
         viewer.scopes.require(Scope::Sessions)?;
-        let session = self.owned_record(viewer, session_id).await?;
+        let session = self.lifecycle.owned_record(viewer, session_id).await?;
         self.registry()?;
         if session.ready_at.is_none() {
             return Err(AppError::Conflict(
@@ -323,14 +348,15 @@ impl Promotions {
     }
 
     fn add_reference(&self, view: &mut PromotionView) {
-        if let (Some(digest), Some(Ok(registry))) = (&view.digest, &self.registry) {
+        if let (Some(digest), Some(Ok(registry))) = (&view.digest, self.registry.as_deref()) {
             view.reference = Some(registry.reference(&view.repository, digest));
         }
     }
 
     fn spawn_push(&self, id: String) {
         let this = self.clone();
-        self.spawn(async move { this.push_promotion(&id).await });
+        self.background
+            .spawn(async move { this.push_promotion(&id).await });
     }
 
     /// Pushes what waits: approved promotions, and pushes whose server went quiet.
@@ -340,7 +366,7 @@ impl Promotions {
         }
         match self
             .store
-            .pushable_promotions(self.now() - STALE_PUSH_MS)
+            .pushable_promotions(self.store.now() - STALE_PUSH_MS)
             .await
         {
             Ok(ids) => {
@@ -359,7 +385,7 @@ impl Promotions {
         };
         let promotion = match self
             .store
-            .claim_promotion(id, self.now() - STALE_PUSH_MS)
+            .claim_promotion(id, self.store.now() - STALE_PUSH_MS)
             .await
         {
             Ok(Some(p)) => p,

@@ -2,7 +2,7 @@
 //! the pure [`diff`]'s actions. The contract (order of reads, idempotency, locking) is in
 //! [`crate::runtime::kube::reconcile`].
 
-use super::{Core, Service};
+use super::{Guard, Service};
 pub use crate::runtime::kube::reconcile::Report;
 use crate::runtime::kube::reconcile::{Action, PodView, SessionView, diff};
 use crate::runtime::kube::{KubeRuntime, PodHandle};
@@ -11,10 +11,10 @@ use app::domain::session::EndReason;
 
 /// One pass: list, diff, act. A no-op for runtimes other than kube.
 pub async fn run_once(service: &Service) -> Result<Report, String> {
-    once(&service.core).await
+    once(&service.guard).await
 }
 
-async fn once(service: &Core) -> Result<Report, String> {
+async fn once(service: &Guard) -> Result<Report, String> {
     let Some(kube) = &service.kube else {
         return Ok(Report::default());
     };
@@ -34,7 +34,7 @@ async fn once(service: &Core) -> Result<Report, String> {
     report
 }
 
-async fn pass(service: &Core, kube: &KubeRuntime) -> Result<Report, String> {
+async fn pass(service: &Guard, kube: &KubeRuntime) -> Result<Report, String> {
     // Pods first, the database second: see the module documentation.
     let pods: Vec<PodView> = kube
         .list_session_pods()
@@ -108,6 +108,7 @@ async fn pass(service: &Core, kube: &KubeRuntime) -> Result<Report, String> {
                 }
                 tracing::warn!(session = %session_id, "the cluster lost the editor; ending the session");
                 service
+                    .lifecycle
                     .stop_session(&session_id, EndReason::Lost, Some(&detail))
                     .await;
                 report.lost_sessions.push(session_id);
@@ -158,7 +159,7 @@ async fn pass(service: &Core, kube: &KubeRuntime) -> Result<Report, String> {
 }
 
 /// The background tick's call: one pass, logged.
-pub(super) async fn tick(service: &Core) {
+pub(super) async fn tick(service: &Guard) {
     match once(service).await {
         Ok(report) if report != Report::default() && !report.skipped => {
             tracing::info!(?report, "reconciled the cluster")

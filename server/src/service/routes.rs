@@ -1,10 +1,9 @@
 //! The proxy's routes: where each ready session's editor is, cached per server and checked
 //! against the database; the activity the proxy saw, written now and then.
 
-use super::{Access, Core};
 use crate::runtime::editors::{self, UpstreamAuth};
 use crate::store::StoreError;
-use crate::util::now_ms;
+use crate::util::{Clock, SystemClock};
 use app::domain::session::SessionState;
 use http::header::{HeaderName, HeaderValue};
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
@@ -25,6 +24,8 @@ pub struct Route {
     flushed_api: AtomicI64,
     /// WebSockets open to this editor now.
     websockets: AtomicUsize,
+    /// The store's clock, which the reaper judges activity by.
+    clock: Arc<dyn Clock>,
 }
 
 /// One of a session's open WebSockets, counted until it is dropped.
@@ -56,7 +57,13 @@ impl Route {
             last_api: AtomicI64::new(0),
             flushed_api: AtomicI64::new(0),
             websockets: AtomicUsize::new(0),
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// The same route, its activity stamped by `clock`.
+    pub fn on_clock(self, clock: Arc<dyn Clock>) -> Route {
+        Route { clock, ..self }
     }
 
     /// Counts one more WebSocket, unless `max` are open already.
@@ -70,11 +77,12 @@ impl Route {
     }
 
     pub fn touch(&self) {
-        self.last_activity.store(now_ms(), Ordering::Relaxed);
+        self.last_activity
+            .store(self.clock.now_ms(), Ordering::Relaxed);
     }
 
     pub fn touch_api(&self) {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         self.last_activity.store(now, Ordering::Relaxed);
         self.last_api.store(now, Ordering::Relaxed);
     }
@@ -160,7 +168,25 @@ impl EditorCredential {
     }
 }
 
-impl Core {
+/// Who reaches which editor through the proxy.
+#[derive(Clone)]
+pub struct Access {
+    pub(in crate::service) routes: Arc<super::routes::RouteTable>,
+    pub(in crate::service) store: crate::store::Store,
+    pub(in crate::service) upstreams: Arc<crate::net::upstream::UpstreamPool>,
+}
+
+impl Access {
+    pub(in crate::service) fn new(handles: &super::handles::Handles) -> Access {
+        Access {
+            routes: handles.routes.clone(),
+            store: handles.store.clone(),
+            upstreams: handles.upstreams.clone(),
+        }
+    }
+}
+
+impl Access {
     /// Writes proxy activity to the database, now and then rather than per request.
     pub(in crate::service) async fn flush_activity(&self) {
         for (session_id, at, api_at) in self.routes.take_activity() {
@@ -207,14 +233,17 @@ impl Access {
         let (Some(upstream), Some(secret)) = (&record.upstream, &record.editor_token) else {
             return Ok(None);
         };
-        let route = Arc::new(Route::new(
-            record.id.clone(),
-            record.user_id.clone(),
-            upstream.clone(),
-            editors::upstream_auth(record.editor, secret),
-            editors::strips_prefix(record.editor),
-            record.last_activity_at,
-        ));
+        let route = Arc::new(
+            Route::new(
+                record.id.clone(),
+                record.user_id.clone(),
+                upstream.clone(),
+                editors::upstream_auth(record.editor, secret),
+                editors::strips_prefix(record.editor),
+                record.last_activity_at,
+            )
+            .on_clock(self.store.clock()),
+        );
         self.routes.insert(route.clone());
         // A stop may have run between our read and our insert; it must not leave a route behind.
         if self.store.session(session_id).await?.map(|r| r.state) != Some(SessionState::Ready) {

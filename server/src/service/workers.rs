@@ -20,10 +20,10 @@
 //! signal, so open progress streams show the end before they close. The listener then gives
 //! requests in flight 10 s to finish.
 
-use super::{Access, Backups, Guard, Promotions, Service};
+use super::{Guard, Promotions, Service};
 use crate::config::RuntimeKind;
 use crate::store;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 
@@ -43,7 +43,7 @@ impl Workers {
     pub fn start(service: &Service) -> Workers {
         let guard = service.guard.clone();
         Workers {
-            background: tokio::spawn(background(guard.clone())),
+            background: tokio::spawn(background(guard.clone(), service.promotions.clone())),
             lease: tokio::spawn(super::guard::keep_instance_lease(guard.clone())),
             warm_pool: Mutex::new(Some(tokio::spawn(guard.clone().keep_warm_pool()))),
             queue: tokio::spawn(guard.clone().keep_queue_moving()),
@@ -65,9 +65,10 @@ impl Workers {
         if let Some(keeper) = keeper {
             let _ = keeper.await;
         }
-        stopping.flush_activity().await;
+        stopping.access.flush_activity().await;
         if stopping.config.sessions.stop_on_shutdown {
             stopping
+                .lifecycle
                 .stop_all(
                     app::domain::session::EndReason::Admin,
                     "the server shut down; unused credits were refunded",
@@ -93,7 +94,7 @@ impl Workers {
     }
 }
 
-async fn background(service: Guard) {
+async fn background(service: Guard, promotions: Promotions) {
     let sessions = store::HttpSessionStore::new(service.store.clone());
     let period = Duration::from_millis(service.config.idle.reaper_period_ms);
     // The first pass comes a period after start (start-up has recovered the sessions itself).
@@ -109,14 +110,14 @@ async fn background(service: Guard) {
     loop {
         tick.tick().await;
         // Activity first, so the reaper judges on what the proxy saw up to now.
-        service.flush_activity().await;
+        service.access.flush_activity().await;
         if sampled.elapsed() >= sample_every {
             sampled = tokio::time::Instant::now();
             let sampler = service.clone();
             tokio::spawn(async move { sampler.sample_activity().await });
         }
         service.reap().await;
-        Access(Arc::clone(&service)).forget_stale_routes().await;
+        service.access.forget_stale_routes().await;
         if service.config.runtime == RuntimeKind::Kube
             && reconciled.elapsed() >= Duration::from_secs(15)
         {
@@ -125,10 +126,10 @@ async fn background(service: Guard) {
         }
         if promoted.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
             promoted = Some(tokio::time::Instant::now());
-            let pusher = Promotions(Arc::clone(&service));
+            let pusher = promotions.clone();
             tokio::spawn(async move { pusher.resume_promotions().await });
         }
-        Backups(Arc::clone(&service)).tick();
+        service.backups.tick();
         if swept.elapsed() >= Duration::from_secs(10) {
             swept = tokio::time::Instant::now();
             service.events.sweep();
