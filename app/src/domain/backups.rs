@@ -196,6 +196,39 @@ pub fn newest_first<T>(snapshots: &mut [T], key: impl Fn(&T) -> (i64, &str)) {
     });
 }
 
+/// Which of a workspace's snapshots (their times, ms) a retention policy forgets, as restic's
+/// `forget --keep-daily --keep-weekly` decides it: newest first, a snapshot is kept by a rule
+/// when it is the first seen of its day (or week, from Monday, UTC) and that rule has days (or
+/// weeks) left; the rest are forgotten. The indexes into `times`, in any order. For where
+/// snapshots are not restic's (VolumeSnapshots on a cluster), so both keep the same ones.
+pub fn forgotten(times: &[i64], keep: Retention) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..times.len()).collect();
+    order.sort_by(|a, b| times[*b].cmp(&times[*a]).then(a.cmp(b)));
+    let day = |ms: i64| ms.div_euclid(DAY_MS);
+    // 1970-01-01 was a Thursday: days + 3 counts weeks from a Monday.
+    let week = |ms: i64| (ms.div_euclid(DAY_MS) + 3).div_euclid(7);
+    let mut rules = [
+        (keep.keep_daily, None, day as fn(i64) -> i64),
+        (keep.keep_weekly, None, week),
+    ];
+    let mut out = Vec::new();
+    for index in order {
+        let mut kept = false;
+        for (left, last, bucket) in &mut rules {
+            let this = bucket(times[index]);
+            if *left > 0 && *last != Some(this) {
+                *left -= 1;
+                *last = Some(this);
+                kept = true;
+            }
+        }
+        if !kept {
+            out.push(index);
+        }
+    }
+    out
+}
+
 /// `path` as a pattern of restic's include filter, which reads `*`, `?`, `[` and `\` as glob:
 /// each is escaped so the pattern names that one path and nothing beside it.
 pub fn include_pattern(path: &str) -> String {
@@ -215,6 +248,39 @@ mod tests {
 
     // 2026-12-05 08:30:00 UTC.
     const AT: i64 = 1_796_459_400_000;
+
+    #[test]
+    fn retention_keeps_the_newest_of_each_day_and_week_and_forgets_the_rest() {
+        let keep = |d, w| Retention {
+            keep_daily: d,
+            keep_weekly: w,
+        };
+        let hour = 3_600_000;
+        // Two a day for ten days, the newest first in time order reversed.
+        let times: Vec<i64> = (0..20).map(|i| AT - i * 12 * hour).collect();
+        let mut gone = forgotten(&times, keep(3, 0));
+        gone.sort();
+        // Kept: the newest of 2026-12-05, -04 and -03 (indexes 0, 1 and 3: 08:30 and 20:30 of
+        // the day before, then 20:30 two days before); all else goes.
+        let kept: Vec<usize> = (0..20).filter(|i| !gone.contains(i)).collect();
+        assert_eq!(kept, [0, 1, 3]);
+        // Weekly adds the newest of earlier weeks (2026-12-05 is a Saturday: the week began on
+        // Monday 2026-11-30; index 11 is Sunday 2026-11-29 20:30, the newest of the week before).
+        let gone = forgotten(&times, keep(1, 2));
+        let kept: Vec<usize> = (0..20).filter(|i| !gone.contains(i)).collect();
+        assert_eq!(kept, [0, 11]);
+        // Order of the input does not matter.
+        let mut shuffled = times.clone();
+        shuffled.reverse();
+        let gone = forgotten(&shuffled, keep(3, 0));
+        let mut kept: Vec<i64> = (0..20)
+            .filter(|i| !gone.contains(i))
+            .map(|i| shuffled[i])
+            .collect();
+        kept.sort();
+        assert_eq!(kept, [times[3], times[1], times[0]]);
+        assert!(forgotten(&[], keep(7, 4)).is_empty());
+    }
 
     #[test]
     fn the_whole_workspace_is_named_by_nothing_an_empty_path_or_a_dot() {
