@@ -460,6 +460,11 @@ fn admit(
             if kind.kind == "PersistentVolumeClaim" {
                 claim_update_allowed(current, &object, &target.name)?;
             }
+            let mut causes = Vec::new();
+            crate::snapshots::update_problems(kind.kind, current, &object, &mut causes);
+            if !causes.is_empty() {
+                return Err(Refusal::invalid(kind.kind, &target.name, &causes));
+            }
         }
         None => {
             metadata.insert("uid".into(), json!(clock::uid()));

@@ -132,6 +132,24 @@ pub const KINDS: &[Kind] = &[
         false,
         k8s_openapi::api::networking::v1::NetworkPolicy
     ),
+    kind!(
+        "volumesnapshots",
+        "VolumeSnapshot",
+        "snapshot.storage.k8s.io",
+        "v1",
+        true,
+        false,
+        crate::snapshots::VolumeSnapshot
+    ),
+    kind!(
+        "volumesnapshotclasses",
+        "VolumeSnapshotClass",
+        "snapshot.storage.k8s.io",
+        "v1",
+        false,
+        false,
+        crate::snapshots::VolumeSnapshotClass
+    ),
 ];
 
 /// The resource served at `group`/`version`/`resource`.

@@ -355,13 +355,20 @@ impl Kubelet {
             .pointer("/persistentVolumeClaim/claimName")
             .and_then(Value::as_str)
         {
-            let exists = self
+            let pvc = self
                 .store
-                .read(|o| o.get("persistentvolumeclaims", &key.0, claim).is_some());
-            if !exists {
+                .read(|o| o.get("persistentvolumeclaims", &key.0, claim).cloned());
+            let Some(pvc) = pvc else {
                 return Err(format!("persistentvolumeclaim \"{claim}\" not found"));
+            };
+            let dir = self.volume_path(&key.0, claim);
+            // A claim made from a snapshot gets its data where it is first used.
+            if !dir.exists()
+                && let Some(content) = crate::snapshots::source_of_claim(&self.store, &key.0, &pvc)
+            {
+                crate::snapshots::provision(&self.snapshot_path(&content?), &dir)?;
             }
-            self.config.root.join("volumes").join(&key.0).join(claim)
+            dir
         } else if let Some(secret) = volume.pointer("/secret/secretName").and_then(Value::as_str) {
             let data = self
                 .store
@@ -1036,6 +1043,11 @@ impl Kubelet {
         }
         let _ = run("ip", &["link", "del", &state.veth]);
         let _ = run("ip", &["netns", "del", &state.netns]);
+    }
+
+    /// Where a snapshot's content lies on this node (its copy of the claims it had).
+    pub fn snapshot_path(&self, content: &str) -> PathBuf {
+        self.config.root.join("snapshots").join(content)
     }
 
     /// Where a claim's volume lies on this node (a folder, as a local-path provisioner makes).

@@ -12,6 +12,7 @@
 //! - [`http`]: the URL layout, tokens, patch content types, watches.
 //! - [`scheduler`]: placement by CPU, memory and HAMi's GPU shares; unschedulable pods.
 //! - [`kubelet`]: runs a node's pods as local processes in network namespaces and cgroups.
+//! - [`snapshots`]: VolumeSnapshots' schema and a snapshot controller with a node-local driver.
 //!
 //! Not simulated (ARCHITECTURE.md): image pulls, NetworkPolicy enforcement, the container
 //! runtime's own isolation, the chart's ValidatingAdmissionPolicy (CEL; checked offline by
@@ -29,6 +30,7 @@ pub mod quantity;
 pub mod rbac;
 pub mod scheduler;
 pub mod selectors;
+pub mod snapshots;
 pub mod status;
 pub mod store;
 pub mod validate;
@@ -165,6 +167,16 @@ impl SimCluster {
             kubelets.push(kubelet);
         }
         *nodes.0.lock().unwrap_or_else(|e| e.into_inner()) = kubelets.clone();
+        // The snapshot controller and its node-local CSI driver.
+        let (store, on) = (api.store.clone(), kubelets.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let (store, on) = (store.clone(), on.clone());
+                let _ =
+                    tokio::task::spawn_blocking(move || snapshots::reconcile(&store, &on)).await;
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }));
         Ok(SimCluster {
             addr,
             api,

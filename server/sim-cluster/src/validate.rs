@@ -158,6 +158,7 @@ pub fn problems(kind: &Kind, name: &str, object: &Value) -> Result<Vec<String>, 
     if kind.kind == "Pod" {
         pod_problems(object, &mut causes)?;
     }
+    crate::snapshots::problems(kind.kind, object, &mut causes);
     for pointer in [
         "/spec/hard",
         "/spec/resources/requests",
