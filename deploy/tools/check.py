@@ -24,7 +24,8 @@ WRITES = {"create", "patch", "update", "delete", "deletecollection", "*"}
 # What the kube runtime may do; anything beyond it is a finding (see templates/rbac.yaml).
 RBAC_VERBS = {"get", "list", "watch", "create", "patch", "delete"}
 RBAC_RESOURCES = {"namespaces", "resourcequotas", "limitranges", "networkpolicies", "serviceaccounts",
-                  "persistentvolumeclaims", "secrets", "pods", "pods/log", "pods/exec", "events"}
+                  "persistentvolumeclaims", "secrets", "pods", "pods/log", "pods/exec", "events",
+                  "volumesnapshots"}
 # Subresources reached by a CONNECT (a stream into a pod), not by a write of an object.
 CONNECTS = {"pods/exec", "pods/attach", "pods/portforward", "pods/proxy"}
 
@@ -63,7 +64,7 @@ def rbac(role: dict) -> list[str]:
         groups, res, verbs = set(rule.get("apiGroups", [])), set(rule.get("resources", [])), set(rule.get("verbs", []))
         if "*" in groups | res | verbs or not verbs <= RBAC_VERBS or not res <= RBAC_RESOURCES:
             problems.append(f"{where(role)}: rule beyond the runtime's needs: {rule}")
-        if groups - {"", "networking.k8s.io"}:
+        if groups - {"", "networking.k8s.io", "snapshot.storage.k8s.io"}:
             problems.append(f"{where(role)}: API groups {sorted(groups)}")
         if "secrets" in res and verbs & {"get", "list", "watch"} and role.get("kind") == "ClusterRole":
             problems.append(f"{where(role)}: reads Secrets (every Secret of the cluster, once bound cluster-wide)")
@@ -324,6 +325,8 @@ def admission_cases(policies: list[dict], prefix: str) -> list[str]:
          {"metadata": {"name": f"{prefix}team", "labels": ours}}, lookalike, None, False),
         ("a Secret in kube-system", "secrets", "UPDATE", obj, obj, foreign_ns, False),
         ("a pod in a namespace with our prefix but not ours", "pods", "CREATE", obj, None, lookalike, False),
+        ("a workspace snapshot in a user namespace", "volumesnapshots", "CREATE", obj, None, user_ns, True),
+        ("a snapshot deleted in kube-system", "volumesnapshots", "DELETE", None, obj, foreign_ns, False),
         # An exec is a CONNECT on pods (subresource exec) whose object is the PodExecOptions.
         ("an exec into a user's editor (promotion)", "pods", "CONNECT", exec_options, None, user_ns, True),
         ("an exec into a pod of kube-system", "pods", "CONNECT", exec_options, None, foreign_ns, False),

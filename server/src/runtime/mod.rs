@@ -18,6 +18,7 @@ pub mod mig;
 pub mod procfs;
 pub mod restic;
 pub mod sandbox;
+pub mod snapshots;
 pub mod workspace_file;
 
 pub use crate::config::RuntimeKind;
@@ -341,6 +342,11 @@ pub trait Runtime: Send + Sync + 'static {
     /// How editors are kept apart from each other and from the server, or why they are not.
     fn isolation(&self) -> Result<String, String> {
         Ok("a namespace per user, restricted pods".into())
+    }
+    /// Where workspaces are backed up by the runtime itself (a cluster's VolumeSnapshots)
+    /// rather than read as files by restic; None where the server reads them.
+    fn workspace_snapshots(&self) -> Option<&dyn snapshots::WorkspaceSnapshots> {
+        None
     }
     /// Whether editors get the shared datasets (a sandbox binds them, a pod mounts them).
     fn mounts_datasets(&self) -> bool {

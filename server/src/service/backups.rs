@@ -24,6 +24,8 @@
 //!   restore; admins for anyone (`/api/v1/admin/users/{id}/backups…`). Backups and restores are
 //!   audited (`backup.run`, `backup.restore`), admins' as theirs.
 
+mod cluster;
+
 use crate::runtime::archive::{self, ArchiveError};
 use crate::runtime::restic::{self, Repository, RepositoryError, Restic};
 use crate::store::{BackupOutcome, BackupRecord};
@@ -172,7 +174,9 @@ impl Backups {
     /// The dashboard's workspace card: the caller's backups, or why they could not be read;
     /// None where workspaces are not on this server (nothing to download or back up here).
     pub async fn workspace_card(&self, viewer: &Viewer) -> Option<Result<BackupsView, String>> {
-        self.runtime.workspace_dir(&viewer.name)?;
+        if self.runtime.workspace_snapshots().is_none() {
+            self.runtime.workspace_dir(&viewer.name)?;
+        }
         Some(self.backups(viewer).await.map_err(|e| e.to_string()))
     }
 
@@ -333,6 +337,9 @@ impl Backups {
     }
 
     async fn view_of(&self, owner: &Owner) -> Result<BackupsView, AppError> {
+        if let Some(snapshots) = self.runtime.workspace_snapshots() {
+            return self.cluster_view(snapshots, owner).await;
+        }
         let config = &self.config.backups;
         let last = self
             .store
@@ -370,6 +377,9 @@ impl Backups {
     }
 
     async fn back_up_for(&self, viewer: &Viewer, owner: &Owner) -> Result<BackupStatus, AppError> {
+        if let Some(snapshots) = self.runtime.workspace_snapshots() {
+            return self.cluster_back_up_for(snapshots, viewer, owner).await;
+        }
         let repo = self.repository()?;
         let workspace = self.workspace_of(owner)?;
         if !workspace.is_dir() {
@@ -453,6 +463,11 @@ impl Backups {
         id: &str,
         path: Option<&str>,
     ) -> Result<RestoreDone, AppError> {
+        if let Some(snapshots) = self.runtime.workspace_snapshots() {
+            return self
+                .cluster_restore_for(snapshots, viewer, owner, id, path)
+                .await;
+        }
         if !rules::is_snapshot_id(id) {
             return Err(AppError::Invalid(
                 "a snapshot id is 8 to 64 hexadecimal digits, as the list of snapshots shows it"
@@ -554,6 +569,9 @@ impl Backups {
             id: user_id.to_string(),
             name: user_name.to_string(),
         };
+        if let Some(snapshots) = self.runtime.workspace_snapshots() {
+            return self.cluster_last_backup(snapshots, &owner).await;
+        }
         let repo = self.repository().map_err(|e| e.to_string())?;
         let workspace = match self.workspace_of(&owner) {
             Ok(workspace) if workspace.is_dir() => workspace,
@@ -567,6 +585,9 @@ impl Backups {
 
     /// Every workspace backed up, one after another (the schedule's pass).
     pub async fn back_up_everyone(&self) {
+        if let Some(snapshots) = self.runtime.workspace_snapshots() {
+            return self.cluster_back_up_everyone(snapshots).await;
+        }
         let Ok(repo) = self.repository() else {
             return;
         };
@@ -600,7 +621,8 @@ impl Backups {
     /// The schedule's look, each tick of the server's own work: starts a pass when one is due.
     pub(in crate::service) fn tick(&self) {
         let backups = &self.config.backups;
-        if !backups.enabled || self.runtime.workspace_dir("").is_none() {
+        let here = self.runtime.workspace_dir("").is_some();
+        if !backups.enabled || !(here || self.runtime.workspace_snapshots().is_some()) {
             return;
         }
         let now = self.store.now();

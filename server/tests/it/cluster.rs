@@ -44,7 +44,7 @@ pub(crate) fn chart() -> &'static Vec<Value> {
 }
 
 /// The chart's objects with `edit` applied to its ClusterRole's rules.
-fn chart_with(edit: impl Fn(&mut Vec<Value>)) -> Vec<Value> {
+pub(crate) fn chart_with(edit: impl Fn(&mut Vec<Value>)) -> Vec<Value> {
     let mut objects = chart().clone();
     for object in &mut objects {
         if object["kind"] == "ClusterRole"
@@ -56,7 +56,7 @@ fn chart_with(edit: impl Fn(&mut Vec<Value>)) -> Vec<Value> {
     objects
 }
 
-async fn start_cluster(rbac: Vec<Value>) -> SimCluster {
+pub(crate) async fn start_cluster(rbac: Vec<Value>) -> SimCluster {
     SimCluster::start(Options {
         rbac,
         service_accounts: vec![(
@@ -70,7 +70,7 @@ async fn start_cluster(rbac: Vec<Value>) -> SimCluster {
     .expect("the simulated cluster")
 }
 
-async fn client(cluster: &SimCluster, token: &str) -> kube::Client {
+pub(crate) async fn client(cluster: &SimCluster, token: &str) -> kube::Client {
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&cluster.kubeconfig(token)).unwrap();
     let config = kube::Config::from_custom_kubeconfig(
         kubeconfig,
@@ -81,7 +81,7 @@ async fn client(cluster: &SimCluster, token: &str) -> kube::Client {
     kube::Client::try_from(config).unwrap()
 }
 
-fn quick() -> Timing {
+pub(crate) fn quick() -> Timing {
     Timing {
         poll: Duration::from_millis(50),
         watch_seconds: 2,
@@ -90,7 +90,7 @@ fn quick() -> Timing {
     }
 }
 
-fn kube_config() -> KubeConfig {
+pub(crate) fn kube_config() -> KubeConfig {
     KubeConfig {
         server_namespace: SERVER_NAMESPACE.into(),
         ..KubeConfig::default()
@@ -477,7 +477,7 @@ async fn product_on(nodes: Vec<sim_cluster::NodeSpec>) -> (SimCluster, crate::co
 }
 
 /// As [`product_on`], the product's `[kube]` settings adjusted.
-async fn product_with(
+pub(crate) async fn product_with(
     nodes: Vec<sim_cluster::NodeSpec>,
     adjust: impl FnOnce(&mut KubeConfig),
 ) -> (SimCluster, crate::common::TestApp) {

@@ -1284,10 +1284,11 @@ async fn a_workspace_is_sized_by_the_users_quota_and_grows_with_it() {
     };
     set_disk(20 * 1024).await;
     session("first").await;
-    assert_eq!(sizes(), (json!("20Gi"), json!("20Gi")), "made at the quota");
+    // The quota: the workspace, a restore's claim and 1 GiB for datasets' claims.
+    assert_eq!(sizes(), (json!("20Gi"), json!("41Gi")), "made at the quota");
     set_disk(30 * 1024 + 1).await;
     session("grown").await;
-    assert_eq!(sizes(), (json!("31Gi"), json!("31Gi")), "grown, rounded up");
+    assert_eq!(sizes(), (json!("31Gi"), json!("63Gi")), "grown, rounded up");
     assert_eq!(fake.calls("MERGE", "persistentvolumeclaims"), 1);
     set_disk(10 * 1024).await;
     session("shrunk quota").await;

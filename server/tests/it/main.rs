@@ -57,6 +57,7 @@ mod api;
 mod backups;
 mod cli;
 mod cluster;
+mod cluster_backups;
 mod datasets;
 mod departed;
 mod editors;

@@ -55,6 +55,7 @@
 //! slot there. The server does not mount the workspaces: promotion reads a file through the
 //! session's editor pod ([`files`]).
 
+pub mod backups;
 pub mod files;
 pub mod hami;
 pub mod metrics;
@@ -62,6 +63,7 @@ pub mod names;
 pub mod objects;
 pub mod pods;
 pub mod reconcile;
+pub mod volume_snapshot;
 
 pub use crate::config::kube::{KubeConfig, KubeImages};
 
@@ -835,6 +837,10 @@ impl Runtime for KubeRuntime {
 
     fn mounts_datasets(&self) -> bool {
         true
+    }
+
+    fn workspace_snapshots(&self) -> Option<&dyn crate::runtime::snapshots::WorkspaceSnapshots> {
+        (!self.config.snapshot_class.is_empty()).then_some(self as _)
     }
 
     fn runs_images(&self) -> bool {

@@ -71,6 +71,13 @@ const MAX_MEMORY: &str = "32Gi";
 /// Scratch space (/tmp, caches): node disk, bounded.
 const TMP_SIZE: &str = "4Gi";
 
+/// Claims a user's namespace may hold beside the workspace: one a restore makes from a snapshot
+/// while it copies, and a read-only claim for each dataset the user may use (each requests
+/// [`DATASET_CLAIM_SIZE`], so all of them fit in the 1 GiB the storage quota adds).
+pub const RESTORE_CLAIMS: u32 = 1;
+pub const MAX_DATASET_CLAIMS: u32 = 32;
+pub const DATASET_CLAIM_SIZE: &str = "1Mi";
+
 /// What the per-user builders need to know about one user.
 #[derive(Clone, Debug)]
 pub struct UserPlan<'a> {
@@ -168,16 +175,19 @@ impl<'a> UserPlan<'a> {
 
     /// What the user may hold at once. HAMi reads GPU quota only under the `limits.` prefix
     /// (Kubernetes itself does not enforce quota on extended-resource limits; HAMi's scheduler does).
+    /// Storage: the workspace, a restore's claim as large, and 1 GiB for the dataset claims.
     pub fn resource_quota(&self) -> ResourceQuota {
         let c = self.config;
+        let claims = 1 + RESTORE_CLAIMS + MAX_DATASET_CLAIMS;
+        let storage = format!("{}Gi", self.workspace_gib * 2 + 1);
         let hard = BTreeMap::from([
             ("pods".to_string(), q(c.max_pods_per_user.to_string())),
-            ("requests.storage".to_string(), q(self.workspace_size())),
+            ("requests.storage".to_string(), q(storage)),
             (
                 format!("limits.{GPU_MEM}"),
                 q(c.max_gpumem_mib_per_user.to_string()),
             ),
-            ("persistentvolumeclaims".to_string(), q("1".to_string())),
+            ("persistentvolumeclaims".to_string(), q(claims.to_string())),
         ]);
         ResourceQuota {
             metadata: self.meta(QUOTA),
@@ -634,7 +644,7 @@ pub(crate) mod tests {
 
     /// Compares with `tests/golden/kube/<name>.json`; `UPDATE_GOLDEN=1` rewrites the file
     /// (then read the diff before committing it).
-    fn golden(name: &str, value: impl serde::Serialize) {
+    pub(crate) fn golden(name: &str, value: impl serde::Serialize) {
         let actual = serde_json::to_value(value).unwrap();
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/golden/kube")
