@@ -54,30 +54,36 @@
 //! The per-request path is kept short: header names are constants, the headers to remove are found
 //! in one pass over those present, and the database's futures (cache misses, an admin's grant) are
 //! boxed so each request's own future stays small. `bench/instructions.py` counts instructions per
-//! request against nginx's (BENCHMARKS.md, section 7: 42,389 against about 24,700).
+//!
+//! A request goes through named phases, each in a function of its own that hands the next what
+//! it learned in one [`Exchange`]: [`authorize`](authorize::authorize) (the caller),
+//! [`route`](route::route) (the editor, and the answers we give ourselves:
+//! [`detour`](detour::detour)), [`rewrite`](rewrite::rewrite) the request,
+//! [`send`](send::send) it, [`splice`](upgrade::splice) an upgrade, or [`respond`].
 
 mod alone;
+mod authorize;
+mod detour;
 mod headers;
 mod respond;
+mod rewrite;
+mod route;
+mod secret;
+mod send;
+mod upgrade;
 
 use headers::*;
 pub(crate) use respond::cross_site_refused;
-use respond::{internal_error, json_error, wants_html};
+use respond::json_error;
 
 use crate::http::AppState;
-use crate::net::relay;
-use crate::net::upstream::EditorStream;
+use crate::identity::auth::Caller;
 use crate::service::routes::Route;
-use app::domain::encode::{PATH, percent_encode};
-use app::domain::scope::Scope;
 use axum::body::Body;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use http::header::{self, HeaderValue};
 use http::{Request, StatusCode};
-use hyper::upgrade::Upgraded;
-use hyper_util::rt::TokioIo;
 use std::sync::Arc;
-use std::sync::LazyLock;
 use std::time::Duration;
 
 /// The client connection a request came on.
@@ -93,380 +99,97 @@ pub struct Client<'a> {
     pub entering: bool,
 }
 
+/// One request on its way to an editor, once its caller and route are known: what the phases
+/// after [`route`](route::route) read.
+struct Exchange<'a> {
+    state: &'a AppState,
+    client: Client<'a>,
+    caller: Arc<Caller>,
+    route: Arc<Route>,
+    /// Set when an admin enters another user's editor: until when their grant lets them.
+    admin_until: Option<i64>,
+    /// Whose traffic this is, for the idle reaper.
+    activity: Activity,
+    /// The request opens a WebSocket (any upgrade).
+    upgrade: bool,
+    /// How long the editor has to answer after the request's last byte.
+    answer_timeout: Duration,
+}
+
 /// Forwards `req` for its owner.
 pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>) -> Response {
-    let forwarded_for = client.forwarded_for;
     let upgrade = is_upgrade(req.headers());
-    // Another site must not make a signed-in browser change things in the editor, or open its
-    // kernels: editors trust us and skip their own cross-site checks for what we forward.
-    if (!req.method().is_safe() || upgrade)
-        && crate::identity::auth::from_foreign_origin(req.headers())
-    {
-        return cross_site_refused();
-    }
-    let accounts = &state.service.accounts;
-    let caller = if client.entering {
-        Box::pin(accounts.entry_caller(req.headers())).await
-    } else {
-        accounts.caller(req.headers()).await
-    };
-    let caller = match caller {
+    // The browser's side of a WebSocket, taken while the request is whole; used once admitted.
+    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let (head, body) = req.into_parts();
+    let caller = match authorize::authorize(state, client.entering, &head, upgrade).await {
         Ok(caller) => caller,
-        Err(e) => {
-            tracing::error!(error = %e, "proxy auth");
-            return internal_error();
-        }
+        Err(refused) => return refused,
     };
-    let Some(caller) = caller else {
-        if client.entering {
-            return json_error(
-                StatusCode::UNAUTHORIZED,
-                "unauthenticated",
-                crate::service::admin::ENTRY_REFUSED,
-            );
+    let (route, admin_until, uri) = {
+        let routed = match route::route(state, &caller, head.uri.path()).await {
+            Ok(routed) => routed,
+            Err(refused) => return refused,
+        };
+        if let Some(ours) = detour::detour(state, &caller, &head, &routed).await {
+            return ours;
         }
-        if req.method() == http::Method::GET && wants_html(req.headers()) {
-            let next = req
-                .uri()
-                .path_and_query()
-                .map(|p| p.as_str())
-                .unwrap_or("/");
-            let location = format!("/login?next={}", percent_encode(next, PATH));
-            return (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response();
-        }
-        return json_error(
-            StatusCode::UNAUTHORIZED,
-            "unauthenticated",
-            "please sign in",
-        );
+        let Some(uri) = route::upstream_uri(&routed.route, &head.uri, routed.tail) else {
+            return json_error(StatusCode::BAD_REQUEST, "invalid", "malformed path");
+        };
+        (routed.route, routed.admin_until, uri)
     };
-    // Before the route: a token's scopes say nothing about which sessions exist.
-    if !caller.scopes.allows(Scope::Access) {
-        return json_error(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "this token lacks the scope `access`, which reaching an editor takes",
-        );
-    }
-    let by_token = caller.by_token;
-    // Set when an admin enters another user's editor: until when their grant lets them.
-    let mut admin_until: Option<i64> = None;
-    let (route, uri) = {
-        let path = req.uri().path();
-        let rest = path.strip_prefix("/s/").unwrap_or_default();
-        let (session_id, tail) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, ""),
-        };
-        let route = match state.service.access.route(session_id).await {
-            Ok(route) => route,
-            Err(e) => {
-                tracing::error!(error = %e, "proxy route");
-                return internal_error();
-            }
-        };
-        let Some(route) = route else {
-            return json_error(StatusCode::NOT_FOUND, "not_found", "no such session");
-        };
-        // Someone else's session answers exactly like one that does not exist, unless an
-        // admin chose to enter it (audited) and the grant still runs.
-        if route.owner_id != caller.user.id {
-            // Boxed, as rare: see `Service::route`.
-            match Box::pin(
-                state
-                    .service
-                    .admin
-                    .admin_entry(&caller, session_id, by_token),
-            )
-            .await
-            {
-                Some(until) => admin_until = Some(until),
-                None => {
-                    return json_error(StatusCode::NOT_FOUND, "not_found", "no such session");
-                }
-            }
-        }
-        // The owner asked for the editor alone in its tab (`alone`): remembered for this
-        // session's editor, then there.
-        if admin_until.is_none()
-            && !by_token
-            && req.method() == http::Method::GET
-            && let Some(place) = alone::requested(session_id, tail, req.uri().query())
-        {
-            let cookie = alone::cookie(session_id, state.service.config().secure_cookies);
-            return (
-                StatusCode::SEE_OTHER,
-                [(header::LOCATION, place), (header::SET_COOKIE, cookie)],
-            )
-                .into_response();
-        }
-        // The owner's own tab, not the page's frame, went into the editor (marimo opens new
-        // notebooks so, a link does): sent to the session page, which frames that place with
-        // the toolbar, the countdowns and the presence that keeps the session alive; unless
-        // they asked for the editor alone.
-        if admin_until.is_none()
-            && !by_token
-            && is_tab_navigation(&req)
-            && !alone::chosen(req.headers())
-        {
-            let tail = match req.uri().query() {
-                Some(query) => format!("{tail}?{query}"),
-                None => tail.to_string(),
-            };
-            let location = app::domain::paths::session_page_for(session_id, &tail);
-            return (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response();
-        }
-        // The editor's own Shut Down ends the session through us: stopped, settled and
-        // refunded like a Stop, which the page then shows; the editor never hears of it.
-        if admin_until.is_none() && req.method() == http::Method::POST && is_shutdown(tail) {
-            let viewer = caller.viewer();
-            let stopped =
-                Box::pin(state.service.sessions.stop_from_editor(&viewer, session_id)).await;
-            return match stopped {
-                Ok(_) => (
-                    StatusCode::OK,
-                    axum::Json(serde_json::json!({ "success": true })),
-                )
-                    .into_response(),
-                Err(e) => json_error(
-                    StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                    e.code(),
-                    &e.to_string(),
-                ),
-            };
-        }
-        if tail.is_empty() {
-            let query = req
-                .uri()
-                .query()
-                .map(|q| format!("?{q}"))
-                .unwrap_or_default();
-            return (
-                StatusCode::PERMANENT_REDIRECT,
-                [(header::LOCATION, format!("{path}/{query}"))],
-            )
-                .into_response();
-        }
-        match upstream_uri(&route, req.uri(), tail) {
-            Some(uri) => (route, uri),
-            None => return json_error(StatusCode::BAD_REQUEST, "invalid", "malformed path"),
-        }
-    };
-    let activity = match (admin_until, by_token) {
+    let activity = match (admin_until, caller.by_token) {
         // An admin looking in is not the user working: it keeps nothing alive.
         (Some(_), _) => Activity::Uncounted,
         (None, true) => Activity::Api,
         (None, false) => Activity::Page,
     };
     activity.record(&route);
-
-    // One session's WebSockets have a ceiling, so that one page or script cannot hold every
-    // connection the server has.
-    let websocket = if upgrade {
-        let max = state.service.config().proxy.max_websockets_per_session;
-        match route.open_websocket(max) {
-            Some(open) => Some(open),
-            None => {
-                return json_error(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "too_many_websockets",
-                    &format!(
-                        "this session has {max} WebSockets open already; close some (other tabs, perhaps) and try again"
-                    ),
-                );
-            }
-        }
-    } else {
-        None
-    };
-    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
-    // An upgraded connection outlives this request: it is checked again while it lasts.
-    let credential = upgrade
-        .then(|| match client.entering {
-            true => state.service.accounts.entry_credential(req.headers()),
-            false => state.service.accounts.credential(req.headers()),
-        })
-        .flatten();
-    let (mut parts, body) = req.into_parts();
-    // A page the browser navigates to may quote the editor's secret (JupyterLab's page config
-    // does): asked for uncompressed, to be read and scrubbed on its way back.
-    let secret = is_navigation(&parts.headers)
-        .then(|| editor_secret(&route.credential))
-        .flatten();
-    if secret.is_some() {
-        parts.headers.remove(header::ACCEPT_ENCODING);
-    }
-    let upgrade_to = parts.headers.get(header::UPGRADE).cloned();
-    strip_hop_by_hop(&mut parts.headers);
-    strip_our_credentials(&mut parts.headers, by_token);
-    add_editor_auth(&mut parts.headers, &route.credential);
-    if let Some(ip) = forwarded_for {
-        parts.headers.insert(X_FORWARDED_FOR, ip.clone());
-    }
-    // Behind a TLS ingress the page is https, and the editor's redirects and origin checks must
-    // know; anything else is plain http (a client that claims https only misleads itself).
-    let https = parts
-        .headers
-        .get(X_FORWARDED_PROTO)
-        .is_some_and(|proto| proto.as_bytes().eq_ignore_ascii_case(b"https"));
-    parts
-        .headers
-        .insert(X_FORWARDED_PROTO, if https { HTTPS } else { HTTP });
-    if let Some(protocol) = upgrade_to {
-        parts
-            .headers
-            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-        parts.headers.insert(header::UPGRADE, protocol);
-    }
-    parts.uri = uri;
-    parts.version = http::Version::HTTP_11;
-    // An editor answers once it has read the body: the wait for its answer counts from the last
-    // byte of an upload, however long the upload takes.
     let answer_timeout = Duration::from_secs(state.service.config().proxy.answer_timeout_seconds);
-    // Whether the browser has sent all of its body: a deadline that passes before is an
-    // upload that stopped arriving (the client's doing), not an editor that did not answer.
-    // (None: no body, nothing to wait for; the common case makes no allocation.)
-    let mut uploaded = None;
-    let body = if http_body::Body::is_end_stream(&body) {
-        body
-    } else {
-        // Every chunk of the upload moves the deadline for the answer.
-        let answer = client.answer.clone();
-        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        uploaded = Some(done.clone());
-        crate::http::Watched::body(body, move |polled: &crate::http::Polled, ended| {
-            if let std::task::Poll::Ready(Some(Ok(_))) = polled {
-                answer.reset(std::time::Instant::now() + answer_timeout);
-            }
-            if ended {
-                done.store(true, std::sync::atomic::Ordering::Release);
-            }
-        })
+    let cx = Exchange {
+        state,
+        client,
+        caller,
+        route,
+        admin_until,
+        activity,
+        upgrade,
+        answer_timeout,
     };
-    let outgoing = Request::from_parts(parts, body);
-
-    let started = std::time::Instant::now();
-    let sending = async {
-        if upgrade {
-            Box::pin(crate::net::upstream::upgrade(&route.upstream, outgoing))
-                .await
-                .map(|r| r.map(Body::new))
-        } else {
-            state
-                .service
-                .access
-                .upstreams()
-                .send(&route.upstream, outgoing)
-                .await
-        }
+    // Held until the editor's answer: the WebSocket's place, the browser's side, its credential.
+    let pending = match client_upgrade {
+        Some(on) => match upgrade::admit(&cx, &head.headers, on) {
+            Some(pending) => Some(pending),
+            None => return upgrade::too_many(&cx),
+        },
+        None => None,
     };
-    // A hung editor must not hold the browser's connections to us (and so our own pages).
-    let Some(sent) = crate::net::deadline::within(client.answer, answer_timeout, sending).await
-    else {
-        if uploaded.is_some_and(|done| !done.load(std::sync::atomic::Ordering::Acquire)) {
-            tracing::info!(session = %route.session_id, "an upload through the proxy stalled");
-            let mut stalled = json_error(
-                StatusCode::REQUEST_TIMEOUT,
-                "request_timeout",
-                "the upload stopped arriving; send it again",
-            );
-            stalled
-                .headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            return stalled;
-        }
-        tracing::warn!(session = %route.session_id, "the editor did not answer in time");
-        return json_error(
-            StatusCode::GATEWAY_TIMEOUT,
-            "editor_timeout",
-            "the editor did not answer in time; it may be busy or stuck",
-        );
+    let outgoing = rewrite::rewrite(&cx, head, body, uri);
+    let response = match send::send(&cx, outgoing.request, outgoing.uploaded).await {
+        Ok(response) => response,
+        Err(ours) => return ours,
     };
-    let mut response = match sent {
-        Ok(response) => {
-            state
-                .service
-                .metrics()
-                .proxied(started.elapsed().as_secs_f64());
-            response
-        }
-        Err(e) => {
-            tracing::warn!(session = %route.session_id, error = %e, "editor unreachable");
-            // The session may have ended elsewhere: the next request reads it again.
-            state.service.access.forget_route(&route.session_id);
-            return json_error(
-                StatusCode::BAD_GATEWAY,
-                "editor_unreachable",
-                "the editor is not answering; it may have stopped",
-            );
-        }
-    };
-
     if response.status() == StatusCode::SWITCHING_PROTOCOLS {
-        // Browsers take cookies from a handshake's answer too.
-        confine_to_session(response.headers_mut(), &route);
-        if let Some(client_upgrade) = client_upgrade {
-            let upstream_upgrade = hyper::upgrade::on(&mut response);
-            let route = route.clone();
-            let busy_poll =
-                Duration::from_micros(state.service.config().proxy.websocket_busy_poll_us);
-            let service = state.service.clone();
-            let slot = client.slot.cloned();
-            // Whose credential it is: the owner's, or an admin's who entered.
-            let user_id = caller.user.id.clone();
-            tokio::spawn(async move {
-                let _held = (slot, websocket);
-                let (Ok(client), Ok(upstream)) = tokio::join!(client_upgrade, upstream_upgrade)
-                else {
-                    return;
-                };
-                let _counted = service.metrics().websocket_opened();
-                let relay = relay_upgraded(client, upstream, route.clone(), activity, busy_poll);
-                let revoked = async {
-                    let grant_ends = async {
-                        match admin_until {
-                            Some(until) => {
-                                let left = (until - service.now()).max(0) as u64;
-                                tokio::time::sleep(Duration::from_millis(left)).await;
-                            }
-                            None => std::future::pending().await,
-                        }
-                    };
-                    match &credential {
-                        Some(credential) => tokio::select! {
-                            () = until_revoked(&service.accounts, credential, &user_id, admin_until.is_some()) => {}
-                            () = grant_ends => {}
-                        },
-                        None => std::future::pending().await,
-                    }
-                };
-                // The server's shutdown ends it too, so that draining does not wait for it.
-                let mut shutdown = service.shutting_down();
-                tokio::select! {
-                    () = relay => {}
-                    () = revoked => {
-                        tracing::info!(session = %route.session_id, "closed a WebSocket whose sign-in ended");
-                    }
-                    _ = shutdown.wait_for(|closing| *closing) => {}
-                }
-            });
-        }
-        let (parts, _) = response.into_parts();
-        return Response::from_parts(parts, Body::empty());
+        return upgrade::splice(&cx, response, pending);
     }
+    respond(&cx, response, outgoing.secret).await
+}
 
+/// The last phase: the editor's answer on its way back, confined to its session, framed by our
+/// pages only, and with the editor's secret taken out of a page that quotes it.
+async fn respond(cx: &Exchange<'_>, response: Response, secret: Option<String>) -> Response {
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    confine_to_session(&mut parts.headers, &route);
+    confine_to_session(&mut parts.headers, &cx.route);
     // Only our own pages may frame the editor.
     parts.headers.insert(header::X_FRAME_OPTIONS, SAMEORIGIN);
     parts
         .headers
         .append(header::CONTENT_SECURITY_POLICY, FRAME_ANCESTORS_SELF);
     let body = match secret {
-        Some(secret) if is_plain_html(&parts.headers) => {
-            // The browser is signed in to us; the editor's own secret is no business of its.
-            let Ok(page) = axum::body::to_bytes(body, MAX_SCRUBBED_PAGE).await else {
+        Some(secret) if secret::is_plain_html(&parts.headers) => {
+            let Ok(page) = axum::body::to_bytes(body, secret::MAX_SCRUBBED_PAGE).await else {
                 return json_error(
                     StatusCode::BAD_GATEWAY,
                     "editor_unreachable",
@@ -474,157 +197,11 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
                 );
             };
             parts.headers.remove(header::CONTENT_LENGTH);
-            Body::from(scrub(&page, secret.as_bytes()))
+            Body::from(secret::scrub(&page, secret.as_bytes()))
         }
         _ => body,
     };
     Response::from_parts(parts, body)
-}
-
-/// The largest editor page read whole to take its secret out; a larger one is refused.
-const MAX_SCRUBBED_PAGE: usize = 8 * 1024 * 1024;
-
-/// The secret an editor's credential carries, where it is one a page could quote (a token).
-fn editor_secret(credential: &crate::service::routes::EditorCredential) -> Option<String> {
-    match credential {
-        crate::service::routes::EditorCredential::Header(_, value) => value
-            .to_str()
-            .ok()
-            .and_then(|v| v.strip_prefix("token "))
-            .filter(|secret| secret.len() >= 16)
-            .map(str::to_string),
-        _ => None,
-    }
-}
-
-/// A browser's page load (it accepts HTML), not a script's call.
-/// A browser tab's own navigation (typed, a link, `window.open`), not our page's frame nor a
-/// script's request, and not a download (JupyterLab's `?download=1`), which must reach the editor.
-fn is_tab_navigation(req: &Request<Body>) -> bool {
-    req.method() == http::Method::GET
-        && req
-            .headers()
-            .get(SEC_FETCH_DEST)
-            .is_some_and(|dest| dest.as_bytes() == b"document")
-        && !req.uri().query().is_some_and(|q| q.contains("download="))
-}
-
-/// The editors' own "shut down the server": JupyterLab's and marimo's.
-fn is_shutdown(tail: &str) -> bool {
-    matches!(tail, "/api/shutdown" | "/api/kernel/shutdown")
-}
-
-fn is_navigation(headers: &http::HeaderMap) -> bool {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|accept| accept.contains("text/html"))
-}
-
-fn is_plain_html(headers: &http::HeaderMap) -> bool {
-    let html = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|kind| kind.starts_with("text/html"));
-    html && !headers.contains_key(header::CONTENT_ENCODING)
-}
-
-/// `page` with every occurrence of `secret` taken out.
-fn scrub(page: &[u8], secret: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(page.len());
-    let mut rest = page;
-    while let Some(at) = rest.windows(secret.len()).position(|w| w == secret) {
-        out.extend_from_slice(&rest[..at]);
-        rest = &rest[at + secret.len()..];
-    }
-    out.extend_from_slice(rest);
-    out
-}
-
-#[cfg(test)]
-mod scrub_tests {
-    #[test]
-    fn every_copy_of_the_secret_goes_and_nothing_else() {
-        let page = br#"<script id="jupyter-config-data">{"token": "s3cr3t-s3cr3t-s3cr3t", "x": "s3cr3t-s3cr3t-s3cr3t"}</script>"#;
-        let scrubbed = super::scrub(page, b"s3cr3t-s3cr3t-s3cr3t");
-        assert_eq!(
-            scrubbed,
-            br#"<script id="jupyter-config-data">{"token": "", "x": ""}</script>"#
-        );
-        assert_eq!(super::scrub(b"plain", b"s3cr3t-s3cr3t-s3cr3t"), b"plain");
-    }
-}
-
-/// The request's target at the editor: the same path and query (the editor knows its base URL),
-/// or only what follows the prefix for editors that serve from "/".
-fn upstream_uri(route: &Route, original: &http::Uri, tail: &str) -> Option<http::Uri> {
-    let path_and_query = if route.strip_prefix {
-        let query = original
-            .query()
-            .map(|q| format!("?{q}"))
-            .unwrap_or_default();
-        format!("{tail}{query}").parse().ok()?
-    } else {
-        original.path_and_query()?.clone()
-    };
-    Some(http::Uri::from(path_and_query))
-}
-
-/// Connections busy-polling at once (see [`crate::net::relay`]): one per two cores, so none on a
-/// single core, where a poll would stall every other task and the side it waits for.
-static SPIN_LIMIT: LazyLock<relay::SpinLimit> = LazyLock::new(|| {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    relay::SpinLimit::new(cores / 2)
-});
-
-/// How often an open WebSocket's credential is checked again, for changes on other replicas
-/// (those on this one are seen at once): a lock, a logout, a revoked token.
-const RECHECK_CREDENTIAL: Duration = Duration::from_secs(10);
-
-/// Returns once `credential` no longer stands for `owner_id` (whoever it was made for), or, `as_admin`,
-/// no longer for an admin acting as one: checked
-/// at once when this server forgets that user or that sign-in, and every [`RECHECK_CREDENTIAL`] otherwise, each
-/// connection at its own phase so that they do not all ask at once. A failing database keeps the
-/// connection: it is the editor's work the user would lose.
-async fn until_revoked(
-    auth: &crate::service::Accounts,
-    credential: &crate::identity::auth::Credential,
-    owner_id: &str,
-    as_admin: bool,
-) {
-    use tokio::sync::broadcast::error::RecvError;
-    let mut forgotten = auth.forgotten();
-    let phase =
-        Duration::from_millis(rand::random::<u64>() % RECHECK_CREDENTIAL.as_millis() as u64);
-    let mut recheck =
-        tokio::time::interval_at(tokio::time::Instant::now() + phase, RECHECK_CREDENTIAL);
-    recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut listening = true;
-    loop {
-        tokio::select! {
-            _ = recheck.tick() => {}
-            what = forgotten.recv(), if listening => match what {
-                Ok(what) if credential.touched_by(&what, owner_id) => {}
-                Ok(_) => continue,
-                // Missed some: one of them may have been ours.
-                Err(RecvError::Lagged(_)) => {}
-                Err(RecvError::Closed) => {
-                    listening = false;
-                    continue;
-                }
-            },
-        }
-        match auth.caller_of(credential).await {
-            // An admin who entered must stay one (a demotion ends it), acting as one now.
-            Ok(Some(caller))
-                if caller.user.id == owner_id
-                    && (!as_admin
-                        || (caller.user.role == app::model::Role::Admin
-                            && caller.scopes().allows(Scope::Admin))) => {}
-            Ok(_) => return,
-            Err(e) => tracing::warn!(error = %e, "checking a WebSocket's credential again"),
-        }
-    }
 }
 
 /// Whose traffic a request is, for the idle reaper.
@@ -645,100 +222,5 @@ impl Activity {
             Activity::Api => route.touch_api(),
             Activity::Uncounted => {}
         }
-    }
-}
-
-/// hyper's upgraded stream may hold bytes it read ahead, so the relay never reads under it.
-impl relay::Side for TokioIo<Upgraded> {
-    fn pollable(&self) -> Option<std::os::fd::RawFd> {
-        None
-    }
-}
-
-/// Relays an upgraded connection until both sides have ended it; bytes either way count as
-/// `activity`.
-async fn relay_upgraded(
-    client: Upgraded,
-    upstream: Upgraded,
-    route: Arc<Route>,
-    activity: Activity,
-    busy_poll: Duration,
-) {
-    // Always our own connection type (`upstream::upgrade`), a plain socket.
-    let editor = match upstream.downcast::<TokioIo<EditorStream>>() {
-        Ok(editor) => editor,
-        Err(_) => {
-            tracing::error!(session = %route.session_id, "an upgraded editor connection of an unknown type");
-            return;
-        }
-    };
-    let mut editor_stream = editor.io.into_inner();
-    let traffic = || activity.record(&route);
-    // A plain socket from our own listener; other servers (tests') keep hyper's stream.
-    let relayed = match client.downcast::<TokioIo<tokio::net::TcpStream>>() {
-        Ok(client) => {
-            let mut tcp = client.io.into_inner();
-            let (pending, editor_pending) = (&client.read_buf, &editor.read_buf);
-            relay::relay(
-                &mut tcp,
-                pending,
-                &mut editor_stream,
-                editor_pending,
-                busy_poll,
-                &SPIN_LIMIT,
-                traffic,
-            )
-            .await
-        }
-        Err(client) => {
-            let mut client = TokioIo::new(client);
-            relay::relay(
-                &mut client,
-                b"",
-                &mut editor_stream,
-                &editor.read_buf,
-                busy_poll,
-                &SPIN_LIMIT,
-                traffic,
-            )
-            .await
-        }
-    };
-    if let Err(e) = relayed {
-        tracing::debug!(session = %route.session_id, error = %e, "upgraded connection ended");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::runtime::editors::UpstreamAuth;
-    #[test]
-    fn upstream_targets_keep_or_strip_the_prefix() {
-        let keep = Route::new(
-            "s".into(),
-            "u".into(),
-            "127.0.0.1:9".into(),
-            UpstreamAuth::Header("a", "b".into()),
-            false,
-            0,
-        );
-        let strip = Route::new(
-            "s".into(),
-            "u".into(),
-            "unix:/run/e.sock".into(),
-            UpstreamAuth::Header("a", "b".into()),
-            true,
-            0,
-        );
-        let original: http::Uri = "/s/abc/lab/tree?x=1&y=%20".parse().unwrap();
-        assert_eq!(
-            upstream_uri(&keep, &original, "/lab/tree").unwrap(),
-            "/s/abc/lab/tree?x=1&y=%20"
-        );
-        assert_eq!(
-            upstream_uri(&strip, &original, "/lab/tree").unwrap(),
-            "/lab/tree?x=1&y=%20"
-        );
     }
 }
