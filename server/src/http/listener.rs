@@ -193,7 +193,6 @@ impl Drop for ClientPlace {
     }
 }
 
-/// One client address's share of `cap`: `configured`, or else a quarter (at least 16).
 /// How long a connection on a kept place may take to send its request head.
 pub(crate) const RESERVED_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -202,6 +201,7 @@ fn kept_for_signed_in(cap: usize) -> usize {
     cap / 10
 }
 
+/// One client address's share of `cap`: `configured`, or else a quarter (at least 16).
 fn per_client_cap(configured: u64, cap: usize) -> usize {
     match configured {
         0 => (cap / 4).max(16).min(cap),

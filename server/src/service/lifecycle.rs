@@ -287,7 +287,6 @@ impl Lifecycle {
     }
 }
 
-/// What a user is told once a process of their session outgrew its memory.
 /// An ended session's cost as the ledger has it, with the minutes charged by the rule the
 /// settlement charged them (its end is the settlement's `now`).
 pub(in crate::service) fn cost_of(
@@ -305,6 +304,7 @@ pub(in crate::service) fn cost_of(
     SessionCost::of(held, charged, minutes)
 }
 
+/// What a user is told once a process of their session outgrew its memory.
 fn memory_note(memory_mib: u64, kills: u64) -> String {
     let times = match kills {
         1 => String::new(),

@@ -265,7 +265,6 @@ impl Store {
     // ---- pool ----
 }
 
-/// A grant's audit line: the amount as the pages write it, and its note.
 /// The open ask for credits in a row of `users`, if there is one.
 pub(crate) fn credit_request_of(
     row: &sqlx::any::AnyRow,
@@ -295,6 +294,7 @@ pub(super) async fn answer_credit_request(w: &mut WriteTx, user_id: &str) -> Res
     Ok(())
 }
 
+/// A grant's audit line: the amount as the pages write it, and its note.
 pub(super) fn grant_detail(amount: i64, note: &str) -> String {
     let sign = if amount > 0 { "+" } else { "" };
     let amount = app::domain::credits::with_unit(amount);

@@ -479,7 +479,6 @@ async fn set_state(w: &mut WriteTx, session_id: &str, t: Transition) -> Result<(
     .await
 }
 
-/// Frees the slot and writes the ledger rows of [`app::domain::credits::settlement`].
 /// A new account's row.
 struct UserRow<'a> {
     name: &'a str,
@@ -491,6 +490,7 @@ struct UserRow<'a> {
     temporary_password: bool,
 }
 
+/// Frees the slot and writes the ledger rows of [`app::domain::credits::settlement`].
 async fn settle_in(w: &mut WriteTx, session_id: &str, now: i64) -> Result<()> {
     sqlx::query("UPDATE sessions SET ended_at = $1 WHERE id = $2")
         .bind(now)

@@ -68,7 +68,6 @@ pub(super) fn SessionUsage(session: RwSignal<SessionView>, now: ReadSignal<i64>)
     }
 }
 
-/// The same editor, slice and duration again, in one click from the end page.
 /// The editor in the page. Until its page has loaded, a progress line over the page's own
 /// background stands where a blank (white) frame would: an editor takes seconds to draw.
 #[component]
@@ -122,6 +121,7 @@ pub(super) fn frame_has_loaded() -> bool {
     complete && href.is_some_and(|h| h != "about:blank")
 }
 
+/// The same editor, slice and duration again, in one click from the end page.
 #[component]
 pub(super) fn LaunchAgain(ended: SessionView) -> impl IntoView {
     let launch = ServerAction::<Launch>::new();
