@@ -19,7 +19,7 @@ pub fn parent_name(data_dir: &Path) -> String {
 }
 
 /// What a session's processes may use together.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Limits {
     pub memory_mib: u64,
     /// CPU time per period, in thousandths of a core.
