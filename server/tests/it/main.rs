@@ -12,6 +12,7 @@
 //!   editor's 504, sign-in throttling, stale routes, token scopes, the connection caps.
 //! - `cluster`: the kube runtime against the simulated cluster (`server/sim-cluster`) over TCP:
 //!   RBAC rendered from the chart, the schema, server-side apply, refusals a cluster makes.
+//! - `cluster_backups`: workspace backups as VolumeSnapshots there (take, list, restore, retention).
 //! - `cli`: the command line: the first run's admin, environment over file, tokens, locks seen by a
 //!   running server, `migrate`.
 //! - `datasets`: shared datasets: the admin API's refusals, who lists what, and from inside real
