@@ -10,6 +10,7 @@ const AREAS: &[(&str, &[&str])] = &[
     ("accounts.rs", &["Accounts"]),
     ("admin.rs", &["Admin"]),
     ("backups.rs", &["Backups"]),
+    ("backups/cluster.rs", &["Backups"]),
     ("datasets.rs", &["Datasets"]),
     // A deleted account's undo is the admin's; its purge the reaper's.
     ("departed.rs", &["Admin", "Guard"]),
