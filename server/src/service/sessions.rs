@@ -1,6 +1,6 @@
 //! One's own sessions: the dashboard, launching, the session page and its readings, heartbeats,
-//! extending and stopping. The launch itself is [`super::launch`]'s, a session's end and views
-//! [`super::lifecycle`]'s, recovery after a restart [`super::guard`]'s.
+//! extending and stopping. The launch itself is `launch.rs`'s, a session's end and views
+//! `lifecycle.rs`'s, recovery after a restart [`super::guard`]'s.
 
 use super::Images;
 use super::lifecycle::{cost_of, queue_eta};

@@ -10,7 +10,7 @@
 //! whole duration charged), idleness (`idle`) and, asked of the runtime only when nothing else ends
 //! it, whether its editor lives (`crash`, so within one period). While launches wait for a slice
 //! size, that size's sessions are judged idle after `idle.pressure_timeout_seconds` instead
-//! ([`Lifecycle::idle_policy_now`](super::lifecycle::Lifecycle::idle_policy_now), which the session page warns by too; off by default, measured in
+//! (`Lifecycle::idle_policy_now`, which the session page warns by too; off by default, measured in
 //! BENCHMARKS.md section 14: what counts as work is unchanged). It then finishes what nothing
 //! drives any more (`reaper::overdue`): a session `starting` for longer than twice the readiness
 //! timeout plus a minute (a runtime may wait the timeout for a placement, then again for the
