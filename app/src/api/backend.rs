@@ -15,10 +15,31 @@ use crate::model::{
 use leptos::prelude::*;
 use std::sync::Arc;
 
-/// What the pages need from the server. Implemented by the server crate's service layer,
-/// provided to server functions as `Arc<dyn Backend>` context.
+/// What the pages need from the server, one trait an area. Implemented by the server crate's
+/// service layer, provided to server functions as `Arc<dyn Backend>` context.
+pub trait Backend:
+    AccountsBackend
+    + SessionsBackend
+    + AdminBackend
+    + PromotionsBackend
+    + ImagesBackend
+    + DatasetsBackend
+{
+}
+
+impl<T> Backend for T where
+    T: AccountsBackend
+        + SessionsBackend
+        + AdminBackend
+        + PromotionsBackend
+        + ImagesBackend
+        + DatasetsBackend
+{
+}
+
+/// Sign-in, one's own account and tokens, credit asks, the admin confirmation.
 #[async_trait::async_trait]
-pub trait Backend: Send + Sync + 'static {
+pub trait AccountsBackend: Send + Sync + 'static {
     /// The viewer behind a request's session cookie or bearer token.
     async fn viewer(&self, request: &http::request::Parts) -> Result<Option<Viewer>, AppError>;
     async fn login(
@@ -38,6 +59,35 @@ pub trait Backend: Send + Sync + 'static {
         form: TokenForm,
     ) -> Result<NewToken, AppError>;
     async fn revoke_token(&self, viewer: &Viewer, id: &str) -> Result<(), AppError>;
+    async fn change_password(
+        &self,
+        viewer: &Viewer,
+        current: &str,
+        new: &str,
+    ) -> Result<(), AppError>;
+    async fn ask_for_credits(
+        &self,
+        viewer: &Viewer,
+        amount: &str,
+        note: &str,
+    ) -> Result<crate::model::CreditRequest, AppError>;
+    async fn withdraw_credit_request(&self, viewer: &Viewer) -> Result<(), AppError>;
+    /// Whether the admin pages are open to this request's sign-in now.
+    async fn admin_access(
+        &self,
+        request: &http::request::Parts,
+    ) -> Result<crate::model::AdminAccess, AppError>;
+    /// Opens the admin pages to this browser's sign-in for a while, with the password.
+    async fn confirm_admin(
+        &self,
+        request: &http::request::Parts,
+        password: &str,
+    ) -> Result<(), AppError>;
+}
+
+/// The dashboard and one's own sessions.
+#[async_trait::async_trait]
+pub trait SessionsBackend: Send + Sync + 'static {
     async fn dashboard(&self, viewer: &Viewer) -> Result<DashboardPage, AppError>;
     async fn launch(
         &self,
@@ -63,6 +113,11 @@ pub trait Backend: Send + Sync + 'static {
         id: &str,
         minutes: u32,
     ) -> Result<SessionView, AppError>;
+}
+
+/// The admin pages: users, credits, quotas, everyone's sessions, usage, the pool, settings.
+#[async_trait::async_trait]
+pub trait AdminBackend: Send + Sync + 'static {
     async fn admin_users(
         &self,
         viewer: &Viewer,
@@ -94,17 +149,6 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         viewer: &Viewer,
     ) -> Result<Vec<crate::model::SettingsSection>, AppError>;
-    /// Whether the admin pages are open to this request's sign-in now.
-    async fn admin_access(
-        &self,
-        request: &http::request::Parts,
-    ) -> Result<crate::model::AdminAccess, AppError>;
-    /// Opens the admin pages to this browser's sign-in for a while, with the password.
-    async fn confirm_admin(
-        &self,
-        request: &http::request::Parts,
-        password: &str,
-    ) -> Result<(), AppError>;
     async fn change_user(
         &self,
         viewer: &Viewer,
@@ -120,20 +164,7 @@ pub trait Backend: Send + Sync + 'static {
         note: &str,
     ) -> Result<i64, AppError>;
     async fn admin_stop(&self, viewer: &Viewer, id: &str) -> Result<AdminSession, AppError>;
-    async fn ask_for_credits(
-        &self,
-        viewer: &Viewer,
-        amount: &str,
-        note: &str,
-    ) -> Result<crate::model::CreditRequest, AppError>;
-    async fn withdraw_credit_request(&self, viewer: &Viewer) -> Result<(), AppError>;
     async fn decline_credit_request(&self, viewer: &Viewer, user_id: &str) -> Result<(), AppError>;
-    async fn change_password(
-        &self,
-        viewer: &Viewer,
-        current: &str,
-        new: &str,
-    ) -> Result<(), AppError>;
     async fn add_user(
         &self,
         viewer: &Viewer,
@@ -165,6 +196,11 @@ pub trait Backend: Send + Sync + 'static {
         user_id: &str,
         overrides: crate::domain::quota::Overrides,
     ) -> Result<crate::domain::quota::Limits, AppError>;
+}
+
+/// Promotions to the registry.
+#[async_trait::async_trait]
+pub trait PromotionsBackend: Send + Sync + 'static {
     async fn promote_file(
         &self,
         viewer: &Viewer,
@@ -172,6 +208,23 @@ pub trait Backend: Send + Sync + 'static {
         request: crate::domain::promotion::PromotionRequest,
     ) -> Result<PromotionView, AppError>;
     async fn promotions(&self, viewer: &Viewer) -> Result<Promotions, AppError>;
+    async fn admin_promotions(
+        &self,
+        viewer: &Viewer,
+        query: &ListQuery,
+    ) -> Result<Page<PromotionView>, AppError>;
+    async fn decide_promotion(
+        &self,
+        viewer: &Viewer,
+        id: &str,
+        decision: crate::domain::promotion::Decision,
+        reason: Option<String>,
+    ) -> Result<PromotionView, AppError>;
+}
+
+/// The approved editor images.
+#[async_trait::async_trait]
+pub trait ImagesBackend: Send + Sync + 'static {
     async fn admin_images(&self, viewer: &Viewer) -> Result<crate::model::AdminImages, AppError>;
     async fn add_image(
         &self,
@@ -184,6 +237,11 @@ pub trait Backend: Send + Sync + 'static {
         id: &str,
         state: crate::domain::images::ImageState,
     ) -> Result<crate::model::ImageView, AppError>;
+}
+
+/// The shared datasets.
+#[async_trait::async_trait]
+pub trait DatasetsBackend: Send + Sync + 'static {
     async fn admin_datasets(
         &self,
         viewer: &Viewer,
@@ -200,18 +258,6 @@ pub trait Backend: Send + Sync + 'static {
         change: crate::domain::datasets::DatasetChange,
     ) -> Result<crate::domain::datasets::DatasetView, AppError>;
     async fn remove_dataset(&self, viewer: &Viewer, id: &str) -> Result<(), AppError>;
-    async fn admin_promotions(
-        &self,
-        viewer: &Viewer,
-        query: &ListQuery,
-    ) -> Result<Page<PromotionView>, AppError>;
-    async fn decide_promotion(
-        &self,
-        viewer: &Viewer,
-        id: &str,
-        decision: crate::domain::promotion::Decision,
-        reason: Option<String>,
-    ) -> Result<PromotionView, AppError>;
 }
 
 pub(super) fn backend() -> Result<Arc<dyn Backend>, AppError> {
