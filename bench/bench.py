@@ -9,7 +9,7 @@ Environment (set by run.sh):
   CHP_BIN        configurable-http-proxy     BENCH_OUT  where results and logs go
   BENCH_PYTHON   a Python with websockets, psutil (the stand-in WebSocket editor uses it)
   HUB_VENV       JupyterHub 6.1.1 + JupyterLab, spawned beside the warm launches (empty: skipped)
-Knobs: BENCH_ONLY=cold,memory,http,ws,kernel,warm,sandbox,signin,faults  BENCH_SANDBOX_N=8  BENCH_SIGNIN_N=40
+Knobs: BENCH_ONLY=cold,memory,http,ws,kernel,warm,sandbox,signin,faults,crowd  BENCH_SANDBOX_N=8  BENCH_SIGNIN_N=40
        BENCH_FAULTS_READY=100  BENCH_FAULTS_STRANDED=50 (faults; its outage part needs DATABASE_URL=postgres://…)
        BENCH_BASELINE_BIN (an earlier release binary, for signin)  BENCH_COLD_N=10  BENCH_CS_N (code-server; default
 BENCH_COLD_N)  BENCH_ROUNDS=3 (HTTP)  BENCH_WRK_DUR=10s  BENCH_WS_ROUNDS=9  BENCH_WS_N=2000
@@ -1538,6 +1538,10 @@ def main():
         if "kernel" in ONLY:
             log("== 6. real kernels: 1+1 in JupyterLab through ours, busy polling on and off")
             bench_kernel(results)
+        if "crowd" in ONLY:
+            log("== 5. the crowd at 9:00: a burst of launches into a warm pool, and one at a time")
+            import crowd  # bench/crowd.py
+            crowd.bench_crowd(results)
     finally:
         results["load_after"] = loadavg()
         log(f"== load after: {results['load_after']}")
