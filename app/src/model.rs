@@ -107,6 +107,9 @@ pub struct SliceOption {
     /// What holds a session of this size to it (the weakest of the cards offering it).
     #[serde(default)]
     pub hold: SliceHold,
+    /// The idle timeouts a person may choose for this size.
+    #[serde(default)]
+    pub idle_choice: crate::domain::idle::TimeoutChoice,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -16,6 +16,7 @@ pub async fn launch(
     slice_mib: u64,
     duration_minutes: u32,
     #[server(default)] image: Option<String>,
+    #[server(default)] idle_minutes: Option<u32>,
 ) -> Result<SessionView, AppError> {
     let viewer = backend::require_viewer().await?;
     let request = LaunchRequest {
@@ -23,6 +24,7 @@ pub async fn launch(
         slice_mib,
         duration_minutes,
         image,
+        idle_minutes,
     };
     backend::backend()?.launch(&viewer, request).await
 }

@@ -18,7 +18,8 @@
 //!
 //! A session is idle `idle.timeout_seconds` after the last signal that counts, and its user is
 //! warned `idle.warn_seconds` before (both may be set per slice size, `idle.per_slice`); the
-//! server's reaper then ends it.
+//! server's reaper then ends it. A person may choose their own timeout at launch within bounds
+//! an admin set per size ([`TimeoutChoice`], [`Policy::chosen`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -92,6 +93,20 @@ impl Policy {
         }
     }
 
+    /// The policy with the timeout its person chose at launch (`None`: the slice's), warned
+    /// within it. [`Policy::pressed`] applies on top, so pressure shortens a longer choice to
+    /// its own timeout and leaves a shorter one as it is.
+    pub fn chosen(self, timeout_ms: Option<i64>) -> Policy {
+        match timeout_ms {
+            Some(timeout_ms) if timeout_ms > 0 => Policy {
+                timeout_ms,
+                warn_ms: self.warn_ms.min(timeout_ms / 2),
+                ..self
+            },
+            _ => self,
+        }
+    }
+
     pub fn judge(&self, s: &Signals, now: i64) -> Verdict {
         let idle_at = self.idle_at(s);
         if now >= idle_at {
@@ -100,6 +115,50 @@ impl Policy {
             Verdict::Warn { idle_at }
         } else {
             Verdict::Active { idle_at }
+        }
+    }
+}
+
+/// The idle timeouts a person may choose at launch for a slice size, in minutes: bounds an
+/// admin set (`idle.min_timeout_seconds`, `idle.max_timeout_seconds`, per size in
+/// `idle.per_slice`) around the size's default, which an empty choice keeps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimeoutChoice {
+    pub min_minutes: u32,
+    pub max_minutes: u32,
+    pub default_minutes: u32,
+}
+
+impl TimeoutChoice {
+    /// The timeout a launch asks for, in milliseconds (`None`: the default); outside the
+    /// bounds, the sentence that names them.
+    pub fn choose(&self, minutes: Option<u32>) -> Result<Option<i64>, String> {
+        match minutes {
+            None => Ok(None),
+            Some(m) if (self.min_minutes..=self.max_minutes).contains(&m) => {
+                Ok(Some(i64::from(m) * 60_000))
+            }
+            Some(m) => Err(format!(
+                "the idle timeout must be between {} and {} minutes for this size, not {m}",
+                self.min_minutes, self.max_minutes
+            )),
+        }
+    }
+
+    /// Whether there is anything to choose.
+    pub fn open(&self) -> bool {
+        self.min_minutes < self.max_minutes
+    }
+
+    /// The bounds in words, as the launch form and the Settings page say them.
+    pub fn words(&self) -> String {
+        if self.open() {
+            format!(
+                "{} to {} minutes without work ({} if left empty)",
+                self.min_minutes, self.max_minutes, self.default_minutes
+            )
+        } else {
+            format!("{} minutes without work", self.default_minutes)
         }
     }
 }
@@ -237,6 +296,60 @@ mod tests {
         // Pressure that begins at minute 40 on a session quiet since 0: warned first.
         assert!(!warned_since(40 * MIN, 5 * MIN, 44 * MIN));
         assert!(warned_since(40 * MIN, 5 * MIN, 45 * MIN));
+    }
+
+    #[test]
+    fn a_chosen_timeout_replaces_the_default_and_pressure_still_shortens_it() {
+        let quiet = Signals::default();
+        let longer = policy(false).chosen(Some(120 * MIN));
+        assert_eq!((longer.timeout_ms, longer.warn_ms), (120 * MIN, 5 * MIN));
+        // At minute 60 the default would have ended it; the choice keeps it.
+        assert!(matches!(
+            policy(false).judge(&quiet, 60 * MIN),
+            Verdict::Idle { .. }
+        ));
+        assert_eq!(
+            longer.judge(&quiet, 60 * MIN),
+            Verdict::Active { idle_at: 120 * MIN }
+        );
+        // Under pressure: no longer than the pressed timeout, never shorter than it.
+        assert_eq!(longer.pressed(10 * MIN).timeout_ms, 10 * MIN);
+        let short = policy(false).chosen(Some(8 * MIN));
+        assert_eq!((short.timeout_ms, short.warn_ms), (8 * MIN, 4 * MIN));
+        assert_eq!(short.pressed(10 * MIN), short);
+        // No choice: the slice's policy.
+        assert_eq!(policy(false).chosen(None), policy(false));
+        assert_eq!(policy(false).chosen(Some(0)), policy(false));
+    }
+
+    #[test]
+    fn a_choice_outside_the_bounds_is_refused_with_them() {
+        let bounds = TimeoutChoice {
+            min_minutes: 10,
+            max_minutes: 120,
+            default_minutes: 30,
+        };
+        assert_eq!(bounds.choose(None), Ok(None));
+        assert_eq!(bounds.choose(Some(10)), Ok(Some(10 * MIN)));
+        assert_eq!(bounds.choose(Some(120)), Ok(Some(120 * MIN)));
+        assert_eq!(
+            bounds.choose(Some(121)),
+            Err(
+                "the idle timeout must be between 10 and 120 minutes for this size, not 121".into()
+            )
+        );
+        assert!(bounds.choose(Some(9)).is_err());
+        assert_eq!(
+            bounds.words(),
+            "10 to 120 minutes without work (30 if left empty)"
+        );
+        let fixed = TimeoutChoice {
+            min_minutes: 30,
+            max_minutes: 30,
+            default_minutes: 30,
+        };
+        assert!(!fixed.open());
+        assert_eq!(fixed.words(), "30 minutes without work");
     }
 
     #[test]

@@ -62,6 +62,10 @@ pub struct LaunchRequest {
     /// An approved image's id (Kubernetes only); absent: the editor's configured image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// The idle timeout the person chose, in minutes, within the size's bounds; absent: the
+    /// size's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_minutes: Option<u32>,
 }
 
 /// An approved image a launch may name.
@@ -87,6 +91,8 @@ pub struct Catalog {
     pub max_minutes: u32,
     /// Approved images; None where the runtime runs no images (local processes).
     pub images: Option<Vec<ImageChoice>>,
+    /// The idle timeouts a person may choose, by size (slices and whole cards).
+    pub idle_choices: Vec<(u64, super::idle::TimeoutChoice)>,
 }
 
 /// A launch that passed every check of the catalog.
@@ -98,6 +104,8 @@ pub struct ValidLaunch {
     pub slice_mib: u64,
     pub duration_minutes: u32,
     pub burst: bool,
+    /// The idle timeout chosen, in milliseconds; None for the size's default.
+    pub idle_timeout_ms: Option<i64>,
 }
 
 /// Checks a launch against the catalog; the error is a sentence for the user.
@@ -185,12 +193,20 @@ pub fn validate(req: &LaunchRequest, catalog: &Catalog) -> Result<ValidLaunch, S
             }
         }
     };
+    let idle_timeout_ms = catalog
+        .idle_choices
+        .iter()
+        .find(|(mib, _)| *mib == req.slice_mib)
+        .map(|(_, choice)| *choice)
+        .unwrap_or_default()
+        .choose(req.idle_minutes)?;
     Ok(ValidLaunch {
         image,
         editor,
         slice_mib: req.slice_mib,
         duration_minutes: req.duration_minutes,
         burst,
+        idle_timeout_ms,
     })
 }
 
@@ -481,6 +497,14 @@ mod tests {
             min_minutes: 15,
             max_minutes: 480,
             images: None,
+            idle_choices: vec![(
+                8192,
+                crate::domain::idle::TimeoutChoice {
+                    min_minutes: 10,
+                    max_minutes: 120,
+                    default_minutes: 30,
+                },
+            )],
         }
     }
 
@@ -490,7 +514,30 @@ mod tests {
             slice_mib,
             duration_minutes,
             image: None,
+            idle_minutes: None,
         }
+    }
+
+    #[test]
+    fn a_chosen_idle_timeout_must_lie_within_the_sizes_bounds() {
+        let with_idle = |mib: u64, minutes: u32| LaunchRequest {
+            idle_minutes: Some(minutes),
+            ..req("jupyterlab", mib, 60)
+        };
+        let valid = validate(&with_idle(8192, 90), &catalog()).unwrap();
+        assert_eq!(valid.idle_timeout_ms, Some(90 * 60_000));
+        assert_eq!(
+            validate(&with_idle(8192, 121), &catalog()).unwrap_err(),
+            "the idle timeout must be between 10 and 120 minutes for this size, not 121"
+        );
+        assert_eq!(
+            validate(&req("jupyterlab", 8192, 60), &catalog())
+                .unwrap()
+                .idle_timeout_ms,
+            None
+        );
+        // A size with no bounds given offers no choice.
+        assert!(validate(&with_idle(49152, 30), &catalog()).is_err());
     }
 
     #[test]

@@ -120,11 +120,36 @@ pub fn offered_sizes(cards: &[(u64, Vec<u64>)]) -> (Vec<u64>, Vec<u64>) {
     (sizes, bursts)
 }
 
+/// When a running session frees its place: when its time ends, or sooner at its idle deadline
+/// once the reaper is about to reclaim it (its person warned, or the deadline passed, by the
+/// policy it is judged by now, pressure included), never before `now`. A session the idle
+/// policy calls active may go on working, so only its end counts.
+pub fn frees_at(ends_at: Option<i64>, idle: super::idle::Verdict, now: i64) -> Option<i64> {
+    use super::idle::Verdict;
+    let reclaim_at = match idle {
+        Verdict::Warn { idle_at } | Verdict::Idle { idle_at } => Some(idle_at),
+        Verdict::Active { .. } => None,
+    };
+    [ends_at, reclaim_at]
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|at| at.max(now))
+}
+
 /// When the launch at `position` in line for a size may start: the `position`-th moment a place
-/// of that size frees, from when each running holder ends (`frees_at`, any order; for a whole
-/// card, when its last session ends). `None` when fewer places free than wait ahead of it: it
-/// waits for sessions that have not started yet.
-pub fn queue_eta(position: u32, mut frees_at: Vec<i64>) -> Option<i64> {
+/// of that size frees. `warm_ready` places free `now` (ready pre-started editors of the size,
+/// which the dispatcher hands over or pushes off at its next pass); the others when each
+/// running holder frees ([`frees_at`], any order; for a whole card, when its last session
+/// frees). `None` when fewer places free than wait ahead of it: it waits for sessions that have
+/// not started yet.
+pub fn queue_eta(
+    position: u32,
+    now: i64,
+    warm_ready: usize,
+    mut frees_at: Vec<i64>,
+) -> Option<i64> {
+    frees_at.extend(std::iter::repeat_n(now, warm_ready));
     frees_at.sort_unstable();
     frees_at.get(position.checked_sub(1)? as usize).copied()
 }
@@ -160,15 +185,66 @@ mod tests {
     #[test]
     fn the_nth_in_line_starts_when_the_nth_place_frees() {
         let ends = vec![300, 100, 200];
-        assert_eq!(queue_eta(1, ends.clone()), Some(100));
-        assert_eq!(queue_eta(3, ends.clone()), Some(300));
+        assert_eq!(queue_eta(1, 0, 0, ends.clone()), Some(100));
+        assert_eq!(queue_eta(3, 0, 0, ends.clone()), Some(300));
         assert_eq!(
-            queue_eta(4, ends.clone()),
+            queue_eta(4, 0, 0, ends.clone()),
             None,
             "waits for one not started"
         );
-        assert_eq!(queue_eta(0, ends), None);
-        assert_eq!(queue_eta(1, Vec::new()), None);
+        assert_eq!(queue_eta(0, 0, 0, ends), None);
+        assert_eq!(queue_eta(1, 0, 0, Vec::new()), None);
+    }
+
+    #[test]
+    fn a_ready_warm_editor_of_the_size_means_now() {
+        let ends = vec![300, 100];
+        assert_eq!(queue_eta(1, 50, 1, ends.clone()), Some(50));
+        assert_eq!(
+            queue_eta(2, 50, 1, ends.clone()),
+            Some(100),
+            "then the ends"
+        );
+        assert_eq!(queue_eta(2, 50, 2, Vec::new()), Some(50));
+        assert_eq!(queue_eta(3, 50, 2, Vec::new()), None);
+    }
+
+    #[test]
+    fn a_session_about_to_be_reclaimed_frees_at_its_idle_deadline() {
+        use crate::domain::idle::Verdict;
+        let now = 1_000;
+        // Working: only its end counts, whatever its idle deadline would be.
+        assert_eq!(
+            frees_at(Some(5_000), Verdict::Active { idle_at: 2_000 }, now),
+            Some(5_000)
+        );
+        // Warned: it frees at its deadline unless its person answers.
+        assert_eq!(
+            frees_at(Some(5_000), Verdict::Warn { idle_at: 2_000 }, now),
+            Some(2_000)
+        );
+        // Past it (the reaper's next pass ends it): now, not in the past.
+        assert_eq!(
+            frees_at(Some(5_000), Verdict::Idle { idle_at: 400 }, now),
+            Some(now)
+        );
+        // Its time ends before the deadline: the end.
+        assert_eq!(
+            frees_at(Some(1_500), Verdict::Warn { idle_at: 2_000 }, now),
+            Some(1_500)
+        );
+        assert_eq!(
+            frees_at(None, Verdict::Active { idle_at: 2_000 }, now),
+            None
+        );
+        // Three in line, one warm editor, one idle session, one working until 5,000.
+        let frees = vec![
+            frees_at(Some(5_000), Verdict::Active { idle_at: 2_000 }, now).unwrap(),
+            frees_at(Some(9_000), Verdict::Warn { idle_at: 3_000 }, now).unwrap(),
+        ];
+        assert_eq!(queue_eta(1, now, 1, frees.clone()), Some(now));
+        assert_eq!(queue_eta(2, now, 1, frees.clone()), Some(3_000));
+        assert_eq!(queue_eta(3, now, 1, frees), Some(5_000));
     }
 
     fn gpu(id: &str, memory_mib: u64, slice_mib: u64) -> GpuSpec {

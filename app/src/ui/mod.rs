@@ -9,6 +9,7 @@ mod copy;
 mod credit_ask;
 mod dashboard;
 mod format;
+mod idle_field;
 pub mod hydration;
 #[cfg(feature = "hydrate")]
 mod live;

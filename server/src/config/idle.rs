@@ -1,6 +1,7 @@
 //! `[idle]`: the reaper, and what counts as activity.
 
 use super::InvalidKey;
+use app::domain::idle::TimeoutChoice;
 use serde::{Deserialize, Serialize};
 
 /// The reaper and what counts as activity.
@@ -26,6 +27,42 @@ pub struct IdleConfig {
     /// and API calls count as always, so a session that works is never ended sooner.
     #[serde(default)]
     pub pressure_timeout_seconds: u64,
+    /// The shortest idle timeout a person may choose at launch, in whole minutes' seconds; an
+    /// empty choice keeps the slice's `timeout_seconds`, and the bounds always include it.
+    #[serde(default = "default_min_timeout")]
+    pub min_timeout_seconds: u64,
+    /// The longest idle timeout a person may choose: how long a forgotten session may hold its
+    /// slice at most.
+    #[serde(default = "default_max_timeout")]
+    pub max_timeout_seconds: u64,
+    /// Other bounds for some slice sizes, e.g. none to choose on whole cards.
+    #[serde(default)]
+    pub choice_per_slice: Vec<IdleChoiceBounds>,
+}
+
+/// Ten minutes: twice the default warning, so a chosen timeout still warns for five minutes
+/// before it ends anything, and twenty samples of busy work.
+pub const DEFAULT_MIN_TIMEOUT_SECONDS: u64 = 600;
+/// Two hours: four times the default, room for a person who reads or meets between cells (and
+/// for scripts calling every half hour, which the default ends: BENCHMARKS.md, section 14),
+/// while a session left behind holds its slice two hours at most.
+pub const DEFAULT_MAX_TIMEOUT_SECONDS: u64 = 7200;
+
+fn default_min_timeout() -> u64 {
+    DEFAULT_MIN_TIMEOUT_SECONDS
+}
+
+fn default_max_timeout() -> u64 {
+    DEFAULT_MAX_TIMEOUT_SECONDS
+}
+
+/// The idle timeouts a person may choose for one slice size.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdleChoiceBounds {
+    pub slice_mib: u64,
+    pub min_timeout_seconds: u64,
+    pub max_timeout_seconds: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -62,6 +99,18 @@ impl IdleConfig {
                 "must be at least 50 ms (and idle.sample_seconds at least 1)",
             ));
         }
+        check_bounds(
+            "idle.min_timeout_seconds",
+            self.min_timeout_seconds,
+            self.max_timeout_seconds,
+        )?;
+        for (n, b) in self.choice_per_slice.iter().enumerate() {
+            check_bounds(
+                &format!("idle.choice_per_slice[{n}].min_timeout_seconds"),
+                b.min_timeout_seconds,
+                b.max_timeout_seconds,
+            )?;
+        }
         for (n, o) in self.per_slice.iter().enumerate() {
             if o.timeout_seconds == 0 || o.warn_seconds >= o.timeout_seconds {
                 return Err(InvalidKey::new(
@@ -71,5 +120,79 @@ impl IdleConfig {
             }
         }
         Ok(())
+    }
+}
+
+/// Bounds of a chosen timeout: whole minutes, at least one, the shortest no longer than the
+/// longest (the form offers minutes).
+fn check_bounds(key: &str, min: u64, max: u64) -> Result<(), InvalidKey> {
+    if min < 60 || min > max || !min.is_multiple_of(60) || !max.is_multiple_of(60) {
+        return Err(InvalidKey::new(
+            key,
+            "the idle timeouts a person may choose must be whole minutes (a multiple of 60 s), \
+             at least 60 s, the shortest no longer than the longest (max_timeout_seconds)",
+        ));
+    }
+    Ok(())
+}
+
+impl IdleConfig {
+    /// What a person may choose for `slice_mib`, around its timeout (`per_slice`'s or
+    /// `timeout_seconds`, which the bounds always include).
+    pub fn choice(&self, slice_mib: u64) -> TimeoutChoice {
+        let default_seconds = self
+            .per_slice
+            .iter()
+            .find(|o| o.slice_mib == slice_mib)
+            .map_or(self.timeout_seconds, |o| o.timeout_seconds);
+        let (min, max) = self
+            .choice_per_slice
+            .iter()
+            .find(|b| b.slice_mib == slice_mib)
+            .map(|b| (b.min_timeout_seconds, b.max_timeout_seconds))
+            .unwrap_or((self.min_timeout_seconds, self.max_timeout_seconds));
+        let default_minutes = default_seconds.div_ceil(60) as u32;
+        TimeoutChoice {
+            min_minutes: ((min / 60) as u32).min(default_minutes),
+            max_minutes: ((max / 60) as u32).max(default_minutes),
+            default_minutes,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bounds_always_hold_the_default_and_a_size_may_have_its_own() {
+        let mut idle = crate::config::Config::default().idle;
+        assert_eq!(
+            idle.choice(8192),
+            TimeoutChoice {
+                min_minutes: 10,
+                max_minutes: 120,
+                default_minutes: 30
+            }
+        );
+        idle.per_slice.push(IdleOverride {
+            slice_mib: 16384,
+            timeout_seconds: 300,
+            warn_seconds: 60,
+        });
+        assert_eq!(idle.choice(16384).min_minutes, 5);
+        idle.choice_per_slice.push(IdleChoiceBounds {
+            slice_mib: 49152,
+            min_timeout_seconds: 1800,
+            max_timeout_seconds: 1800,
+        });
+        assert!(!idle.choice(49152).open());
+        idle.validate().unwrap();
+        idle.choice_per_slice[0].max_timeout_seconds = 90;
+        let err = idle.validate().unwrap_err();
+        assert_eq!(err.0, "idle.choice_per_slice[0].min_timeout_seconds");
+        idle.choice_per_slice.clear();
+        idle.max_timeout_seconds = 300;
+        assert_eq!(idle.validate().unwrap_err().0, "idle.min_timeout_seconds");
     }
 }

@@ -148,6 +148,9 @@ impl Default for Config {
                 busy_cpu_percent: 20,
                 per_slice: Vec::new(),
                 pressure_timeout_seconds: 0,
+                min_timeout_seconds: idle::DEFAULT_MIN_TIMEOUT_SECONDS,
+                max_timeout_seconds: idle::DEFAULT_MAX_TIMEOUT_SECONDS,
+                choice_per_slice: Vec::new(),
             },
             proxy: ProxyConfig {
                 websocket_busy_poll_us: 100,

@@ -247,6 +247,23 @@ fn idle(config: &Config) -> SettingsSection {
                 },
             ),
             (
+                "People may choose at launch",
+                format!(
+                    "{} to {} without work (the timeout above if they leave it empty){}",
+                    span_words(idle.min_timeout_seconds),
+                    span_words(idle.max_timeout_seconds),
+                    idle.choice_per_slice
+                        .iter()
+                        .map(|b| format!(
+                            "; {}: {} to {}",
+                            format_mib(b.slice_mib),
+                            span_words(b.min_timeout_seconds),
+                            span_words(b.max_timeout_seconds)
+                        ))
+                        .collect::<String>()
+                ),
+            ),
+            (
                 "By slice",
                 or_none(
                     idle.per_slice

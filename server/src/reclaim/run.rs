@@ -420,10 +420,7 @@ impl Sim<'_> {
         // A person at the screen sees our warning (the page reads the deadline the server
         // says) and, mostly, answers it.
         if self.policy.is_ours() && flags & PRESENT != 0 && flags & INPUT == 0 {
-            let policy = self
-                .service
-                .guard
-                .idle_policy_now(record.slice_mib, record.burst);
+            let policy = self.service.guard.idle_policy_now(record);
             let idle_at = policy.idle_at(&record.signals());
             let page = app::domain::idle::page_idle(idle_at, policy.warn_ms, now, now);
             if page.warn && self.rng.gen_bool(self.personas.answers_warning) {
@@ -448,6 +445,7 @@ impl Sim<'_> {
             slice_mib: self.personas.pool.slice_mib,
             duration_minutes: book_min,
             image: None,
+            idle_minutes: None,
         };
         let viewer = self.viewers[person].clone();
         let Ok(view) = self.service.sessions.launch(&viewer, request).await else {

@@ -344,6 +344,8 @@ impl Admin {
         }
         let live = self.store.live_sessions().await?;
         let pool = self.store.pool().await?;
+        let holders = (live, pool, self.store.warm_editors().await?);
+        let live = &holders.0;
         let user_ids: Vec<&str> = live
             .iter()
             .filter(|r| r.state == SessionState::Queued)
@@ -362,7 +364,7 @@ impl Admin {
                     burst: record.burst,
                     position,
                     queued_at_ms: record.queued_at.unwrap_or(record.created_at),
-                    eta_ms: super::lifecycle::queue_eta(&live, &pool, record, position),
+                    eta_ms: self.lifecycle.queue_eta(&holders, record, position),
                 })
             })
             .collect())

@@ -96,12 +96,17 @@ impl Launcher {
         let (sizes, bursts) = pool_sizes(pool);
         Catalog {
             editors: self.runtime.availability(),
-            slice_sizes: sizes,
-            burst_sizes: bursts,
+            slice_sizes: sizes.clone(),
+            burst_sizes: bursts.clone(),
             burst_max_minutes: self.config.pool.burst_max_minutes,
             min_minutes: self.config.sessions.min_minutes,
             max_minutes: self.config.sessions.max_minutes,
             images: None,
+            idle_choices: sizes
+                .iter()
+                .chain(&bursts)
+                .map(|mib| (*mib, self.config.idle.choice(*mib)))
+                .collect(),
         }
     }
 
@@ -145,6 +150,11 @@ impl Launcher {
             .inspect_err(|_| self.metrics.launched("refused", editor))?;
         let id = launched.record.id.clone();
         let launched_at = launched.record.created_at;
+        // Its person's idle timeout, before anyone has the address. A write of its own: the
+        // reaper cannot end a session this new by the size's default meanwhile.
+        if let Some(timeout_ms) = valid.idle_timeout_ms {
+            self.store.set_idle_timeout(&id, timeout_ms).await?;
+        }
         match launched.placement {
             Placement::Warm(warm) => {
                 // Bound before anyone has the address: the page opens on the user's own files.

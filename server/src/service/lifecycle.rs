@@ -165,7 +165,8 @@ impl Lifecycle {
         if let Some(position) = position {
             let live = self.store.live_sessions().await?;
             let pool = self.store.pool().await?;
-            view.queue_eta_ms = queue_eta(&live, &pool, &record, position);
+            let warm = self.store.warm_editors().await?;
+            view.queue_eta_ms = self.queue_eta(&(live, pool, warm), &record, position);
         }
         if record.state == SessionState::Ready
             && let Some(handle) = &record.runtime_handle
@@ -214,7 +215,7 @@ impl Lifecycle {
     ) -> SessionView {
         let url = (record.state == SessionState::Ready)
             .then(|| format!("/s/{}/{}", record.id, record.editor.landing_path()));
-        let policy = self.idle_policy_now(record.slice_mib, record.burst);
+        let policy = self.idle_policy_now(record);
         SessionView {
             id: record.id.clone(),
             editor: record.editor,
@@ -269,11 +270,73 @@ impl Lifecycle {
         }
     }
 
-    /// The idle policy a session of `slice_mib` is judged by now: its slice's, or, while launches
-    /// waited for that size at the reaper's last pass, the shorter one (`idle.pressure_timeout_seconds`).
-    /// Whole cards (bursts) are held briefly anyway and are left as they are.
-    pub fn idle_policy_now(&self, slice_mib: u64, burst: bool) -> app::domain::idle::Policy {
-        let policy = self.config.idle_policy(slice_mib);
+    /// What [`Lifecycle::queue_eta`] needs for `sessions`, read only when one of them is queued.
+    pub(in crate::service) async fn eta_holders(
+        &self,
+        sessions: &[SessionRecord],
+        pool: &[(crate::store::GpuRecord, Vec<crate::store::SlotRecord>)],
+        warm: &[crate::store::WarmRecord],
+    ) -> Result<Holders, AppError> {
+        if !sessions.iter().any(|s| s.state == SessionState::Queued) {
+            return Ok(Default::default());
+        }
+        let live = self.store.live_sessions().await?;
+        Ok((live, pool.to_vec(), warm.to_vec()))
+    }
+
+    /// When the queued `record` at `position` should start ([`app::domain::pool::queue_eta`]):
+    /// ready pre-started editors of its size free a place now; each running session of its
+    /// size when it ends, or at its idle deadline once the reaper is about to reclaim it (by
+    /// the policy it is judged by now, pressure included); for a whole card, each card of its
+    /// memory when its last session frees.
+    pub(in crate::service) fn queue_eta(
+        &self,
+        (live, pool, warm): &Holders,
+        record: &SessionRecord,
+        position: u32,
+    ) -> Option<i64> {
+        let now = self.store.now();
+        let frees = |r: &SessionRecord| {
+            let idle = self.idle_policy_now(r).judge(&r.signals(), now);
+            app::domain::pool::frees_at(r.ends_at, idle, now)
+        };
+        let running = live.iter().filter(|r| r.state == SessionState::Ready);
+        let (warm_ready, frees_at): (usize, Vec<i64>) = if record.burst {
+            let cards = pool
+                .iter()
+                .filter(|(gpu, _)| gpu.memory_mib == record.slice_mib)
+                .filter_map(|(gpu, _)| {
+                    running
+                        .clone()
+                        .filter(|r| r.gpu_id.as_deref() == Some(gpu.id.as_str()))
+                        .map(frees)
+                        .max()
+                        .flatten()
+                });
+            (0, cards.collect())
+        } else {
+            let ready = warm
+                .iter()
+                .filter(|w| w.ready && w.slice_mib == record.slice_mib)
+                .count();
+            let holders = running
+                .filter(|r| !r.burst && r.slice_mib == record.slice_mib)
+                .filter_map(frees);
+            (ready, holders.collect())
+        };
+        app::domain::pool::queue_eta(position, now, warm_ready, frees_at)
+    }
+
+    /// The idle policy `record` is judged by now: its slice's with the timeout its person chose
+    /// at launch, or, while launches waited for that size at the reaper's last pass, no longer
+    /// than the shorter one (`idle.pressure_timeout_seconds`). Whole cards (bursts) are held
+    /// briefly anyway and are left as they are.
+    pub fn idle_policy_now(&self, record: &SessionRecord) -> app::domain::idle::Policy {
+        let (slice_mib, burst) = (record.slice_mib, record.burst);
+        let policy = self
+            .config
+            .idle_policy(slice_mib)
+            .chosen(record.idle_timeout_ms);
         let pressed = !burst
             && self
                 .pressed
@@ -286,6 +349,13 @@ impl Lifecycle {
         }
     }
 }
+
+/// What the queue's ETAs are reckoned from: the live sessions, the pool, its warm editors.
+pub(in crate::service) type Holders = (
+    Vec<SessionRecord>,
+    Vec<(crate::store::GpuRecord, Vec<crate::store::SlotRecord>)>,
+    Vec<crate::store::WarmRecord>,
+);
 
 /// An ended session's cost as the ledger has it, with the minutes charged by the rule the
 /// settlement charged them (its end is the settlement's `now`).
@@ -314,35 +384,4 @@ fn memory_note(memory_mib: u64, kills: u64) -> String {
         "A process of this session (a kernel, say) used more than the session's {} of memory and was stopped{times}. Restart it with less data in memory, or launch with a larger slice.",
         format_mib(memory_mib)
     )
-}
-
-/// When the queued `record` at `position` should start: the `position`-th end among the running
-/// sessions holding its size (for a whole card, each card of its memory frees when its last
-/// session ends).
-pub(in crate::service) fn queue_eta(
-    live: &[SessionRecord],
-    pool: &[(crate::store::GpuRecord, Vec<crate::store::SlotRecord>)],
-    record: &SessionRecord,
-    position: u32,
-) -> Option<i64> {
-    let running = live.iter().filter(|r| r.state == SessionState::Ready);
-    let frees_at: Vec<i64> = if record.burst {
-        pool.iter()
-            .filter(|(gpu, _)| gpu.memory_mib == record.slice_mib)
-            .filter_map(|(gpu, _)| {
-                running
-                    .clone()
-                    .filter(|r| r.gpu_id.as_deref() == Some(gpu.id.as_str()))
-                    .map(|r| r.ends_at)
-                    .max()
-                    .flatten()
-            })
-            .collect()
-    } else {
-        running
-            .filter(|r| !r.burst && r.slice_mib == record.slice_mib)
-            .filter_map(|r| r.ends_at)
-            .collect()
-    };
-    app::domain::pool::queue_eta(position, frees_at)
 }

@@ -551,6 +551,7 @@ mod tests {
             driver: None,
             image: None,
             charge_until: None,
+            idle_timeout_ms: None,
         }
     }
 

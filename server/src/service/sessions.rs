@@ -3,7 +3,7 @@
 //! `lifecycle.rs`'s, recovery after a restart [`super::guard`]'s.
 
 use super::Images;
-use super::lifecycle::{cost_of, queue_eta};
+use super::lifecycle::cost_of;
 use app::domain::credits;
 use app::domain::hold::SliceHold;
 use app::domain::launch::{self, EditorKind, LaunchRequest};
@@ -183,6 +183,7 @@ impl Sessions {
                         .filter(|(_, s, b, _)| *s == slice_mib && !b)
                         .count() as u32,
                     resources: self.launcher.resources_label(slice_mib),
+                    idle_choice: self.config.idle.choice(slice_mib),
                     hold: SliceHold::weakest(pool.iter().filter_map(|(gpu, slots)| {
                         slots
                             .iter()
@@ -213,16 +214,15 @@ impl Sessions {
                     .filter(|(_, s, b, _)| *s == memory_mib && *b)
                     .count() as u32,
                 resources: self.launcher.resources_label(memory_mib),
+                idle_choice: self.config.idle.choice(memory_mib),
                 hold: SliceHold::weakest(cards.iter().map(|(g, _)| g.hold.of_whole_card())),
             });
         }
         let sessions = self.store.sessions_of(&viewer.id, 20).await?;
-        // For the queued ones' ETAs: who holds what now, and until when.
-        let (live, eta_pool) = if sessions.iter().any(|s| s.state == SessionState::Queued) {
-            (self.store.live_sessions().await?, pool.clone())
-        } else {
-            (Vec::new(), Vec::new())
-        };
+        // For the queued ones' ETAs: who holds what now, until when, and what waits warm
+        // (read only when one of them waits: the live sessions are everyone's, and each one's
+        // idle deadline is judged).
+        let eta = self.lifecycle.eta_holders(&sessions, &pool, &warm).await?;
         let costs = self.store.session_costs(&viewer.id, None).await?;
         let history = self
             .store
@@ -291,7 +291,7 @@ impl Sessions {
                     let position = positions.get(s.id.as_str()).copied();
                     let mut view = self.lifecycle.session_view(s, Vec::new(), position);
                     if let Some(position) = position {
-                        view.queue_eta_ms = queue_eta(&live, &eta_pool, s, position);
+                        view.queue_eta_ms = self.lifecycle.queue_eta(&eta, s, position);
                     }
                     if !s.state.is_live() {
                         view.cost = costs

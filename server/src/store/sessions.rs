@@ -191,6 +191,16 @@ impl Store {
     }
 
     // ---- audit ----
+
+    /// Records the idle timeout a person chose at launch (see `Launcher::place`).
+    pub async fn set_idle_timeout(&self, session_id: &str, timeout_ms: i64) -> Result<()> {
+        sqlx::query("UPDATE sessions SET idle_timeout_ms = $1 WHERE id = $2")
+            .bind(timeout_ms)
+            .bind(session_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
 }
 
 impl Store {

@@ -490,6 +490,7 @@ fn LaunchForm(
             navigate(&format!("/sessions/{}", session.id), Default::default());
         }
     });
+    let idle = super::idle_field::IdleField::default();
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         let Ok(minutes) = choice.get_untracked().minutes else {
@@ -502,6 +503,7 @@ fn LaunchForm(
             editor: editor.get_untracked().as_str().to_string(),
             slice_mib: slice.get_untracked(),
             duration_minutes: minutes,
+            idle_minutes: idle.minutes(),
             // A choice made for another editor does not carry over.
             image: Some(image.get_untracked()).filter(|id| {
                 images.with_untracked(|images| {
@@ -660,15 +662,13 @@ fn LaunchForm(
                     }
                 />
                 <small class="muted">
-                    {move || {
-                        format!(
-                            "{} to {} minutes for this size",
-                            durations.with(|d| d.min_minutes),
-                            max_minutes(),
-                        )
-                    }}
+                    {move || format!(
+                        "{} to {} minutes for this size",
+                        durations.with(|d| d.min_minutes), max_minutes(),
+                    )}
                 </small>
             </label>
+            {idle.view(slices, slice)}
             <div class="launch-footer">
                 <span data-testid="launch-total">
                     {move || match choice.get().hold() {

@@ -141,10 +141,13 @@ impl Guard {
         self.closing.send_replace(true);
     }
 
-    /// The idle policy a session of `slice_mib` is judged by now (shorter while launches wait
-    /// for its size).
-    pub fn idle_policy_now(&self, slice_mib: u64, burst: bool) -> app::domain::idle::Policy {
-        self.lifecycle.idle_policy_now(slice_mib, burst)
+    /// The idle policy `record` is judged by now (its person's timeout; shorter while launches
+    /// wait for its size).
+    pub fn idle_policy_now(
+        &self,
+        record: &crate::store::SessionRecord,
+    ) -> app::domain::idle::Policy {
+        self.lifecycle.idle_policy_now(record)
     }
 
     /// This server among the replicas, as leases and launches name it.

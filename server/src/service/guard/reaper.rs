@@ -71,10 +71,12 @@ impl Guard {
                 has_editor: record.runtime_handle.is_some(),
                 alive: None,
             };
-            let policy = self
-                .lifecycle
-                .idle_policy_now(record.slice_mib, record.burst);
-            let sooner = policy != self.config.idle_policy(record.slice_mib);
+            let policy = self.lifecycle.idle_policy_now(record);
+            let sooner = policy
+                != self
+                    .config
+                    .idle_policy(record.slice_mib)
+                    .chosen(record.idle_timeout_ms);
             let mut judged = reaper::verdict(&watch, &policy, now);
             // Pressure that begins while a session is already quiet ends it only once its
             // person has had the warning.
