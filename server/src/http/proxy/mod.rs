@@ -59,7 +59,7 @@
 //! it learned in one [`Exchange`]: [`authorize`](authorize::authorize) (the caller),
 //! [`route`](route::route) (the editor, and the answers we give ourselves:
 //! [`detour`](detour::detour)), [`rewrite`](rewrite::rewrite) the request,
-//! [`send`](send::send) it, [`splice`](upgrade::splice) an upgrade, or [`respond`].
+//! [`send`](send::send) it, [`splice`](upgrade::splice) an upgrade, or [`respond`] (and the secret [`scrubbed`](secret::scrubbed)).
 
 mod alone;
 mod authorize;
@@ -121,7 +121,7 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
     let upgrade = is_upgrade(req.headers());
     // The browser's side of a WebSocket, taken while the request is whole; used once admitted.
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
-    let (head, body) = req.into_parts();
+    let (mut head, body) = req.into_parts();
     let caller = match authorize::authorize(state, client.entering, &head, upgrade).await {
         Ok(caller) => caller,
         Err(refused) => return refused,
@@ -165,43 +165,34 @@ pub async fn handle(state: &AppState, client: Client<'_>, mut req: Request<Body>
         },
         None => None,
     };
-    let outgoing = rewrite::rewrite(&cx, head, body, uri);
-    let response = match send::send(&cx, outgoing.request, outgoing.uploaded).await {
+    let outgoing = rewrite::rewrite(&cx, &mut head, body, uri);
+    let request = Request::from_parts(head, outgoing.body);
+    let response = match send::send(&cx, request, outgoing.uploaded).await {
         Ok(response) => response,
         Err(ours) => return ours,
     };
     if response.status() == StatusCode::SWITCHING_PROTOCOLS {
         return upgrade::splice(&cx, response, pending);
     }
-    respond(&cx, response, outgoing.secret).await
+    let (mut parts, body) = response.into_parts();
+    respond(&cx, &mut parts.headers);
+    match outgoing.secret {
+        // Boxed, as rare: only pages that may quote the editor's secret are read whole.
+        Some(secret) if secret::is_plain_html(&parts.headers) => {
+            Box::pin(secret::scrubbed(parts, body, secret)).await
+        }
+        _ => Response::from_parts(parts, body),
+    }
 }
 
-/// The last phase: the editor's answer on its way back, confined to its session, framed by our
-/// pages only, and with the editor's secret taken out of a page that quotes it.
-async fn respond(cx: &Exchange<'_>, response: Response, secret: Option<String>) -> Response {
-    let (mut parts, body) = response.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
-    confine_to_session(&mut parts.headers, &cx.route);
+/// The last phase: the editor's answer on its way back, confined to its session and framed by
+/// our pages only (a page that may quote the editor's secret is then [`secret::scrubbed`]).
+fn respond(cx: &Exchange<'_>, headers: &mut http::HeaderMap) {
+    strip_hop_by_hop(headers);
+    confine_to_session(headers, &cx.route);
     // Only our own pages may frame the editor.
-    parts.headers.insert(header::X_FRAME_OPTIONS, SAMEORIGIN);
-    parts
-        .headers
-        .append(header::CONTENT_SECURITY_POLICY, FRAME_ANCESTORS_SELF);
-    let body = match secret {
-        Some(secret) if secret::is_plain_html(&parts.headers) => {
-            let Ok(page) = axum::body::to_bytes(body, secret::MAX_SCRUBBED_PAGE).await else {
-                return json_error(
-                    StatusCode::BAD_GATEWAY,
-                    "editor_unreachable",
-                    "the editor's page could not be read",
-                );
-            };
-            parts.headers.remove(header::CONTENT_LENGTH);
-            Body::from(secret::scrub(&page, secret.as_bytes()))
-        }
-        _ => body,
-    };
-    Response::from_parts(parts, body)
+    headers.insert(header::X_FRAME_OPTIONS, SAMEORIGIN);
+    headers.append(header::CONTENT_SECURITY_POLICY, FRAME_ANCESTORS_SELF);
 }
 
 /// Whose traffic a request is, for the idle reaper.

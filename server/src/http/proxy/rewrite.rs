@@ -9,15 +9,14 @@ use super::Exchange;
 use super::headers::*;
 use super::secret::{editor_secret, is_navigation};
 use axum::body::Body;
-use http::Request;
 use http::header::{self, HeaderValue};
 use http::request::Parts;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// The request for the editor, and what its answer will be read with.
+/// The body for the editor, and what its answer will be read with.
 pub(super) struct Outgoing {
-    pub request: Request<Body>,
+    pub body: Body,
     /// The editor's secret, to be taken out of the page it answers (see `secret`).
     pub secret: Option<String>,
     /// Whether the browser has sent all of its body: a deadline that passes before is an upload
@@ -26,8 +25,14 @@ pub(super) struct Outgoing {
     pub uploaded: Option<Arc<AtomicBool>>,
 }
 
-/// The request of `parts` and `body`, rewritten for the editor at `uri`.
-pub(super) fn rewrite(cx: &Exchange<'_>, mut parts: Parts, body: Body, uri: http::Uri) -> Outgoing {
+/// The request of `parts` and `body` rewritten for the editor at `uri`, in place (the request
+/// is large: moved as little as it can be).
+pub(super) fn rewrite(
+    cx: &Exchange<'_>,
+    parts: &mut Parts,
+    body: Body,
+    uri: http::Uri,
+) -> Outgoing {
     // A page the browser navigates to may quote the editor's secret (JupyterLab's page config
     // does): asked for uncompressed, to be read and scrubbed on its way back.
     let secret = is_navigation(&parts.headers)
@@ -41,7 +46,7 @@ pub(super) fn rewrite(cx: &Exchange<'_>, mut parts: Parts, body: Body, uri: http
     parts.version = http::Version::HTTP_11;
     let (body, uploaded) = watch_upload(cx, body);
     Outgoing {
-        request: Request::from_parts(parts, body),
+        body,
         secret,
         uploaded,
     }

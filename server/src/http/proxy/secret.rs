@@ -3,11 +3,15 @@
 //! the secret is taken out on its way back. The browser is signed in to us; the editor's own
 //! secret is no business of its.
 
+use super::respond::json_error;
 use crate::service::routes::EditorCredential;
-use http::header;
+use axum::body::Body;
+use axum::response::Response;
+use http::response::Parts;
+use http::{StatusCode, header};
 
 /// The largest editor page read whole to take its secret out; a larger one is refused.
-pub(super) const MAX_SCRUBBED_PAGE: usize = 8 * 1024 * 1024;
+const MAX_SCRUBBED_PAGE: usize = 8 * 1024 * 1024;
 
 /// The secret an editor's credential carries, where it is one a page could quote (a token).
 pub(super) fn editor_secret(credential: &EditorCredential) -> Option<String> {
@@ -38,8 +42,21 @@ pub(super) fn is_plain_html(headers: &http::HeaderMap) -> bool {
     html && !headers.contains_key(header::CONTENT_ENCODING)
 }
 
+/// The editor's page of `parts` and `body`, read whole and with every copy of `secret` taken out.
+pub(super) async fn scrubbed(mut parts: Parts, body: Body, secret: String) -> Response {
+    let Ok(page) = axum::body::to_bytes(body, MAX_SCRUBBED_PAGE).await else {
+        return json_error(
+            StatusCode::BAD_GATEWAY,
+            "editor_unreachable",
+            "the editor's page could not be read",
+        );
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(scrub(&page, secret.as_bytes())))
+}
+
 /// `page` with every occurrence of `secret` taken out.
-pub(super) fn scrub(page: &[u8], secret: &[u8]) -> Vec<u8> {
+fn scrub(page: &[u8], secret: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(page.len());
     let mut rest = page;
     while let Some(at) = rest.windows(secret.len()).position(|w| w == secret) {
