@@ -26,6 +26,7 @@
 //! - `guardrails`: the reaper (idle, busy kernels and CPU jobs, the open-tab policy, crashes,
 //!   downtime), the queue, overdue launches and stops, two servers on one database, the warm pool,
 //!   quotas and extensions.
+//! - `idle_choice`: a person's own idle timeout within the admin's bounds, on a moved clock.
 //! - `kube`: a scripted API server asserting every request, a stateful fake one through the real
 //!   service and store, HAMi metrics, and a real cluster with `KUBECONFIG` and
 //!   `SANDBOX_KUBE_E2E=1`.
@@ -65,6 +66,7 @@ mod editors;
 mod faults;
 mod fuzz;
 mod guardrails;
+mod idle_choice;
 mod isolation;
 mod kube;
 mod network_edge;
