@@ -54,6 +54,7 @@
 //! The per-request path is kept short: header names are constants, the headers to remove are found
 //! in one pass over those present, and the database's futures (cache misses, an admin's grant) are
 //! boxed so each request's own future stays small. `bench/instructions.py` counts instructions per
+//! request against nginx's (BENCHMARKS.md, section 7: 43,223 against about 24,800).
 //!
 //! A request goes through named phases, each in a function of its own that hands the next what
 //! it learned in one [`Exchange`]: [`authorize`](authorize::authorize) (the caller),
