@@ -329,12 +329,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
         "gathers the dashboard's parts, each from the store",
     ),
     (
-        "server/src/store/launch.rs",
-        "Store::launch",
-        184,
-        "quota, claim and hold in one write transaction",
-    ),
-    (
         "app/src/ui/admin/users/mod.rs",
         "UsersTab",
         206,

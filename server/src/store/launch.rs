@@ -34,6 +34,7 @@
 //! at most `pool.burst_max_minutes`, and queue like slices.
 //!
 
+use super::launch_rows::{Place, insert_launch};
 use super::records::WARM_COLUMNS;
 use super::*;
 use app::domain::credits;
@@ -155,132 +156,41 @@ impl Store {
             .as_ref()
             .map(|c| c.session_id.clone())
             .unwrap_or(fresh_id);
-        let mut steps = insert_requested(
-            &mut w,
-            &Requested {
-                id: &id,
-                user_id: plan.user_id,
-                image: plan.image,
-                editor: plan.editor,
-                slice_mib: plan.slice_mib,
-                duration_minutes: plan.duration_minutes,
-                price_per_hour: per_hour,
-                hold,
-                burst: plan.burst,
+        let requested = Requested {
+            id: &id,
+            user_id: plan.user_id,
+            image: plan.image,
+            editor: plan.editor,
+            slice_mib: plan.slice_mib,
+            duration_minutes: plan.duration_minutes,
+            price_per_hour: per_hour,
+            hold,
+            burst: plan.burst,
+        };
+        let place = match &claim {
+            Some(Claim {
+                slot_id,
+                warm: Some(warm),
+                ..
+            }) => Place::Warm { slot_id, warm },
+            Some(Claim { slot_id, .. }) => Place::Slot { slot_id },
+            None => Place::Queued,
+        };
+        let (steps, position) = insert_launch(&mut w, &requested, &place, now).await?;
+        let placement = match (claim, position) {
+            (
+                Some(Claim {
+                    warm: Some(warm), ..
+                }),
+                _,
+            ) => Placement::Warm(warm),
+            (Some(claim), _) => Placement::Slot {
+                slot_id: claim.slot_id,
+                evicted: claim.evicted,
             },
-            now,
-        )
-        .await?;
-
-        let placement = match claim {
-            Some(claim) => {
-                set_state(
-                    &mut w,
-                    &id,
-                    transition(SessionState::Requested, Event::AssignSlot)?,
-                )
-                .await?;
-                sqlx::query("UPDATE sessions SET slot_id = $1 WHERE id = $2")
-                    .bind(&claim.slot_id)
-                    .bind(&id)
-                    .execute(&mut *w.tx)
-                    .await?;
-                match claim.warm {
-                    Some(warm) => {
-                        steps.push(
-                            insert_event(
-                                &mut w,
-                                &id,
-                                SessionState::Starting,
-                                &format!(
-                                    "Pre-started {} on slot {} assigned",
-                                    plan.editor.label(),
-                                    claim.slot_id
-                                ),
-                                60,
-                                false,
-                                now,
-                            )
-                            .await?,
-                        );
-                        set_state(
-                            &mut w,
-                            &id,
-                            transition(SessionState::Starting, Event::EditorReady)?,
-                        )
-                        .await?;
-                        sqlx::query(
-                            "UPDATE sessions SET upstream = $1, editor_token = $2, runtime_handle = $3, ready_at = $4,
-                             ends_at = $4 + duration_minutes * 60000, last_activity_at = $4 WHERE id = $5",
-                        )
-                        .bind(&warm.upstream)
-                        .bind(&warm.editor_token)
-                        .bind(&warm.runtime_handle)
-                        .bind(now)
-                        .bind(&id)
-                        .execute(&mut *w.tx)
-                        .await?;
-                        steps.push(
-                            insert_event(
-                                &mut w,
-                                &id,
-                                SessionState::Ready,
-                                &format!("{} is ready", plan.editor.label()),
-                                100,
-                                false,
-                                now,
-                            )
-                            .await?,
-                        );
-                        Placement::Warm(warm)
-                    }
-                    None => {
-                        steps.push(
-                            insert_event(
-                                &mut w,
-                                &id,
-                                SessionState::Starting,
-                                &format!("Slot {} assigned", claim.slot_id),
-                                30,
-                                false,
-                                now,
-                            )
-                            .await?,
-                        );
-                        Placement::Slot {
-                            slot_id: claim.slot_id,
-                            evicted: claim.evicted,
-                        }
-                    }
-                }
-            }
-            None => {
-                set_state(
-                    &mut w,
-                    &id,
-                    transition(SessionState::Requested, Event::Enqueue)?,
-                )
-                .await?;
-                sqlx::query("UPDATE sessions SET queued_at = $1 WHERE id = $2")
-                    .bind(now)
-                    .bind(&id)
-                    .execute(&mut *w.tx)
-                    .await?;
-                let position = position_in(&mut w.tx, &id).await?;
-                steps.push(
-                    insert_event(
-                        &mut w,
-                        &id,
-                        SessionState::Queued,
-                        &queue_message(plan.slice_mib, plan.burst, position),
-                        20,
-                        false,
-                        now,
-                    )
-                    .await?,
-                );
-                Placement::Queued { position }
-            }
+            (None, position) => Placement::Queued {
+                position: position.unwrap_or(1),
+            },
         };
         w.commit().await?;
         let record = self
@@ -407,7 +317,7 @@ pub fn queue_message(slice_mib: u64, burst: bool, position: u32) -> String {
     format!("All in use: waiting for a free {what}, position {position} in line")
 }
 
-async fn position_in(conn: &mut sqlx::AnyConnection, session_id: &str) -> Result<u32> {
+pub(super) async fn position_in(conn: &mut sqlx::AnyConnection, session_id: &str) -> Result<u32> {
     let row = sqlx::query(
         "SELECT CAST(COUNT(*) AS BIGINT) AS ahead FROM sessions o, sessions me
          WHERE me.id = $1 AND o.state = 'queued' AND o.slice_mib = me.slice_mib AND o.burst = me.burst

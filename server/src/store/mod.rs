@@ -15,6 +15,7 @@ mod http_sessions;
 mod images;
 mod kube;
 mod launch;
+mod launch_rows;
 mod leases;
 mod ledger;
 mod pool;
@@ -349,7 +350,9 @@ struct Requested<'a> {
 }
 
 /// Records a requested session with its first steps, its hold on the user's credits and the
-/// audit event, inside the launch's transaction.
+/// audit event: the tests' sessions, moved on by hand (the allocator writes a launch's rows in
+/// one go: `launch_rows::insert_launch`).
+#[cfg(test)]
 async fn insert_requested(w: &mut WriteTx, r: &Requested<'_>, now: i64) -> Result<Vec<Step>> {
     sqlx::query(
         "INSERT INTO sessions (id, user_id, editor, slice_mib, duration_minutes, price_per_hour, state, created_at, last_activity_at, burst, image)
@@ -648,5 +651,7 @@ mod tests_admin;
 mod tests_backups;
 #[cfg(test)]
 mod tests_guardrails;
+#[cfg(test)]
+mod tests_launch_rows;
 #[cfg(test)]
 mod tests_promotions;

@@ -1,0 +1,225 @@
+//! The rows a launch writes (`launch_rows.rs`), on SQLite and PostgreSQL alike: a warm, a cold
+//! and a queued launch each leave their session in the state its place gives it, its steps
+//! numbered from 1, its hold, and one audit event per move of the state machine, in order.
+
+use super::tests::{on_both_fns, user};
+use super::*;
+use app::domain::pool::plan_slots;
+use app::domain::quota::Limits;
+
+const SLICE: u64 = 8192;
+
+fn one_credit_an_hour(_: &str) -> i64 {
+    1_000
+}
+
+fn plan(user_id: &str, use_warm: bool) -> LaunchPlan<'_> {
+    LaunchPlan {
+        user_id,
+        image: None,
+        editor: EditorKind::JupyterLab,
+        slice_mib: SLICE,
+        burst: false,
+        duration_minutes: 60,
+        limits: Limits {
+            max_sessions: 10,
+            max_gpu_mib: 1 << 20,
+            max_minutes: 480,
+            max_disk_mib: 10_240,
+        },
+        disk_mib: None,
+        price_on: &one_credit_an_hour,
+        queue_price: 1_000,
+        use_warm,
+    }
+}
+
+/// (action, actor, detail) of the session's audit events, oldest first.
+async fn audit_of(store: &Store, session_id: &str) -> Vec<(String, Option<String>, String)> {
+    sqlx::query("SELECT action, actor_id, detail FROM audit_events WHERE target = $1 ORDER BY id")
+        .bind(format!("session:{session_id}"))
+        .fetch_all(store.pool_handle())
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r.try_get("action").unwrap(),
+                r.try_get("actor_id").unwrap(),
+                r.try_get("detail").unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn moved(from: &str, to: &str) -> (String, Option<String>, String) {
+    (format!("session.{to}"), None, format!("{from} -> {to}"))
+}
+
+async fn steps_of(store: &Store, session_id: &str) -> Vec<(i64, SessionState, String, u8)> {
+    store
+        .steps(session_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.seq, s.state, s.message, s.progress))
+        .collect()
+}
+
+async fn a_launch_writes_its_rows(store: Store) {
+    // One card of two slots; a ready pre-started editor on one.
+    let gpu = GpuSpec {
+        id: "card0".into(),
+        model: "Virtual 16G".into(),
+        memory_mib: 2 * SLICE,
+        slice_mib: SLICE,
+        hold: app::domain::hold::SliceHold::None,
+        device_minor: None,
+        mig: None,
+    };
+    let slots = plan_slots(0, &gpu);
+    store.sync_pool(&[gpu], &slots).await.unwrap();
+    let warm = store
+        .add_warm(EditorKind::JupyterLab, SLICE, None)
+        .await
+        .unwrap()
+        .expect("a free slot to warm");
+    assert!(
+        store
+            .warm_ready(&warm.id, "127.0.0.1:20000", "secret", "{\"pid\":1}")
+            .await
+            .unwrap()
+    );
+    let alice = user(&store, "alice", 10_000).await;
+    let actor = Some(alice.id.clone());
+
+    // Warm: ready at once, with the editor's address, 60 minutes from now.
+    let got = store.launch(plan(&alice.id, true)).await.unwrap();
+    let r = &got.record;
+    assert!(matches!(got.placement, Placement::Warm(_)));
+    assert_eq!(r.id, warm.id);
+    assert_eq!(r.state, SessionState::Ready);
+    assert_eq!(r.slot_id.as_deref(), Some(warm.slot_id.as_str()));
+    assert_eq!(r.upstream.as_deref(), Some("127.0.0.1:20000"));
+    assert_eq!(r.editor_token.as_deref(), Some("secret"));
+    assert_eq!(r.runtime_handle.as_deref(), Some("{\"pid\":1}"));
+    assert_eq!(r.ready_at, Some(r.created_at));
+    assert_eq!(r.ends_at, Some(r.created_at + 60 * 60_000));
+    assert_eq!(r.last_activity_at, r.created_at);
+    assert_eq!(r.queued_at, None);
+    let slot = warm.slot_id.clone();
+    let expected = vec![
+        (
+            1,
+            SessionState::Requested,
+            "Launch requested".to_string(),
+            5,
+        ),
+        (
+            2,
+            SessionState::Requested,
+            format!(
+                "Credits held: {} (1 an hour)",
+                app::domain::credits::format(1_000)
+            ),
+            15,
+        ),
+        (
+            3,
+            SessionState::Starting,
+            format!("Pre-started JupyterLab on slot {slot} assigned"),
+            60,
+        ),
+        (
+            4,
+            SessionState::Ready,
+            "JupyterLab is ready".to_string(),
+            100,
+        ),
+    ];
+    assert_eq!(steps_of(&store, &r.id).await, expected);
+    let returned: Vec<_> = got
+        .steps
+        .iter()
+        .map(|s| (s.seq, s.state, s.message.clone(), s.progress))
+        .collect();
+    assert_eq!(returned, expected, "the steps published are those written");
+    assert_eq!(
+        audit_of(&store, &r.id).await,
+        vec![
+            (
+                "session.launch".to_string(),
+                actor.clone(),
+                "jupyterlab".to_string()
+            ),
+            moved("requested", "starting"),
+            moved("starting", "ready"),
+        ]
+    );
+    // A later step follows on.
+    assert_eq!(store.add_step(&r.id, "later", 100).await.unwrap().seq, 5);
+
+    // Cold: the other slot, starting.
+    let got = store.launch(plan(&alice.id, true)).await.unwrap();
+    let r = &got.record;
+    let Placement::Slot { slot_id, .. } = &got.placement else {
+        panic!("the free slot: {:?}", got.placement);
+    };
+    assert_eq!(r.state, SessionState::Starting);
+    assert_eq!(r.slot_id.as_ref(), Some(slot_id));
+    assert_eq!(
+        (r.upstream.as_deref(), r.ready_at, r.ends_at),
+        (None, None, None)
+    );
+    assert_eq!(
+        steps_of(&store, &r.id).await.last().unwrap(),
+        &(
+            3,
+            SessionState::Starting,
+            format!("Slot {slot_id} assigned"),
+            30
+        )
+    );
+    assert_eq!(
+        audit_of(&store, &r.id).await[1..],
+        [moved("requested", "starting")]
+    );
+
+    // Queued: nothing free, first in line.
+    let got = store.launch(plan(&alice.id, true)).await.unwrap();
+    let r = &got.record;
+    assert!(matches!(got.placement, Placement::Queued { position: 1 }));
+    assert_eq!(r.state, SessionState::Queued);
+    assert_eq!(
+        (r.slot_id.as_deref(), r.queued_at),
+        (None, Some(r.created_at))
+    );
+    assert_eq!(
+        steps_of(&store, &r.id).await.last().unwrap(),
+        &(
+            3,
+            SessionState::Queued,
+            super::launch::queue_message(SLICE, false, 1),
+            20
+        )
+    );
+    assert_eq!(
+        audit_of(&store, &r.id).await[1..],
+        [moved("requested", "queued")]
+    );
+
+    // Each holds its hour: 1 credit (1,000 milli-credits).
+    let holds: Vec<i64> = store
+        .ledger(&alice.id)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|e| e.kind == "hold")
+        .map(|e| e.amount)
+        .collect();
+    assert_eq!(holds, vec![-1_000, -1_000, -1_000]);
+}
+
+on_both_fns! {
+    a_launch_writes_its_rows => a_launch_writes_its_rows_sqlite, a_launch_writes_its_rows_postgres;
+}
