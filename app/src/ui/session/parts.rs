@@ -137,6 +137,7 @@ pub(super) fn LaunchAgain(ended: SessionView) -> impl IntoView {
             slice_mib: ended.slice_mib,
             duration_minutes: ended.duration_minutes,
             image: None,
+            idle_minutes: None,
         });
     };
     view! {
