@@ -26,7 +26,10 @@ impl app::api::AccountsBackend for PagesBackend {
                 self.0.accounts.session_cookie(&request.headers),
                 name,
                 password,
-                request.extensions.get::<crate::http::ClientAddr>().map(|c| c.0),
+                request
+                    .extensions
+                    .get::<crate::http::ClientAddr>()
+                    .map(|c| c.0),
             )
             .await
     }
