@@ -42,7 +42,7 @@ fn source_paths(root: &Path, under: &str, found: &mut BTreeSet<String>) {
         } else if name.ends_with(".rs")
             && !name.starts_with("tests")
             && !matches!(name.as_str(), "lib.rs" | "guide_check.rs")
-            && !(name == "mod.rs" && under.starts_with("domain/"))
+            && (name != "mod.rs" || !under.starts_with("domain/"))
         {
             found.insert(format!("{under}{name}"));
         }
