@@ -9,8 +9,8 @@ mod copy;
 mod credit_ask;
 mod dashboard;
 mod format;
-mod idle_field;
 pub mod hydration;
+mod idle_field;
 #[cfg(feature = "hydrate")]
 mod live;
 mod login;

@@ -579,7 +579,9 @@ pub(super) fn QuotaEditor(user: AdminUser, quota: QuotaAction, draft: Draft) -> 
 
 /// Sessions, GPU GB, minutes and disk GB as typed: empty for the default, else a whole number
 /// (sessions, minutes) or a number of GB (`12.5`), kept in MiB.
-pub(super) fn read_overrides(fields: [String; 4]) -> Result<crate::domain::quota::Overrides, String> {
+pub(super) fn read_overrides(
+    fields: [String; 4],
+) -> Result<crate::domain::quota::Overrides, String> {
     let names = ["sessions", "GPU GB", "minutes", "disk GB"];
     let mut values = [None; 4];
     for (i, text) in fields.iter().enumerate() {
