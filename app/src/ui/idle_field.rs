@@ -23,7 +23,9 @@ impl IdleField {
 
     /// The field, and the bounds of the size chosen now (`slice`, among `slices`).
     pub fn view(self, slices: Memo<Vec<SliceOption>>, slice: Memo<u64>) -> impl IntoView {
-        let choice = Memo::new(move |_| {
+        // A plain closure, not a memo: a memo of its own type would cost the page's bundle more
+        // than reading the few sizes again.
+        let choice = move || {
             let mib = slice.get();
             slices.with(|slices| {
                 slices
@@ -32,7 +34,7 @@ impl IdleField {
                     .map(|s| s.idle_choice)
                     .unwrap_or_default()
             })
-        });
+        };
         view! {
             <label class="duration">
                 "Idle timeout (minutes)"
@@ -43,10 +45,10 @@ impl IdleField {
                     autocomplete="off"
                     data-testid="idle-minutes"
                     node_ref=self.0
-                    placeholder=move || choice.get().default_minutes.to_string()
-                    disabled=move || !choice.get().open()
+                    placeholder=move || choice().default_minutes.to_string()
+                    disabled=move || !choice().open()
                 />
-                <small class="muted">{move || choice.get().words()}</small>
+                <small class="muted">{move || choice().words()}</small>
             </label>
         }
     }
