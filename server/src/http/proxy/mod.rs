@@ -57,10 +57,9 @@
 //! request against nginx's (BENCHMARKS.md, section 7: 43,223 against about 24,800).
 //!
 //! A request goes through named phases, each in a function of its own that hands the next what
-//! it learned in one [`Exchange`]: [`authorize`](authorize::authorize) (the caller),
-//! [`route`](route::route) (the editor, and the answers we give ourselves:
-//! [`detour`](detour::detour)), [`rewrite`](rewrite::rewrite) the request,
-//! [`send`](send::send) it, [`splice`](upgrade::splice) an upgrade, or [`respond`] (and the secret [`scrubbed`](secret::scrubbed)).
+//! it learned in one `Exchange`: `authorize` (the caller), `route` (the editor, and the answers
+//! we give ourselves: `detour`), `rewrite` the request, `send` it, `splice` an upgrade, or
+//! `respond` (and the secret `scrubbed`), each in the file of its name.
 
 mod alone;
 mod authorize;
