@@ -380,11 +380,13 @@ pub struct Caller {
 }
 
 impl Caller {
-    /// What the credential may do now.
+    /// What the credential may do: an admin's confirmation, while it lasts, adds `admin`. The
+    /// caller is taken as of the store's clock when it is resolved ([`Authenticator`]), so a
+    /// confirmation that ran out is gone by then.
     pub fn scopes(&self) -> Scopes {
         match self.admin_until {
-            Some(until) if until > crate::util::now_ms() => self.scopes.with(Scope::Admin),
-            _ => self.scopes,
+            Some(_) => self.scopes.with(Scope::Admin),
+            None => self.scopes,
         }
     }
 
@@ -523,11 +525,24 @@ impl Authenticator {
 
     async fn resolve(&self, key: &str, is_token: bool) -> Result<Option<Arc<Caller>>, StoreError> {
         // Keyed by the credential itself: tokens start with "gsb_", session ids never do.
-        match self.cached(key) {
-            Some(hit) => Ok(Some(hit)),
+        let caller = match self.cached(key) {
+            Some(hit) => Some(hit),
             // Boxed: the database's future is large, and every proxied request's own future
             // would otherwise be as large.
-            None => Box::pin(self.look_up(key, is_token)).await,
+            None => Box::pin(self.look_up(key, is_token)).await?,
+        };
+        Ok(caller.map(|caller| self.as_of_now(caller)))
+    }
+
+    /// The caller as of the store's clock (the one the rules and the tests' clock read): an
+    /// admin's confirmation that has run out adds nothing any more.
+    fn as_of_now(&self, caller: Arc<Caller>) -> Arc<Caller> {
+        match caller.admin_until {
+            Some(until) if until <= self.store.now() => Arc::new(Caller {
+                admin_until: None,
+                ..(*caller).clone()
+            }),
+            _ => caller,
         }
     }
 

@@ -212,6 +212,8 @@ impl Oidc {
                 nonce: nonce.secret().clone(),
                 verifier: verifier.secret().clone(),
                 next,
+                // The wall clock, not the store's: this and the ID token's times below are
+                // the provider's and the browser's, who keep real time.
                 started_at_ms: crate::util::now_ms(),
                 confirm,
             },

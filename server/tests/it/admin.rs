@@ -1757,3 +1757,34 @@ async fn an_ended_session_is_offered_again_only_to_who_could_launch_it() {
     assert!(why.contains("quota allows no sessions"), "{view}");
     app.stop().await;
 }
+
+/// An admin's confirmation lasts its minutes by the server's own clock (the store's, which the
+/// rules read), not the machine's: moved past it, the admin functions ask for the password again.
+#[tokio::test]
+async fn an_admin_confirmation_runs_out_by_the_servers_clock() {
+    let app = TestApp::start_clocked(Some(FakeRuntime::new()), |_| {}).await;
+    admin(&app, "root", Scopes::ALL).await;
+    let root = app.sign_in_cookie("root").await;
+    let users = <app::api::AdminUsers as leptos::server_fn::ServerFn>::PATH;
+    let everyone = Some(json!({ "query": {} }));
+    confirm_admin(&app, &root, "password123")
+        .await
+        .assert_status(StatusCode::OK);
+    server_fn(&app, &root, users, everyone.clone())
+        .await
+        .assert_status(StatusCode::OK);
+
+    let lasts = server::auth::ADMIN_CONFIRMATION_MS as u64;
+    app.advance(std::time::Duration::from_millis(lasts - 60_000));
+    server_fn(&app, &root, users, everyone.clone())
+        .await
+        .assert_status(StatusCode::OK);
+    // The credential is cached for a few seconds: the clock is read at each request anyway.
+    app.advance(std::time::Duration::from_secs(61));
+    refused(
+        &server_fn(&app, &root, users, everyone).await,
+        StatusCode::FORBIDDEN,
+        "password",
+    );
+    app.stop().await;
+}
