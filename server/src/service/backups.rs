@@ -502,6 +502,18 @@ impl Backups {
         }
         .await;
         drop(slot);
+        self.restored(viewer, owner, part, result).await
+    }
+
+    /// A restore's end as its caller is told it, the restic repository's or the cluster's
+    /// snapshots' alike: the snapshot and folder it went to, audited; or why it did not.
+    async fn restored(
+        &self,
+        viewer: &Viewer,
+        owner: &Owner,
+        part: Option<String>,
+        result: Result<Option<(String, String)>, RepositoryError>,
+    ) -> Result<RestoreDone, AppError> {
         let (snapshot_id, folder) = match result {
             Ok(Some(done)) => done,
             Ok(None) => return Err(AppError::NotFound),

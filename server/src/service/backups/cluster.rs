@@ -172,34 +172,7 @@ impl Backups {
         }
         .await;
         drop(slot);
-        let (snapshot_id, folder) = match result {
-            Ok(Some(done)) => done,
-            Ok(None) => return Err(AppError::NotFound),
-            Err(RepositoryError::NotInSnapshot(part)) => {
-                return Err(AppError::Invalid(format!(
-                    "`{part}` is not in that snapshot"
-                )));
-            }
-            Err(e) => return Err(self.shown(e, owner, "restoring")),
-        };
-        let what = part.clone().unwrap_or_else(|| "everything".into());
-        let _ = self
-            .store
-            .audit(
-                Some(&viewer.id),
-                "backup.restore",
-                &format!("user:{}", owner.name),
-                &format!(
-                    "{what} of snapshot {} into {folder}",
-                    &snapshot_id[..8.min(snapshot_id.len())]
-                ),
-            )
-            .await;
-        Ok(RestoreDone {
-            snapshot_id,
-            folder,
-            path: part,
-        })
+        self.restored(viewer, owner, part, result).await
     }
 
     /// The schedule's pass: every workspace there is, one after another.
