@@ -18,6 +18,7 @@
 //!   images         approved images: what a reference and a label may be
 //!   launch         what may be launched: editors, slice sizes, durations, images
 //!   listing        the admin tables' page, sort and filter, checked (ListingError)
+//!   pace           how fast a download may go: a token bucket by the caller's clock
 //!   paths          is_local_path: where a browser may be sent after signing in
 //!   pool           how GPUs split into slots, and which free slot a launch takes
 //!   pricing        what a slice costs, by GPU model and slice size

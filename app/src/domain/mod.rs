@@ -20,6 +20,7 @@ pub mod idle;
 pub mod images;
 pub mod launch;
 pub mod listing;
+pub mod pace;
 pub mod paths;
 pub mod pool;
 pub mod pricing;

@@ -24,7 +24,17 @@ pub struct BackupsConfig {
     pub keep_daily: u32,
     /// ...and of the last `keep_weekly` weeks.
     pub keep_weekly: u32,
+    /// How fast one export (`GET /api/v1/workspace/export`) may go, in bytes a second; 0: no
+    /// limit. Exports work whether or not backups are on.
+    pub export_bytes_per_second: u64,
+    /// How long one export may take, in seconds, before it is cut; 0: no limit.
+    pub export_max_seconds: u64,
 }
+
+/// The smallest speed limit: one 64 KiB chunk a second.
+pub const EXPORT_MIN_BYTES_PER_SECOND: u64 = 64 * 1024;
+/// The shortest time limit: a minute.
+pub const EXPORT_MIN_SECONDS: u64 = 60;
 
 impl Default for BackupsConfig {
     fn default() -> Self {
@@ -35,6 +45,8 @@ impl Default for BackupsConfig {
             schedule: "02:30".into(),
             keep_daily: 7,
             keep_weekly: 4,
+            export_bytes_per_second: 50 << 20,
+            export_max_seconds: 3600,
         }
     }
 }
@@ -80,6 +92,24 @@ impl BackupsConfig {
 
     /// The first key that is wrong, and why.
     pub fn problem(&self) -> Option<(&'static str, String)> {
+        if (1..EXPORT_MIN_BYTES_PER_SECOND).contains(&self.export_bytes_per_second) {
+            return Some((
+                "export_bytes_per_second",
+                format!(
+                    "must be 0 (no limit) or at least {EXPORT_MIN_BYTES_PER_SECOND} (64 KiB/s), not {}",
+                    self.export_bytes_per_second
+                ),
+            ));
+        }
+        if (1..EXPORT_MIN_SECONDS).contains(&self.export_max_seconds) {
+            return Some((
+                "export_max_seconds",
+                format!(
+                    "must be 0 (no limit) or at least {EXPORT_MIN_SECONDS} seconds, not {}",
+                    self.export_max_seconds
+                ),
+            ));
+        }
         if let Err(why) = Schedule::parse(&self.schedule) {
             return Some(("schedule", why));
         }
@@ -114,45 +144,34 @@ fn installed(program: &str) -> bool {
         .any(|dir| dir.join(program).is_file())
 }
 
-/// The Settings page's "Backups" section: what is backed up, where, when and for how long, or
-/// a clear line that nothing is.
+/// The Settings page's "Backups" section: what is backed up, how, where, when and for how
+/// long, or a clear line that nothing is. What runs depends on the runtime: restic into a
+/// repository for one server's workspaces, VolumeSnapshots of each workspace claim on a cluster
+/// (`runtime::kube::backups`; no repository, password or restic there).
 pub fn settings_section(config: &super::Config) -> app::model::SettingsSection {
     let b = &config.backups;
-    let entries: Vec<(&str, String)> = if !b.enabled {
+    let cluster = config.runtime == super::RuntimeKind::Kube;
+    let mut entries: Vec<(&str, String)> = if !b.enabled {
         vec![(
             "Workspaces",
             "not backed up: a deleted file is lost (turn on with [backups] enabled = true)".into(),
         )]
+    } else if cluster {
+        cluster_entries(config)
     } else {
-        vec![
-            (
-                "Workspaces",
-                "backed up with restic (encrypted, deduplicated)".into(),
-            ),
-            (
-                "Repository",
-                // An S3 URL names its bucket, never a key (those are in the environment).
-                b.repository_in(&config.data_dir),
-            ),
-            (
-                "Password file",
-                format!(
-                    "{} (keep a copy elsewhere: without it no backup can be read)",
-                    b.password_file_in(&config.data_dir).display()
-                ),
-            ),
-            ("When", b.schedule().words()),
-            ("Kept", b.retention().words()),
-            (
-                "restic",
-                if installed("restic") {
-                    "installed".into()
-                } else {
-                    "not installed: every backup fails (apt install restic)".into()
-                },
-            ),
-        ]
+        restic_entries(config)
     };
+    entries.push((
+        "Exports",
+        if cluster {
+            "none: on a cluster workspaces live in its volumes, not on this server".into()
+        } else {
+            format!(
+                "{} (one at a time per user; [backups] export_bytes_per_second, export_max_seconds)",
+                app::domain::pace::limits_words(b.export_bytes_per_second, b.export_max_seconds)
+            )
+        },
+    ));
     app::model::SettingsSection {
         title: "Backups".into(),
         entries: entries
@@ -160,6 +179,75 @@ pub fn settings_section(config: &super::Config) -> app::model::SettingsSection {
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
     }
+}
+
+/// One server's workspaces: restic into a repository.
+fn restic_entries(config: &super::Config) -> Vec<(&'static str, String)> {
+    let b = &config.backups;
+    vec![
+        (
+            "Workspaces",
+            "backed up with restic (encrypted, deduplicated)".into(),
+        ),
+        (
+            "Repository",
+            // An S3 URL names its bucket, never a key (those are in the environment).
+            b.repository_in(&config.data_dir),
+        ),
+        (
+            "Password file",
+            format!(
+                "{} (keep a copy elsewhere: without it no backup can be read)",
+                b.password_file_in(&config.data_dir).display()
+            ),
+        ),
+        ("When", b.schedule().words()),
+        ("Kept", b.retention().words()),
+        (
+            "restic",
+            if installed("restic") {
+                "installed".into()
+            } else {
+                "not installed: every backup fails (apt install restic)".into()
+            },
+        ),
+    ]
+}
+
+/// A cluster's workspaces: VolumeSnapshots of each user's workspace claim, by the cluster's
+/// CSI driver; nothing of restic.
+fn cluster_entries(config: &super::Config) -> Vec<(&'static str, String)> {
+    let b = &config.backups;
+    let class = &config.kube.snapshot_class;
+    if class.is_empty() {
+        return vec![(
+            "Workspaces",
+            "not backed up: on a cluster backups are VolumeSnapshots, and [kube] snapshot_class \
+             names no VolumeSnapshotClass"
+                .into(),
+        )];
+    }
+    vec![
+        (
+            "Workspaces",
+            format!(
+                "VolumeSnapshots of each workspace claim (snapshot.storage.k8s.io/v1, class \
+                 {class}), taken by the cluster's CSI driver; restic is not used on a cluster"
+            ),
+        ),
+        (
+            "Restore",
+            "a claim made from the snapshot, copied by a short pod into restored-<date>/".into(),
+        ),
+        ("When", b.schedule().words()),
+        (
+            "Kept",
+            format!(
+                "{}; a deleted snapshot's storage goes by its class's deletionPolicy",
+                b.retention().words()
+            ),
+        ),
+    ]
 }
 
 #[cfg(test)]
@@ -195,5 +283,53 @@ mod tests {
             None
         );
         assert_eq!(with(&|c| c.repository = "/srv/backups".into()), None);
+        assert_eq!(
+            with(&|c| c.export_bytes_per_second = 1000),
+            Some("export_bytes_per_second")
+        );
+        assert_eq!(with(&|c| c.export_bytes_per_second = 0), None);
+        assert_eq!(
+            with(&|c| c.export_max_seconds = 5),
+            Some("export_max_seconds")
+        );
+        assert_eq!(with(&|c| c.export_max_seconds = 0), None);
+    }
+
+    fn shown(config: &super::super::Config) -> String {
+        settings_section(config)
+            .entries
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}\n"))
+            .collect()
+    }
+
+    #[test]
+    fn the_settings_say_what_backs_workspaces_up_on_each_runtime() {
+        let mut config = super::super::Config::default();
+        config.backups.enabled = true;
+        let local = shown(&config);
+        assert!(local.contains("backed up with restic"), "{local}");
+        assert!(local.contains("Repository: "), "{local}");
+        assert!(local.contains("at most 50 MiB/s, cut after 1 h"), "{local}");
+
+        config.runtime = super::super::RuntimeKind::Kube;
+        config.kube.snapshot_class = "csi-rbd".into();
+        let cluster = shown(&config);
+        assert!(
+            cluster.contains("VolumeSnapshots of each workspace claim")
+                && cluster.contains("csi-rbd"),
+            "{cluster}"
+        );
+        for restic_only in ["restic (", "Repository", "Password file", "restic: "] {
+            assert!(!cluster.contains(restic_only), "{restic_only} in {cluster}");
+        }
+        assert!(cluster.contains("Exports: none"), "{cluster}");
+
+        config.kube.snapshot_class = String::new();
+        let unset = shown(&config);
+        assert!(
+            unset.contains("not backed up") && unset.contains("snapshot_class"),
+            "{unset}"
+        );
     }
 }

@@ -11,6 +11,7 @@ const AREAS: &[(&str, &[&str])] = &[
     ("admin.rs", &["Admin"]),
     ("backups.rs", &["Backups"]),
     ("backups/cluster.rs", &["Backups"]),
+    ("backups/export.rs", &["Backups"]),
     ("datasets.rs", &["Datasets"]),
     // A deleted account's undo is the admin's; its purge the reaper's.
     ("departed.rs", &["Admin", "Guard"]),

@@ -263,6 +263,158 @@ async fn one_export_at_a_time_per_user_and_the_slot_comes_back_when_the_client_l
     }
 }
 
+/// A server on the fake runtime whose clock stands still until the test moves it, exports
+/// capped at `cap` bytes a second and `max_seconds`, and alice's workspace of 1 MiB of noise.
+async fn paced_app(
+    workspaces: &Path,
+    cap: u64,
+    max_seconds: u64,
+) -> (TestApp, String, std::path::PathBuf) {
+    let runtime = Arc::new(FakeRuntime {
+        workspaces: Some(workspaces.to_path_buf()),
+        ..FakeRuntime::plain()
+    });
+    let app = TestApp::start_clocked(Some(runtime), |c| {
+        c.backups.export_bytes_per_second = cap;
+        c.backups.export_max_seconds = max_seconds;
+    })
+    .await;
+    let (_, token) = app.user("alice").await;
+    let ws = workspaces.join("alice");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("big.bin"), noise(11, 1 << 20)).unwrap();
+    (app, token, ws)
+}
+
+/// The export's pacing bucket: one 64 KiB chunk of burst.
+const BURST: u64 = 64 * 1024;
+
+#[tokio::test]
+async fn an_export_goes_no_faster_than_its_cap_and_still_holds_the_workspace() {
+    // No wall-clock timing: the server's clock moves only when the test moves it, so what
+    // may have gone by any moment is known exactly: one burst plus the cap × the time moved.
+    const CAP: u64 = 256 * 1024;
+    let workspaces = tempfile::tempdir().unwrap();
+    let (app, token, ws) = paced_app(workspaces.path(), CAP, 0).await;
+    let answer = app
+        .open(get_request(&app, "/api/v1/workspace/export", &token))
+        .await;
+    assert_eq!(answer.status(), StatusCode::OK);
+    assert_eq!(
+        answer.headers()["x-export-limits"],
+        "at most 256 KiB/s, no time limit"
+    );
+    let mut body = answer.into_body();
+    let (mut got, mut moved_ms, mut moves) = (Vec::new(), 0u64, 0u32);
+    loop {
+        // Whatever comes while the clock stands still; when nothing more does, move it on.
+        match tokio::time::timeout(Duration::from_millis(400), body.frame()).await {
+            Ok(Some(frame)) => {
+                if let Ok(data) = frame.unwrap().into_data() {
+                    got.extend_from_slice(&data);
+                }
+                let allowed = BURST + CAP * moved_ms / 1000;
+                assert!(
+                    got.len() as u64 <= allowed,
+                    "{} bytes came with the clock moved {moved_ms} ms: at most {allowed} may",
+                    got.len()
+                );
+            }
+            Ok(None) => break,
+            Err(_) => {
+                app.advance(Duration::from_millis(500));
+                moved_ms += 500;
+                moves += 1;
+                assert!(moves < 200, "the export moves on with the clock");
+            }
+        }
+    }
+    // All of it came, in order: it unpacks to the workspace, and it took the time the cap says.
+    assert_eq!(tree(unpack(&got).path()), tree(&ws));
+    assert!(
+        moved_ms * CAP / 1000 + BURST >= got.len() as u64,
+        "{} bytes in {moved_ms} ms of the server's clock",
+        got.len()
+    );
+}
+
+#[tokio::test]
+async fn an_export_past_its_time_limit_is_cut_and_audited() {
+    let workspaces = tempfile::tempdir().unwrap();
+    let (app, token, ws) = paced_app(workspaces.path(), 256 * 1024, 60).await;
+    let answer = app
+        .open(get_request(&app, "/api/v1/workspace/export", &token))
+        .await;
+    assert_eq!(answer.status(), StatusCode::OK);
+    assert_eq!(
+        answer.headers()["x-export-limits"],
+        "at most 256 KiB/s, cut after 1 min"
+    );
+    let mut body = answer.into_body();
+    let mut got = Vec::new();
+    // The first burst, then a minute and a second pass on the server's clock.
+    if let Some(frame) = body.frame().await {
+        got.extend_from_slice(&frame.unwrap().into_data().unwrap());
+    }
+    app.advance(Duration::from_secs(61));
+    let ended = loop {
+        match tokio::time::timeout(Duration::from_secs(30), body.frame())
+            .await
+            .expect("the cut comes without the clock moving again")
+        {
+            Some(Ok(frame)) => got.extend_from_slice(&frame.into_data().unwrap_or_default()),
+            Some(Err(e)) => break Err(e),
+            None => break Ok(()),
+        }
+    };
+    assert!(
+        ended.is_err(),
+        "a cut download ends broken, not as if whole"
+    );
+    let whole = std::fs::metadata(ws.join("big.bin")).unwrap().len();
+    assert!((got.len() as u64) < whole, "{} bytes came", got.len());
+    let mut tar = std::process::Command::new("tar")
+        .args(["-tzf", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    let _ = tar.stdin.take().unwrap().write_all(&got);
+    assert!(!tar.wait().unwrap().success(), "what came does not unpack");
+
+    // The cut is audited with its reason, and the slot is free again.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let cut = loop {
+        let audit = app.store.audit_log(20).await.unwrap();
+        if let Some(cut) = audit.into_iter().find(|a| a.action == "export.cut") {
+            break cut;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the cut is audited");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(cut.target, "user:alice");
+    assert!(
+        cut.detail
+            .contains("longer than 60 s (backups.export_max_seconds)"),
+        "{}",
+        cut.detail
+    );
+    drop(body);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let again = app
+            .get("/api/v1/workspace/export?path=missing", Some(&token))
+            .await;
+        if again.status == StatusCode::BAD_REQUEST {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the slot came back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A server on the fake runtime with backups on, into a repository under `repo`.
 async fn backed_up_app(
     workspaces: &Path,

@@ -247,6 +247,11 @@ async fn export(
                 format!("attachment; filename=\"{}\"", export.file_name),
             ),
             (axum::http::header::CACHE_CONTROL, "no-store".to_string()),
+            // Said before the bytes: a cut download cannot say why afterwards.
+            (
+                axum::http::HeaderName::from_static("x-export-limits"),
+                export.limits,
+            ),
         ],
         axum::body::Body::from_stream(export.body),
     )
