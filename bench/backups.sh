@@ -2,8 +2,11 @@
 # Backups, restores and exports of a 1 GiB workspace of 10,000 files, with the command lines the
 # server runs (runtime/restic.rs, runtime/archive.rs: restic and tar at nice 19 / ionice -c 3).
 #   bench/backups.sh [files] [mib]      (defaults 10000 1024; needs ~3.5x mib of free disk)
+# Then a real JupyterLab kernel's `1+1` round trip with no backup and during a first backup of the
+# same workspace (bench/backup_kernel.py, with the tools' Python: scripts/setup.sh installs it).
 # Two thirds of the bytes are random (models, data: incompressible), a third text (notebooks).
 set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
 FILES=${1:-10000}
 MIB=${2:-1024}
 DIR=$(mktemp -d "${TMPDIR:-/tmp}/backup-bench.XXXXXX")
@@ -69,3 +72,5 @@ printf 'restore one file     %.2f s\n' "$restore_one"
 printf 'restore everything   %.1f s\n' "$restore_all"
 printf 'export (tar, gzip -1) %.1f s: %.0f MiB/s of workspace, %s MiB sent\n' \
   "$export_s" "$(echo "$ws_mib / $export_s" | bc -l)" "$((out_bytes / 1048576))"
+PY=${SANDBOX_EDITORS__TOOLS_DIR:-$HERE/../.tools}/venv/bin/python
+"$PY" "$HERE/backup_kernel.py" "$WS" "$DIR"
