@@ -124,21 +124,16 @@ pub(crate) fn local_time(ms: i64) -> impl IntoView + use<> {
 }
 
 /// What a queued launch waits for and when it should start, the time on the reader's clock
-/// (the words of [`crate::domain::pool::queue_words`]; `why`, what frees its place by then,
-/// the server's [`crate::domain::pool::frees_words`]).
-pub(crate) fn queue_line(
-    waits_for: Option<&str>,
-    eta_ms: Option<i64>,
-    why: Option<&str>,
-) -> AnyView {
+/// (the words of [`crate::domain::pool::queue_words`]).
+pub(crate) fn queue_line(waits_for: Option<&str>, eta_ms: Option<i64>) -> AnyView {
     let Some(at) = eta_ms else {
-        return crate::domain::pool::queue_words(waits_for, None, None).into_any();
+        return crate::domain::pool::queue_words(waits_for, None).into_any();
     };
     let what = waits_for.unwrap_or("a free slice");
     view! {
         {format!("Waiting for {what}: expected by ")}
         {local_time(at)}
-        {format!(", {}.", why.unwrap_or("when a slice frees"))}
+        ", when a running session's time ends (sooner if one stops)."
     }
     .into_any()
 }

@@ -150,6 +150,15 @@ pub const KINDS: &[Kind] = &[
         false,
         crate::snapshots::VolumeSnapshotClass
     ),
+    kind!(
+        "volumesnapshotcontents",
+        "VolumeSnapshotContent",
+        "snapshot.storage.k8s.io",
+        "v1",
+        false,
+        false,
+        crate::snapshot_contents::VolumeSnapshotContent
+    ),
 ];
 
 /// The resource served at `group`/`version`/`resource`.

@@ -12,7 +12,8 @@
 //! - [`http`]: the URL layout, tokens, patch content types, watches.
 //! - [`scheduler`]: placement by CPU, memory and HAMi's GPU shares; unschedulable pods.
 //! - [`kubelet`]: runs a node's pods as local processes in network namespaces and cgroups.
-//! - [`snapshots`]: VolumeSnapshots' schema and a snapshot controller with a node-local driver.
+//! - [`snapshots`]: VolumeSnapshots' schema and a snapshot controller with a node-local driver;
+//!   [`snapshot_contents`]: the VolumeSnapshotContents it makes, binds and deletes.
 //!
 //! Not simulated (ARCHITECTURE.md): image pulls, NetworkPolicy enforcement, the container
 //! runtime's own isolation, the chart's ValidatingAdmissionPolicy (CEL; checked offline by
@@ -30,6 +31,7 @@ pub mod quantity;
 pub mod rbac;
 pub mod scheduler;
 pub mod selectors;
+pub mod snapshot_contents;
 pub mod snapshots;
 pub mod status;
 pub mod store;

@@ -8,6 +8,13 @@
 //!
 //! A node's cards are its `hami.io/node-nvidia-register` annotation, as HAMi's device plugin
 //! writes it: `UUID,SPLIT,MEM,CORES,TYPE,NUMA,HEALTHY` per card, `:` between cards.
+//!
+//! A pod's `nodeSelector` is honoured (every label must match the node's; the restore pod
+//! names its node by `kubernetes.io/hostname`). What the scheduler here cannot evaluate is
+//! never ignored: a pod with `spec.affinity` (node, pod or anti-affinity) or
+//! `topologySpreadConstraints` stays pending, `Unschedulable`, saying so, as a real cluster
+//! leaves a pod pending whose constraints no node meets. Node taints are not simulated (a
+//! cordon is `spec.unschedulable`), so tolerations change nothing.
 
 use crate::clock;
 use crate::quantity::milli;
@@ -140,10 +147,45 @@ fn requested_on(o: &Objects, node: &str, resource: &str) -> i128 {
         .sum()
 }
 
+/// What of `pod`'s placement rules this scheduler cannot evaluate, if anything.
+fn unsupported(pod: &Value) -> Option<String> {
+    let set = |field: &str| {
+        pod.pointer(&format!("/spec/{field}"))
+            .is_some_and(|v| match v {
+                Value::Null => false,
+                Value::Object(o) => !o.is_empty(),
+                Value::Array(a) => !a.is_empty(),
+                _ => true,
+            })
+    };
+    ["affinity", "topologySpreadConstraints"]
+        .into_iter()
+        .find(|field| set(field))
+        .map(|field| {
+            format!("node(s) were not evaluated: spec.{field} is not simulated (use nodeSelector)")
+        })
+}
+
+/// Whether `node`'s labels hold every label of `pod`'s `nodeSelector`.
+fn selected(node: &Value, pod: &Value) -> bool {
+    let labels = node.pointer("/metadata/labels");
+    pod.pointer("/spec/nodeSelector")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .all(|(key, want)| labels.and_then(|l| l.get(key)) == Some(want))
+}
+
 /// Why `node` cannot take `pod`, or the cards it would give it.
 fn fit(o: &Objects, node: &Value, pod: &Value) -> Result<Vec<(Card, u64, u32)>, String> {
+    if let Some(why) = unsupported(pod) {
+        return Err(why);
+    }
     if node.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
         return Err("node(s) were unschedulable".into());
+    }
+    if !selected(node, pod) {
+        return Err("node(s) didn't match Pod's node affinity/selector".into());
     }
     let name = text(node, "/metadata/name");
     for resource in ["cpu", "memory"] {
@@ -321,7 +363,8 @@ mod tests {
     use super::*;
 
     fn node(name: &str, cards: &[Card]) -> Value {
-        json!({"metadata": {"name": name, "annotations": {REGISTER: register(cards)}},
+        json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name},
+                "annotations": {REGISTER: register(cards)}},
             "status": {"allocatable": {"cpu": "8", "memory": "64Gi"}}})
     }
 
@@ -392,6 +435,41 @@ mod tests {
         assert_eq!(
             store.read(|o| o.get("pods", "u", "p").cloned().unwrap())["spec"]["nodeName"],
             "n2"
+        );
+    }
+
+    #[test]
+    fn a_node_selector_is_honoured_and_affinity_is_refused_not_ignored() {
+        let store = Store::default();
+        let mut on_n2 = pod("on-n2", 8192);
+        on_n2["spec"]["nodeSelector"] = json!({"kubernetes.io/hostname": "n2"});
+        let mut nowhere = pod("nowhere", 8192);
+        nowhere["spec"]["nodeSelector"] = json!({"kubernetes.io/hostname": "n9"});
+        let mut affine = pod("affine", 8192);
+        affine["spec"]["affinity"] =
+            json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": []}});
+        store.write(|o| {
+            o.put("nodes", node("n1", &[card("GPU-a")]));
+            o.put("nodes", node("n2", &[card("GPU-b")]));
+            for p in [on_n2, nowhere, affine] {
+                o.put("pods", p);
+            }
+        });
+        schedule(&store);
+        let placed = |name: &str| store.read(|o| o.get("pods", "u", name).cloned().unwrap());
+        // n1 has room too and comes first: the selector sends it to n2.
+        assert_eq!(placed("on-n2")["spec"]["nodeName"], "n2");
+        let waiting = placed("nowhere");
+        assert!(waiting["spec"].get("nodeName").is_none());
+        assert_eq!(
+            waiting["status"]["conditions"][0]["message"],
+            "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+        );
+        let refused = placed("affine");
+        assert!(refused["spec"].get("nodeName").is_none());
+        assert_eq!(
+            refused["status"]["conditions"][0]["message"],
+            "0/2 nodes are available: 2 node(s) were not evaluated: spec.affinity is not simulated (use nodeSelector)."
         );
     }
 }

@@ -11,13 +11,14 @@
 //!   not a refusal at create (the API server accepts the object) but `status.error`, in the
 //!   controller's words, with `readyToUse: false`. Otherwise the claim's folder on each node
 //!   that has it is copied aside (`<node root>/snapshots/<content>`) and the snapshot is ready,
-//!   its `restoreSize` the claim's request. Deleted snapshots' copies are removed (every class
-//!   here behaves as `Delete`).
+//!   its `restoreSize` the claim's request, bound to a VolumeSnapshotContent made with it; a
+//!   content and its copies go by the class's `deletionPolicy` once its snapshot is deleted
+//!   ([`crate::snapshot_contents`]).
 //! - Restore: a claim whose `dataSource` is a ready snapshot gets the copy when a kubelet first
 //!   makes its folder (WaitForFirstConsumer), in [`crate::kubelet`].
 //!
-//! Not simulated: VolumeSnapshotContent objects (the content's name is only a status field),
-//! group snapshots, `Retain` keeping a copy after its snapshot is deleted.
+//! Not simulated: snapshots of a pre-provisioned content (`source.volumeSnapshotContentName`),
+//! group snapshots.
 
 use crate::clock;
 use crate::kubelet::Kubelet;
@@ -121,6 +122,7 @@ pub fn problems(kind: &str, object: &Value, causes: &mut Vec<String>) {
                 }
             }
         },
+        "VolumeSnapshotContent" => crate::snapshot_contents::problems(object, causes),
         "VolumeSnapshotClass" => {
             if text(object, "/driver").is_empty() {
                 causes.push("driver: Required value".into());
@@ -138,6 +140,9 @@ pub fn problems(kind: &str, object: &Value, causes: &mut Vec<String>) {
 
 /// A snapshot's source is fixed once made (the CRD's `self == oldSelf` rules).
 pub fn update_problems(kind: &str, current: &Value, new: &Value, causes: &mut Vec<String>) {
+    if kind == "VolumeSnapshotContent" {
+        crate::snapshot_contents::update_problems(current, new, causes);
+    }
     if kind == "VolumeSnapshot" && current.pointer("/spec/source") != new.pointer("/spec/source") {
         causes.push(
             "spec.source: Invalid value: \"object\": persistentVolumeClaimName is immutable".into(),
@@ -165,8 +170,9 @@ fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> Result<(), String>
     }
 }
 
-/// What the controller says of a new snapshot: ready with its content, or its error.
-fn take(store: &Store, nodes: &[Arc<Kubelet>], snapshot: &Value) -> Value {
+/// What the controller says of a new snapshot: ready with its content (made beside it), or
+/// its error.
+fn take(store: &Store, nodes: &[Arc<Kubelet>], snapshot: &Value) -> (Value, Option<Value>) {
     let ns = text(snapshot, "/metadata/namespace");
     let name = text(snapshot, "/metadata/name");
     let named = text(snapshot, "/spec/volumeSnapshotClassName");
@@ -195,9 +201,9 @@ fn take(store: &Store, nodes: &[Arc<Kubelet>], snapshot: &Value) -> Value {
         (class, claim)
     });
     let failure = |message: String| json!({"readyToUse": false, "error": {"message": message, "time": clock::now()}});
-    let (_class, claim) = match (class, claim) {
+    let (class, claim) = match (class, claim) {
         (Ok(class), Ok(claim)) => (class, claim),
-        (Err(why), _) | (_, Err(why)) => return failure(why),
+        (Err(why), _) | (_, Err(why)) => return (failure(why), None),
     };
     let content = content_name(snapshot);
     let pvc = text(&claim, "/metadata/name");
@@ -206,19 +212,24 @@ fn take(store: &Store, nodes: &[Arc<Kubelet>], snapshot: &Value) -> Value {
         if volume.is_dir()
             && let Err(why) = copy_tree(&volume, &node.snapshot_path(&content))
         {
-            return failure(format!("failed to take snapshot of the volume: {why}"));
+            return (
+                failure(format!("failed to take snapshot of the volume: {why}")),
+                None,
+            );
         }
     }
-    json!({
+    let made = crate::snapshot_contents::made_for(snapshot, &claim, &class, &content);
+    let status = json!({
         "boundVolumeSnapshotContentName": content,
         "creationTime": clock::now(),
         "readyToUse": true,
         "restoreSize": text(&claim, "/spec/resources/requests/storage"),
-    })
+    });
+    (status, Some(made))
 }
 
-/// One pass of the snapshot controller: new snapshots taken (or failed), deleted ones' copies
-/// removed.
+/// One pass of the snapshot controller: new snapshots taken (or failed) with their contents,
+/// deleted ones' contents and copies removed by their deletion policy.
 pub fn reconcile(store: &Store, nodes: &[Arc<Kubelet>]) {
     let fresh: Vec<Value> = store.read(|o| {
         o.list("volumesnapshots", None)
@@ -227,7 +238,7 @@ pub fn reconcile(store: &Store, nodes: &[Arc<Kubelet>]) {
             .collect()
     });
     for snapshot in fresh {
-        let status = take(store, nodes, &snapshot);
+        let (status, content) = take(store, nodes, &snapshot);
         store.write(|o| {
             let ns = text(&snapshot, "/metadata/namespace");
             let name = text(&snapshot, "/metadata/name");
@@ -237,26 +248,13 @@ pub fn reconcile(store: &Store, nodes: &[Arc<Kubelet>]) {
             {
                 current["status"] = status;
                 o.put("volumesnapshots", current);
+                if let Some(content) = content {
+                    o.put(crate::snapshot_contents::RESOURCE, content);
+                }
             }
         });
     }
-    let live: Vec<String> = store.read(|o| {
-        o.list("volumesnapshots", None)
-            .iter()
-            .map(content_name)
-            .collect()
-    });
-    for node in nodes {
-        let Ok(entries) = std::fs::read_dir(node.snapshot_path("")) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if !live.contains(&name) {
-                let _ = std::fs::remove_dir_all(entry.path());
-            }
-        }
-    }
+    crate::snapshot_contents::collect(store, nodes);
 }
 
 /// The content a claim's `dataSource` snapshot holds, once ready; why not otherwise.
@@ -279,7 +277,10 @@ pub fn source_of_claim(
                 "waiting for the volume to be provisioned: snapshot {name} is not ready to use"
             ));
         }
-        Ok(text(snapshot, "/status/boundVolumeSnapshotContentName"))
+        crate::snapshot_contents::handle_of(
+            o,
+            &text(snapshot, "/status/boundVolumeSnapshotContentName"),
+        )
     }))
 }
 
@@ -320,5 +321,46 @@ mod tests {
             &mut causes,
         );
         assert_eq!(causes.len(), 2, "{causes:?}");
+    }
+
+    #[test]
+    fn a_snapshots_content_is_made_bound_and_deleted_by_its_class_policy() {
+        for (policy, kept) in [("Delete", false), ("Retain", true)] {
+            let store = Store::default();
+            store.write(|o| {
+                o.put("volumesnapshotclasses", json!({"metadata": {"name": "c"}, "driver": "d", "deletionPolicy": policy}));
+                o.put("persistentvolumeclaims", json!({"metadata": {"name": "w", "namespace": "n", "uid": "pvc1"},
+                    "spec": {"resources": {"requests": {"storage": "2Gi"}}}}));
+                o.put("volumesnapshots", json!({"metadata": {"name": "s", "namespace": "n", "uid": "u1"},
+                    "spec": {"source": {"persistentVolumeClaimName": "w"}, "volumeSnapshotClassName": "c"}}));
+            });
+            reconcile(&store, &[]);
+            let (snapshot, contents) = store.read(|o| {
+                (
+                    o.get("volumesnapshots", "n", "s").cloned().unwrap(),
+                    o.list("volumesnapshotcontents", None),
+                )
+            });
+            assert_eq!(contents.len(), 1, "{policy}");
+            let content = &contents[0];
+            assert_eq!(
+                snapshot["status"]["boundVolumeSnapshotContentName"],
+                "snapcontent-u1"
+            );
+            assert_eq!(content["metadata"]["name"], "snapcontent-u1");
+            assert_eq!(content["spec"]["volumeSnapshotRef"]["uid"], "u1");
+            assert_eq!(content["spec"]["source"]["volumeHandle"], "pvc-pvc1");
+            assert_eq!(content["spec"]["deletionPolicy"], policy);
+            assert_eq!(content["status"]["restoreSize"], 2_i64 << 30);
+            assert_eq!(
+                store.read(|o| crate::snapshot_contents::handle_of(o, "snapcontent-u1")),
+                Ok("snapcontent-u1".to_string())
+            );
+
+            store.write(|o| o.remove("volumesnapshots", "n", "s"));
+            reconcile(&store, &[]);
+            let left = store.read(|o| o.list("volumesnapshotcontents", None).len());
+            assert_eq!(left == 1, kept, "{policy}: {left} contents left");
+        }
     }
 }

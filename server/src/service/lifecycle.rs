@@ -155,33 +155,18 @@ impl Lifecycle {
     pub(in crate::service) async fn view(&self, id: &str) -> Result<SessionView, AppError> {
         let record = self.store.session(id).await?.ok_or(AppError::NotFound)?;
         let steps = self.store.steps(id).await?;
-        self.view_of(record, steps, false).await
-    }
-
-    /// `record`'s view, with its `steps`. `new`: a session a launch made a moment ago, which
-    /// has no datasets mounted (only a cold start mounts them) and cannot have an admin's
-    /// access yet, so neither is read.
-    pub(in crate::service) async fn view_of(
-        &self,
-        record: SessionRecord,
-        steps: Vec<Step>,
-        new: bool,
-    ) -> Result<SessionView, AppError> {
-        let id = record.id.as_str();
         let position = if record.state == SessionState::Queued {
             Some(self.store.queue_position(id).await?)
         } else {
             None
         };
         let mut view = self.session_view(&record, steps, position);
-        if !new {
-            view.datasets = self.store.session_datasets(id).await?;
-        }
+        view.datasets = self.store.session_datasets(id).await?;
         if let Some(position) = position {
             let live = self.store.live_sessions().await?;
             let pool = self.store.pool().await?;
             let warm = self.store.warm_editors().await?;
-            view.wait_for(self.queue_wait(&(live, pool, warm), &record, position));
+            view.queue_eta_ms = self.queue_eta(&(live, pool, warm), &record, position);
         }
         if record.state == SessionState::Ready
             && let Some(handle) = &record.runtime_handle
@@ -191,13 +176,11 @@ impl Lifecycle {
             view.memory_note = Some(memory_note(memory, kills));
         }
         if record.state.is_live() {
-            if !new {
-                view.admin_access = self
-                    .store
-                    .editor_access_now(id)
-                    .await?
-                    .map(|(admin, until_ms)| AdminAccessNote { admin, until_ms });
-            }
+            view.admin_access = self
+                .store
+                .editor_access_now(id)
+                .await?
+                .map(|(admin, until_ms)| AdminAccessNote { admin, until_ms });
         } else {
             view.cost = self
                 .store
@@ -255,7 +238,6 @@ impl Lifecycle {
             price_per_hour: record.price_per_hour,
             queue_position,
             queue_eta_ms: None,
-            queue_why: None,
             waits_for: (record.state == SessionState::Queued).then(|| {
                 if record.burst {
                     format!("a whole {} card", format_mib(record.slice_mib))
@@ -309,29 +291,17 @@ impl Lifecycle {
     /// memory when its last session frees.
     pub(in crate::service) fn queue_eta(
         &self,
-        holders: &Holders,
-        record: &SessionRecord,
-        position: u32,
-    ) -> Option<i64> {
-        self.queue_wait(holders, record, position)
-            .map(|wait| wait.at_ms)
-    }
-
-    /// [`Lifecycle::queue_eta`] and what frees the places it counted
-    /// ([`app::domain::pool::queue_wait`]).
-    pub(in crate::service) fn queue_wait(
-        &self,
         (live, pool, warm): &Holders,
         record: &SessionRecord,
         position: u32,
-    ) -> Option<app::domain::pool::QueueWait> {
+    ) -> Option<i64> {
         let now = self.store.now();
         let frees = |r: &SessionRecord| {
             let idle = self.idle_policy_now(r).judge(&r.signals(), now);
-            app::domain::pool::frees_by(r.ends_at, idle, now)
+            app::domain::pool::frees_at(r.ends_at, idle, now)
         };
         let running = live.iter().filter(|r| r.state == SessionState::Ready);
-        let (warm_ready, frees): (usize, Vec<_>) = if record.burst {
+        let (warm_ready, frees_at): (usize, Vec<i64>) = if record.burst {
             let cards = pool
                 .iter()
                 .filter(|(gpu, _)| gpu.memory_mib == record.slice_mib)
@@ -354,7 +324,7 @@ impl Lifecycle {
                 .filter_map(frees);
             (ready, holders.collect())
         };
-        app::domain::pool::queue_wait(position, now, warm_ready, frees)
+        app::domain::pool::queue_eta(position, now, warm_ready, frees_at)
     }
 
     /// The idle policy `record` is judged by now: its slice's with the timeout its person chose

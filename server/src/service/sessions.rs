@@ -291,7 +291,7 @@ impl Sessions {
                     let position = positions.get(s.id.as_str()).copied();
                     let mut view = self.lifecycle.session_view(s, Vec::new(), position);
                     if let Some(position) = position {
-                        view.wait_for(self.lifecycle.queue_wait(&eta, s, position));
+                        view.queue_eta_ms = self.lifecycle.queue_eta(&eta, s, position);
                     }
                     if !s.state.is_live() {
                         view.cost = costs
@@ -340,7 +340,8 @@ impl Sessions {
                 "the server is restarting; launch again in a minute".into(),
             ));
         }
-        let mut catalog = self.launcher.catalog_of(&self.store.pool_cards().await?);
+        let pool = self.store.pool().await?;
+        let mut catalog = self.launcher.catalog(&pool);
         catalog.images = self.images.image_choices().await?;
         let valid = launch::validate(&request, &catalog).map_err(AppError::Invalid)?;
         // From here on the work runs in its own task: a client that disconnects mid-request

@@ -48,6 +48,13 @@ fn snapshots_in(cluster: &SimCluster, namespace: &str) -> Vec<Value> {
         .read(|o| o.list("volumesnapshots", Some(namespace)))
 }
 
+fn contents_of(cluster: &SimCluster) -> Vec<Value> {
+    cluster
+        .api
+        .store
+        .read(|o| o.list("volumesnapshotcontents", None))
+}
+
 fn namespace_of(user: &str) -> String {
     names::namespace_of(&kube_config().namespace_prefix, user)
 }
@@ -106,6 +113,24 @@ async fn workspace_snapshots_are_taken_listed_restored_and_pruned() {
         json!({"source": {"persistentVolumeClaimName": "workspace"}, "volumeSnapshotClassName": CLASS})
     );
     assert_eq!(objects[0]["status"]["readyToUse"], true);
+    // The controller made its content, cluster-scoped and bound both ways, as a CSI
+    // snapshotter does; the server never touches contents (the chart grants it none).
+    let contents = contents_of(&cluster);
+    assert_eq!(contents.len(), 1);
+    let content = &contents[0];
+    assert_eq!(
+        objects[0]["status"]["boundVolumeSnapshotContentName"],
+        content["metadata"]["name"]
+    );
+    assert_eq!(
+        content["spec"]["volumeSnapshotRef"],
+        json!({"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+            "name": "workspace-20261205-083000", "namespace": namespace,
+            "uid": objects[0]["metadata"]["uid"]})
+    );
+    assert_eq!(content["spec"]["driver"], "hostpath.csi.k8s.io");
+    assert_eq!(content["spec"]["deletionPolicy"], "Delete");
+    assert_eq!(content["status"]["readyToUse"], true);
     let listed = snapshots.snapshots("erin").await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].id, done.snapshot_id);
@@ -176,6 +201,15 @@ async fn workspace_snapshots_are_taken_listed_restored_and_pruned() {
         kept,
         ["workspace-20261206-083000", "workspace-20261207-083000"]
     );
+    // The forgotten snapshot's content goes with it (the class's deletionPolicy: Delete).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while contents_of(&cluster).len() != 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the forgotten snapshot's content is deleted"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     cluster.shut_down().await;
 }
 

@@ -106,7 +106,6 @@ pub(super) fn SessionCard(
     let position = session.queue_position;
     let waits_for = session.waits_for.clone();
     let eta = session.queue_eta_ms;
-    let why = session.queue_why.clone();
     let queued = session.state == SessionState::Queued;
     let href = format!("/sessions/{}", session.id);
     view! {
@@ -138,7 +137,7 @@ pub(super) fn SessionCard(
                             {format!("In line: position {p}. It starts by itself when a slice frees.")}
                         </p>
                         <p class="muted" data-testid="queue-eta">
-                            {crate::ui::format::queue_line(waits_for.as_deref(), eta, why.as_deref())}
+                            {crate::ui::format::queue_line(waits_for.as_deref(), eta)}
                         </p>
                     }
                 })}

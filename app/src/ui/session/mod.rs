@@ -613,7 +613,6 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                                                     {crate::ui::format::queue_line(
                                                         s.waits_for.as_deref(),
                                                         s.queue_eta_ms,
-                                                        s.queue_why.as_deref(),
                                                     )}
                                                 </p>
                                             }
@@ -731,7 +730,6 @@ mod tests {
             queue_position: None,
             queue_eta_ms: None,
             waits_for: None,
-            queue_why: None,
             idle_at_ms: None,
             warn_ms: 0,
             gpu_used_mib: None,
