@@ -124,16 +124,19 @@ pub(crate) fn local_time(ms: i64) -> impl IntoView + use<> {
 }
 
 /// What a queued launch waits for and when it should start, the time on the reader's clock
-/// (the words of [`crate::domain::pool::queue_words`]).
-pub(crate) fn queue_line(waits_for: Option<&str>, eta_ms: Option<i64>) -> AnyView {
+/// (the words of [`crate::domain::pool::queue_words`]; what frees its place by then, its
+/// `queue_why`, the server's [`crate::domain::pool::frees_words`]).
+pub(crate) fn queue_line(session: &crate::model::SessionView) -> AnyView {
+    let (waits_for, eta_ms) = (session.waits_for.as_deref(), session.queue_eta_ms);
+    let why = session.queue_why.as_deref();
     let Some(at) = eta_ms else {
-        return crate::domain::pool::queue_words(waits_for, None).into_any();
+        return crate::domain::pool::queue_words(waits_for, None, None).into_any();
     };
     let what = waits_for.unwrap_or("a free slice");
     view! {
         {format!("Waiting for {what}: expected by ")}
         {local_time(at)}
-        ", when a running session's time ends (sooner if one stops)."
+        {format!(", {}.", why.unwrap_or("when a slice frees"))}
     }
     .into_any()
 }

@@ -104,8 +104,6 @@ pub(super) fn SessionCard(
     let ends_at = session.ends_at_ms;
     let idle_at = session.idle_at_ms;
     let position = session.queue_position;
-    let waits_for = session.waits_for.clone();
-    let eta = session.queue_eta_ms;
     let queued = session.state == SessionState::Queued;
     let href = format!("/sessions/{}", session.id);
     view! {
@@ -137,7 +135,7 @@ pub(super) fn SessionCard(
                             {format!("In line: position {p}. It starts by itself when a slice frees.")}
                         </p>
                         <p class="muted" data-testid="queue-eta">
-                            {crate::ui::format::queue_line(waits_for.as_deref(), eta)}
+                            {crate::ui::format::queue_line(&session)}
                         </p>
                     }
                 })}

@@ -158,6 +158,22 @@ impl Offer {
             quota: page.quota.clone(),
         }
     }
+
+    /// Each size as this user may launch it now.
+    fn sizes(&self) -> Vec<Size> {
+        let QuotaView { limits, usage, .. } = &self.quota;
+        let size = |s: &SliceOption| Size {
+            mib: s.slice_mib,
+            free: s.free > 0,
+            refused: launch::slice_refusal(limits, usage, s.slice_mib),
+        };
+        self.slices.iter().map(size).collect()
+    }
+
+    /// The size of `mib` as offered now.
+    fn slice(&self, mib: u64) -> Option<&SliceOption> {
+        self.slices.iter().find(|s| s.slice_mib == mib)
+    }
 }
 
 #[component]
@@ -351,7 +367,12 @@ fn reloader(
         leptos::task::spawn_local(async move {
             if let Ok(fresh) = load_dashboard().await {
                 super::hydration::after_hydration(move || {
-                    offer.set(Offer::of(&fresh));
+                    // Set only when it changed: the launch form's parts read it directly, with
+                    // no memo of their own (each memo's type costs the bundle about 0.5 KB).
+                    let new_offer = Offer::of(&fresh);
+                    if offer.with_untracked(|o| *o != new_offer) {
+                        offer.set(new_offer);
+                    }
                     listed.set(fresh.sessions);
                     balance.set(fresh.credits);
                     drawn.set(fresh.drawn);
@@ -417,37 +438,24 @@ fn LaunchForm(
     balance: Signal<i64>,
 ) -> impl IntoView {
     let launch = ServerAction::<Launch>::new();
-    let editors = Memo::new(move |_| offer.with(|o| o.editors.clone()));
-    let slices = Memo::new(move |_| offer.with(|o| o.slices.clone()));
-    let durations = Memo::new(move |_| offer.with(|o| o.durations.clone()));
-    let images = Memo::new(move |_| offer.with(|o| o.images.clone()));
-    let quota = Memo::new(move |_| offer.with(|o| (o.quota.limits, o.quota.usage)));
+    // Plain reads of the offer, which the reloads set only when it changed.
+    let editors = move || offer.with(|o| o.editors.clone());
+    let durations = move || offer.with(|o| o.durations.clone());
+    let quota = move || offer.with(|o| (o.quota.limits, o.quota.usage));
     // An approved image's id, or empty for the editor's default.
     let image = RwSignal::new(String::new());
-    let first_editor = editors.with_untracked(|editors| {
-        editors
+    let first_editor = offer.with_untracked(|o| {
+        o.editors
             .iter()
             .find(|e| e.unavailable.is_none())
             .map(|e| e.kind)
             .unwrap_or(EditorKind::JupyterLab)
     });
-    let sizes = Memo::new(move |_| {
-        let (limits, usage) = quota.get();
-        slices.with(|slices| {
-            slices
-                .iter()
-                .map(|s| Size {
-                    mib: s.slice_mib,
-                    free: s.free > 0,
-                    refused: launch::slice_refusal(&limits, &usage, s.slice_mib),
-                })
-                .collect::<Vec<_>>()
-        })
-    });
+    let sizes = move || offer.with(Offer::sizes);
     let editor = RwSignal::new(first_editor);
     // The size clicked, kept while the quota allows it (a Stop can make it allowed again).
     let chosen = RwSignal::new(None::<u64>);
-    let slice = Memo::new(move |_| sizes.with(|sizes| slice_to_launch(sizes, chosen.get())));
+    let slice = move || slice_to_launch(&sizes(), chosen.get());
     // The field as typed: an empty or broken one is said so, never launched as a default.
     let typed = RwSignal::new(offer.with_untracked(|o| {
         o.durations
@@ -456,20 +464,19 @@ fn LaunchForm(
             .max(o.durations.min_minutes)
             .to_string()
     }));
-    let choice = Memo::new(move |_| {
-        let mib = slice.get();
+    // Plain closures, not memos, for the same reason: what they compute is cheap.
+    let choice = move || {
+        let mib = slice();
         let DurationLimits {
             min_minutes,
             max_minutes: longest,
             ..
-        } = durations.get();
-        let (price_per_hour, max_minutes) = slices.with(|slices| {
-            slices
-                .iter()
-                .find(|s| s.slice_mib == mib)
+        } = durations();
+        let (price_per_hour, max_minutes) = offer.with(|o| {
+            o.slice(mib)
                 .map_or((0, longest), |s| (s.price_per_hour, s.max_minutes))
         });
-        let (limits, usage) = quota.get();
+        let (limits, usage) = quota();
         launch::FormChoice {
             slice_mib: mib,
             minutes: launch::read_minutes(&typed.get()),
@@ -480,9 +487,9 @@ fn LaunchForm(
             limits,
             usage,
         }
-    });
-    let max_minutes = move || choice.get().longest();
-    let refusal = Memo::new(move |_| launch::form_refusal(&choice.get()));
+    };
+    let max_minutes = move || choice().longest();
+    let refusal = move || launch::form_refusal(&choice());
 
     let navigate = use_navigate();
     Effect::new(move |_| {
@@ -491,23 +498,32 @@ fn LaunchForm(
         }
     });
     let idle = super::idle_field::IdleField::default();
+    // The idle timeouts the size chosen now allows.
+    let idle_choice_of = move |mib| {
+        offer.with_untracked(|o| o.slice(mib).map(|s| s.idle_choice).unwrap_or_default())
+    };
+    let idle_choice = move || idle_choice_of(slice());
+    let idle_choice_now = move || idle_choice_of(untrack(slice));
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
-        let Ok(minutes) = choice.get_untracked().minutes else {
+        let Ok(minutes) = untrack(choice).minutes else {
             return;
         };
-        if refusal.get_untracked().is_some() {
+        if untrack(refusal).is_some() {
             return;
         }
+        let Some(idle_minutes) = idle.checked(idle_choice_now()) else {
+            return;
+        };
         launch.dispatch(Launch {
             editor: editor.get_untracked().as_str().to_string(),
-            slice_mib: slice.get_untracked(),
+            slice_mib: untrack(slice),
             duration_minutes: minutes,
-            idle_minutes: idle.minutes(),
+            idle_minutes,
             // A choice made for another editor does not carry over.
             image: Some(image.get_untracked()).filter(|id| {
-                images.with_untracked(|images| {
-                    images
+                offer.with_untracked(|o| {
+                    o.images
                         .iter()
                         .any(|i| i.id.as_ref() == Some(id) && i.editor == editor.get_untracked())
                 })
@@ -517,8 +533,8 @@ fn LaunchForm(
     // Only where the runtime runs images (Kubernetes): the editor's approved ones.
     let image_choice = move || {
         let kind = editor.get();
-        let offered: Vec<ImageChoice> = images.with(|images| {
-            images
+        let offered: Vec<ImageChoice> = offer.with(|o| {
+            o.images
                 .iter()
                 .filter(|i| i.editor == kind)
                 .cloned()
@@ -555,8 +571,7 @@ fn LaunchForm(
             <fieldset>
                 <legend>"Editor"</legend>
                 <div class="choices">
-                    {move || editors
-                        .get()
+                    {move || editors()
                         .into_iter()
                         .map(|e| {
                             let kind = e.kind;
@@ -584,8 +599,7 @@ fn LaunchForm(
             <fieldset>
                 <legend>"GPU slice"</legend>
                 <div class="choices">
-                    {move || slices
-                        .get()
+                    {move || offer.with(|o| o.slices.clone())
                         .into_iter()
                         .map(|s| {
                             let mib = s.slice_mib;
@@ -615,9 +629,7 @@ fn LaunchForm(
                             }
                             // Plain words here: the chip and its sentence stay out of this chunk.
                             notes.push(hold.label().to_string());
-                            let why = sizes.with(|sizes| {
-                                sizes.iter().find(|z| z.mib == mib).and_then(|z| z.refused.clone())
-                            });
+                            let why = sizes().into_iter().find(|z| z.mib == mib).and_then(|z| z.refused);
                             let disabled = why.is_some();
                             view! {
                                 <label class="choice" class:disabled=disabled data-testid="slice-choice">
@@ -626,7 +638,7 @@ fn LaunchForm(
                                         name="slice"
                                         value=mib.to_string()
                                         disabled=disabled
-                                        prop:checked=move || slice.get() == mib
+                                        prop:checked=move || slice() == mib
                                         on:change=move |_| chosen.set(Some(mib))
                                     />
                                     <span>{label}</span>
@@ -649,29 +661,29 @@ fn LaunchForm(
                     inputmode="numeric"
                     autocomplete="off"
                     required
-                    aria-invalid=move || choice.with(|c| c.minutes.is_err()).to_string()
+                    aria-invalid=move || choice().minutes.is_err().to_string()
                     prop:value=move || typed.get()
                     on:input=move |ev| typed.set(event_target_value(&ev))
                     on:change=move |_| {
                         // Past the longest for this size: brought back to it, and said so below.
                         if let Ok(m) = launch::read_minutes(&typed.get_untracked())
-                            && m > choice.get_untracked().longest()
+                            && m > untrack(choice).longest()
                         {
-                            typed.set(choice.get_untracked().longest().to_string());
+                            typed.set(untrack(choice).longest().to_string());
                         }
                     }
                 />
                 <small class="muted">
                     {move || format!(
                         "{} to {} minutes for this size",
-                        durations.with(|d| d.min_minutes), max_minutes(),
+                        durations().min_minutes, max_minutes(),
                     )}
                 </small>
             </label>
-            {idle.view(slices, slice)}
+            {idle.view(idle_choice)}
             <div class="launch-footer">
                 <span data-testid="launch-total">
-                    {move || match choice.get().hold() {
+                    {move || match choice().hold() {
                         Some(hold) => view! {
                             "Holds " <strong>{credits::format(hold)}</strong>
                             {format!(
@@ -686,15 +698,16 @@ fn LaunchForm(
                 <button
                     type="submit"
                     class="primary"
-                    disabled=move || launch.pending().get() || refusal.get().is_some()
-                    title=move || refusal.get().unwrap_or_default()
+                    disabled=move || launch.pending().get() || refusal().is_some()
+                    title=move || refusal().unwrap_or_default()
                 >
                     {move || if launch.pending().get() { "Launching…" } else { "Launch" }}
                 </button>
             </div>
+            // The idle timeout's refusal too, once a submit found one (the field is read then).
             {move || {
-                refusal
-                    .get()
+                refusal()
+                    .or_else(|| idle.refused())
                     .map(|why| view! { <p class="muted why" data-testid="launch-refused">{why}</p> })
             }}
             {move || {

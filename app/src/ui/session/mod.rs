@@ -610,10 +610,7 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                                         .then(|| {
                                             view! {
                                                 <p class="muted" data-testid="queue-eta">
-                                                    {crate::ui::format::queue_line(
-                                                        s.waits_for.as_deref(),
-                                                        s.queue_eta_ms,
-                                                    )}
+                                                    {crate::ui::format::queue_line(&s)}
                                                 </p>
                                             }
                                         })}
@@ -730,6 +727,7 @@ mod tests {
             queue_position: None,
             queue_eta_ms: None,
             waits_for: None,
+            queue_why: None,
             idle_at_ms: None,
             warn_ms: 0,
             gpu_used_mib: None,
