@@ -462,6 +462,7 @@ fn admit(
             }
             let mut causes = Vec::new();
             crate::snapshots::update_problems(kind.kind, current, &object, &mut causes);
+            crate::volumes::update_problems(kind.kind, current, &object, &mut causes);
             if !causes.is_empty() {
                 return Err(Refusal::invalid(kind.kind, &target.name, &causes));
             }

@@ -105,6 +105,15 @@ pub const KINDS: &[Kind] = &[
         core::PersistentVolumeClaim
     ),
     kind!(
+        "persistentvolumes",
+        "PersistentVolume",
+        "",
+        "v1",
+        false,
+        false,
+        core::PersistentVolume
+    ),
+    kind!(
         "resourcequotas",
         "ResourceQuota",
         "",

@@ -361,6 +361,10 @@ impl Kubelet {
             let Some(pvc) = pvc else {
                 return Err(format!("persistentvolumeclaim \"{claim}\" not found"));
             };
+            // An NFS export or a CSI volume: its storage's folder, never made here.
+            if let Some((dir, _)) = crate::volumes::source_dir(&self.store, &pvc)? {
+                return Ok(dir);
+            }
             let dir = self.volume_path(&key.0, claim);
             // A claim made from a snapshot gets its data where it is first used.
             if !dir.exists()
@@ -520,13 +524,15 @@ impl Kubelet {
             let read_only = mount
                 .get("readOnly")
                 .and_then(Value::as_bool)
-                .unwrap_or(false);
+                .unwrap_or(false)
+                || crate::volumes::forces_read_only(&self.store, &key.0, volume);
             mounts.push((
                 self.volume_dir(key, volume, fs_group.map(|g| g as u32))?,
                 text(mount, "/mountPath"),
                 read_only,
             ));
         }
+        nested_mount_points(&mounts)?;
         let mut env = self.environment(key, pod, ip, &container)?;
         let path: Vec<String> = image
             .dirs
@@ -1257,6 +1263,31 @@ impl PodStreams for Kubelet {
             None => text,
         })
     }
+}
+
+/// A mount inside another volume (a dataset at `~/datasets/<name>` in the workspace) needs its
+/// mount point in that volume: made root's and 0755 whatever this process's umask, as the
+/// container runtime makes it.
+fn nested_mount_points(mounts: &[(PathBuf, String, bool)]) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    for (_, at, _) in mounts {
+        for (outer, outer_at, _) in mounts {
+            let Some(rest) = at.strip_prefix(&format!("{}/", outer_at.trim_end_matches('/')))
+            else {
+                continue;
+            };
+            let mut dir = outer.clone();
+            for part in Path::new(rest).components() {
+                dir.push(part);
+                if !dir.exists() {
+                    std::fs::create_dir(&dir).map_err(|e| e.to_string())?;
+                    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

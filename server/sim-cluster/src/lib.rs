@@ -14,6 +14,7 @@
 //! - [`kubelet`]: runs a node's pods as local processes in network namespaces and cgroups.
 //! - [`snapshots`]: VolumeSnapshots' schema and a snapshot controller with a node-local driver;
 //!   [`snapshot_contents`]: the VolumeSnapshotContents it makes, binds and deletes.
+//! - [`volumes`]: PersistentVolumes, claims bound to them, NFS and CSI storage as host folders.
 //!
 //! Not simulated (ARCHITECTURE.md): image pulls, NetworkPolicy enforcement, the container
 //! runtime's own isolation, the chart's ValidatingAdmissionPolicy (CEL; checked offline by
@@ -36,6 +37,7 @@ pub mod snapshots;
 pub mod status;
 pub mod store;
 pub mod validate;
+pub mod volumes;
 
 use serde_json::Value;
 use std::collections::HashMap;
@@ -174,8 +176,11 @@ impl SimCluster {
         tasks.push(tokio::spawn(async move {
             loop {
                 let (store, on) = (store.clone(), on.clone());
-                let _ =
-                    tokio::task::spawn_blocking(move || snapshots::reconcile(&store, &on)).await;
+                let _ = tokio::task::spawn_blocking(move || {
+                    volumes::bind(&store);
+                    snapshots::reconcile(&store, &on)
+                })
+                .await;
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         }));

@@ -246,6 +246,12 @@ pub fn schedule(store: &Store) {
             .collect();
         for pod in pending {
             let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+            // Its claims first: one missing or not bound leaves it pending on every node.
+            if let Some(why) = crate::volumes::unbound_claim(o, &pod) {
+                reasons.insert(why, nodes.len());
+                unschedulable(o, pod, nodes.len(), &reasons);
+                continue;
+            }
             let mut placed = None;
             for node in &nodes {
                 match fit(o, node, &pod) {

@@ -159,6 +159,7 @@ pub fn problems(kind: &Kind, name: &str, object: &Value) -> Result<Vec<String>, 
         pod_problems(object, &mut causes)?;
     }
     crate::snapshots::problems(kind.kind, object, &mut causes);
+    crate::volumes::problems(kind.kind, object, &mut causes);
     for pointer in [
         "/spec/hard",
         "/spec/resources/requests",
