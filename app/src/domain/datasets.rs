@@ -253,12 +253,15 @@ pub fn check_place(
         (Some(path), None, false) => check_path(path).map(Place::Path),
         (None, Some(claim), true) => check_claim(claim).map(Place::Claim),
         (Some(_), None, true) => Err(
-            "this server runs editors on a cluster: give the dataset's PersistentVolumeClaim as claim (an NFS export or CSI volume via a claim), not a path".into(),
+            "this server runs editors on a cluster: give the name of the dataset's source in the server's kube.dataset_sources (an NFS export or a CSI volume) as claim, not a path".into(),
         ),
         (None, Some(_), false) => Err(
             "this server runs editors on this machine: give the dataset's folder as path, not a claim".into(),
         ),
-        (None, None, true) => Err("give the dataset's PersistentVolumeClaim as claim".into()),
+        (None, None, true) => Err(
+            "give the name of the dataset's source in the server's kube.dataset_sources as claim"
+                .into(),
+        ),
         (None, None, false) => Err("give the dataset's folder on this server as path".into()),
     }
 }
@@ -332,6 +335,24 @@ pub fn plan_mounts(datasets: &[(String, bool)]) -> MountPlan {
             plan.steps.push(format!(
                 "Dataset {name} is missing on this server; launched without it"
             ));
+        }
+    }
+    if !plan.mounted.is_empty() {
+        plan.steps.insert(0, mounted_words(&plan.mounted));
+    }
+    plan
+}
+
+/// As [`plan_mounts`] on a cluster, where each dataset's volume was attached or not, with the
+/// reason: one that is not is a step naming it, and the editor starts without it.
+pub fn plan_attached(datasets: &[(String, Result<(), String>)]) -> MountPlan {
+    let mut plan = MountPlan::default();
+    for (name, attached) in datasets {
+        match attached {
+            Ok(()) => plan.mounted.push(name.clone()),
+            Err(why) => plan.steps.push(format!(
+                "Dataset {name} could not be attached: {why}; launched without it"
+            )),
         }
     }
     if !plan.mounted.is_empty() {
@@ -482,6 +503,15 @@ mod tests {
             ]
         );
         assert_eq!(plan_mounts(&[]), MountPlan::default());
+        let attached = plan_attached(&[
+            ("a".into(), Ok(())),
+            ("b".into(), Err("its claim does not bind: too small".into())),
+        ]);
+        assert_eq!(attached.mounted, vec!["a".to_string()]);
+        assert_eq!(
+            attached.steps[1],
+            "Dataset b could not be attached: its claim does not bind: too small; launched without it"
+        );
         assert_eq!(mount_point("a"), "datasets/a");
     }
 }

@@ -54,6 +54,9 @@ pub struct KubeConfig {
     /// their workspace): at most this many at once across the cluster; 0: none. Each holds a
     /// free slot until its user launches, leaves, or another launch needs the slot.
     pub warm_pods: u32,
+    /// Where the cluster's shared datasets lie, by the name a dataset's `claim` gives
+    /// (`config/dataset_sources.rs`: an NFS export or a CSI volume).
+    pub dataset_sources: std::collections::BTreeMap<String, super::dataset_sources::DatasetSource>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,6 +104,7 @@ impl Default for KubeConfig {
             images: KubeImages::default(),
             editor_port: 8888,
             warm_pods: 0,
+            dataset_sources: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -192,7 +196,7 @@ impl KubeConfig {
         if self.editor_port == 0 {
             return bad("editor_port", "must be between 1 and 65535");
         }
-        Ok(())
+        super::dataset_sources::check_all(&self.dataset_sources)
     }
 }
 

@@ -5,6 +5,7 @@
 pub mod accounts;
 pub mod backups;
 pub mod credits;
+pub mod dataset_sources;
 pub mod editors;
 pub mod history;
 pub mod idle;

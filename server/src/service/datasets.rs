@@ -150,6 +150,19 @@ impl Datasets {
                 .await;
             return Vec::new();
         }
+        if let Some(kube) = &self.kube {
+            let user_name = match self.store.user_by_id(user_id).await {
+                Ok(Some(user)) => user.name,
+                Ok(None) => return Vec::new(),
+                Err(e) => {
+                    tracing::warn!(session = session_id, error = %e, "reading the user; launching without datasets");
+                    return Vec::new();
+                }
+            };
+            return self
+                .attach_on_cluster(kube, session_id, &user_name, usable)
+                .await;
+        }
         let on_cluster = self.on_cluster();
         let looked = tokio::task::spawn_blocking(move || {
             usable
@@ -188,11 +201,61 @@ impl Datasets {
             .collect()
     }
 
+    /// On a cluster: each dataset's read-only volume and claim made in the user's namespace
+    /// and bound (`runtime/kube/datasets.rs`); one that cannot be is a step naming it and why.
+    async fn attach_on_cluster(
+        &self,
+        kube: &crate::runtime::kube::KubeRuntime,
+        session_id: &str,
+        user_name: &str,
+        usable: Vec<DatasetRecord>,
+    ) -> Vec<DatasetMount> {
+        use crate::runtime::kube::datasets::Wanted;
+        let wanted: Vec<Wanted> = usable
+            .iter()
+            .filter_map(|d| match &d.place {
+                Place::Claim(source) => Some(Wanted {
+                    name: d.name.clone(),
+                    source: source.clone(),
+                }),
+                Place::Path(_) => None,
+            })
+            .collect();
+        let mut attached = kube.attach_datasets(user_name, &wanted).await;
+        for d in &usable {
+            if let Place::Path(_) = d.place {
+                attached.push((
+                    d.name.clone(),
+                    Err("it is a folder of one server, not a cluster's storage".into()),
+                ));
+            }
+        }
+        let plan = datasets::plan_attached(&attached);
+        for step in &plan.steps {
+            self.lifecycle.step(session_id, step, 40).await;
+        }
+        if let Err(e) = self
+            .store
+            .record_session_datasets(session_id, &plan.mounted)
+            .await
+        {
+            tracing::warn!(session = session_id, error = %e, "recording a session's datasets");
+        }
+        usable
+            .into_iter()
+            .filter(|d| plan.mounted.contains(&d.name))
+            .map(|d| DatasetMount {
+                name: d.name,
+                place: d.place,
+            })
+            .collect()
+    }
+
     /// Whether `user_id` has datasets: their editor is then started for them, with the
     /// datasets, not taken pre-started (whose sandbox was made without them).
     pub(in crate::service) async fn has_datasets(&self, user_id: &str) -> bool {
-        match self.datasets_of(user_id).await {
-            Ok(usable) => !usable.is_empty(),
+        match self.store.may_use_a_dataset(user_id).await {
+            Ok(some) => some,
             Err(e) => {
                 tracing::warn!(user = user_id, error = %e, "reading the datasets");
                 false
@@ -224,7 +287,10 @@ impl Datasets {
                         .map_err(AppError::Invalid)?;
                 Place::Path(resolved)
             }
-            claim => claim,
+            Place::Claim(source) => {
+                self.known_source(&source).map_err(AppError::Invalid)?;
+                Place::Claim(source)
+            }
         };
         let (everyone, user_ids, names) = match users {
             Users::Everyone => (true, Vec::new(), String::new()),
@@ -241,6 +307,24 @@ impl Datasets {
             }
         };
         Ok((name, description, place, everyone, user_ids, names))
+    }
+
+    /// A cluster's dataset names one of the configured sources (`[kube.dataset_sources]`).
+    fn known_source(&self, source: &str) -> Result<(), String> {
+        let sources = &self.config.kube.dataset_sources;
+        if sources.contains_key(source) {
+            return Ok(());
+        }
+        let known: Vec<&str> = sources.keys().map(String::as_str).collect();
+        Err(format!(
+            "`{}` is not a dataset source of this server; an operator adds it to kube.dataset_sources (an NFS export or a CSI volume){}",
+            app::domain::encode::shown(source),
+            if known.is_empty() {
+                "; none is configured".to_string()
+            } else {
+                format!("; configured: {}", known.join(", "))
+            }
+        ))
     }
 
     async fn dataset_view(&self, id: &str) -> Result<DatasetView, AppError> {

@@ -56,6 +56,7 @@
 //! session's editor pod ([`files`]).
 
 pub mod backups;
+pub mod datasets;
 pub mod files;
 pub mod hami;
 pub mod metrics;
@@ -651,10 +652,14 @@ impl Runtime for KubeRuntime {
         let namespace = names::namespace_of(&self.config.namespace_prefix, user_name);
         let api = Api::<Namespace>::all(self.client.clone());
         match api.delete(&namespace, &DeleteParams::default()).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-            Err(e) => Err(RuntimeError::from(KubeError::from_kube("namespace", e))),
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(RuntimeError::from(KubeError::from_kube("namespace", e))),
         }
+        // Dataset volumes are cluster-scoped: they do not go with the namespace.
+        self.remove_dataset_volumes(user_name)
+            .await
+            .map_err(RuntimeError::from)
     }
 
     async fn copy_workspace_file(

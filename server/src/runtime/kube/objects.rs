@@ -410,10 +410,10 @@ impl<'a> UserPlan<'a> {
                 ..Volume::default()
             },
         ];
-        // Shared datasets: each a claim of the user's namespace, read-only in the volume and in
-        // the mount, at `~/datasets/<name>` (HOME is the workspace).
+        // Shared datasets: each a claim of the user's namespace (`datasets.rs`), read-only in the
+        // volume and in the mount, at `~/datasets/<name>` (HOME is the workspace).
         for dataset in &launch.datasets {
-            let app::domain::datasets::Place::Claim(claim) = &dataset.place else {
+            let app::domain::datasets::Place::Claim(_) = &dataset.place else {
                 continue;
             };
             let volume = format!("dataset-{}", dataset.name);
@@ -428,7 +428,7 @@ impl<'a> UserPlan<'a> {
             volumes.push(Volume {
                 name: volume,
                 persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                    claim_name: claim.clone(),
+                    claim_name: super::datasets::claim_name(&dataset.name),
                     read_only: Some(true),
                 }),
                 ..Volume::default()
