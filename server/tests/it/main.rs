@@ -13,6 +13,7 @@
 //! - `cluster`: the kube runtime against the simulated cluster (`server/sim-cluster`) over TCP:
 //!   RBAC rendered from the chart, the schema, server-side apply, refusals a cluster makes.
 //! - `cluster_backups`: workspace backups as VolumeSnapshots there (take, list, restore, retention).
+//! - `cluster_datasets`: shared datasets there: a read-only volume and claim per user, the steps.
 //! - `cli`: the command line: the first run's admin, environment over file, tokens, locks seen by a
 //!   running server, `migrate`.
 //! - `datasets`: shared datasets: the admin API's refusals, who lists what, and from inside real
@@ -60,6 +61,7 @@ mod backups;
 mod cli;
 mod cluster;
 mod cluster_backups;
+mod cluster_datasets;
 mod datasets;
 mod departed;
 mod editors;
