@@ -93,7 +93,17 @@ impl Launcher {
         &self,
         pool: &[(crate::store::GpuRecord, Vec<crate::store::SlotRecord>)],
     ) -> Catalog {
-        let (sizes, bursts) = pool_sizes(pool);
+        let cards: Vec<(u64, Vec<u64>)> = pool
+            .iter()
+            .map(|(gpu, slots)| (gpu.memory_mib, slots.iter().map(|s| s.slice_mib).collect()))
+            .collect();
+        self.catalog_of(&cards)
+    }
+
+    /// The catalog of a pool given as its cards: each card's memory and its slots' sizes
+    /// ([`crate::store::Store::pool_cards`], one statement a launch).
+    pub(in crate::service) fn catalog_of(&self, cards: &[(u64, Vec<u64>)]) -> Catalog {
+        let (sizes, bursts) = app::domain::pool::offered_sizes(cards);
         Catalog {
             editors: self.runtime.availability(),
             slice_sizes: sizes.clone(),
@@ -158,8 +168,9 @@ impl Launcher {
         match launched.placement {
             Placement::Warm(warm) => {
                 // Bound before anyone has the address: the page opens on the user's own files.
-                // One started for this user has them already.
-                let disk_mib = self.lifecycle.disk_quota(&viewer.id).await;
+                // One started for this user has them already. The quota is the one the
+                // launch's transaction checked against.
+                let disk_mib = launched.limits.max_disk_mib;
                 let bound = match warm.user_id {
                     Some(_) => Ok(()),
                     None => {
@@ -168,20 +179,24 @@ impl Launcher {
                             .await
                     }
                 };
+                // Whether the launch's own rows are all there is to show (no failure, no step
+                // added after them).
+                let mut plain = bound.is_ok();
                 if let Err(e) = bound {
                     tracing::warn!(session = %id, error = %e, "binding the workspace");
                     self.lifecycle
                         .stop_session(&id, EndReason::Failed, Some(&e.user_message()))
                         .await;
                 }
-                for step in launched.steps {
-                    self.events.publish(&id, step);
+                for step in &launched.steps {
+                    self.events.publish(&id, step.clone());
                 }
                 if let Some(words) = warm
                     .runtime_handle
                     .as_deref()
                     .and_then(|handle| self.runtime.network_of(handle))
                 {
+                    plain = false;
                     self.lifecycle
                         .step(&id, &format!("Network: {words}"), 100)
                         .await;
@@ -190,6 +205,9 @@ impl Launcher {
                 self.metrics
                     .became_ready(true, (self.store.now() - launched_at) as f64 / 1000.0);
                 self.warm.kick_warm_pool();
+                if plain {
+                    return self.ready_view(launched.record, launched.steps).await;
+                }
             }
             Placement::Slot { evicted, .. } => {
                 for step in launched.steps {
@@ -212,6 +230,37 @@ impl Launcher {
             }
         }
         self.lifecycle.view(&id).await
+    }
+
+    /// The view of a session a warm launch made ready, from the rows its transaction wrote,
+    /// with its route for the proxy put in place: the first request through the proxy then
+    /// reads nothing. The session is read once after the route goes in, as the proxy's own
+    /// lookup does, so that a stop that ran meanwhile leaves no route behind; that read is
+    /// also the view's (with any idle timeout chosen). Anything else falls back to
+    /// [`super::lifecycle::Lifecycle::view`].
+    async fn ready_view(
+        &self,
+        written: crate::store::SessionRecord,
+        steps: Vec<Step>,
+    ) -> Result<SessionView, AppError> {
+        let id = written.id.clone();
+        let routes = &self.lifecycle.routes;
+        let Some(route) = super::routes::Route::of_ready(&written, self.store.clock()) else {
+            return self.lifecycle.view(&id).await;
+        };
+        routes.insert(Arc::new(route));
+        let now = self.store.session(&id).await;
+        match now {
+            Ok(Some(record))
+                if record.state == written.state && record.upstream == written.upstream =>
+            {
+                self.lifecycle.view_of(record, steps, true).await
+            }
+            _ => {
+                routes.remove(&id);
+                self.lifecycle.view(&id).await
+            }
+        }
     }
 
     /// "16 GB RAM · 2 CPUs": what a session of `slice_mib` gets beside its GPU, where limited.

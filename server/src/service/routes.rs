@@ -61,6 +61,27 @@ impl Route {
         }
     }
 
+    /// The route to `record`'s editor, when the session is ready and its editor known.
+    pub fn of_ready(record: &crate::store::SessionRecord, clock: Arc<dyn Clock>) -> Option<Route> {
+        if record.state != SessionState::Ready {
+            return None;
+        }
+        let (Some(upstream), Some(secret)) = (&record.upstream, &record.editor_token) else {
+            return None;
+        };
+        Some(
+            Route::new(
+                record.id.clone(),
+                record.user_id.clone(),
+                upstream.clone(),
+                editors::upstream_auth(record.editor, secret),
+                editors::strips_prefix(record.editor),
+                record.last_activity_at,
+            )
+            .on_clock(clock),
+        )
+    }
+
     /// The same route, its activity stamped by `clock`.
     pub fn on_clock(self, clock: Arc<dyn Clock>) -> Route {
         Route { clock, ..self }
@@ -227,23 +248,10 @@ impl Access {
         let Some(record) = self.store.session(session_id).await? else {
             return Ok(None);
         };
-        if record.state != SessionState::Ready {
-            return Ok(None);
-        }
-        let (Some(upstream), Some(secret)) = (&record.upstream, &record.editor_token) else {
+        let Some(route) = Route::of_ready(&record, self.store.clock()) else {
             return Ok(None);
         };
-        let route = Arc::new(
-            Route::new(
-                record.id.clone(),
-                record.user_id.clone(),
-                upstream.clone(),
-                editors::upstream_auth(record.editor, secret),
-                editors::strips_prefix(record.editor),
-                record.last_activity_at,
-            )
-            .on_clock(self.store.clock()),
-        );
+        let route = Arc::new(route);
         self.routes.insert(route.clone());
         // A stop may have run between our read and our insert; it must not leave a route behind.
         if self.store.session(session_id).await?.map(|r| r.state) != Some(SessionState::Ready) {

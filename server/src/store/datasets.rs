@@ -131,6 +131,22 @@ impl Store {
         Ok(datasets)
     }
 
+    /// Whether `user_id` may use some dataset ([`app::domain::datasets::Permit::allows`] on
+    /// [`Store::datasets`], in one statement): a launch asks it before taking a pre-started
+    /// editor, which runs without datasets.
+    pub async fn may_use_a_dataset(&self, user_id: &str) -> Result<bool> {
+        let row = sqlx::query(
+            "SELECT 1 AS one FROM datasets d WHERE d.everyone <> 0 OR EXISTS (
+               SELECT 1 FROM dataset_users p JOIN users u ON u.id = p.user_id
+               WHERE p.dataset_id = d.id AND p.user_id = $1 AND u.deleted_at IS NULL)
+             LIMIT 1",
+        )
+        .bind(user_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.is_some())
+    }
+
     pub async fn dataset(&self, id: &str) -> Result<Option<DatasetRecord>> {
         Ok(self.datasets().await?.into_iter().find(|d| d.id == id))
     }

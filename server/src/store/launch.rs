@@ -82,6 +82,9 @@ pub struct Launched {
     pub record: SessionRecord,
     pub steps: Vec<Step>,
     pub placement: Placement,
+    /// The user's limits the quota was checked against (their overrides applied): the
+    /// workspace quota a warm editor binds with, without reading the overrides again.
+    pub limits: Limits,
 }
 
 /// A queued session that got a slot.
@@ -201,6 +204,7 @@ impl Store {
             record,
             steps,
             placement,
+            limits,
         })
     }
 

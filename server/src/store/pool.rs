@@ -76,6 +76,36 @@ impl Store {
             .collect()
     }
 
+    /// Each active card's memory and its active slots' sizes, in one statement of a few rows:
+    /// what a launch's catalog needs (the sizes offered), without reading every slot.
+    pub async fn pool_cards(&self) -> Result<Vec<(u64, Vec<u64>)>> {
+        let rows = sqlx::query(
+            "SELECT g.id, g.memory_mib, s.slice_mib, COUNT(*) AS n
+             FROM gpus g JOIN slots s ON s.gpu_id = g.id
+             WHERE g.active = 1 AND s.active = 1
+             GROUP BY g.id, g.memory_mib, s.slice_mib ORDER BY g.id, s.slice_mib",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut cards: Vec<(String, u64, Vec<u64>)> = Vec::new();
+        for row in rows {
+            let id: String = row.try_get("id")?;
+            let memory_mib = row.try_get::<i64, _>("memory_mib")? as u64;
+            let slice_mib = row.try_get::<i64, _>("slice_mib")? as u64;
+            let n = row.try_get::<i64, _>("n")? as usize;
+            match cards.last_mut() {
+                Some((last, _, sizes)) if *last == id => {
+                    sizes.extend(std::iter::repeat_n(slice_mib, n))
+                }
+                _ => cards.push((id, memory_mib, vec![slice_mib; n])),
+            }
+        }
+        Ok(cards
+            .into_iter()
+            .map(|(_, mib, sizes)| (mib, sizes))
+            .collect())
+    }
+
     pub async fn slot(&self, id: &str) -> Result<Option<SlotRecord>> {
         let row = sqlx::query(&format!("SELECT {SLOT_COLUMNS} FROM slots WHERE id = $1"))
             .bind(id)

@@ -223,3 +223,113 @@ async fn a_launch_writes_its_rows(store: Store) {
 on_both_fns! {
     a_launch_writes_its_rows => a_launch_writes_its_rows_sqlite, a_launch_writes_its_rows_postgres;
 }
+
+/// A launch's catalog reads the pool's cards in one statement ([`Store::pool_cards`]): the same
+/// cards and slot sizes as the whole pool's rows, a card no longer configured left out.
+async fn the_catalogs_cards_are_the_pools(store: Store) {
+    let card = |id: &str, memory_mib: u64, slice_mib: u64| GpuSpec {
+        id: id.into(),
+        model: "Virtual".into(),
+        memory_mib,
+        slice_mib,
+        hold: app::domain::hold::SliceHold::None,
+        device_minor: None,
+        mig: None,
+    };
+    let old = card("card9", 4 * SLICE, SLICE);
+    store
+        .sync_pool(std::slice::from_ref(&old), &plan_slots(0, &old))
+        .await
+        .unwrap();
+    let gpus = [
+        card("card0", 4 * SLICE, SLICE),
+        card("card1", 2 * SLICE, 2 * SLICE),
+    ];
+    let slots: Vec<_> = gpus
+        .iter()
+        .enumerate()
+        .flat_map(|(i, g)| plan_slots(i, g))
+        .collect();
+    store.sync_pool(&gpus, &slots).await.unwrap();
+    let mut whole: Vec<(u64, Vec<u64>)> = store
+        .pool()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(g, s)| (g.memory_mib, s.iter().map(|s| s.slice_mib).collect()))
+        .collect();
+    whole.iter_mut().for_each(|(_, s)| s.sort_unstable());
+    whole.sort();
+    let mut cards = store.pool_cards().await.unwrap();
+    cards.sort();
+    assert_eq!(
+        cards,
+        vec![(2 * SLICE, vec![2 * SLICE]), (4 * SLICE, vec![SLICE; 4])]
+    );
+    assert_eq!(cards, whole);
+}
+
+on_both_fns! {
+    the_catalogs_cards_are_the_pools => the_catalogs_cards_are_the_pools_sqlite, the_catalogs_cards_are_the_pools_postgres;
+}
+
+/// Whether a launch may take a pre-started editor asks [`Store::may_use_a_dataset`], one
+/// statement: it answers as the datasets' permits do ([`datasets::Permit::allows`] on every
+/// dataset), with none, with some for named users (a deleted one no longer counts) and with one
+/// for everyone.
+async fn may_use_a_dataset_is_the_permits(store: Store) {
+    use super::datasets::DatasetWrite;
+    use app::domain::datasets::{self, Place};
+    let admin = user(&store, "admin", 0).await;
+    let mut users = Vec::new();
+    for name in ["u0", "u1", "u2", "u3"] {
+        users.push(user(&store, name, 0).await.id);
+    }
+    let by_permits = |all: &[super::datasets::DatasetRecord], user_id: &str| {
+        all.iter().any(|d| {
+            let ids = d.user_ids();
+            datasets::Permit {
+                everyone: d.everyone,
+                user_ids: &ids,
+            }
+            .allows(user_id)
+        })
+    };
+    let agree = |stage: &'static str, expected: [bool; 4]| {
+        let (store, users) = (store.clone(), users.clone());
+        async move {
+            let all = store.datasets().await.unwrap();
+            for (user_id, want) in users.iter().zip(expected) {
+                let got = store.may_use_a_dataset(user_id).await.unwrap();
+                assert_eq!(got, by_permits(&all, user_id), "{stage}: {user_id}");
+                assert_eq!(got, want, "{stage}: {user_id}");
+            }
+        }
+    };
+    agree("no datasets", [false; 4]).await;
+    let place = Place::Path("/data/a".into());
+    let named = [users[1].clone(), users[3].clone()];
+    let write = |name, everyone, user_ids| DatasetWrite {
+        name,
+        description: "",
+        place: &place,
+        everyone,
+        user_ids,
+    };
+    store
+        .add_dataset(&write("a", false, &named), "u1, u3", &admin.id)
+        .await
+        .unwrap();
+    agree("one for u1 and u3", [false, true, false, true]).await;
+    store.delete_user(&users[3], Some(&admin.id)).await.unwrap();
+    agree("u3 deleted", [false, true, false, false]).await;
+    store
+        .add_dataset(&write("b", true, &[]), "", &admin.id)
+        .await
+        .unwrap();
+    agree("one for everyone", [true; 4]).await;
+}
+
+on_both_fns! {
+    may_use_a_dataset_is_the_permits => may_use_a_dataset_is_the_permits_sqlite, may_use_a_dataset_is_the_permits_postgres;
+}
