@@ -14,8 +14,12 @@ the day before (their workspace exists). Rounds alternate which mode goes first.
 Run through bench/run.sh (`BENCH_ONLY=crowd bash bench/run.sh`) or `bench.py` with its
 environment. Knobs: BENCH_CROWD_N=50  BENCH_CROWD_ROUNDS=3  BENCH_CROWD_DB=sqlite,postgres
 BENCH_CROWD_PERF=<folder> (a `perf record --call-graph dwarf` of the server during each burst)
+BENCH_CROWD_STATEMENTS=1 (the server logs every SQL statement; each mode counts those it ran per
+launch, by statement, a figure that does not move with the machine's load; times are slower then)
 """
+import collections
 import os
+import re
 import subprocess
 import threading
 import time
@@ -27,6 +31,8 @@ ROUNDS = int(os.environ.get("BENCH_CROWD_ROUNDS", 3))
 DBS = os.environ.get("BENCH_CROWD_DB", "sqlite,postgres").split(",")
 # A folder: a `perf record` of the server (with its call stacks) during each burst goes there.
 PERF = os.environ.get("BENCH_CROWD_PERF", "")
+# Count the SQL statements each mode runs (sqlx's statement log), per launch.
+STATEMENTS = os.environ.get("BENCH_CROWD_STATEMENTS", "0") == "1"
 # Ten slices of 8 GiB on each 80 GiB card: exactly N slots.
 CARD_MIB, SLICES_PER_CARD = 81920, 10
 
@@ -47,6 +53,9 @@ class Crowd:
     def __init__(self, db):
         env = {"SANDBOX_EDITORS__JUPYTERLAB": os.path.join(b.HERE, "standins/nginx-editor.sh"),
                "SANDBOX_LOCAL__ISOLATION": "none"}
+        if STATEMENTS:
+            env["SANDBOX_LOG"] = "warn,sqlx::query=debug"
+            env["SANDBOX_LOG_FORMAT"] = "json"
         warm = f'[{{ editor = "jupyterlab", slice_mib = {b.SLICE}, count = {N} }}]'
         self.server = b.Server(f"crowd-{db}", env, warm=warm)
         self.db = db
@@ -157,6 +166,25 @@ class Crowd:
                     pass
 
 
+def statements_since(logf, offset):
+    """The statements the server logged (as JSON lines) after `offset` of its log, counted by
+    their text with its whitespace folded."""
+    logf.flush()
+    counted = collections.Counter()
+    with open(logf.name, errors="replace") as f:
+        f.seek(offset)
+        for line in f:
+            if '"sqlx::query"' not in line:
+                continue
+            try:
+                event = b.json.loads(line)
+            except ValueError:
+                continue
+            text = event.get("db.statement") or event.get("summary", "")
+            counted[re.sub(r"\s+", " ", text).strip()] += 1
+    return counted
+
+
 def summary(values):
     ms = [1000 * v for v in values]
     return {"p50_ms": b.pct(ms, 0.5), "p95_ms": b.pct(ms, 0.95), "max_ms": max(ms)}
@@ -169,6 +197,7 @@ def bench_crowd(results):
         crowd = Crowd(db).start()
         runs = {"burst": [], "one_at_a_time": []}
         cpu = {"burst": [], "one_at_a_time": []}
+        statements = {"burst": [], "one_at_a_time": []}
         try:
             b.log(f"  {db}: filling the pool with {N} pre-started editors")
             crowd.wait_full()
@@ -186,9 +215,16 @@ def bench_crowd(results):
                                                  os.path.join(PERF, f"{db}-{r}.data")],
                                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                         time.sleep(1.0)
+                    log0 = os.path.getsize(crowd.server.logf.name)
                     cpu0, client0 = b.cpu_s(pid), time.process_time()
                     got = getattr(crowd, mode)()
                     cpu[mode].append((b.cpu_s(pid) - cpu0, time.process_time() - client0))
+                    if STATEMENTS:
+                        counted = statements_since(crowd.server.logf, log0)
+                        statements[mode].append(dict(counted))
+                        b.log(f"  {db} round {r + 1} {mode}: {sum(counted.values()) / N:.1f} statements a launch")
+                        for text, n in counted.most_common(40):
+                            b.log(f"    {n / N:5.2f}  {text[:110]}")
                     if perf:
                         perf.send_signal(b.signal.SIGINT)
                         perf.wait()
@@ -209,6 +245,8 @@ def bench_crowd(results):
             crowd.stop()
         out["runs"][db] = runs
         out.setdefault("cpu_s", {})[db] = cpu
+        if STATEMENTS:
+            out.setdefault("statements", {})[db] = statements
     out["summary"] = {
         db: {mode: {"first_200": summary([t for rnd in rr for t, _ in rnd]),
                     "post": summary([p for rnd in rr for _, p in rnd])}
