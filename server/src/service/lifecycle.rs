@@ -155,13 +155,28 @@ impl Lifecycle {
     pub(in crate::service) async fn view(&self, id: &str) -> Result<SessionView, AppError> {
         let record = self.store.session(id).await?.ok_or(AppError::NotFound)?;
         let steps = self.store.steps(id).await?;
+        self.view_of(record, steps, false).await
+    }
+
+    /// `record`'s view, with its `steps`. `new`: a session a launch made a moment ago, which
+    /// has no datasets mounted (only a cold start mounts them) and cannot have an admin's
+    /// access yet, so neither is read.
+    pub(in crate::service) async fn view_of(
+        &self,
+        record: SessionRecord,
+        steps: Vec<Step>,
+        new: bool,
+    ) -> Result<SessionView, AppError> {
+        let id = record.id.as_str();
         let position = if record.state == SessionState::Queued {
             Some(self.store.queue_position(id).await?)
         } else {
             None
         };
         let mut view = self.session_view(&record, steps, position);
-        view.datasets = self.store.session_datasets(id).await?;
+        if !new {
+            view.datasets = self.store.session_datasets(id).await?;
+        }
         if let Some(position) = position {
             let live = self.store.live_sessions().await?;
             let pool = self.store.pool().await?;
@@ -176,11 +191,13 @@ impl Lifecycle {
             view.memory_note = Some(memory_note(memory, kills));
         }
         if record.state.is_live() {
-            view.admin_access = self
-                .store
-                .editor_access_now(id)
-                .await?
-                .map(|(admin, until_ms)| AdminAccessNote { admin, until_ms });
+            if !new {
+                view.admin_access = self
+                    .store
+                    .editor_access_now(id)
+                    .await?
+                    .map(|(admin, until_ms)| AdminAccessNote { admin, until_ms });
+            }
         } else {
             view.cost = self
                 .store

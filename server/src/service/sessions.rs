@@ -340,8 +340,7 @@ impl Sessions {
                 "the server is restarting; launch again in a minute".into(),
             ));
         }
-        let pool = self.store.pool().await?;
-        let mut catalog = self.launcher.catalog(&pool);
+        let mut catalog = self.launcher.catalog_of(&self.store.pool_cards().await?);
         catalog.images = self.images.image_choices().await?;
         let valid = launch::validate(&request, &catalog).map_err(AppError::Invalid)?;
         // From here on the work runs in its own task: a client that disconnects mid-request
