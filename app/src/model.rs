@@ -181,6 +181,11 @@ pub struct SessionView {
     pub queue_eta_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waits_for: Option<String>,
+    /// While queued with a time: what frees its place by then, in words
+    /// ([`crate::domain::pool::frees_words`]: a running session's time ending, an idle session
+    /// reclaimed, an editor started ahead handed over).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_why: Option<String>,
     /// When it ends as idle if nothing happens; moves with activity.
     pub idle_at_ms: Option<i64>,
     /// How long before either end the page warns.
@@ -210,6 +215,15 @@ pub struct SessionView {
     /// The shared datasets its launch mounted (`~/datasets/<name>`), on its own page.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub datasets: Vec<String>,
+}
+
+impl SessionView {
+    /// Sets when the queued session should start and what frees its place by then
+    /// ([`crate::domain::pool::queue_wait`]).
+    pub fn wait_for(&mut self, wait: Option<crate::domain::pool::QueueWait>) {
+        self.queue_eta_ms = wait.as_ref().map(|w| w.at_ms);
+        self.queue_why = wait.map(|w| crate::domain::pool::frees_words(&w.by));
+    }
 }
 
 /// What an ended session held, was charged and gave back (milli-credits).

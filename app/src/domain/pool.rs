@@ -120,21 +120,43 @@ pub fn offered_sizes(cards: &[(u64, Vec<u64>)]) -> (Vec<u64>, Vec<u64>) {
     (sizes, bursts)
 }
 
+/// What frees a place a queued launch may take: why its expected start is what it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Frees {
+    /// An editor started ahead for the size is ready: the dispatcher's next pass hands it over.
+    Warm,
+    /// A running session's time ends.
+    TimeEnds,
+    /// A session its person left idle is reclaimed at its deadline (they have been warned).
+    IdleReclaim,
+}
+
 /// When a running session frees its place: when its time ends, or sooner at its idle deadline
 /// once the reaper is about to reclaim it (its person warned, or the deadline passed, by the
-/// policy it is judged by now, pressure included), never before `now`. A session the idle
-/// policy calls active may go on working, so only its end counts.
-pub fn frees_at(ends_at: Option<i64>, idle: super::idle::Verdict, now: i64) -> Option<i64> {
+/// policy it is judged by now, pressure included), never before `now`; and which of the two
+/// it is. A session the idle policy calls active may go on working, so only its end counts.
+pub fn frees_by(
+    ends_at: Option<i64>,
+    idle: super::idle::Verdict,
+    now: i64,
+) -> Option<(i64, Frees)> {
     use super::idle::Verdict;
     let reclaim_at = match idle {
         Verdict::Warn { idle_at } | Verdict::Idle { idle_at } => Some(idle_at),
         Verdict::Active { .. } => None,
     };
-    [ends_at, reclaim_at]
-        .into_iter()
-        .flatten()
-        .min()
-        .map(|at| at.max(now))
+    let (at, why) = match (ends_at, reclaim_at) {
+        (Some(end), Some(reclaim)) if reclaim < end => (reclaim, Frees::IdleReclaim),
+        (Some(end), _) => (end, Frees::TimeEnds),
+        (None, Some(reclaim)) => (reclaim, Frees::IdleReclaim),
+        (None, None) => return None,
+    };
+    Some((at.max(now), why))
+}
+
+/// [`frees_by`]'s moment alone.
+pub fn frees_at(ends_at: Option<i64>, idle: super::idle::Verdict, now: i64) -> Option<i64> {
+    frees_by(ends_at, idle, now).map(|(at, _)| at)
 }
 
 /// When the launch at `position` in line for a size may start: the `position`-th moment a place
@@ -143,24 +165,75 @@ pub fn frees_at(ends_at: Option<i64>, idle: super::idle::Verdict, now: i64) -> O
 /// running holder frees ([`frees_at`], any order; for a whole card, when its last session
 /// frees). `None` when fewer places free than wait ahead of it: it waits for sessions that have
 /// not started yet.
-pub fn queue_eta(
+pub fn queue_eta(position: u32, now: i64, warm_ready: usize, frees_at: Vec<i64>) -> Option<i64> {
+    let frees = frees_at
+        .into_iter()
+        .map(|at| (at, Frees::TimeEnds))
+        .collect();
+    queue_wait(position, now, warm_ready, frees).map(|wait| wait.at_ms)
+}
+
+/// When a queued launch should start and what frees the places counted until then.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueWait {
+    pub at_ms: i64,
+    /// What frees the first `position` places, each once, in [`Frees`] order: the places the
+    /// launches ahead take and its own.
+    pub by: Vec<Frees>,
+}
+
+/// [`queue_eta`] with the reasons: `frees` are the running holders' ([`frees_by`]).
+pub fn queue_wait(
     position: u32,
     now: i64,
     warm_ready: usize,
-    mut frees_at: Vec<i64>,
-) -> Option<i64> {
-    frees_at.extend(std::iter::repeat_n(now, warm_ready));
-    frees_at.sort_unstable();
-    frees_at.get(position.checked_sub(1)? as usize).copied()
+    mut frees: Vec<(i64, Frees)>,
+) -> Option<QueueWait> {
+    frees.extend(std::iter::repeat_n((now, Frees::Warm), warm_ready));
+    frees.sort_unstable();
+    let counted = frees.get(..usize::try_from(position).ok().filter(|p| *p > 0)?)?;
+    let mut by: Vec<Frees> = counted.iter().map(|(_, why)| *why).collect();
+    by.sort_unstable();
+    by.dedup();
+    Some(QueueWait {
+        at_ms: counted.last()?.0,
+        by,
+    })
 }
 
-/// What a queued launch waits for and when it should start, in words.
-pub fn queue_words(waits_for: Option<&str>, eta_ms: Option<i64>) -> String {
+/// What a queued launch waits for by its expected start, in words that follow the time:
+/// "when a running session's time ends or an idle session is reclaimed (sooner if one stops)".
+pub fn frees_words(by: &[Frees]) -> String {
+    let parts: Vec<&str> = by
+        .iter()
+        .map(|why| match why {
+            Frees::Warm => "an editor started ahead is handed over",
+            Frees::TimeEnds => "a running session's time ends",
+            Frees::IdleReclaim => "an idle session is reclaimed",
+        })
+        .collect();
+    let said = match parts.as_slice() {
+        [] => return "when a slice frees".into(),
+        [one] => (*one).to_string(),
+        [first @ .., last] => format!("{} or {last}", first.join(", ")),
+    };
+    let sooner = if by.iter().all(|why| *why == Frees::Warm) {
+        ""
+    } else {
+        " (sooner if one stops)"
+    };
+    format!("when {said}{sooner}")
+}
+
+/// What a queued launch waits for and when it should start, in words (`why`: what frees its
+/// place by then, [`frees_words`]).
+pub fn queue_words(waits_for: Option<&str>, eta_ms: Option<i64>, why: Option<&str>) -> String {
     let what = waits_for.unwrap_or("a free slice");
     match eta_ms {
         Some(at) => format!(
-            "Waiting for {what}: expected by {} UTC, when a running session's time ends (sooner if one stops).",
-            super::dates::minute(at)
+            "Waiting for {what}: expected by {} UTC, {}.",
+            super::dates::minute(at),
+            why.unwrap_or("when a slice frees")
         ),
         None => format!(
             "Waiting for {what}: after launches that have not started yet, so no time can be given."
@@ -175,11 +248,97 @@ mod tests {
     #[test]
     fn a_queued_launch_says_what_it_waits_for_and_when() {
         let at = 1_764_640_800_000; // 2025-12-02 02:00 UTC
+        let why = frees_words(&[Frees::TimeEnds]);
         assert_eq!(
-            queue_words(Some("a free 4 GB slice"), Some(at)),
+            queue_words(Some("a free 4 GB slice"), Some(at), Some(&why)),
             "Waiting for a free 4 GB slice: expected by 2025-12-02 02:00 UTC, when a running session's time ends (sooner if one stops)."
         );
-        assert!(queue_words(None, None).contains("no time can be given"));
+        assert!(queue_words(None, None, None).contains("no time can be given"));
+    }
+
+    #[test]
+    fn the_wait_says_what_frees_the_places_it_counted() {
+        use crate::domain::idle::Verdict;
+        const MIN: i64 = 60_000;
+        let now = 1_764_640_800_000; // the fixed clock: 2025-12-02 02:00 UTC
+        // One session working until +20 min, one warned and idle at +4 min (its time runs to +50).
+        let working = frees_by(
+            Some(now + 20 * MIN),
+            Verdict::Active {
+                idle_at: now + 5 * MIN,
+            },
+            now,
+        );
+        let warned = frees_by(
+            Some(now + 50 * MIN),
+            Verdict::Warn {
+                idle_at: now + 4 * MIN,
+            },
+            now,
+        );
+        assert_eq!(working, Some((now + 20 * MIN, Frees::TimeEnds)));
+        assert_eq!(warned, Some((now + 4 * MIN, Frees::IdleReclaim)));
+        // A warned session whose time ends first frees by its end; one past its deadline, now.
+        assert_eq!(
+            frees_by(
+                Some(now + MIN),
+                Verdict::Warn {
+                    idle_at: now + 4 * MIN
+                },
+                now
+            ),
+            Some((now + MIN, Frees::TimeEnds))
+        );
+        assert_eq!(
+            frees_by(
+                Some(now + 50 * MIN),
+                Verdict::Idle { idle_at: now - MIN },
+                now
+            ),
+            Some((now, Frees::IdleReclaim))
+        );
+        let holders = vec![working.unwrap(), warned.unwrap()];
+        // No editor started ahead: first in line waits for the idle one, second for the end too.
+        let first = queue_wait(1, now, 0, holders.clone()).unwrap();
+        assert_eq!(
+            first,
+            QueueWait {
+                at_ms: now + 4 * MIN,
+                by: vec![Frees::IdleReclaim]
+            }
+        );
+        assert_eq!(
+            frees_words(&first.by),
+            "when an idle session is reclaimed (sooner if one stops)"
+        );
+        let second = queue_wait(2, now, 0, holders.clone()).unwrap();
+        assert_eq!(second.at_ms, now + 20 * MIN);
+        assert_eq!(
+            frees_words(&second.by),
+            "when a running session's time ends or an idle session is reclaimed (sooner if one stops)"
+        );
+        // A ready editor started ahead goes to the first in line, now.
+        let warm = queue_wait(1, now, 1, holders.clone()).unwrap();
+        assert_eq!(
+            warm,
+            QueueWait {
+                at_ms: now,
+                by: vec![Frees::Warm]
+            }
+        );
+        assert_eq!(
+            frees_words(&warm.by),
+            "when an editor started ahead is handed over"
+        );
+        let third = queue_wait(3, now, 1, holders.clone()).unwrap();
+        assert_eq!(third.at_ms, now + 20 * MIN);
+        assert_eq!(
+            frees_words(&third.by),
+            "when an editor started ahead is handed over, a running session's time ends or an idle session is reclaimed (sooner if one stops)"
+        );
+        // More in line than places free: no time, no reasons.
+        assert_eq!(queue_wait(4, now, 1, holders.clone()), None);
+        assert_eq!(queue_wait(0, now, 1, holders), None);
     }
 
     #[test]

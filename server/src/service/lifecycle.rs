@@ -181,7 +181,7 @@ impl Lifecycle {
             let live = self.store.live_sessions().await?;
             let pool = self.store.pool().await?;
             let warm = self.store.warm_editors().await?;
-            view.queue_eta_ms = self.queue_eta(&(live, pool, warm), &record, position);
+            view.wait_for(self.queue_wait(&(live, pool, warm), &record, position));
         }
         if record.state == SessionState::Ready
             && let Some(handle) = &record.runtime_handle
@@ -255,6 +255,7 @@ impl Lifecycle {
             price_per_hour: record.price_per_hour,
             queue_position,
             queue_eta_ms: None,
+            queue_why: None,
             waits_for: (record.state == SessionState::Queued).then(|| {
                 if record.burst {
                     format!("a whole {} card", format_mib(record.slice_mib))
@@ -308,17 +309,29 @@ impl Lifecycle {
     /// memory when its last session frees.
     pub(in crate::service) fn queue_eta(
         &self,
-        (live, pool, warm): &Holders,
+        holders: &Holders,
         record: &SessionRecord,
         position: u32,
     ) -> Option<i64> {
+        self.queue_wait(holders, record, position)
+            .map(|wait| wait.at_ms)
+    }
+
+    /// [`Lifecycle::queue_eta`] and what frees the places it counted
+    /// ([`app::domain::pool::queue_wait`]).
+    pub(in crate::service) fn queue_wait(
+        &self,
+        (live, pool, warm): &Holders,
+        record: &SessionRecord,
+        position: u32,
+    ) -> Option<app::domain::pool::QueueWait> {
         let now = self.store.now();
         let frees = |r: &SessionRecord| {
             let idle = self.idle_policy_now(r).judge(&r.signals(), now);
-            app::domain::pool::frees_at(r.ends_at, idle, now)
+            app::domain::pool::frees_by(r.ends_at, idle, now)
         };
         let running = live.iter().filter(|r| r.state == SessionState::Ready);
-        let (warm_ready, frees_at): (usize, Vec<i64>) = if record.burst {
+        let (warm_ready, frees): (usize, Vec<_>) = if record.burst {
             let cards = pool
                 .iter()
                 .filter(|(gpu, _)| gpu.memory_mib == record.slice_mib)
@@ -341,7 +354,7 @@ impl Lifecycle {
                 .filter_map(frees);
             (ready, holders.collect())
         };
-        app::domain::pool::queue_eta(position, now, warm_ready, frees_at)
+        app::domain::pool::queue_wait(position, now, warm_ready, frees)
     }
 
     /// The idle policy `record` is judged by now: its slice's with the timeout its person chose

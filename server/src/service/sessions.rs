@@ -291,7 +291,7 @@ impl Sessions {
                     let position = positions.get(s.id.as_str()).copied();
                     let mut view = self.lifecycle.session_view(s, Vec::new(), position);
                     if let Some(position) = position {
-                        view.queue_eta_ms = self.lifecycle.queue_eta(&eta, s, position);
+                        view.wait_for(self.lifecycle.queue_wait(&eta, s, position));
                     }
                     if !s.state.is_live() {
                         view.cost = costs

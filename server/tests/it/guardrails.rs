@@ -394,6 +394,20 @@ async fn a_full_pool_queues_with_positions_and_starts_by_itself() {
     );
     let fourth = app.launch(&tokens[3].1, "marimo", 30).await.json();
     assert_eq!(fourth["queue_position"], 2);
+    // The REST view says by when, and what frees the place by then: both running sessions are
+    // worked in, so their time's end (not an idle deadline, no editor started ahead).
+    let waiting = app
+        .get(
+            &format!("/api/v1/sessions/{}", third["id"].as_str().unwrap()),
+            Some(&tokens[2].1),
+        )
+        .await
+        .json();
+    assert!(waiting["queue_eta_ms"].as_i64().is_some(), "{waiting}");
+    assert_eq!(
+        waiting["queue_why"],
+        "when a running session's time ends (sooner if one stops)"
+    );
     let dashboard_slices = app
         .service
         .sessions
