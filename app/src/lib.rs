@@ -21,6 +21,7 @@
 //!   pace           how fast a download may go: a token bucket by the caller's clock
 //!   paths          is_local_path: where a browser may be sent after signing in
 //!   pool           how GPUs split into slots, and which free slot a launch takes
+//!   presence       the page's heartbeat: when it tells the server someone is there
 //!   pricing        what a slice costs, by GPU model and slice size
 //!   promotion      files pushed to the registry: what a request may name, how its state moves
 //!   quota          per-user limits: sessions, GPU memory, minutes, disk

@@ -18,8 +18,12 @@
 //!
 //! A session is idle `idle.timeout_seconds` after the last signal that counts, and its user is
 //! warned `idle.warn_seconds` before (both may be set per slice size, `idle.per_slice`); the
-//! server's reaper then ends it. A person may choose their own timeout at launch within bounds
-//! an admin set per size ([`TimeoutChoice`], [`Policy::chosen`]).
+//! server's reaper then ends it. With no page open and no script calling, sooner:
+//! `idle.away_timeout_seconds` after the later of that signal and the page's last beat
+//! ([`Policy::away_ms`]): a closed laptop, a tab left in the background or a finished job is
+//! nobody's work, while a person at a visible page is warned and answers. A person may choose
+//! their own timeout at launch within bounds an admin set per size ([`TimeoutChoice`],
+//! [`Policy::chosen`]); a chosen timeout is the whole rule.
 
 use serde::{Deserialize, Serialize};
 
@@ -40,6 +44,10 @@ pub struct Signals {
     pub busy: Option<i64>,
 }
 
+/// A page that has not beaten for this long is gone: closed, hidden, or its computer asleep (a
+/// beat, and a minute for a late timer and the network).
+pub const PAGE_GONE_MS: i64 = super::presence::BEAT_MS + 60_000;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Policy {
     pub timeout_ms: i64,
@@ -47,6 +55,11 @@ pub struct Policy {
     pub warn_ms: i64,
     /// Whether a visible tab (heartbeats and the traffic it makes) keeps a session alive.
     pub open_tab_keeps_alive: bool,
+    /// With no page open ([`PAGE_GONE_MS`] without a beat) and no script ever calling, idle this
+    /// long after the later of the last signal and the page's going; 0, or no shorter than
+    /// `timeout_ms`, leaves `timeout_ms` alone. Scripts are exempt because their gaps are their
+    /// own: a model server called every few minutes has quiet half hours (BENCHMARKS.md, 14).
+    pub away_ms: i64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,7 +88,13 @@ impl Policy {
 
     /// When the session becomes idle if nothing happens.
     pub fn idle_at(&self, s: &Signals) -> i64 {
-        self.last_active(s) + self.timeout_ms
+        let last = self.last_active(s);
+        let attended = last + self.timeout_ms;
+        if self.away_ms <= 0 || self.away_ms >= self.timeout_ms || s.api_traffic.is_some() {
+            return attended;
+        }
+        let page_gone = s.heartbeat.map_or(last, |beat| beat + PAGE_GONE_MS);
+        attended.min(last.max(page_gone) + self.away_ms)
     }
 
     /// The policy while launches wait for this slice size: idle after `timeout_ms` at most, and
@@ -89,6 +108,7 @@ impl Policy {
         Policy {
             timeout_ms,
             warn_ms: self.warn_ms.min(timeout_ms / 2),
+            away_ms: self.away_ms.min(timeout_ms),
             ..self
         }
     }
@@ -101,6 +121,7 @@ impl Policy {
             Some(timeout_ms) if timeout_ms > 0 => Policy {
                 timeout_ms,
                 warn_ms: self.warn_ms.min(timeout_ms / 2),
+                away_ms: 0,
                 ..self
             },
             _ => self,
@@ -208,6 +229,14 @@ mod tests {
             timeout_ms: 30 * MIN,
             warn_ms: 5 * MIN,
             open_tab_keeps_alive,
+            away_ms: 0,
+        }
+    }
+
+    fn away(away_ms: i64) -> Policy {
+        Policy {
+            away_ms,
+            ..policy(false)
         }
     }
 
@@ -270,6 +299,67 @@ mod tests {
             policy(true).judge(&tab_only, 31 * MIN),
             Verdict::Active { .. }
         ));
+    }
+
+    #[test]
+    fn with_no_page_open_idleness_comes_sooner() {
+        // Typed at 8, the page's last beat at 10: gone at 13, idle ten minutes later.
+        let closed = Signals {
+            input: Some(8 * MIN),
+            heartbeat: Some(10 * MIN),
+            ..Signals::default()
+        };
+        assert_eq!(away(10 * MIN).idle_at(&closed), 23 * MIN);
+        assert_eq!(policy(false).idle_at(&closed), 38 * MIN);
+        // Never a page (launched from a script that never called it): from the start.
+        assert_eq!(away(10 * MIN).idle_at(&Signals::default()), 10 * MIN);
+        // Busy work counts as ever: a job that ran until 50 with nobody watching.
+        let job = Signals {
+            busy: Some(50 * MIN),
+            ..closed
+        };
+        assert_eq!(away(10 * MIN).idle_at(&job), 60 * MIN);
+    }
+
+    #[test]
+    fn a_page_that_beats_or_a_script_that_calls_keeps_the_full_timeout() {
+        // Reading since 20 with the page visible (a beat at 40): the attended rule, warned.
+        let reading = Signals {
+            input: Some(20 * MIN),
+            heartbeat: Some(40 * MIN),
+            ..Signals::default()
+        };
+        assert_eq!(
+            away(10 * MIN).judge(&reading, 41 * MIN),
+            Verdict::Active { idle_at: 50 * MIN }
+        );
+        assert_eq!(
+            away(10 * MIN).judge(&reading, 46 * MIN),
+            Verdict::Warn { idle_at: 50 * MIN }
+        );
+        // A model server its scripts called at 5, no page since the start.
+        let served = Signals {
+            api_traffic: Some(5 * MIN),
+            ..Signals::default()
+        };
+        assert_eq!(away(10 * MIN).idle_at(&served), 35 * MIN);
+    }
+
+    #[test]
+    fn a_chosen_timeout_is_the_whole_rule_and_pressure_bounds_the_away_one() {
+        let gone = Signals {
+            heartbeat: Some(0),
+            ..Signals::default()
+        };
+        assert_eq!(away(10 * MIN).idle_at(&gone), 13 * MIN);
+        assert_eq!(
+            away(10 * MIN).chosen(Some(60 * MIN)).idle_at(&gone),
+            60 * MIN
+        );
+        assert_eq!(away(10 * MIN).pressed(5 * MIN).idle_at(&gone), 5 * MIN);
+        // No shorter than the timeout: off.
+        assert_eq!(away(30 * MIN).idle_at(&gone), 30 * MIN);
+        assert_eq!(away(0).idle_at(&gone), 30 * MIN);
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod listing;
 pub mod pace;
 pub mod paths;
 pub mod pool;
+pub mod presence;
 pub mod pricing;
 pub mod promotion;
 pub mod quota;

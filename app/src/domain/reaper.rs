@@ -140,6 +140,7 @@ mod tests {
             timeout_ms: 30 * MINUTE,
             warn_ms: 5 * MINUTE,
             open_tab_keeps_alive: false,
+            away_ms: 0,
         }
     }
 

@@ -1,33 +1,10 @@
-//! The browser heartbeat. A visible page beats every 5 minutes; it beats sooner (within 10 s)
+//! The browser heartbeat. A visible page beats every 2 minutes; it beats sooner (within 10 s)
 //! once the person types, clicks or scrolls — in our page or inside the embedded editor, which is
 //! served from our own origin — so the idle countdown resets while someone works. A beat without
 //! input only says a tab is open (see the idle policy).
-#![cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+#![cfg_attr(not(feature = "hydrate"), allow(dead_code, unused_imports))]
 
-/// A visible page beats at least this often.
-pub const BEAT_MS: i64 = 5 * 60_000;
-/// After input, the next beat may go this soon: the idle countdown follows typing within seconds.
-pub const INPUT_BEAT_MS: i64 = 10_000;
-
-/// Whether to beat now. `urgent`: a session is inside its idle warning, where waiting a minute
-/// to report input could let it end while someone types; input is then reported at the next
-/// tick.
-pub fn should_beat(
-    now: i64,
-    last_sent: i64,
-    input_seen: bool,
-    visible: bool,
-    urgent: bool,
-) -> bool {
-    let since = now - last_sent;
-    let input_due = input_seen && (urgent || since >= INPUT_BEAT_MS);
-    visible && (since >= BEAT_MS || input_due)
-}
-
-/// Whether a session that ends as idle at `idle_at` (if ever) is inside its warning of `warn_ms`.
-pub fn in_idle_warning(now: i64, idle_at: Option<i64>, warn_ms: i64) -> bool {
-    idle_at.is_some_and(|at| at - now <= warn_ms)
-}
+pub use crate::domain::presence::{in_idle_warning, should_beat};
 
 #[cfg(feature = "hydrate")]
 pub use browser::use_presence;
@@ -112,35 +89,5 @@ mod browser {
         if let Ok(handle) = set_interval_with_handle(tick, std::time::Duration::from_secs(5)) {
             on_cleanup(move || handle.clear());
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn beats_every_five_minutes_and_sooner_after_input_only_when_visible() {
-        assert!(!should_beat(60_000, 0, false, true, false));
-        assert!(should_beat(10_000, 0, true, true, false));
-        assert!(!should_beat(9_999, 0, true, true, false));
-        assert!(should_beat(BEAT_MS, 0, false, true, false));
-        assert!(!should_beat(BEAT_MS * 3, 0, true, false, false));
-    }
-
-    #[test]
-    fn inside_the_idle_warning_input_is_reported_at_once() {
-        assert!(
-            should_beat(5_000, 0, true, true, true),
-            "input, urgent: now"
-        );
-        assert!(
-            !should_beat(5_000, 0, false, true, true),
-            "no input: no hurry"
-        );
-        assert!(!should_beat(5_000, 0, true, false, true), "hidden: never");
-        assert!(in_idle_warning(1_000, Some(60_000), 60_000));
-        assert!(!in_idle_warning(1_000, Some(62_000), 60_000));
-        assert!(!in_idle_warning(1_000, None, 60_000));
     }
 }

@@ -27,6 +27,11 @@ pub struct IdleConfig {
     /// and API calls count as always, so a session that works is never ended sooner.
     #[serde(default)]
     pub pressure_timeout_seconds: u64,
+    /// With no page of the session open (none has beaten for three minutes) and no script ever
+    /// calling it, a session ends after this long without work instead: a closed laptop, a tab
+    /// left in the background or a finished job. 0 turns it off; a chosen timeout replaces it.
+    #[serde(default = "default_away_timeout")]
+    pub away_timeout_seconds: u64,
     /// The shortest idle timeout a person may choose at launch, in whole minutes' seconds; an
     /// empty choice keeps the slice's `timeout_seconds`, and the bounds always include it.
     #[serde(default = "default_min_timeout")]
@@ -47,6 +52,15 @@ pub const DEFAULT_MIN_TIMEOUT_SECONDS: u64 = 600;
 /// for scripts calling every half hour, which the default ends: BENCHMARKS.md, section 14),
 /// while a session left behind holds its slice two hours at most.
 pub const DEFAULT_MAX_TIMEOUT_SECONDS: u64 = 7200;
+
+/// Ten minutes: the idle-culler's timeout on JupyterHub, for sessions nobody looks at; with
+/// the page's three minutes to count as gone, a session left behind holds its slice 13 minutes,
+/// not the 30 of the timeout (BENCHMARKS.md, section 14).
+pub const DEFAULT_AWAY_TIMEOUT_SECONDS: u64 = 600;
+
+fn default_away_timeout() -> u64 {
+    DEFAULT_AWAY_TIMEOUT_SECONDS
+}
 
 fn default_min_timeout() -> u64 {
     DEFAULT_MIN_TIMEOUT_SECONDS
@@ -91,6 +105,14 @@ impl IdleConfig {
             return Err(InvalidKey::new(
                 "idle.pressure_timeout_seconds",
                 "must be 0 (off), or at least two samples (60 s) and shorter than idle.timeout_seconds",
+            ));
+        }
+        if self.away_timeout_seconds != 0
+            && (self.away_timeout_seconds < 60 || self.away_timeout_seconds > self.timeout_seconds)
+        {
+            return Err(InvalidKey::new(
+                "idle.away_timeout_seconds",
+                "must be 0 (off), or at least 60 s and no longer than idle.timeout_seconds",
             ));
         }
         if self.reaper_period_ms < 50 || self.sample_seconds == 0 {

@@ -149,6 +149,7 @@ impl Default for Config {
                 busy_cpu_percent: 20,
                 per_slice: Vec::new(),
                 pressure_timeout_seconds: 0,
+                away_timeout_seconds: idle::DEFAULT_AWAY_TIMEOUT_SECONDS,
                 min_timeout_seconds: idle::DEFAULT_MIN_TIMEOUT_SECONDS,
                 max_timeout_seconds: idle::DEFAULT_MAX_TIMEOUT_SECONDS,
                 choice_per_slice: Vec::new(),
@@ -402,6 +403,7 @@ impl Config {
             timeout_ms: timeout as i64 * 1000,
             warn_ms: warn.min(timeout) as i64 * 1000,
             open_tab_keeps_alive: self.idle.open_tab_keeps_alive,
+            away_ms: self.idle.away_timeout_seconds as i64 * 1000,
         }
     }
 
@@ -604,6 +606,11 @@ mod tests {
             &|c| c.idle.pressure_timeout_seconds = 30,
             "idle.pressure_timeout_seconds",
             "at least two samples",
+        );
+        refused(
+            &|c| c.idle.away_timeout_seconds = 30,
+            "idle.away_timeout_seconds",
+            "at least 60 s",
         );
         // In a cluster nothing is pre-started: the default `pool.warm` does not have to fit.
         let mut config = Config {

@@ -232,6 +232,13 @@ fn idle(config: &Config) -> SettingsSection {
             ("Ends after", span_words(idle.timeout_seconds)),
             ("Warns before", span_words(idle.warn_seconds)),
             (
+                "With no page open and no script calling, ends after",
+                match idle.away_timeout_seconds {
+                    0 => "the same time".to_string(),
+                    s => span_words(s),
+                },
+            ),
+            (
                 "An open tab keeps a session",
                 yes_no(idle.open_tab_keeps_alive),
             ),

@@ -360,7 +360,8 @@ impl Lifecycle {
     /// The idle policy `record` is judged by now: its slice's with the timeout its person chose
     /// at launch, or, while launches waited for that size at the reaper's last pass, no longer
     /// than the shorter one (`idle.pressure_timeout_seconds`). Whole cards (bursts) are held
-    /// briefly anyway and are left as they are.
+    /// briefly anyway and are left as they are; so are sessions scripts call, whose quiet
+    /// spells are theirs to have (as with the away rule: `domain::idle::Policy::away_ms`).
     pub fn idle_policy_now(&self, record: &SessionRecord) -> app::domain::idle::Policy {
         let (slice_mib, burst) = (record.slice_mib, record.burst);
         let policy = self
@@ -368,6 +369,7 @@ impl Lifecycle {
             .idle_policy(slice_mib)
             .chosen(record.idle_timeout_ms);
         let pressed = !burst
+            && record.last_api_at.is_none()
             && self
                 .pressed
                 .read()
