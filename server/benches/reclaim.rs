@@ -11,8 +11,20 @@
 //! cargo bench -p server --bench reclaim
 //! RECLAIM_DAYS=7 cargo bench -p server --bench reclaim     (a shorter month)
 //! RECLAIM_ONLY=sooner cargo bench -p server --bench reclaim (the policies whose name has it)
+//! RECLAIM_TIMEOUT=1200 RECLAIM_AWAY=300 cargo bench ...    (ours with other idle defaults, s)
 
 use server::reclaim::{Outcome, Personas, Policy, report, run};
+
+/// Ours with the idle defaults the environment asks for, to weigh other defaults.
+fn tuned(config: &mut server::config::Config) {
+    let seconds = |name| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
+    if let Some(timeout) = seconds("RECLAIM_TIMEOUT") {
+        config.idle.timeout_seconds = timeout;
+    }
+    if let Some(away) = seconds("RECLAIM_AWAY") {
+        config.idle.away_timeout_seconds = away;
+    }
+}
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
@@ -49,7 +61,12 @@ async fn main() {
                 continue;
             };
             let started = std::time::Instant::now();
-            match run::simulate(&personas, &trace, policy, &url, |_| {}).await {
+            let adjust = |c: &mut server::config::Config| {
+                if policy.is_ours() {
+                    tuned(c)
+                }
+            };
+            match run::simulate(&personas, &trace, policy, &url, adjust).await {
                 Ok(outcome) => {
                     println!(
                         "  {} on {db}: {:.1} s, ledger balances: {}",

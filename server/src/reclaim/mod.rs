@@ -8,8 +8,9 @@
 //! - [`run`]: the loop. A [`crate::service::Service`] on a [`crate::util::ManualClock`], the real
 //!   store (SQLite, or PostgreSQL), the real queue and dispatcher, credits and ledger; editors
 //!   that start at once and never die. Each minute the people launch (into the queue when the
-//!   pool is full), press Stop and Extend through the service, and their tabs' heartbeats, the
-//!   proxy's traffic marks and the sampler's busy verdict (`reaper::busy` over what the minute
+//!   pool is full), press Stop and Extend through the service, and their pages' heartbeats (by
+//!   the page's own rule, `domain::presence`: at once after input, every two minutes while
+//!   visible, none from a tab in the background or a closed laptop), the proxy's traffic marks and the sampler's busy verdict (`reaper::busy` over what the minute
 //!   shows) are written as the product writes them; then the reaper passes
 //!   (`Guard::reap`: the verdicts, the timer, the dispatcher). Under ours the reaper's idle
 //!   rule decides, with its defaults, and a person at the screen answers its warning with the

@@ -9,6 +9,7 @@ use crate::service::Service;
 use crate::store::{SessionRecord, Store};
 use crate::util::{Clock, ManualClock};
 use app::domain::launch::LaunchRequest;
+use app::domain::presence::should_beat;
 use app::domain::reaper;
 use app::domain::scope::Scopes;
 use app::domain::session::{EndReason, SessionState};
@@ -157,6 +158,8 @@ struct Tracked {
     ready: Option<u32>,
     /// The peer policy's idea of its last activity.
     last_active: u32,
+    /// When its page last beat (the page's own rule, `domain::presence`).
+    last_beat: i64,
     last_signal: u32,
     allocated: u32,
     idle: u32,
@@ -215,6 +218,7 @@ pub fn config_for(personas: &Personas, policy: Policy, adjust: impl FnOnce(&mut 
         .collect();
     if !policy.is_ours() {
         config.idle.timeout_seconds = 365 * 24 * 3600;
+        config.idle.away_timeout_seconds = 0;
     }
     if policy == Policy::OursSooner {
         config.idle.pressure_timeout_seconds = super::peers::SOONER_SECONDS;
@@ -395,8 +399,13 @@ impl Sim<'_> {
         }
         let now = self.now();
         let sessions = &self.service.sessions;
-        if flags & (INPUT | TAB) != 0 {
-            let _ = sessions.heartbeat(&viewer, &id, flags & INPUT != 0).await;
+        // The page beats by its own rule: at once after input, else every two minutes while
+        // visible; a tab in the background or a closed laptop sends nothing.
+        let visible = flags & (INPUT | TAB) != 0;
+        let typed = flags & INPUT != 0;
+        if should_beat(now, self.tracked[t].last_beat, typed, visible, false) {
+            let _ = sessions.heartbeat(&viewer, &id, typed).await;
+            self.tracked[t].last_beat = now;
         }
         if flags & (INPUT | TAB | trace::HIDDEN) != 0 {
             let _ = self.store.touch_traffic(&id, now, false).await;
@@ -426,6 +435,7 @@ impl Sim<'_> {
             if page.warn && self.rng.gen_bool(self.personas.answers_warning) {
                 let _ = sessions.heartbeat(&viewer, &id, true).await;
                 self.tracked[t].last_signal = m;
+                self.tracked[t].last_beat = now;
             }
         }
         // Time nearly up and still working: Extend.
@@ -445,7 +455,12 @@ impl Sim<'_> {
             slice_mib: self.personas.pool.slice_mib,
             duration_minutes: book_min,
             image: None,
-            idle_minutes: None,
+            // A choice on ours; the peers' own choices are their rules' (SageMaker's).
+            idle_minutes: self
+                .trace
+                .people[person]
+                .ours_idle_min
+                .filter(|_| self.policy.is_ours()),
         };
         let viewer = self.viewers[person].clone();
         let Ok(view) = self.service.sessions.launch(&viewer, request).await else {
@@ -461,6 +476,7 @@ impl Sim<'_> {
             requested: m,
             ready: None,
             last_active: m,
+            last_beat: i64::MIN / 2,
             last_signal: m,
             allocated: 0,
             idle: 0,

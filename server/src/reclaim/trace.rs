@@ -99,6 +99,10 @@ pub struct Persona {
     pub pause_mean_min: f64,
     pub run_share: f64,
     pub sagemaker_idle_min: u32,
+    /// The idle timeout they choose on ours at launch (minutes, within the admin's bounds);
+    /// none: the default.
+    #[serde(default)]
+    pub ours_idle_min: Option<u32>,
     #[serde(default)]
     pub lunch_min: Option<[u32; 2]>,
 }
@@ -144,6 +148,7 @@ pub struct Person {
     pub name: String,
     pub kind: Kind,
     pub sagemaker_idle_min: u32,
+    pub ours_idle_min: Option<u32>,
     /// In order, never overlapping.
     pub visits: Vec<Visit>,
 }
@@ -200,6 +205,7 @@ impl Personas {
                     name: format!("{}-{}", persona.kind.name(), i + 1),
                     kind: persona.kind,
                     sagemaker_idle_min: persona.sagemaker_idle_min,
+                    ours_idle_min: persona.ours_idle_min,
                     visits,
                 });
             }

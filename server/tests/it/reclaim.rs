@@ -18,8 +18,16 @@ fn only(kinds: &[Kind], count: u32, days: u32) -> Personas {
 }
 
 async fn month(personas: &Personas, policy: Policy) -> run::Outcome {
+    month_with(personas, policy, |_| {}).await
+}
+
+async fn month_with(
+    personas: &Personas,
+    policy: Policy,
+    adjust: impl FnOnce(&mut server::config::Config),
+) -> run::Outcome {
     let url = run::fresh_database("sqlite").await.expect("a database");
-    run::simulate(personas, &personas.trace(), policy, &url, |_| {})
+    run::simulate(personas, &personas.trace(), policy, &url, adjust)
         .await
         .expect("the simulation")
 }
@@ -83,6 +91,72 @@ async fn a_persona_that_leaves_is_reclaimed_within_one_timeout_plus_one_period()
     assert!(ours.wrongful.is_empty(), "{:#?}", ours.wrongful);
 }
 
+/// Minutes from a no-page session's last work to its reclaim, at most: the page's going, the
+/// away timeout, a pass.
+fn away_bound(personas: &Personas) -> u32 {
+    let config = run::config_for(personas, Policy::Ours, |_| {});
+    let gone = app::domain::idle::PAGE_GONE_MS as u32 / 60_000;
+    gone + (config.idle.away_timeout_seconds / 60) as u32 + 1
+}
+
+#[tokio::test]
+async fn with_no_page_open_a_session_left_behind_goes_within_the_away_timeout() {
+    // Closed laptops, a model left in memory with the tab closed, and lunch with the tab in
+    // the background; a fine-tune's job that must still run to its end.
+    let personas = only(
+        &[
+            Kind::LaptopClosed,
+            Kind::MemoryHolder,
+            Kind::AfterLunch,
+            Kind::FineTune,
+        ],
+        1,
+        2,
+    );
+    let bound = away_bound(&personas);
+    let late = |outcome: &run::Outcome| -> Vec<String> {
+        outcome
+            .sessions
+            .iter()
+            .filter(|s| s.how == Some(Ended::Reclaimed))
+            .filter(|s| s.ended.expect("ended") - s.last_signal > bound)
+            .map(|s| format!("{} quiet at {}, ended {:?}", s.user, s.last_signal, s.ended))
+            .collect()
+    };
+    let ours = month(&personas, Policy::Ours).await;
+    let reclaimed = ours
+        .sessions
+        .iter()
+        .filter(|s| s.how == Some(Ended::Reclaimed))
+        .count();
+    assert!(reclaimed >= 6, "{:#?}", ours.sessions);
+    assert!(late(&ours).is_empty(), "{:#?}", late(&ours));
+    assert!(ours.wrongful.is_empty(), "{:#?}", ours.wrongful);
+    // The same people with the rule off wait out the whole timeout.
+    let off = month_with(&personas, Policy::Ours, |c| c.idle.away_timeout_seconds = 0).await;
+    assert!(!late(&off).is_empty(), "the rule off must be seen");
+    assert!(off.idle_min > ours.idle_min);
+}
+
+#[tokio::test]
+async fn under_a_peers_policy_only_the_peers_rule_reclaims() {
+    // Kubeflow's culler waits a day: within one, nothing it judges ends, though our own away
+    // rule and the inference person's chosen hour would have ended some.
+    let personas = only(&[Kind::LaptopClosed, Kind::Inference], 1, 1);
+    let kubeflow = month(&personas, Policy::Kubeflow).await;
+    assert!(kubeflow.sessions.len() >= 2, "{:#?}", kubeflow.sessions);
+    assert!(
+        kubeflow
+            .sessions
+            .iter()
+            .all(|s| matches!(s.how, Some(Ended::Timer | Ended::Person))),
+        "{:#?}",
+        kubeflow.sessions
+    );
+    let ours = month(&personas, Policy::Ours).await;
+    assert!(ours.reclaims > 0, "{:#?}", ours.sessions);
+}
+
 #[tokio::test]
 async fn the_simulated_ledger_balances_to_the_credit() {
     let personas = only(&[Kind::Extender, Kind::Crowd, Kind::OvernightTab], 3, 1);
@@ -104,17 +178,17 @@ async fn the_simulated_ledger_balances_to_the_credit() {
 
 #[tokio::test]
 async fn under_pressure_idle_sessions_end_sooner_and_running_jobs_still_never() {
-    // One card of six slices. Three people come at 8:00 and close their laptops half an hour
+    // One card of six slices. Three people come at 8:00 and leave their tabs open half an hour
     // later; six come at 9:00 and wait for slices; two fine-tunes run through the morning.
-    let mut personas = only(&[Kind::Crowd, Kind::FineTune, Kind::LaptopClosed], 1, 2);
+    let mut personas = only(&[Kind::Crowd, Kind::FineTune, Kind::OvernightTab], 1, 2);
     personas.pool.cards = 1;
     for p in &mut personas.persona {
         p.count = match p.kind {
             Kind::Crowd => 6,
-            Kind::LaptopClosed => 3,
+            Kind::OvernightTab => 3,
             _ => 2,
         };
-        if p.kind == Kind::LaptopClosed {
+        if p.kind == Kind::OvernightTab {
             p.arrive_h = [8.0, 8.2];
             p.work_h = [0.5, 0.6];
         }
