@@ -86,14 +86,19 @@ impl Policy {
         counted.into_iter().flatten().max().unwrap_or(s.ready_at)
     }
 
-    /// When the session becomes idle if nothing happens.
-    pub fn idle_at(&self, s: &Signals) -> i64 {
+    /// When the session becomes idle if nothing happens, as seen at `now`: while its page still
+    /// beats, by the full timeout (the page counts down to it); once the page has gone, by the
+    /// away rule too.
+    pub fn idle_at(&self, s: &Signals, now: i64) -> i64 {
         let last = self.last_active(s);
         let attended = last + self.timeout_ms;
         if self.away_ms <= 0 || self.away_ms >= self.timeout_ms || s.api_traffic.is_some() {
             return attended;
         }
         let page_gone = s.heartbeat.map_or(last, |beat| beat + PAGE_GONE_MS);
+        if now < page_gone {
+            return attended;
+        }
         attended.min(last.max(page_gone) + self.away_ms)
     }
 
@@ -129,7 +134,7 @@ impl Policy {
     }
 
     pub fn judge(&self, s: &Signals, now: i64) -> Verdict {
-        let idle_at = self.idle_at(s);
+        let idle_at = self.idle_at(s, now);
         if now >= idle_at {
             Verdict::Idle { idle_at }
         } else if now >= idle_at - self.warn_ms {
@@ -309,16 +314,18 @@ mod tests {
             heartbeat: Some(10 * MIN),
             ..Signals::default()
         };
-        assert_eq!(away(10 * MIN).idle_at(&closed), 23 * MIN);
-        assert_eq!(policy(false).idle_at(&closed), 38 * MIN);
+        assert_eq!(away(10 * MIN).idle_at(&closed, 13 * MIN), 23 * MIN);
+        assert_eq!(policy(false).idle_at(&closed, 13 * MIN), 38 * MIN);
+        // Until then the page counts down to the full timeout.
+        assert_eq!(away(10 * MIN).idle_at(&closed, 12 * MIN), 38 * MIN);
         // Never a page (launched from a script that never called it): from the start.
-        assert_eq!(away(10 * MIN).idle_at(&Signals::default()), 10 * MIN);
+        assert_eq!(away(10 * MIN).idle_at(&Signals::default(), 0), 10 * MIN);
         // Busy work counts as ever: a job that ran until 50 with nobody watching.
         let job = Signals {
             busy: Some(50 * MIN),
             ..closed
         };
-        assert_eq!(away(10 * MIN).idle_at(&job), 60 * MIN);
+        assert_eq!(away(10 * MIN).idle_at(&job, 51 * MIN), 60 * MIN);
     }
 
     #[test]
@@ -342,7 +349,7 @@ mod tests {
             api_traffic: Some(5 * MIN),
             ..Signals::default()
         };
-        assert_eq!(away(10 * MIN).idle_at(&served), 35 * MIN);
+        assert_eq!(away(10 * MIN).idle_at(&served, 20 * MIN), 35 * MIN);
     }
 
     #[test]
@@ -351,15 +358,16 @@ mod tests {
             heartbeat: Some(0),
             ..Signals::default()
         };
-        assert_eq!(away(10 * MIN).idle_at(&gone), 13 * MIN);
+        let now = 4 * MIN;
+        assert_eq!(away(10 * MIN).idle_at(&gone, now), 13 * MIN);
         assert_eq!(
-            away(10 * MIN).chosen(Some(60 * MIN)).idle_at(&gone),
+            away(10 * MIN).chosen(Some(60 * MIN)).idle_at(&gone, now),
             60 * MIN
         );
-        assert_eq!(away(10 * MIN).pressed(5 * MIN).idle_at(&gone), 5 * MIN);
+        assert_eq!(away(10 * MIN).pressed(5 * MIN).idle_at(&gone, now), 5 * MIN);
         // No shorter than the timeout: off.
-        assert_eq!(away(30 * MIN).idle_at(&gone), 30 * MIN);
-        assert_eq!(away(0).idle_at(&gone), 30 * MIN);
+        assert_eq!(away(30 * MIN).idle_at(&gone, now), 30 * MIN);
+        assert_eq!(away(0).idle_at(&gone, now), 30 * MIN);
     }
 
     #[test]

@@ -29,7 +29,8 @@ pub struct IdleConfig {
     pub pressure_timeout_seconds: u64,
     /// With no page of the session open (none has beaten for three minutes) and no script ever
     /// calling it, a session ends after this long without work instead: a closed laptop, a tab
-    /// left in the background or a finished job. 0 turns it off; a chosen timeout replaces it.
+    /// left in the background or a finished job. 0 turns it off, and one no shorter than a
+    /// slice's timeout leaves that timeout alone; a chosen timeout replaces it.
     #[serde(default = "default_away_timeout")]
     pub away_timeout_seconds: u64,
     /// The shortest idle timeout a person may choose at launch, in whole minutes' seconds; an
@@ -107,12 +108,10 @@ impl IdleConfig {
                 "must be 0 (off), or at least two samples (60 s) and shorter than idle.timeout_seconds",
             ));
         }
-        if self.away_timeout_seconds != 0
-            && (self.away_timeout_seconds < 60 || self.away_timeout_seconds > self.timeout_seconds)
-        {
+        if self.away_timeout_seconds != 0 && self.away_timeout_seconds < 60 {
             return Err(InvalidKey::new(
                 "idle.away_timeout_seconds",
-                "must be 0 (off), or at least 60 s and no longer than idle.timeout_seconds",
+                "must be 0 (off) or at least 60 s (one no shorter than a timeout leaves it alone)",
             ));
         }
         if self.reaper_period_ms < 50 || self.sample_seconds == 0 {

@@ -430,7 +430,7 @@ impl Sim<'_> {
         // says) and, mostly, answers it.
         if self.policy.is_ours() && flags & PRESENT != 0 && flags & INPUT == 0 {
             let policy = self.service.guard.idle_policy_now(record);
-            let idle_at = policy.idle_at(&record.signals());
+            let idle_at = policy.idle_at(&record.signals(), now);
             let page = app::domain::idle::page_idle(idle_at, policy.warn_ms, now, now);
             if page.warn && self.rng.gen_bool(self.personas.answers_warning) {
                 let _ = sessions.heartbeat(&viewer, &id, true).await;
@@ -456,9 +456,7 @@ impl Sim<'_> {
             duration_minutes: book_min,
             image: None,
             // A choice on ours; the peers' own choices are their rules' (SageMaker's).
-            idle_minutes: self
-                .trace
-                .people[person]
+            idle_minutes: self.trace.people[person]
                 .ours_idle_min
                 .filter(|_| self.policy.is_ours()),
         };

@@ -264,7 +264,7 @@ impl Lifecycle {
                 }
             }),
             idle_at_ms: (record.state == SessionState::Ready)
-                .then(|| policy.idle_at(&record.signals())),
+                .then(|| policy.idle_at(&record.signals(), self.store.now())),
             warn_ms: policy.warn_ms,
             gpu_used_mib: record.gpu_used_mib,
             steps,

@@ -106,9 +106,10 @@ async fn an_idle_session_ends_at_its_timeout_by_the_clock() {
 
 #[tokio::test]
 async fn a_session_ends_when_its_time_is_up_by_the_clock_and_pays_its_hold() {
-    // Idle only after two hours: its time runs out first.
+    // Idle only after two hours, and no page to go away: its time runs out first.
     let app = TestApp::start_clocked(Some(FakeRuntime::new()), |c| {
         c.idle.timeout_seconds = 7200;
+        c.idle.away_timeout_seconds = 0;
         c.idle.reaper_period_ms = REAPER_MS;
     })
     .await;

@@ -40,9 +40,11 @@ async fn state(app: &TestApp, token: &str, id: &str) -> Value {
 
 #[tokio::test]
 async fn a_longer_chosen_timeout_keeps_a_session_the_default_would_end() {
-    // The defaults: 30 minutes, and a person may choose 10 to 120.
+    // The defaults: 30 minutes, and a person may choose 10 to 120; no page opens here, so the
+    // away rule (its own tests: reclaim.rs) is off.
     let app = TestApp::start_clocked(Some(FakeRuntime::new()), |c| {
         c.idle.reaper_period_ms = 100;
+        c.idle.away_timeout_seconds = 0;
     })
     .await;
     let (_, default_token) = app.user("dora").await;
