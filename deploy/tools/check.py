@@ -25,7 +25,7 @@ WRITES = {"create", "patch", "update", "delete", "deletecollection", "*"}
 RBAC_VERBS = {"get", "list", "watch", "create", "patch", "delete"}
 RBAC_RESOURCES = {"namespaces", "resourcequotas", "limitranges", "networkpolicies", "serviceaccounts",
                   "persistentvolumeclaims", "secrets", "pods", "pods/log", "pods/exec", "events",
-                  "volumesnapshots"}
+                  "volumesnapshots", "persistentvolumes"}
 # Subresources reached by a CONNECT (a stream into a pod), not by a write of an object.
 CONNECTS = {"pods/exec", "pods/attach", "pods/portforward", "pods/proxy"}
 
@@ -295,12 +295,17 @@ def chart_rules(docs: list[dict], namespace: str, values: dict) -> list[str]:
 
 
 def admission_cases(policies: list[dict], prefix: str) -> list[str]:
-    """The confining policy, evaluated (cel-python) on the requests the server makes and on ones it must not."""
+    """The confining policies, evaluated (cel-python) on the requests the server makes and on ones it must not:
+    one for the namespaced objects (held to the namespaces it manages), one for the cluster-scoped dataset volumes."""
     import celpy
 
-    if len(policies) != 1:
-        return [f"expected one ValidatingAdmissionPolicy, found {len(policies)}"]
-    spec = policies[0]["spec"]
+    def matching(resource: str) -> list[dict]:
+        return [p for p in policies
+                if any(resource in r.get("resources", []) for r in p["spec"].get("matchConstraints", {}).get("resourceRules", []))]
+
+    namespaced, volumes = matching("namespaces"), matching("persistentvolumes")
+    if len(policies) != 2 or len(namespaced) != 1 or len(volumes) != 1 or namespaced == volumes:
+        return [f"expected two ValidatingAdmissionPolicies (namespaces, persistentvolumes), found {len(policies)}"]
     env = celpy.Environment()
 
     def evaluate(expression: str, activation: dict):
@@ -332,9 +337,27 @@ def admission_cases(policies: list[dict], prefix: str) -> list[str]:
         ("an exec into a pod of kube-system", "pods", "CONNECT", exec_options, None, foreign_ns, False),
         ("an exec into a namespace with our prefix but not ours", "pods", "CONNECT", exec_options, None, lookalike, False),
     ]
-    account = spec["matchConditions"][0]["expression"].split('"')[1]
+
+    def volume(modes=("ReadOnlyMany",), reclaim="Retain", claim_ns=f"{prefix}alice", labels=ours):
+        return {"metadata": {"name": "v", "labels": dict(labels)},
+                "spec": {"accessModes": list(modes), "persistentVolumeReclaimPolicy": reclaim,
+                         "claimRef": {"namespace": claim_ns, "name": "dataset-imagenet"}}}
+
+    foreign_volume = volume(labels={})
+    volume_cases = [
+        ("a dataset volume bound in a user namespace", "persistentvolumes", "CREATE", volume(), None, None, True),
+        ("a dataset volume applied again", "persistentvolumes", "UPDATE", volume(), volume(), None, True),
+        ("a departed user's dataset volume deleted", "persistentvolumes", "DELETE", None, volume(), None, True),
+        ("someone else's volume deleted", "persistentvolumes", "DELETE", None, foreign_volume, None, False),
+        ("someone else's volume taken over", "persistentvolumes", "UPDATE", volume(), foreign_volume, None, False),
+        ("a writable volume", "persistentvolumes", "CREATE", volume(modes=("ReadWriteMany",)), None, None, False),
+        ("a volume deleted with its claim", "persistentvolumes", "CREATE", volume(reclaim="Delete"), None, None, False),
+        ("a volume bound to a claim in kube-system", "persistentvolumes", "CREATE", volume(claim_ns="kube-system"), None, None, False),
+    ]
     problems = []
-    for what, resource, operation, new, old, namespace, allowed in cases:
+    for spec, what, resource, operation, new, old, namespace, allowed in (
+            [(namespaced[0]["spec"], *c) for c in cases] + [(volumes[0]["spec"], *c) for c in volume_cases]):
+        account = spec["matchConditions"][0]["expression"].split('"')[1]
         activation = {"request": {"resource": {"resource": resource}, "operation": operation,
                                   "userInfo": {"username": account}},
                       "object": new, "oldObject": old, "namespaceObject": namespace}
@@ -347,8 +370,9 @@ def admission_cases(policies: list[dict], prefix: str) -> list[str]:
         if verdict is not allowed:
             problems.append(f"admission policy: {what}: {'allowed' if verdict is True else verdict}, "
                             f"should be {'allowed' if allowed else 'denied'}")
-    if spec.get("failurePolicy") != "Fail":
-        problems.append("admission policy: failurePolicy is not Fail")
+    for p in policies:
+        if p["spec"].get("failurePolicy") != "Fail":
+            problems.append(f"admission policy {p['metadata']['name']}: failurePolicy is not Fail")
     return problems
 
 
