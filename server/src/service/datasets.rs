@@ -181,16 +181,7 @@ impl Datasets {
                 .map(|(d, here)| (d.name.clone(), *here))
                 .collect::<Vec<_>>(),
         );
-        for step in &plan.steps {
-            self.lifecycle.step(session_id, step, 40).await;
-        }
-        if let Err(e) = self
-            .store
-            .record_session_datasets(session_id, &plan.mounted)
-            .await
-        {
-            tracing::warn!(session = session_id, error = %e, "recording a session's datasets");
-        }
+        self.record_plan(session_id, &plan).await;
         looked
             .into_iter()
             .filter(|(_, here)| *here)
@@ -203,6 +194,20 @@ impl Datasets {
 
     /// On a cluster: each dataset's read-only volume and claim made in the user's namespace
     /// and bound (`runtime/kube/datasets.rs`); one that cannot be is a step naming it and why.
+    /// A launch's dataset steps, and what it mounted, kept on the session.
+    async fn record_plan(&self, session_id: &str, plan: &datasets::MountPlan) {
+        for step in &plan.steps {
+            self.lifecycle.step(session_id, step, 40).await;
+        }
+        if let Err(e) = self
+            .store
+            .record_session_datasets(session_id, &plan.mounted)
+            .await
+        {
+            tracing::warn!(session = session_id, error = %e, "recording a session's datasets");
+        }
+    }
+
     async fn attach_on_cluster(
         &self,
         kube: &crate::runtime::kube::KubeRuntime,
@@ -231,16 +236,7 @@ impl Datasets {
             }
         }
         let plan = datasets::plan_attached(&attached);
-        for step in &plan.steps {
-            self.lifecycle.step(session_id, step, 40).await;
-        }
-        if let Err(e) = self
-            .store
-            .record_session_datasets(session_id, &plan.mounted)
-            .await
-        {
-            tracing::warn!(session = session_id, error = %e, "recording a session's datasets");
-        }
+        self.record_plan(session_id, &plan).await;
         usable
             .into_iter()
             .filter(|d| plan.mounted.contains(&d.name))
