@@ -32,8 +32,20 @@ COPY rootfs/ /
 RUN ["/bin/busybox", "--install", "-s", "/bin"]
 ENV PATH=/bin
 EOF
-# chroot isolation: buildah's RUN needs no OCI runtime then.
-buildah build --quiet --isolation chroot -f "$WORK/base/Containerfile" -t "$STANDIN" "$WORK/base" >/dev/null
+# chroot isolation: buildah's RUN needs no OCI runtime then. Its re-exec seals a memfd copy of
+# itself, which the kernel now and then refuses with EBUSY on a busy machine (seen once in CI);
+# that one error is retried, anything else fails at once.
+build() { # ARGS...: buildah build, quiet
+  local attempt err
+  for attempt in 1 2 3; do
+    if err=$(buildah build --quiet --isolation chroot "$@" 2>&1 >/dev/null); then return 0; fi
+    grep -q 'sealing memfd' <<<"$err" || break
+    echo "buildah: memfd sealing refused (attempt $attempt), building again" >&2
+  done
+  echo "$err" >&2
+  return 1
+}
+build -f "$WORK/base/Containerfile" -t "$STANDIN" "$WORK/base" || fail "the stand-in base does not build"
 
 run() { # IMAGE ARGS...: as podman runs the server image here (runc, limits this machine grants)
   podman run --rm --runtime runc --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 "$@"
@@ -43,8 +55,8 @@ label() { podman image inspect --format "{{index .Labels \"$2\"}}" "$1"; }
 for containerfile in deploy/editors/*.Containerfile; do
   editor=$(basename "$containerfile" .Containerfile)
   image=localhost/gsb-test/$editor
-  buildah build --quiet --isolation chroot --build-arg "BASE=$STANDIN" -f "$containerfile" \
-    -t "$image" deploy/editors >/dev/null || fail "$containerfile does not build"
+  build --build-arg "BASE=$STANDIN" -f "$containerfile" -t "$image" deploy/editors ||
+    fail "$containerfile does not build"
   BUILT+=("$image")
   [ "$(label "$image" dev.gpu-sandbox.editor)" = "$editor" ] || fail "$editor: editor label"
   [ "$(label "$image" org.opencontainers.image.base.name)" = "$STANDIN" ] ||
