@@ -108,6 +108,9 @@ wait_registry "$REGISTRY_PORT" || { cat "$DATA/registry.log"; exit 1; }
 if [ "$(id -u)" = 0 ] && [ -z "${E2E_NO_CLUSTER:-}" ]; then
   CLUSTER_PORT=$((PORT + 3))
   mkdir -p "$DATA/cluster"
+  # Built first, unbounded: the wait below is for the simulator's start, not for cargo (which may
+  # wait on the target directory's lock while another build holds it).
+  cargo build -p sim-cluster --locked
   scripts/sim-cluster.sh >"$DATA/sim-cluster.out" 2>"$DATA/sim-cluster.log" &
   SIM=$!
   for _ in $(seq 1 600); do
@@ -115,6 +118,8 @@ if [ "$(id -u)" = 0 ] && [ -z "${E2E_NO_CLUSTER:-}" ]; then
     kill -0 "$SIM" 2>/dev/null || { cat "$DATA/sim-cluster.log"; exit 1; }
     sleep 0.2
   done
+  [ -s "$DATA/sim-cluster.out" ] ||
+    { cat "$DATA/sim-cluster.log"; echo "the simulated cluster did not start in 2 minutes" >&2; exit 1; }
   KUBECONFIG_FILE=$(head -1 "$DATA/sim-cluster.out")
   export SANDBOX_DATA_DIR="$DATA/cluster"
   echo "e2e-password" | "$BIN" user add e2e-cluster --password-stdin >/dev/null
