@@ -19,8 +19,12 @@
 use bytes::Bytes;
 use futures_util::Stream;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use tokio::io::AsyncReadExt;
+
+/// An archive's bytes as they are made, wherever tar runs (here, or in a pod: `kube::export`).
+pub type Chunks = Pin<Box<dyn Stream<Item = std::io::Result<Bytes>> + Send + 'static>>;
 
 /// Chunks handed to the response: the largest piece of the archive in memory at once.
 const CHUNK: usize = 64 * 1024;
@@ -31,8 +35,51 @@ pub enum ArchiveError {
     /// Nothing by that name, or it leads out of the workspace, or it is not a file or folder.
     #[error("{0}")]
     Refused(String),
+    /// The workspace cannot be read now (on a cluster: a session of the user is starting).
+    #[error("{0}")]
+    NotNow(String),
+    /// This runtime cannot read workspaces at all, or not as it is set up.
+    #[error("{0}")]
+    Unavailable(String),
     #[error("exporting: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// The refusals, in the same words wherever the archive is made.
+impl ArchiveError {
+    pub fn missing(part: &str) -> ArchiveError {
+        ArchiveError::Refused(format!(
+            "there is no file or folder `{part}` in your workspace"
+        ))
+    }
+    pub fn behind_link(part: &str) -> ArchiveError {
+        ArchiveError::Refused(format!(
+            "`{part}` lies behind a link; export the folder it points to"
+        ))
+    }
+    pub fn outside(part: &str) -> ArchiveError {
+        ArchiveError::Refused(format!("`{part}` leads outside your workspace"))
+    }
+    pub fn neither(part: &str) -> ArchiveError {
+        ArchiveError::Refused(format!("`{part}` is neither a file nor a folder"))
+    }
+    pub fn empty() -> ArchiveError {
+        ArchiveError::Refused(
+            "your workspace is empty: launch a session and save a file first".into(),
+        )
+    }
+}
+
+/// `part` of the workspace at `workspace` on this machine, archived as it is read: the
+/// runtimes' default [`crate::runtime::Runtime::export_workspace`].
+pub async fn export_local(
+    workspace: PathBuf,
+    part: Option<String>,
+) -> Result<Chunks, ArchiveError> {
+    let opened = tokio::task::spawn_blocking(move || open(&workspace, part.as_deref()))
+        .await
+        .map_err(std::io::Error::other)??;
+    Ok(Box::pin(start(opened)?.into_stream()))
 }
 
 /// A part of a workspace opened for archiving: the folder tar starts in, and the one name in
@@ -46,11 +93,7 @@ pub struct Opened {
 /// Opens `part` (relative, already checked by `app::domain::backups::workspace_part`; `None`:
 /// the whole workspace) of `workspace`. Blocking: run it off the async threads.
 pub fn open(workspace: &Path, part: Option<&str>) -> Result<Opened, ArchiveError> {
-    let root = std::fs::canonicalize(workspace).map_err(|_| {
-        ArchiveError::Refused(
-            "your workspace is empty: launch a session and save a file first".into(),
-        )
-    })?;
+    let root = std::fs::canonicalize(workspace).map_err(|_| ArchiveError::empty())?;
     let Some(part) = part else {
         return Ok(Opened {
             folder: open_folder(&root, &root, ".")?,
@@ -66,22 +109,14 @@ pub fn open(workspace: &Path, part: Option<&str>) -> Result<Opened, ArchiveError
     let member = std::fs::symlink_metadata(
         Path::new(&format!("/proc/self/fd/{}", folder.as_raw_fd())).join(name),
     )
-    .map_err(|_| missing(part))?;
+    .map_err(|_| ArchiveError::missing(part))?;
     if !(member.is_dir() || member.is_file() || member.is_symlink()) {
-        return Err(ArchiveError::Refused(format!(
-            "`{part}` is neither a file nor a folder"
-        )));
+        return Err(ArchiveError::neither(part));
     }
     Ok(Opened {
         folder,
         member: name.to_string(),
     })
-}
-
-fn missing(part: &str) -> ArchiveError {
-    ArchiveError::Refused(format!(
-        "there is no file or folder `{part}` in your workspace"
-    ))
 }
 
 /// `path` opened as a folder, refused unless what the kernel opened lies inside `root`.
@@ -96,18 +131,14 @@ fn open_folder(path: &Path, root: &Path, shown: &str) -> Result<OwnedFd, Archive
             Some(libc::ELOOP) | Some(libc::ENOTDIR)
                 if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_symlink()) =>
             {
-                ArchiveError::Refused(format!(
-                    "`{shown}` lies behind a link; export the folder it points to"
-                ))
+                ArchiveError::behind_link(shown)
             }
-            Some(libc::ENOENT) | Some(libc::ENOTDIR) => missing(shown),
+            Some(libc::ENOENT) | Some(libc::ENOTDIR) => ArchiveError::missing(shown),
             _ => ArchiveError::Io(e),
         })?;
     let opened = std::fs::read_link(format!("/proc/self/fd/{}", folder.as_raw_fd()))?;
     if !opened.starts_with(root) {
-        return Err(ArchiveError::Refused(format!(
-            "`{shown}` leads outside your workspace"
-        )));
+        return Err(ArchiveError::outside(shown));
     }
     Ok(folder.into())
 }

@@ -292,6 +292,24 @@ pub trait Runtime: Send + Sync + 'static {
         .await
         .unwrap_or_else(|e| Err(workspace_file::CopyError::Io(std::io::Error::other(e))))
     }
+    /// `part` (None: all) of a user's workspace as a `.tar.gz` made while it is read, for an
+    /// export that may take up to `within` (None: no limit). By default tar runs here on
+    /// [`Runtime::workspace_dir`]; the kube runtime runs it in a pod that mounts the volume.
+    async fn export_workspace(
+        &self,
+        user_name: &str,
+        part: Option<&str>,
+        within: Option<Duration>,
+    ) -> Result<archive::Chunks, archive::ArchiveError> {
+        let _ = within;
+        let workspace = self.workspace_dir(user_name).ok_or_else(|| {
+            archive::ArchiveError::Unavailable(
+                "exports read workspaces on this machine; this server's runtime keeps them elsewhere"
+                    .into(),
+            )
+        })?;
+        archive::export_local(workspace, part.map(str::to_string)).await
+    }
     /// GPU use per editor handle, one sample for all (the reaper asks once per tick).
     /// Editors missing from the answer have no GPU use the runtime can see.
     async fn gpu_usage(&self, handles: &[String]) -> std::collections::HashMap<String, GpuUsage> {

@@ -14,6 +14,7 @@
 //!   RBAC rendered from the chart, the schema, server-side apply, refusals a cluster makes.
 //! - `cluster_backups`: workspace backups as VolumeSnapshots there (take, list, restore, retention).
 //! - `cluster_datasets`: shared datasets there: a read-only volume and claim per user, the steps.
+//! - `cluster_export`: workspace exports there: through the editor's pod or a reader pod, paced.
 //! - `cli`: the command line: the first run's admin, environment over file, tokens, locks seen by a
 //!   running server, `migrate`.
 //! - `datasets`: shared datasets: the admin API's refusals, who lists what, and from inside real
@@ -62,6 +63,7 @@ mod cli;
 mod cluster;
 mod cluster_backups;
 mod cluster_datasets;
+mod cluster_export;
 mod datasets;
 mod departed;
 mod editors;

@@ -53,10 +53,11 @@
 //! `nvidia.com/use-gpuuuid` is set only when the allocator knows a real card's UUID (NVML on the
 //! server); with declared GPUs HAMi picks the card, and the reconciler records which and moves the
 //! slot there. The server does not mount the workspaces: promotion reads a file through the
-//! session's editor pod ([`files`]).
+//! session's editor pod ([`files`]); an export runs tar there, or in a reader pod ([`export`]).
 
 pub mod backups;
 pub mod datasets;
+pub mod export;
 pub mod files;
 pub mod hami;
 pub mod metrics;
@@ -667,6 +668,15 @@ impl Runtime for KubeRuntime {
         file: &super::workspace_file::WorkspaceFile<'_>,
     ) -> Result<super::workspace_file::Copied, super::workspace_file::CopyError> {
         self.copy_through_pod(file).await
+    }
+
+    async fn export_workspace(
+        &self,
+        user_name: &str,
+        part: Option<&str>,
+        within: Option<Duration>,
+    ) -> Result<super::archive::Chunks, super::archive::ArchiveError> {
+        self.export_through_pod(user_name, part, within).await
     }
 
     fn availability(&self) -> Vec<(EditorKind, Result<(), String>)> {

@@ -1,6 +1,7 @@
 //! The export (`GET /api/v1/workspace/export`): the workspace, or a folder or file of it, as a
 //! `.tar.gz` made while it is sent ([`crate::runtime::archive`]), within the user's share of
-//! time and bandwidth.
+//! time and bandwidth. On a cluster the archive is made in a pod that mounts the workspace
+//! (`runtime::kube::export`) and its chunks come through the same pacer.
 //!
 //! - **One at a time** per user (a second is a 409 until the first ends): an export costs a
 //!   CPU core for gzip and the disk's reading.
@@ -25,7 +26,7 @@
 //! would replace is 30 lines of arithmetic with its promise unit-tested.
 
 use super::Backups;
-use crate::runtime::archive::{self, ArchiveError};
+use crate::runtime::archive::{ArchiveError, Chunks};
 use crate::util::Clock;
 use app::domain::pace::Bucket;
 use app::domain::scope::Scope;
@@ -34,7 +35,6 @@ use app::model::Viewer;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use std::collections::HashSet;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -43,8 +43,6 @@ const BURST: u64 = 64 * 1024;
 
 /// The longest the pacer waits before it reads the clock again.
 pub const RECHECK_MS: u64 = 250;
-
-type Chunks = Pin<Box<dyn Stream<Item = std::io::Result<Bytes>> + Send + 'static>>;
 
 /// A user's export slot, given back when the download ends (done or cut off).
 pub(super) struct ExportSlot {
@@ -75,31 +73,27 @@ impl Backups {
     ) -> Result<WorkspaceExport, AppError> {
         viewer.scopes.require(Scope::Read)?;
         let part = app::domain::backups::workspace_part(path).map_err(AppError::Invalid)?;
-        let workspace = self.runtime.workspace_dir(&viewer.name).ok_or_else(|| {
-            AppError::Unavailable(
-                "exports read workspaces on this machine; this server's runtime keeps them elsewhere"
-                    .into(),
-            )
-        })?;
         let slot = self.take_export_slot(&viewer.id)?;
-        let opened = {
-            let part = part.clone();
-            tokio::task::spawn_blocking(move || archive::open(&workspace, part.as_deref()))
-                .await
-                .map_err(|_| AppError::Internal)?
-        };
-        let archive = opened.and_then(archive::start).map_err(|e| match e {
-            ArchiveError::Refused(why) => AppError::Invalid(why),
-            ArchiveError::Io(e) => {
-                tracing::error!(error = %e, user = %viewer.name, "starting an export");
-                AppError::Internal
-            }
-        })?;
         let config = &self.config.backups;
+        let within = (config.export_max_seconds > 0)
+            .then(|| Duration::from_secs(config.export_max_seconds));
+        let chunks = self
+            .runtime
+            .export_workspace(&viewer.name, part.as_deref(), within)
+            .await
+            .map_err(|e| match e {
+                ArchiveError::Refused(why) => AppError::Invalid(why),
+                ArchiveError::NotNow(why) => AppError::Conflict(why),
+                ArchiveError::Unavailable(why) => AppError::Unavailable(why),
+                ArchiveError::Io(e) => {
+                    tracing::error!(error = %e, user = %viewer.name, "starting an export");
+                    AppError::Internal
+                }
+            })?;
         let clock = self.store.clock();
         let now = clock.now_ms();
         let pacer = Pacer {
-            chunks: Box::pin(archive.into_stream()),
+            chunks,
             waiting: None,
             bucket: (config.export_bytes_per_second > 0)
                 .then(|| Bucket::new(config.export_bytes_per_second, BURST, now)),

@@ -113,6 +113,15 @@ impl TestApp {
         Self::start_inner(Runtimes::Kube(Arc::new(runtime)), adjust, None).await
     }
 
+    /// A server on Kubernetes whose time stands still until the test moves it.
+    pub async fn start_kube_clocked(
+        runtime: server::runtime::kube::KubeRuntime,
+        adjust: impl FnOnce(&mut Config),
+    ) -> TestApp {
+        let clock = Some(Arc::new(ManualClock::now()));
+        Self::start_inner(Runtimes::Kube(Arc::new(runtime)), adjust, clock).await
+    }
+
     /// A server whose time stands still until the test moves [`TestApp::clock`].
     pub async fn start_clocked(
         runtime: Option<Arc<dyn Runtime>>,
