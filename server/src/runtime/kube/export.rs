@@ -90,6 +90,9 @@ const EXPORT_LABEL: &str = "gpu-sandbox/export";
 /// exports have no limit.
 pub const READER_SPARE: Duration = Duration::from_secs(5 * 60);
 const READER_UNLIMITED: Duration = Duration::from_secs(24 * 60 * 60);
+/// How long a reader pod that is neither going nor ended is waited for before an export says
+/// another is under way.
+const BUSY_WAIT: Duration = Duration::from_secs(10);
 
 /// The chunk read from the exec's stdout at once.
 const CHUNK: usize = 64 * 1024;
@@ -436,29 +439,35 @@ impl KubeRuntime {
         };
         let pod = reader_pod(plan, lifetime);
         let deadline = Instant::now() + self.timing.start_timeout;
+        // A reader that is not going yet may be the last export's, its deletion on its way.
+        let busy_until = Instant::now() + BUSY_WAIT.min(self.timing.start_timeout);
         loop {
             match pods.create(&params, &pod).await {
                 Ok(_) => break,
                 Err(kube::Error::Api(status)) if status.code == 409 => {}
                 Err(e) => return Err(failed("export's reader pod")(e)),
             }
-            // One is there: another export's, or one that ended or is going.
-            let there = pods.get_opt(READER_POD).await.map_err(failed("pods"))?;
-            let ended = there.as_ref().is_some_and(|p| {
-                p.metadata.deletion_timestamp.is_some()
-                    || matches!(
-                        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+            match pods.get_opt(READER_POD).await.map_err(failed("pods"))? {
+                // Gone since: create it again.
+                None => {}
+                Some(there) if there.metadata.deletion_timestamp.is_some() => {}
+                Some(there)
+                    if matches!(
+                        there.status.as_ref().and_then(|s| s.phase.as_deref()),
                         Some("Succeeded" | "Failed")
-                    )
-            });
-            if there.is_some() && !ended {
-                return Err(ArchiveError::NotNow(
-                    "an export of your workspace is under way already; wait for it to finish"
-                        .into(),
-                ));
-            }
-            if there.is_some() {
-                let _ = pods.delete(READER_POD, &DeleteParams::default()).await;
+                    ) =>
+                {
+                    let _ = pods.delete(READER_POD, &DeleteParams::default()).await;
+                }
+                // Another server's export of this user, or one a crashed server left (its
+                // `sleep` ends it).
+                Some(_) if Instant::now() >= busy_until => {
+                    return Err(ArchiveError::NotNow(
+                        "an export of your workspace is under way already; wait for it to finish"
+                            .into(),
+                    ));
+                }
+                Some(_) => {}
             }
             if Instant::now() >= deadline {
                 return Err(ArchiveError::NotNow(
