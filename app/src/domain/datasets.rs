@@ -343,13 +343,31 @@ pub fn plan_mounts(datasets: &[(String, bool)]) -> MountPlan {
     plan
 }
 
+/// How a dataset's volume was attached on a cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attached {
+    /// From the source configured now.
+    Ready,
+    /// Its source changed while another session of the user mounts the volume made from the
+    /// previous one: a volume's source cannot change under a running pod, so this session
+    /// shares the previous one and the next session gets the new.
+    PreviousSource,
+}
+
 /// As [`plan_mounts`] on a cluster, where each dataset's volume was attached or not, with the
-/// reason: one that is not is a step naming it, and the editor starts without it.
-pub fn plan_attached(datasets: &[(String, Result<(), String>)]) -> MountPlan {
+/// reason: one that is not is a step naming it, and the editor starts without it; one kept on
+/// its previous source is a step saying when the new one applies.
+pub fn plan_attached(datasets: &[(String, Result<Attached, String>)]) -> MountPlan {
     let mut plan = MountPlan::default();
     for (name, attached) in datasets {
         match attached {
-            Ok(()) => plan.mounted.push(name.clone()),
+            Ok(Attached::Ready) => plan.mounted.push(name.clone()),
+            Ok(Attached::PreviousSource) => {
+                plan.mounted.push(name.clone());
+                plan.steps.push(format!(
+                    "Dataset {name}: its source changed while another session of yours uses it; this session reads the previous source, the new one applies from your next session"
+                ));
+            }
             Err(why) => plan.steps.push(format!(
                 "Dataset {name} could not be attached: {why}; launched without it"
             )),
@@ -504,13 +522,18 @@ mod tests {
         );
         assert_eq!(plan_mounts(&[]), MountPlan::default());
         let attached = plan_attached(&[
-            ("a".into(), Ok(())),
+            ("a".into(), Ok(Attached::Ready)),
             ("b".into(), Err("its claim does not bind: too small".into())),
+            ("c".into(), Ok(Attached::PreviousSource)),
         ]);
-        assert_eq!(attached.mounted, vec!["a".to_string()]);
+        assert_eq!(attached.mounted, vec!["a".to_string(), "c".to_string()]);
         assert_eq!(
             attached.steps[1],
             "Dataset b could not be attached: its claim does not bind: too small; launched without it"
+        );
+        assert_eq!(
+            attached.steps[2],
+            "Dataset c: its source changed while another session of yours uses it; this session reads the previous source, the new one applies from your next session"
         );
         assert_eq!(mount_point("a"), "datasets/a");
     }

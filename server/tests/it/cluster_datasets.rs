@@ -11,7 +11,7 @@ use http::{Method, StatusCode};
 use serde_json::{Value, json};
 use server::config::dataset_sources::{DatasetSource, NfsSource};
 use server::runtime::Runtime;
-use server::runtime::kube::datasets::{Wanted, claim_name, volume_name};
+use server::runtime::kube::datasets::{Attached, Wanted, claim_name, volume_name};
 use server::runtime::kube::{KubeConfig, KubeRuntime, names};
 use sim_cluster::SimCluster;
 use std::time::Duration;
@@ -19,16 +19,24 @@ use std::time::Duration;
 const NFS_SERVER: &str = "nfs.lab.internal";
 
 fn with_sources(config: &mut KubeConfig) {
-    config.dataset_sources.insert(
-        "imagenet".into(),
-        DatasetSource {
-            nfs: Some(NfsSource {
-                server: NFS_SERVER.into(),
-                path: "/exports/imagenet".into(),
-            }),
-            csi: None,
-        },
-    );
+    exported_at("/exports/imagenet")(config);
+}
+
+/// The `imagenet` source at `path` of the NFS server.
+fn exported_at(path: &str) -> impl Fn(&mut KubeConfig) + use<> {
+    let path = path.to_string();
+    move |config: &mut KubeConfig| {
+        config.dataset_sources.insert(
+            "imagenet".into(),
+            DatasetSource {
+                nfs: Some(NfsSource {
+                    server: NFS_SERVER.into(),
+                    path: path.clone(),
+                }),
+                csi: None,
+            },
+        );
+    }
 }
 
 fn namespace_of(user: &str) -> String {
@@ -39,12 +47,25 @@ fn namespace_of(user: &str) -> String {
 /// folder holding `/exports/imagenet/readme.txt`.
 fn serve_nfs(cluster: &SimCluster) -> tempfile::TempDir {
     let root = tempfile::tempdir().unwrap();
-    let export = root.path().join("exports/imagenet");
+    export(root.path(), "imagenet", "the first 1000 classes");
+    export(root.path(), "imagenet-v2", "the second release");
+    let table = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": sim_cluster::volumes::STORAGE_CONFIG, "namespace": sim_cluster::volumes::STORAGE_NAMESPACE},
+        "data": {NFS_SERVER: root.path().to_string_lossy()},
+    });
+    cluster.api.store.write(|o| o.put("configmaps", table));
+    root
+}
+
+/// `/exports/<name>/readme.txt` holding `line`, under the NFS server's folder `root`.
+fn export(root: &std::path::Path, name: &str, line: &str) {
+    let export = root.join("exports").join(name);
     std::fs::create_dir_all(&export).unwrap();
-    std::fs::write(export.join("readme.txt"), "the first 1000 classes\n").unwrap();
+    std::fs::write(export.join("readme.txt"), format!("{line}\n")).unwrap();
     // Readable by the editor's user, as an export is to its clients.
     use std::os::unix::fs::PermissionsExt;
-    for dir in [root.path(), &root.path().join("exports"), &export] {
+    for dir in [root, &root.join("exports"), &export] {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     std::fs::set_permissions(
@@ -57,13 +78,6 @@ fn serve_nfs(cluster: &SimCluster) -> tempfile::TempDir {
     for path in [export.clone(), export.join("readme.txt")] {
         std::os::unix::fs::chown(&path, Some(1000), Some(100)).unwrap();
     }
-    let table = json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": sim_cluster::volumes::STORAGE_CONFIG, "namespace": sim_cluster::volumes::STORAGE_NAMESPACE},
-        "data": {NFS_SERVER: root.path().to_string_lossy()},
-    });
-    cluster.api.store.write(|o| o.put("configmaps", table));
-    root
 }
 
 fn volumes(cluster: &SimCluster) -> Vec<Value> {
@@ -113,7 +127,11 @@ async fn each_user_gets_their_own_bound_pair_and_loses_it_on_departure() {
         KubeRuntime::new(client(&cluster, SERVER_TOKEN).await, config.clone()).with_timing(quick());
     for user in ["gail", "hank", "gail"] {
         let attached = runtime.attach_datasets(user, &imagenet()).await;
-        assert_eq!(attached, vec![("imagenet".to_string(), Ok(()))], "{user}");
+        assert_eq!(
+            attached,
+            vec![("imagenet".to_string(), Ok(Attached::Ready))],
+            "{user}"
+        );
     }
     let all = volumes(&cluster);
     assert_eq!(all.len(), 2, "one volume per user, made once: {all:?}");
@@ -136,6 +154,12 @@ async fn each_user_gets_their_own_bound_pair_and_loses_it_on_departure() {
         .remove_workspace("gail")
         .await
         .expect("gail's storage goes");
+    // Terminating until its claim has gone with the namespace (pv-protection).
+    let gail = volume_name(&namespace_of("gail"), "imagenet");
+    until(&cluster, "gail's volume goes", |o| {
+        o.get("persistentvolumes", "", &gail).is_none()
+    })
+    .await;
     let left: Vec<Value> = volumes(&cluster)
         .iter()
         .map(|v| v["metadata"]["name"].clone())
@@ -391,6 +415,176 @@ for attempt in ("write", "delete"):
     );
     assert!(claim(&cluster, &namespace_of("erin"), &claim_name("imagenet")).is_some());
     assert!(claim(&cluster, &namespace_of("frank"), &claim_name("imagenet")).is_none());
+    app.stop().await;
+    cluster.shut_down().await;
+}
+
+/// The path of the user's volume's NFS export, and its uid.
+fn export_of(cluster: &SimCluster, user: &str) -> (Value, Value) {
+    let name = volume_name(&namespace_of(user), "imagenet");
+    let pv = cluster
+        .api
+        .store
+        .read(|o| o.get("persistentvolumes", "", &name).cloned())
+        .unwrap_or_else(|| panic!("{user}'s volume"));
+    (
+        pv["spec"]["nfs"]["path"].clone(),
+        pv["metadata"]["uid"].clone(),
+    )
+}
+
+/// A source changed in the configuration after the volume was made (its source is immutable in
+/// Kubernetes): while a live pod of the user mounts the claim, the old pair is kept and said so;
+/// once none does, claim and volume are deleted and made again from the new source and bind.
+#[tokio::test]
+async fn a_changed_source_makes_the_pair_again_unless_a_pod_mounts_it() {
+    let cluster = start_cluster(chart().clone()).await;
+    let runtime_with = |path: &str| {
+        let mut config = kube_config();
+        exported_at(path)(&mut config);
+        let cluster = &cluster;
+        async move { KubeRuntime::new(client(cluster, SERVER_TOKEN).await, config).with_timing(quick()) }
+    };
+    let before = runtime_with("/exports/imagenet").await;
+    let attached = before.attach_datasets("gail", &imagenet()).await;
+    assert_eq!(attached[0].1, Ok(Attached::Ready));
+    let (path, first_uid) = export_of(&cluster, "gail");
+    assert_eq!(path, "/exports/imagenet");
+
+    // A session of hers runs on it (a scheduled pod mounting the claim).
+    let namespace = namespace_of("gail");
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "session-running", "namespace": namespace},
+        "spec": {"nodeName": "elsewhere", "containers": [{"name": "editor", "image": "lab"}],
+                 "volumes": [{"name": "dataset-imagenet",
+                              "persistentVolumeClaim": {"claimName": claim_name("imagenet"), "readOnly": true}}]},
+        "status": {"phase": "Running"}});
+    cluster.api.store.write(|o| o.put("pods", pod));
+    let after = runtime_with("/exports/imagenet-v2").await;
+    let attached = after.attach_datasets("gail", &imagenet()).await;
+    assert_eq!(attached[0].1, Ok(Attached::PreviousSource), "{attached:?}");
+    assert_eq!(
+        export_of(&cluster, "gail"),
+        (json!("/exports/imagenet"), first_uid.clone()),
+        "kept for the running session"
+    );
+
+    // The session ends: the next attach makes the pair again from the new source.
+    cluster
+        .api
+        .store
+        .write(|o| o.remove("pods", &namespace, "session-running"));
+    let attached = after.attach_datasets("gail", &imagenet()).await;
+    assert_eq!(attached[0].1, Ok(Attached::Ready), "{attached:?}");
+    let (path, uid) = export_of(&cluster, "gail");
+    assert_eq!(path, "/exports/imagenet-v2");
+    assert_ne!(uid, first_uid, "a new volume");
+    let pvc = claim(&cluster, &namespace, &claim_name("imagenet")).expect("the claim");
+    assert_eq!(pvc["status"]["phase"], "Bound", "{pvc}");
+    // Again without change: nothing is made again.
+    after.attach_datasets("gail", &imagenet()).await;
+    assert_eq!(export_of(&cluster, "gail").1, uid);
+    cluster.shut_down().await;
+}
+
+/// `readme.txt` of the session's `~/datasets/imagenet`, read from inside its kernel.
+async fn readme(app: &crate::common::TestApp, token: &str, id: &str) -> String {
+    crate::isolation::run_python(
+        app,
+        token,
+        id,
+        "import os; print(open(os.path.expanduser('~/datasets/imagenet/readme.txt')).read().strip())",
+    )
+    .await
+    .trim()
+    .to_string()
+}
+
+/// A server on `cluster` whose `imagenet` source is at `path`, leaving its sessions running when
+/// it stops; `same` points it at an earlier server's database.
+async fn server_at(
+    cluster: &SimCluster,
+    path: &str,
+    same: Option<&dyn Fn(&mut server::config::Config)>,
+) -> crate::common::TestApp {
+    let mut kube = kube_config();
+    exported_at(path)(&mut kube);
+    let runtime = KubeRuntime::new(client(cluster, SERVER_TOKEN).await, kube.clone());
+    crate::common::TestApp::start_kube(runtime, |c| {
+        if let Some(same) = same {
+            same(c);
+        }
+        c.kube = kube;
+        c.sessions.ready_timeout_seconds = 120;
+        c.sessions.stop_on_shutdown = false;
+    })
+    .await
+}
+
+/// With real JupyterLabs: the source changes (a server restarted with a new configuration)
+/// while a session runs; that session keeps reading the old export, a second session launched
+/// meanwhile shares it and says the new source applies from the next session, and the next
+/// session, once they have ended, reads the new export.
+#[tokio::test]
+async fn a_changed_source_reaches_the_next_session_and_spares_the_running_one() {
+    if !pods_run_here() {
+        return;
+    }
+    let (cluster, first) = product_with(vec![node("drift-node")], with_sources).await;
+    first.stop().await;
+    let _nfs = serve_nfs(&cluster);
+    let app = server_at(&cluster, "/exports/imagenet", None).await;
+    let root = app.admin_token("root").await;
+    let (_, dana) = app.user("dana").await;
+    add(
+        &app,
+        &root,
+        json!({"name": "imagenet", "claim": "imagenet", "users": ["dana"]}),
+    )
+    .await
+    .assert_status(StatusCode::CREATED);
+    let running = app.launch_ready(&dana, "jupyterlab").await;
+    assert_eq!(
+        readme(&app, &dana, &running).await,
+        "the first 1000 classes"
+    );
+
+    // The administrator moves the source; the server restarts with it.
+    let same_store = app.same_store();
+    let _data = app.stop().await;
+    let app = server_at(&cluster, "/exports/imagenet-v2", Some(&same_store)).await;
+    let beside = app.launch_ready(&dana, "jupyterlab").await;
+    let view = app
+        .get(&format!("/api/v1/sessions/{beside}"), Some(&dana))
+        .await
+        .json();
+    let steps = serde_json::to_string(&view["steps"]).unwrap();
+    assert!(
+        steps.contains("Dataset imagenet: its source changed while another session of yours uses it; this session reads the previous source, the new one applies from your next session"),
+        "{steps}"
+    );
+    assert_eq!(readme(&app, &dana, &beside).await, "the first 1000 classes");
+    assert_eq!(
+        readme(&app, &dana, &running).await,
+        "the first 1000 classes",
+        "the running session's mount still works"
+    );
+
+    for id in [&running, &beside] {
+        app.delete(&format!("/api/v1/sessions/{id}"), Some(&dana))
+            .await
+            .assert_status(StatusCode::OK);
+        app.wait_for(&dana, id, |v| v["state"] == "ended").await;
+    }
+    let next = app.launch_ready(&dana, "jupyterlab").await;
+    assert_eq!(readme(&app, &dana, &next).await, "the second release");
+    let view = app
+        .get(&format!("/api/v1/sessions/{next}"), Some(&dana))
+        .await
+        .json();
+    let steps = serde_json::to_string(&view["steps"]).unwrap();
+    assert!(!steps.contains("its source changed"), "{steps}");
+    assert_eq!(export_of(&cluster, "dana").0, "/exports/imagenet-v2");
     app.stop().await;
     cluster.shut_down().await;
 }

@@ -14,6 +14,9 @@
 //! `gpu-sandbox/dataset`, so a departed user's volumes are found and deleted with their
 //! namespace (`remove_dataset_volumes`).
 //!
+//! A source changed in the configuration since a volume was made is a volume made again, or
+//! kept for a session that mounts it (`dataset_drift.rs`).
+//!
 //! Written before the pod by server-side apply, like the other per-user objects; then the claim
 //! is waited on until `Bound`. A source missing from the configuration, a refusal, a claim the
 //! cluster will not bind (its `VolumeMismatch` or `FailedBinding` event) or one still unbound at
@@ -22,8 +25,9 @@
 
 use super::names::{MANAGED_BY, MANAGER, USER_LABEL};
 use super::objects::{DATASET_CLAIM_SIZE, UserPlan};
-use super::{KubeError, KubeRuntime};
+use super::{KubeError, KubeRuntime, dataset_drift};
 use crate::config::dataset_sources::DatasetSource;
+pub use app::domain::datasets::Attached;
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, Event, NFSVolumeSource, Namespace, ObjectReference,
     PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeSpec,
@@ -161,7 +165,7 @@ impl KubeRuntime {
         &self,
         user_name: &str,
         wanted: &[Wanted],
-    ) -> Vec<(String, Result<(), String>)> {
+    ) -> Vec<(String, Result<Attached, String>)> {
         let plan = UserPlan::new(&self.config, user_name);
         let namespace = self
             .apply(
@@ -184,7 +188,7 @@ impl KubeRuntime {
         out
     }
 
-    async fn attach(&self, plan: &UserPlan<'_>, want: &Wanted) -> Result<(), String> {
+    async fn attach(&self, plan: &UserPlan<'_>, want: &Wanted) -> Result<Attached, String> {
         let Some(source) = self.config.dataset_sources.get(&want.source) else {
             return Err(format!(
                 "its source `{}` is not in the server's configuration (kube.dataset_sources)",
@@ -192,13 +196,38 @@ impl KubeRuntime {
             ));
         };
         let said = |e: KubeError| e.user_message();
-        self.apply(
-            &Api::<PersistentVolume>::all(self.client.clone()),
-            &plan.dataset_volume(&want.name, source),
-            "dataset's volume",
-        )
-        .await
-        .map_err(said)?;
+        let volume = plan.dataset_volume(&want.name, source);
+        let volume_name = volume.metadata.name.clone().unwrap_or_default();
+        let wait = self.timing.start_timeout.min(BIND_WAIT);
+        // A source changed since the volume was made: made again, unless a session mounts it
+        // (`dataset_drift.rs`).
+        let mut attached = Attached::Ready;
+        let made = self
+            .dataset_volume_now(plan, &want.name, &volume_name)
+            .await
+            .map_err(said)?;
+        if made.is_some_and(|made| dataset_drift::drifted(&made, &volume)) {
+            if self
+                .dataset_in_use(&plan.namespace, &want.name)
+                .await
+                .map_err(said)?
+            {
+                attached = Attached::PreviousSource;
+            } else {
+                tracing::info!(namespace = %plan.namespace, dataset = %want.name, "a dataset's source changed: its volume and claim are made again");
+                self.remove_dataset_pair(plan, &want.name, &volume_name, wait)
+                    .await?;
+            }
+        }
+        if attached == Attached::Ready {
+            self.apply(
+                &Api::<PersistentVolume>::all(self.client.clone()),
+                &volume,
+                "dataset's volume",
+            )
+            .await
+            .map_err(said)?;
+        }
         self.apply(
             &Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &plan.namespace),
             &plan.dataset_claim(&want.name),
@@ -207,7 +236,8 @@ impl KubeRuntime {
         .await
         .map_err(said)?;
         self.until_bound(&plan.namespace, &claim_name(&want.name))
-            .await
+            .await?;
+        Ok(attached)
     }
 
     /// Waits until the claim is `Bound`; the cluster's reason when it says it will not bind.

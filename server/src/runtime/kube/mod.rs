@@ -56,6 +56,7 @@
 //! session's editor pod ([`files`]); an export runs tar there, or in a reader pod ([`export`]).
 
 pub mod backups;
+pub mod dataset_drift;
 pub mod datasets;
 pub mod export;
 pub mod files;
