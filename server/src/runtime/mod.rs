@@ -292,6 +292,11 @@ pub trait Runtime: Send + Sync + 'static {
         .await
         .unwrap_or_else(|e| Err(workspace_file::CopyError::Io(std::io::Error::other(e))))
     }
+    /// Whether [`Runtime::export_workspace`] reads workspaces somewhere other than
+    /// [`Runtime::workspace_dir`] (the kube runtime: in a pod that mounts the volume).
+    fn exports_elsewhere(&self) -> bool {
+        false
+    }
     /// `part` (None: all) of a user's workspace as a `.tar.gz` made while it is read, for an
     /// export that may take up to `within` (None: no limit). By default tar runs here on
     /// [`Runtime::workspace_dir`]; the kube runtime runs it in a pod that mounts the volume.

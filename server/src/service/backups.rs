@@ -99,9 +99,9 @@ impl Backups {
 
 impl Backups {
     /// The dashboard's workspace card: the caller's backups, or why they could not be read;
-    /// None where workspaces are not on this server (nothing to download or back up here).
+    /// None where this server can neither download nor back up workspaces.
     pub async fn workspace_card(&self, viewer: &Viewer) -> Option<Result<BackupsView, String>> {
-        if self.runtime.workspace_snapshots().is_none() {
+        if self.runtime.workspace_snapshots().is_none() && !self.runtime.exports_elsewhere() {
             self.runtime.workspace_dir(&viewer.name)?;
         }
         Some(self.backups(viewer).await.map_err(|e| e.to_string()))

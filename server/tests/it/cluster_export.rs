@@ -97,6 +97,21 @@ async fn on_the_cluster_an_export_reads_the_volume_through_the_editor_or_a_reade
     let (cluster, app) = product_with(vec![node("export-node")], |_| {}).await;
     let (_, token) = app.user("fern").await;
     let namespace = namespace_of("fern");
+    // The dashboard offers the download on a cluster too, with no snapshot class set.
+    let cookie = app.sign_in_cookie("fern").await;
+    let dashboard = crate::accounts::server_fn(
+        &app,
+        crate::accounts::path_of::<app::api::LoadDashboard>(),
+        &cookie,
+        "",
+    )
+    .await;
+    dashboard.assert_status(StatusCode::OK);
+    let card = dashboard.json()["drawn"]["backups"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(card.contains(r#"data-testid="export-workspace""#), "{card}");
     // Before any session there is no workspace to read: said so, no pod made.
     let none = export(&app, &token, None).await;
     none.assert_status(StatusCode::BAD_REQUEST);

@@ -671,6 +671,10 @@ impl Runtime for KubeRuntime {
         self.copy_through_pod(file).await
     }
 
+    fn exports_elsewhere(&self) -> bool {
+        true
+    }
+
     async fn export_workspace(
         &self,
         user_name: &str,

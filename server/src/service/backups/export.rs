@@ -75,8 +75,8 @@ impl Backups {
         let part = app::domain::backups::workspace_part(path).map_err(AppError::Invalid)?;
         let slot = self.take_export_slot(&viewer.id)?;
         let config = &self.config.backups;
-        let within = (config.export_max_seconds > 0)
-            .then(|| Duration::from_secs(config.export_max_seconds));
+        let within =
+            (config.export_max_seconds > 0).then(|| Duration::from_secs(config.export_max_seconds));
         let chunks = self
             .runtime
             .export_workspace(&viewer.name, part.as_deref(), within)
