@@ -293,7 +293,8 @@ impl Api {
     }
 
     /// DELETE: a pod on a node is marked and left to its kubelet to stop (graceful deletion);
-    /// anything else goes at once.
+    /// an object with finalizers is marked and stays until they are gone
+    /// ([`crate::protection`]); anything else goes at once.
     pub fn delete(&self, target: &Target, grace_seconds: Option<i64>) -> Result<Value, Refusal> {
         self.store.write(|o| {
             let mut current = o
@@ -323,6 +324,13 @@ impl Api {
             }
             if target.kind.kind == "Namespace" {
                 return Ok(terminate_namespace(o, &target.name, current));
+            }
+            if crate::protection::held(&current) {
+                return Ok(crate::protection::mark_deleted(
+                    o,
+                    target.kind.resource,
+                    current,
+                ));
             }
             let gone = o
                 .remove(target.kind.resource, target.ns(), &target.name)
@@ -373,6 +381,8 @@ fn terminate_namespace(o: &mut Objects, name: &str, mut namespace: Value) -> Val
                     marked["metadata"]["deletionTimestamp"] = json!(clock::now());
                     o.put("pods", marked);
                 }
+            } else if crate::protection::held(&object) {
+                crate::protection::mark_deleted(o, kind.resource, object);
             } else {
                 o.remove(kind.resource, name, &object_name);
             }
@@ -487,6 +497,22 @@ fn admit(
                 admission::charge(kind.kind, &target.name, &object, &existing, &quotas)?;
             }
         }
+    }
+    match current {
+        None => crate::protection::admit(kind.kind, &mut object),
+        // The last finalizer taken off an object being deleted: it goes.
+        Some(_)
+            if crate::protection::finalized(&object)
+                && !matches!(kind.kind, "Namespace" | "Pod") =>
+        {
+            let gone = o
+                .remove(kind.resource, target.ns(), &target.name)
+                .expect("read under the same lock");
+            recount_quotas(o, target.ns());
+            finish_namespace(o, target.ns());
+            return Ok(gone);
+        }
+        Some(_) => {}
     }
     let stored = o.put(kind.resource, object);
     if matches!(kind.kind, "Pod" | "PersistentVolumeClaim" | "ResourceQuota") {

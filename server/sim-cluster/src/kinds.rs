@@ -2,6 +2,8 @@
 //! namespaced, and how an object of it is decoded with the Kubernetes types of the version the
 //! chart supports (k8s-openapi, `v1_33`), which is what refuses wrong types and finds unknown fields.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// One served resource.
@@ -39,6 +41,27 @@ impl Kind {
             format!("{}.{}", self.resource, self.group)
         }
     }
+}
+
+/// A custom resource as its CRD's schema has it (k8s-openapi has types for the built-in kinds
+/// only): the envelope every kind shares, with the kind's own spec and status. A missing spec
+/// decodes, as the API server accepts it before the schema's 422.
+#[derive(Serialize, Deserialize)]
+#[serde(
+    rename_all = "camelCase",
+    bound(deserialize = "S: Deserialize<'de>, T: Deserialize<'de>")
+)]
+pub struct Custom<S, T> {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    api_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    kind: Option<String>,
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    spec: Option<S>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    status: Option<T>,
 }
 
 fn through<T: serde::de::DeserializeOwned + serde::Serialize>(v: Value) -> Result<Value, String> {

@@ -14,7 +14,9 @@
 //! - [`kubelet`]: runs a node's pods as local processes in network namespaces and cgroups.
 //! - [`snapshots`]: VolumeSnapshots' schema and a snapshot controller with a node-local driver;
 //!   [`snapshot_contents`]: the VolumeSnapshotContents it makes, binds and deletes.
-//! - [`volumes`]: PersistentVolumes, claims bound to them, NFS and CSI storage as host folders.
+//! - [`volumes`]: PersistentVolumes, claims bound to them, NFS and CSI storage as host folders;
+//!   [`protection`]: claims and volumes in use stay Terminating until their users go.
+//! - [`events`]: the Events the scheduler, the kubelet and the controllers write.
 //!
 //! Not simulated (ARCHITECTURE.md): image pulls, NetworkPolicy enforcement, the container
 //! runtime's own isolation, the chart's ValidatingAdmissionPolicy (CEL; checked offline by
@@ -25,9 +27,11 @@ pub mod api;
 pub mod apply;
 pub mod cgroup;
 pub mod clock;
+pub mod events;
 pub mod http;
 pub mod kinds;
 pub mod kubelet;
+pub mod protection;
 pub mod quantity;
 pub mod rbac;
 pub mod scheduler;
@@ -178,6 +182,7 @@ impl SimCluster {
                 let (store, on) = (store.clone(), on.clone());
                 let _ = tokio::task::spawn_blocking(move || {
                     volumes::bind(&store);
+                    protection::release(&store);
                     snapshots::reconcile(&store, &on)
                 })
                 .await;

@@ -344,24 +344,23 @@ fn unschedulable(o: &mut Objects, mut pod: Value, nodes: usize, reasons: &BTreeM
 
 /// An Event about a pod, as the scheduler and the kubelet write them.
 pub fn event(o: &mut Objects, namespace: &str, pod: &str, kind: &str, reason: &str, message: &str) {
-    let uid = clock::uid();
-    let now = clock::now();
-    o.put(
-        "events",
-        json!({
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": format!("{pod}.{}", &uid[..8]), "namespace": namespace, "uid": uid, "creationTimestamp": now},
-            "involvedObject": {"kind": "Pod", "namespace": namespace, "name": pod, "apiVersion": "v1"},
-            "type": kind,
-            "reason": reason,
-            "message": message,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "source": {"component": if reason.ends_with("Scheduling") || reason == "Scheduled" { "default-scheduler" } else { "kubelet" }},
-        }),
-    );
+    let component = if reason.ends_with("Scheduling") || reason == "Scheduled" {
+        "default-scheduler"
+    } else {
+        "kubelet"
+    };
+    let about = crate::events::About {
+        kind: "Pod",
+        namespace,
+        name: pod,
+    };
+    let said = crate::events::Said {
+        kind,
+        reason,
+        message,
+        component,
+    };
+    crate::events::record(o, about, said);
 }
 
 #[cfg(test)]

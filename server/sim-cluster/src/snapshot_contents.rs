@@ -21,31 +21,18 @@ use crate::clock;
 use crate::kubelet::Kubelet;
 use crate::store::{Objects, Store, text};
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
 pub const RESOURCE: &str = "volumesnapshotcontents";
 
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct VolumeSnapshotContent {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    api_version: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    kind: Option<String>,
-    #[serde(default)]
-    metadata: ObjectMeta,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    spec: Option<Spec>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    status: Option<Status>,
-}
+/// The content: the envelope every custom resource has, with its spec and status.
+pub type VolumeSnapshotContent = crate::kinds::Custom<Spec, Status>;
 
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Spec {
+pub struct Spec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     volume_snapshot_ref: Option<ObjectReference>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -71,11 +58,11 @@ struct Source {
 
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Status {
+pub struct Status {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     creation_time: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    error: Option<ContentError>,
+    error: Option<crate::snapshots::SnapshotError>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ready_to_use: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -84,14 +71,6 @@ struct Status {
     snapshot_handle: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     volume_group_snapshot_handle: Option<String>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct ContentError {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    message: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    time: Option<String>,
 }
 
 /// What the CRD's schema and CEL rules refuse of a content (422 causes).

@@ -31,24 +31,12 @@ use std::sync::Arc;
 
 pub const DEFAULT_CLASS: &str = "snapshot.storage.kubernetes.io/is-default-class";
 
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct VolumeSnapshot {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    api_version: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    kind: Option<String>,
-    #[serde(default)]
-    metadata: ObjectMeta,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    spec: Option<Spec>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    status: Option<Status>,
-}
+/// The snapshot: the envelope every custom resource has, with its spec and status.
+pub type VolumeSnapshot = crate::kinds::Custom<Spec, Status>;
 
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Spec {
+pub struct Spec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     source: Option<Source>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -66,7 +54,7 @@ struct Source {
 
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Status {
+pub struct Status {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     bound_volume_snapshot_content_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -81,8 +69,9 @@ struct Status {
     volume_group_snapshot_name: Option<String>,
 }
 
+/// A snapshot's or a content's error (the CRDs' `VolumeSnapshotError`).
 #[derive(Serialize, Deserialize)]
-struct SnapshotError {
+pub(crate) struct SnapshotError {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

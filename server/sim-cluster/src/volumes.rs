@@ -23,11 +23,15 @@
 //!   registered), and so does a missing export or volume. The kubelet bind-mounts the folder,
 //!   read-only where the volume's source, the pod's claim or the mount says `readOnly`.
 //!
+//! - A bound volume whose claim is gone (or is another claim of the same name: the `claimRef`
+//!   keeps the uid) is `Released` and binds no new claim: a claim made again needs its volume
+//!   made again. Deleting claims and volumes in use waits for their users ([`crate::protection`]).
+//!
 //! Not simulated: dynamic provisioning of claims with `volumeName` unset (the node-local folder
-//! stands for it), a volume's `Released` and `Failed` phases after its claim goes, `Recycle`.
+//! stands for it), a volume's `Failed` phase, `Recycle`.
 
 use crate::store::{Objects, Store, strings, text};
-use crate::{clock, quantity};
+use crate::{events, quantity};
 use serde_json::{Value, json};
 use std::path::{Component, Path, PathBuf};
 
@@ -144,24 +148,18 @@ fn claim_event(o: &mut Objects, namespace: &str, claim: &str, reason: &str, mess
     if said {
         return;
     }
-    let uid = clock::uid();
-    let now = clock::now();
-    o.put(
-        "events",
-        json!({
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": format!("{claim}.{}", &uid[..8]), "namespace": namespace, "uid": uid, "creationTimestamp": now},
-            "involvedObject": {"kind": "PersistentVolumeClaim", "namespace": namespace, "name": claim, "apiVersion": "v1"},
-            "type": "Warning",
-            "reason": reason,
-            "message": message,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "source": {"component": "persistentvolume-controller"},
-        }),
-    );
+    let about = events::About {
+        kind: "PersistentVolumeClaim",
+        namespace,
+        name: claim,
+    };
+    let said = events::Said {
+        kind: "Warning",
+        reason,
+        message,
+        component: "persistentvolume-controller",
+    };
+    events::record(o, about, said);
 }
 
 /// Why `volume` cannot be bound by `claim`, in the controller's words.
@@ -191,9 +189,20 @@ fn mismatch(volume: &Value, claim: &Value) -> Option<String> {
     None
 }
 
-/// One pass of the volume controller over the claims that name a volume.
+/// One pass of the volume controller: a bound volume whose claim is gone is `Released`; the
+/// claims that name a volume are bound to it.
 pub fn bind(store: &Store) {
     store.write(|o| {
+        for mut volume in o.list("persistentvolumes", None) {
+            let r = |key: &str| text(&volume, &format!("/spec/claimRef/{key}"));
+            let held = o
+                .get("persistentvolumeclaims", &r("namespace"), &r("name"))
+                .is_some_and(|c| text(c, "/metadata/uid") == r("uid"));
+            if text(&volume, "/status/phase") == "Bound" && !held {
+                volume["status"] = json!({"phase": "Released"});
+                o.put("persistentvolumes", volume);
+            }
+        }
         let claims: Vec<Value> = o
             .list("persistentvolumeclaims", None)
             .into_iter()
@@ -215,7 +224,12 @@ pub fn bind(store: &Store) {
             };
             let by_ns = text(&volume, "/spec/claimRef/namespace");
             let by_name = text(&volume, "/spec/claimRef/name");
-            let refused = if !by_name.is_empty() && (by_ns != ns || by_name != name) {
+            let by_uid = text(&volume, "/spec/claimRef/uid");
+            // A volume bound once keeps its claim's uid: a new claim of the same name is
+            // another claim.
+            let other = (!by_name.is_empty() && (by_ns != ns || by_name != name))
+                || (!by_uid.is_empty() && by_uid != text(&claim, "/metadata/uid"));
+            let refused = if other {
                 Some((
                     "FailedBinding",
                     format!("volume \"{wanted}\" already bound to a different claim."),
@@ -263,6 +277,11 @@ pub fn unbound_claim(o: &Objects, pod: &Value) -> Option<String> {
         let Some(found) = o.get("persistentvolumeclaims", &namespace, &claim) else {
             return Some(format!("persistentvolumeclaim \"{claim}\" not found"));
         };
+        if found.pointer("/metadata/deletionTimestamp").is_some() {
+            return Some(format!(
+                "persistentvolumeclaim \"{claim}\" is being deleted"
+            ));
+        }
         if !text(found, "/spec/volumeName").is_empty() && text(found, "/status/phase") != "Bound" {
             return Some("pod has unbound immediate PersistentVolumeClaims".into());
         }
@@ -296,47 +315,46 @@ pub fn source_dir(store: &Store, claim: &Value) -> Result<Option<(PathBuf, bool)
     let volume = volume.ok_or_else(|| format!("persistentvolume \"{wanted}\" not found"))?;
     let served = |name: &str| table.get(name).and_then(Value::as_str).map(PathBuf::from);
     let failed = |why: String| format!("MountVolume.SetUp failed for volume \"{wanted}\" : {why}");
-    if let Some(nfs) = volume.pointer("/spec/nfs") {
+    // The source, the name that serves it, the folder under it, and the two ways it fails.
+    let (source, host, relative, unserved, missing) = if let Some(nfs) = volume.pointer("/spec/nfs")
+    {
         let (server, path) = (text(nfs, "/server"), text(nfs, "/path"));
-        let root = served(&server).ok_or_else(|| {
-            failed(format!(
+        (
+            nfs,
+            server.clone(),
+            path.clone(),
+            format!(
                 "mount failed: exit status 32: mount.nfs: Failed to resolve server {server}: Name or service not known"
-            ))
-        })?;
-        let dir = under(&root, &path).filter(|d| d.is_dir()).ok_or_else(|| {
-            failed(format!(
+            ),
+            format!(
                 "mount failed: exit status 32: mount.nfs: access denied by server while mounting {server}:{path}"
-            ))
-        })?;
-        let read_only = nfs
-            .get("readOnly")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        return Ok(Some((dir, read_only)));
-    }
-    if let Some(csi) = volume.pointer("/spec/csi") {
+            ),
+        )
+    } else if let Some(csi) = volume.pointer("/spec/csi") {
         let (driver, handle) = (text(csi, "/driver"), text(csi, "/volumeHandle"));
-        let root = served(&driver).ok_or_else(|| {
-            failed(format!(
+        (
+            csi,
+            driver.clone(),
+            handle.clone(),
+            format!(
                 "kubernetes.io/csi: mounter.SetUpAt failed to get CSI client: driver name {driver} not found in the list of registered CSI drivers"
-            ))
-        })?;
-        let dir = under(&root, &handle)
-            .filter(|d| d.is_dir())
-            .ok_or_else(|| {
-                failed(format!(
-                    "rpc error: code = NotFound desc = volume {handle} not found"
-                ))
-            })?;
-        let read_only = csi
-            .get("readOnly")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        return Ok(Some((dir, read_only)));
-    }
-    Err(failed(
-        "this volume's type is not simulated (nfs and csi are)".into(),
-    ))
+            ),
+            format!("rpc error: code = NotFound desc = volume {handle} not found"),
+        )
+    } else {
+        return Err(failed(
+            "this volume's type is not simulated (nfs and csi are)".into(),
+        ));
+    };
+    let root = served(&host).ok_or_else(|| failed(unserved))?;
+    let dir = under(&root, &relative)
+        .filter(|d| d.is_dir())
+        .ok_or_else(|| failed(missing))?;
+    let read_only = source
+        .get("readOnly")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    Ok(Some((dir, read_only)))
 }
 
 /// Whether a pod's volume is mounted read-only whatever its mount says: the pod's claim says

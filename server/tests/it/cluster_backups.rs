@@ -170,14 +170,22 @@ async fn workspace_snapshots_are_taken_listed_restored_and_pruned() {
         matches!(&missing, RepositoryError::NotInSnapshot(p) if p == "no/such"),
         "{missing}"
     );
-    // The restore's claim and pod are gone again.
-    let left = cluster.api.store.read(|o| {
-        (
-            o.list("persistentvolumeclaims", Some(&namespace)).len(),
-            o.list("pods", Some(&namespace)).len(),
-        )
-    });
-    assert_eq!(left, (1, 0), "only the workspace claim stays");
+    // The restore's claim and pod are gone again (the claim once its pod is: pvc-protection).
+    let count = || {
+        cluster.api.store.read(|o| {
+            (
+                o.list("persistentvolumeclaims", Some(&namespace)).len(),
+                o.list("pods", Some(&namespace)).len(),
+            )
+        })
+    };
+    for _ in 0..100 {
+        if count() == (1, 0) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(count(), (1, 0), "only the workspace claim stays");
 
     // Two more days: keep the newest two days, the oldest goes.
     snapshots.back_up("erin", AT + DAY).await.unwrap();
