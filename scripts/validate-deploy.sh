@@ -61,6 +61,26 @@ else
   bad "the chart deploys '$rendered' but scripts/image.sh builds '$built' (image.repository and appVersion against Cargo.toml)"
 fi
 
+# --- the server reads the configuration the chart renders -----------------------------------------
+# Values a key of config.kube passes through (a CSI source's volumeAttributes) reach the server:
+# the chart is rendered with them and the server's own parser reads its config.toml back.
+values=$DEPLOY/tests/good-values/dataset-csi-attributes.yaml
+if "$PY" "$DEPLOY/tools/check.py" render "$DEPLOY/chart" "$OUT/datasets.yaml" --values "$values" \
+  && "$PY" -c '
+import sys, yaml
+for doc in yaml.safe_load_all(open(sys.argv[1])):
+    if doc and doc.get("kind") == "ConfigMap" and "config.toml" in doc.get("data", {}):
+        print(doc["data"]["config.toml"])
+' "$OUT/datasets.yaml" >"$OUT/config.toml" \
+  && summary=$(cargo run -q --locked -p server --bin server -- --config "$OUT/config.toml" check-config) \
+  && grep -qxF 'dataset source corpus: csi smb.csi.k8s.io volume corpus attributes mountOptions=dir_mode=0555,file_mode=0444, note=a "quoted" value = kept, source=//fs.lab.internal/corpus' <<<"$summary" \
+  && grep -qxF 'dataset source imagenet: nfs nfs.lab.internal:/exports/imagenet' <<<"$summary"; then
+  ok "a CSI source's volumeAttributes in the values reach the server's configuration (server check-config)"
+else
+  bad "the chart's datasetSources with volumeAttributes: the server read back:"
+  echo "${summary:-nothing}" | sed 's/^/    /'
+fi
+
 # --- the checks reject what they should ----------------------------------------------------------
 expect() { # FILE: its first line, "# expect: STAGE TEXT"
   sed -n '1s/^# expect: //p' "$1"

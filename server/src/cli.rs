@@ -36,6 +36,9 @@ enum Command {
     Serve,
     /// Apply database migrations and exit.
     Migrate,
+    /// Read and check the configuration, print what it sets up, and exit (nothing is touched:
+    /// a deployment's rendered config.toml is checked with the server's own parser).
+    CheckConfig,
     /// Manage accounts.
     User {
         #[command(subcommand)]
@@ -218,6 +221,38 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// What `check-config` prints of a configuration that loaded: its runtime and, one a line, the
+/// cluster's dataset sources as the server read them.
+fn config_summary(config: &Config) -> String {
+    let mut out = format!(
+        "configuration ok: runtime {}\n",
+        format!("{:?}", config.runtime).to_ascii_lowercase()
+    );
+    for (name, source) in &config.kube.dataset_sources {
+        let storage = match (&source.nfs, &source.csi) {
+            (Some(nfs), _) => format!("nfs {}:{}", nfs.server, nfs.path),
+            (None, Some(csi)) => {
+                let mut line = format!("csi {} volume {}", csi.driver, csi.volume_handle);
+                if !csi.fs_type.is_empty() {
+                    line += &format!(" fs {}", csi.fs_type);
+                }
+                if !csi.volume_attributes.is_empty() {
+                    let pairs: Vec<String> = csi
+                        .volume_attributes
+                        .iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect();
+                    line += &format!(" attributes {}", pairs.join(", "));
+                }
+                line
+            }
+            (None, None) => "none".into(),
+        };
+        out += &format!("dataset source {name}: {storage}\n");
+    }
+    out
+}
+
 fn print_probe(mib: u64) {
     let probe = crate::runtime::gpu_check::probe(mib);
     println!(
@@ -245,6 +280,10 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
         }
         Command::GpuProbe { mib } => {
             print_probe(mib);
+            Ok(())
+        }
+        Command::CheckConfig => {
+            print!("{}", config_summary(&config));
             Ok(())
         }
         Command::Migrate => {
