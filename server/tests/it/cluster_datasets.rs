@@ -87,6 +87,13 @@ fn volumes(cluster: &SimCluster) -> Vec<Value> {
         .read(|o| o.list("persistentvolumes", None))
 }
 
+fn volume_names(cluster: &SimCluster) -> Vec<Value> {
+    volumes(cluster)
+        .iter()
+        .map(|v| v["metadata"]["name"].clone())
+        .collect()
+}
+
 fn claim(cluster: &SimCluster, namespace: &str, name: &str) -> Option<Value> {
     cluster
         .api
@@ -160,12 +167,8 @@ async fn each_user_gets_their_own_bound_pair_and_loses_it_on_departure() {
         o.get("persistentvolumes", "", &gail).is_none()
     })
     .await;
-    let left: Vec<Value> = volumes(&cluster)
-        .iter()
-        .map(|v| v["metadata"]["name"].clone())
-        .collect();
     assert_eq!(
-        left,
+        volume_names(&cluster),
         vec![json!(volume_name(&namespace_of("hank"), "imagenet"))]
     );
     cluster.shut_down().await;
@@ -402,12 +405,8 @@ for attempt in ("write", "delete"):
         })
         .await;
     }
-    let names: Vec<Value> = volumes(&cluster)
-        .iter()
-        .map(|v| v["metadata"]["name"].clone())
-        .collect();
     assert_eq!(
-        names,
+        volume_names(&cluster),
         vec![
             json!(volume_name(&namespace_of("dana"), "imagenet")),
             json!(volume_name(&namespace_of("erin"), "imagenet")),
