@@ -876,3 +876,34 @@ on_both_fns! {
     a_newcomer_waits_behind_the_line => a_newcomer_waits_behind_the_line_sqlite, a_newcomer_waits_behind_the_line_postgres;
     a_queued_launch_on_a_cheaper_card_holds_only_its_price => a_queued_launch_on_a_cheaper_card_holds_only_its_price_sqlite, a_queued_launch_on_a_cheaper_card_holds_only_its_price_postgres;
 }
+
+/// The warm-pool keeper looks before it writes: with every slot held (launches took the
+/// pre-started editors) it takes no write lock, so in a burst it neither waits for the
+/// launches' writes nor holds them up. Here another connection holds SQLite's write lock
+/// throughout: a keeper that began a write transaction to find no slot would wait out the busy
+/// timeout and fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_keeper_takes_no_write_lock_when_no_slot_is_free() {
+    super::tests::run_sqlite(|store: Store| async move {
+        use sqlx::{Connection, Executor};
+        six_slots(&store).await;
+        warm_on(&store, 6).await;
+        let alice = user(&store, "alice", 10_000_000).await;
+        for _ in 0..2 {
+            let launched = store.launch(plan(&alice.id, false, ROOMY, true)).await;
+            assert!(matches!(launched.unwrap().placement, Placement::Warm(_)));
+        }
+        let mut writer = sqlx::AnyConnection::connect(&store.url).await.unwrap();
+        writer.execute("BEGIN IMMEDIATE").await.unwrap();
+        let looked = store.add_warm(EditorKind::JupyterLab, SLICE, None).await;
+        writer.execute("ROLLBACK").await.unwrap();
+        assert!(matches!(looked, Ok(None)), "{looked:?}");
+        // A pre-started editor died: the keeper reserves its slot again, through the write.
+        let died = store.warm_editors().await.unwrap().remove(0);
+        assert!(store.remove_warm(&died.id).await.unwrap());
+        let slot = died.slot_id;
+        let reserved = store.add_warm(EditorKind::JupyterLab, SLICE, None).await;
+        assert_eq!(reserved.unwrap().map(|w| w.slot_id), Some(slot));
+    })
+    .await;
+}

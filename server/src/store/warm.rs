@@ -102,12 +102,20 @@ impl Store {
 impl Store {
     /// Reserves a free slot (one no session holds and no editor warms) for a new pre-started
     /// editor: anyone's, or `for_user`'s only.
+    ///
+    /// It looks first, with a read: a launch that takes a pre-started editor wakes the keeper,
+    /// which then finds no free slot (the launch holds it), and in a burst of launches a write
+    /// transaction begun only to find that queued each launch's write behind it. The write
+    /// looks again, since a launch may take the slot in between.
     pub async fn add_warm(
         &self,
         editor: EditorKind,
         slice_mib: u64,
         for_user: Option<&str>,
     ) -> Result<Option<WarmRecord>> {
+        if !self.free_slot(Some(slice_mib)).await? {
+            return Ok(None);
+        }
         let mut w = self.begin_write().await?;
         let sql = format!(
             "SELECT sl.id FROM slots sl WHERE sl.session_id IS NULL AND sl.active = 1 AND sl.slice_mib = $1
@@ -146,6 +154,28 @@ impl Store {
             runtime_handle: None,
             user_id: for_user.map(str::to_string),
         }))
+    }
+
+    /// Whether a slot is free for a pre-started editor (no session holds it, no editor warms
+    /// it), of `slice_mib` or of any size: a read, without the writer lock.
+    pub async fn free_slot(&self, slice_mib: Option<u64>) -> Result<bool> {
+        const FREE: &str =
+            "SELECT 1 AS one FROM slots sl WHERE sl.session_id IS NULL AND sl.active = 1
+             AND NOT EXISTS (SELECT 1 FROM warm_editors w WHERE w.slot_id = sl.id)";
+        let found = match slice_mib {
+            Some(mib) => {
+                sqlx::query(&format!("{FREE} AND sl.slice_mib = $1 LIMIT 1"))
+                    .bind(mib as i64)
+                    .fetch_optional(&self.pool)
+                    .await?
+            }
+            None => {
+                sqlx::query(&format!("{FREE} LIMIT 1"))
+                    .fetch_optional(&self.pool)
+                    .await?
+            }
+        };
+        Ok(found.is_some())
     }
 
     /// The editor's process exists: its handle is kept at once, so a shutdown in the middle of

@@ -230,6 +230,12 @@ impl Guard {
             if *closing.borrow_and_update() {
                 return;
             }
+            // Every launch that takes a pre-started editor wakes the keeper, and in a burst of
+            // them no slot is free: then this look is all a pass reads.
+            if !self.warm.warms_for_users() && !self.store.free_slot(None).await.unwrap_or(true) {
+                self.next_pass(&mut closing).await;
+                continue;
+            }
             let warm = self.store.warm_editors().await.unwrap_or_default();
             let mut starts = Vec::new();
             if self.warm.warms_for_users() {
@@ -287,10 +293,15 @@ impl Guard {
                     failed_at.insert(key, tokio::time::Instant::now());
                 }
             }
-            tokio::select! {
-                _ = tokio::time::timeout(Duration::from_secs(30), self.warm_wake.notified()) => {}
-                _ = closing.changed() => {}
-            }
+            self.next_pass(&mut closing).await;
+        }
+    }
+
+    /// Waits for the keeper's next pass: a launch's kick, 30 s at most, or the server closing.
+    async fn next_pass(&self, closing: &mut tokio::sync::watch::Receiver<bool>) {
+        tokio::select! {
+            _ = tokio::time::timeout(Duration::from_secs(30), self.warm_wake.notified()) => {}
+            _ = closing.changed() => {}
         }
     }
 
