@@ -34,6 +34,7 @@
 //! at most `pool.burst_max_minutes`, and queue like slices.
 //!
 
+use super::batch::Batch;
 use super::launch_rows::{Place, insert_launch};
 use super::records::WARM_COLUMNS;
 use super::*;
@@ -117,18 +118,19 @@ impl Store {
         let now = self.now();
         let mut w = self.begin_write().await?;
         self.lock_user(&mut w, plan.user_id).await?;
-        let limits = plan
-            .limits
-            .with(&overrides_in(&mut w.tx, plan.user_id).await?);
-        let mut usage = usage_in(&mut w.tx, plan.user_id).await?;
-        usage.disk_mib = plan.disk_mib;
+        let before = before_claim_in(&mut w.tx, plan.user_id, plan.slice_mib, plan.burst).await?;
+        let limits = plan.limits.with(&before.overrides);
+        let usage = Usage {
+            disk_mib: plan.disk_mib,
+            ..before.usage
+        };
         quota::check(&limits, &usage, plan.slice_mib, plan.duration_minutes)
             .map_err(StoreError::Quota)?;
 
         let fresh_id = new_id();
         // First come, first served: while anyone waits for this size, a newcomer waits behind
         // them, even for a slot freed a moment ago (the dispatcher gives it to the head).
-        let claim = if line_waits_in(&mut w.tx, plan.slice_mib, plan.burst).await? {
+        let claim = if before.line_waits {
             None
         } else {
             claim_in(
@@ -147,7 +149,9 @@ impl Store {
             None => plan.queue_price,
         };
         let hold = credits::price_for_minutes(per_hour, plan.duration_minutes as i64);
-        let balance = balance_in(&mut w, plan.user_id).await?;
+        // Read before the claim: the claim writes no credits, and the user's launches take
+        // turns (the writer lock; on PostgreSQL their row's lock).
+        let balance = before.balance;
         if balance < hold {
             // Dropping the transaction rolls the claim back.
             return Err(StoreError::InsufficientCredits {
@@ -333,19 +337,52 @@ pub(super) async fn position_in(conn: &mut sqlx::AnyConnection, session_id: &str
     Ok(row.try_get::<i64, _>("ahead")? as u32 + 1)
 }
 
-async fn line_waits_in(
+/// What the allocator reads before it claims a place.
+struct BeforeClaim {
+    overrides: quota::Overrides,
+    /// Live sessions and their GPU memory (the workspace's size is the runtime's).
+    usage: Usage,
+    balance: i64,
+    /// Someone waits in the queue for this size.
+    line_waits: bool,
+}
+
+/// The user's quota overrides, live sessions, GPU memory held and balance, and whether anyone
+/// waits for `slice_mib`, in one statement: on SQLite every statement of a write transaction
+/// is a round trip made while holding the writer lock, which a burst of launches queues for.
+async fn before_claim_in(
     conn: &mut sqlx::AnyConnection,
+    user_id: &str,
     slice_mib: u64,
     burst: bool,
-) -> Result<bool> {
-    let waiting = sqlx::query(
-        "SELECT 1 FROM sessions WHERE state = 'queued' AND slice_mib = $1 AND burst = $2 LIMIT 1",
+) -> Result<BeforeClaim> {
+    let row = sqlx::query(
+        "SELECT q.max_sessions, q.max_gpu_mib, q.max_minutes, q.max_disk_mib, u.sessions, u.gpu_mib,
+           (SELECT CAST(COALESCE(SUM(l.amount), 0) AS BIGINT) FROM credit_ledger l WHERE l.user_id = me.id) AS balance,
+           (SELECT CAST(COUNT(*) AS BIGINT) FROM (SELECT 1 AS one FROM sessions o
+              WHERE o.state = 'queued' AND o.slice_mib = $2 AND o.burst = $3 LIMIT 1) w) AS waiting
+         FROM users me
+         LEFT JOIN user_quotas q ON q.user_id = me.id
+         CROSS JOIN (SELECT CAST(COUNT(*) AS BIGINT) AS sessions, CAST(COALESCE(SUM(s.slice_mib), 0) AS BIGINT) AS gpu_mib
+           FROM sessions s WHERE s.user_id = $1 AND s.state <> 'ended') u
+         WHERE me.id = $1",
     )
+    .bind(user_id)
     .bind(slice_mib as i64)
     .bind(burst as i64)
     .fetch_optional(&mut *conn)
-    .await?;
-    Ok(waiting.is_some())
+    .await?
+    .ok_or(StoreError::NotFound("user"))?;
+    Ok(BeforeClaim {
+        overrides: overrides_of(&row)?,
+        usage: Usage {
+            sessions: row.try_get::<i64, _>("sessions")? as u32,
+            gpu_mib: row.try_get::<i64, _>("gpu_mib")? as u64,
+            disk_mib: None,
+        },
+        balance: row.try_get("balance")?,
+        line_waits: row.try_get::<i64, _>("waiting")? > 0,
+    })
 }
 
 pub(super) async fn usage_in(conn: &mut sqlx::AnyConnection, user_id: &str) -> Result<Usage> {
@@ -402,14 +439,7 @@ async fn claim_in(
             };
             let warm = WarmRecord::from_row(&row)?;
             let gpu_id: String = row.try_get("gpu_id")?;
-            let gone = sqlx::query("DELETE FROM warm_editors WHERE id = $1 AND state = 'ready'")
-                .bind(&warm.id)
-                .execute(&mut *w.tx)
-                .await?;
-            if gone.rows_affected() != 1 {
-                continue;
-            }
-            if take_slot_in(w, &warm.id, &warm.slot_id, now).await? {
+            if take_warm_in(w, &warm, now).await? {
                 return Ok(Some(Claim {
                     session_id: warm.id.clone(),
                     slot_id: warm.slot_id.clone(),
@@ -487,6 +517,37 @@ async fn lower_hold_in(w: &mut WriteTx, session_id: &str, per_hour: i64, now: i6
         .await?;
     }
     Ok(())
+}
+
+/// Takes the ready pre-started editor `warm` off its slot and the slot for the session that
+/// takes the editor's id; false when either slipped away (a launch that committed meanwhile).
+async fn take_warm_in(w: &mut WriteTx, warm: &WarmRecord, now: i64) -> Result<bool> {
+    const GONE: &str = "DELETE FROM warm_editors WHERE id = $1 AND state = 'ready'";
+    const TAKEN: &str = "UPDATE slots SET session_id = $1, updated_at = $2 WHERE id = $3 AND session_id IS NULL AND active = 1";
+    if w.kind == DbKind::Sqlite {
+        // Nobody else writes while this transaction does (SQLite's one writer), so both find
+        // what the look found: one round trip for the two.
+        let mut batch = Batch::default();
+        batch.push(GONE, vec![warm.id.as_str().into()]);
+        batch.push(
+            TAKEN,
+            vec![
+                warm.id.as_str().into(),
+                now.into(),
+                warm.slot_id.as_str().into(),
+            ],
+        );
+        return match batch.run(w).await? {
+            2 => Ok(true),
+            0 => Ok(false),
+            _ => Err(StoreError::Conflict),
+        };
+    }
+    let gone = sqlx::query(GONE).bind(&warm.id).execute(&mut *w.tx).await?;
+    if gone.rows_affected() != 1 {
+        return Ok(false);
+    }
+    take_slot_in(w, &warm.id, &warm.slot_id, now).await
 }
 
 /// How many candidates one claim looks at before it queues: each that slips away (taken by a

@@ -1,5 +1,6 @@
-//! A launch's own rows, written in four statements: the session (in the state its place gives
-//! it), its steps, its hold and its audit events.
+//! A launch's own rows, written in four statements sent together (one round trip on SQLite:
+//! `batch.rs`): the session (in the state its place gives it), its steps, its hold and its
+//! audit events.
 //!
 //! On SQLite every write transaction waits for the one before it, and each statement is a round
 //! trip to the connection's thread, so a launch held the writer for as many round trips as it
@@ -12,6 +13,7 @@
 //! machine gave, each move audited as before), its steps are numbered from 1, and the row is
 //! inserted as it ends up. The rows are the same as before, in the same order.
 
+use super::batch::{Arg, Batch};
 use super::*;
 
 /// Where the launch's claim put it.
@@ -50,41 +52,47 @@ pub(super) async fn insert_launch(
         Place::Queued => (None, None),
     };
     let ready_at = warm.map(|_| now);
-    sqlx::query(
+    let mut batch = Batch::default();
+    batch.push(
         "INSERT INTO sessions (id, user_id, editor, slice_mib, duration_minutes, price_per_hour, state, created_at,
            last_activity_at, burst, image, slot_id, queued_at, upstream, editor_token, runtime_handle, ready_at, ends_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
-    )
-    .bind(r.id)
-    .bind(r.user_id)
-    .bind(r.editor.as_str())
-    .bind(r.slice_mib as i64)
-    .bind(r.duration_minutes as i64)
-    .bind(r.price_per_hour)
-    .bind(state.as_str())
-    .bind(now)
-    .bind(r.burst as i64)
-    .bind(r.image)
-    .bind(slot_id)
-    .bind(matches!(place, Place::Queued).then_some(now))
-    .bind(warm.and_then(|w| w.upstream.clone()))
-    .bind(warm.and_then(|w| w.editor_token.clone()))
-    .bind(warm.and_then(|w| w.runtime_handle.clone()))
-    .bind(ready_at)
-    .bind(ready_at.map(|at| at + r.duration_minutes as i64 * 60_000))
-    .execute(&mut *w.tx)
-    .await?;
+        vec![
+            r.id.into(),
+            r.user_id.into(),
+            r.editor.as_str().into(),
+            (r.slice_mib as i64).into(),
+            (r.duration_minutes as i64).into(),
+            r.price_per_hour.into(),
+            state.as_str().into(),
+            now.into(),
+            (r.burst as i64).into(),
+            r.image.into(),
+            slot_id.into(),
+            matches!(place, Place::Queued).then_some(now).into(),
+            warm.and_then(|w| w.upstream.clone()).into(),
+            warm.and_then(|w| w.editor_token.clone()).into(),
+            warm.and_then(|w| w.runtime_handle.clone()).into(),
+            ready_at.into(),
+            ready_at
+                .map(|at| at + r.duration_minutes as i64 * 60_000)
+                .into(),
+        ],
+    );
+    let mut rows = 1;
     if r.hold > 0 {
-        insert_ledger(
-            w,
-            r.user_id,
-            LedgerKind::Hold,
-            -r.hold,
-            Some(r.id),
-            "held for launch",
-            now,
-        )
-        .await?;
+        batch.push(
+            "INSERT INTO credit_ledger (user_id, kind, amount, session_id, note, at) VALUES ($1, $2, $3, $4, $5, $6)",
+            vec![
+                r.user_id.into(),
+                LedgerKind::Hold.as_str().into(),
+                (-r.hold).into(),
+                r.id.into(),
+                "held for launch".into(),
+                now.into(),
+            ],
+        );
+        rows += 1;
     }
     let label = r.editor.label();
     let mut steps: Vec<(SessionState, String, u8)> = vec![
@@ -117,6 +125,12 @@ pub(super) async fn insert_launch(
             ));
         }
         Place::Queued => {
+            // Its place in line counts its own row.
+            let written = std::mem::take(&mut batch).run(w).await?;
+            if written != rows {
+                return Err(StoreError::Conflict);
+            }
+            rows = 0;
             let at = super::launch::position_in(&mut w.tx, r.id).await?;
             position = Some(at);
             steps.push((
@@ -126,7 +140,8 @@ pub(super) async fn insert_launch(
             ));
         }
     }
-    let steps = insert_steps(w, r.id, steps, now).await?;
+    rows += steps.len() as u64;
+    let steps = push_steps(&mut batch, r.id, steps, now);
     let target = format!("session:{}", r.id);
     let mut audit = vec![(
         Some(r.user_id),
@@ -136,17 +151,22 @@ pub(super) async fn insert_launch(
     for Transition { from, to } in moves {
         audit.push((None, format!("session.{to}"), format!("{from} -> {to}")));
     }
-    insert_audits(w, &target, &audit, now).await?;
+    rows += audit.len() as u64;
+    push_audits(&mut batch, &target, audit, now);
+    // Every statement inserts its rows or fails; a count short of them is no launch.
+    if batch.run(w).await? != rows {
+        return Err(StoreError::Conflict);
+    }
     Ok((steps, position))
 }
 
 /// A new session's steps, numbered from 1, in one statement.
-async fn insert_steps(
-    w: &mut WriteTx,
+fn push_steps(
+    batch: &mut Batch,
     session_id: &str,
     steps: Vec<(SessionState, String, u8)>,
     at: i64,
-) -> Result<Vec<Step>> {
+) -> Vec<Step> {
     let rows: Vec<String> = (0..steps.len())
         .map(|i| {
             let p = 4 * i;
@@ -159,20 +179,21 @@ async fn insert_steps(
             )
         })
         .collect();
-    let sql = format!(
-        "INSERT INTO session_events (session_id, at, seq, state, message, progress, failed) VALUES {}",
-        rows.join(", ")
-    );
-    let mut query = sqlx::query(&sql).bind(session_id).bind(at);
+    let mut args: Vec<Arg> = vec![session_id.into(), at.into()];
     for (i, (state, message, progress)) in steps.iter().enumerate() {
-        query = query
-            .bind(i as i64 + 1)
-            .bind(state.as_str())
-            .bind(message.as_str())
-            .bind(*progress as i64);
+        args.push((i as i64 + 1).into());
+        args.push(state.as_str().into());
+        args.push(message.as_str().into());
+        args.push((*progress as i64).into());
     }
-    query.execute(&mut *w.tx).await?;
-    Ok(steps
+    batch.push(
+        format!(
+            "INSERT INTO session_events (session_id, at, seq, state, message, progress, failed) VALUES {}",
+            rows.join(", ")
+        ),
+        args,
+    );
+    steps
         .into_iter()
         .enumerate()
         .map(|(i, (state, message, progress))| Step {
@@ -183,33 +204,33 @@ async fn insert_steps(
             progress,
             failed: false,
         })
-        .collect())
+        .collect()
 }
 
 /// Audit events about one target, in order, in one statement: (actor, action, detail).
-async fn insert_audits(
-    w: &mut WriteTx,
+fn push_audits(
+    batch: &mut Batch,
     target: &str,
-    events: &[(Option<&str>, String, String)],
+    events: Vec<(Option<&str>, String, String)>,
     at: i64,
-) -> Result<()> {
+) {
     let rows: Vec<String> = (0..events.len())
         .map(|i| {
             let p = 3 * i;
             format!("($1, ${}, ${}, $2, ${})", p + 3, p + 4, p + 5)
         })
         .collect();
-    let sql = format!(
-        "INSERT INTO audit_events (at, actor_id, action, target, detail) VALUES {}",
-        rows.join(", ")
-    );
-    let mut query = sqlx::query(&sql).bind(at).bind(target);
+    let mut args: Vec<Arg> = vec![at.into(), target.into()];
     for (actor, action, detail) in events {
-        query = query
-            .bind(*actor)
-            .bind(action.as_str())
-            .bind(detail.as_str());
+        args.push(actor.into());
+        args.push(Arg::Text(Some(action)));
+        args.push(Arg::Text(Some(detail)));
     }
-    query.execute(&mut *w.tx).await?;
-    Ok(())
+    batch.push(
+        format!(
+            "INSERT INTO audit_events (at, actor_id, action, target, detail) VALUES {}",
+            rows.join(", ")
+        ),
+        args,
+    );
 }

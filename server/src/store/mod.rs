@@ -8,6 +8,7 @@ mod activity;
 mod admin;
 mod audit;
 mod backups;
+mod batch;
 mod datasets;
 mod departed;
 mod editor_access;
@@ -55,7 +56,7 @@ use write::WriteTx;
 use launch::{skip_locked, usage_in};
 pub(crate) use ledger::credit_request_of;
 use ledger::{answer_credit_request, grant_detail};
-use quotas::overrides_in;
+use quotas::overrides_of;
 
 use app::domain::hold::SliceHold;
 use app::domain::launch::EditorKind;
@@ -164,6 +165,10 @@ pub enum DbKind {
 #[derive(Clone)]
 pub struct Store {
     pool: AnyPool,
+    /// Where write transactions run: on SQLite a connection of their own (one writer at a
+    /// time), so a writer holding the lock never waits for a reader's connection; on
+    /// PostgreSQL the pool itself.
+    writes: AnyPool,
     kind: DbKind,
     sqlite_writer: Arc<Mutex<()>>,
     /// The time every row is stamped with.
@@ -205,9 +210,14 @@ impl Store {
         } else {
             options
         };
-        let pool = options.connect(url).await?;
+        let pool = options.clone().connect(url).await?;
+        let writes = match kind {
+            DbKind::Sqlite => options.max_connections(1).connect(url).await?,
+            DbKind::Postgres => pool.clone(),
+        };
         Ok(Store {
             pool,
+            writes,
             kind,
             sqlite_writer: Arc::new(Mutex::new(())),
             clock: Arc::new(SystemClock),
@@ -308,6 +318,7 @@ impl Store {
 
     pub async fn close(&self) {
         self.pool.close().await;
+        self.writes.close().await;
     }
 
     async fn begin_write(&self) -> Result<WriteTx> {
@@ -315,7 +326,7 @@ impl Store {
             DbKind::Sqlite => Some(self.sqlite_writer.clone().lock_owned().await),
             DbKind::Postgres => None,
         };
-        WriteTx::begin(&self.pool, self.kind, writer, self.now()).await
+        WriteTx::begin(&self.writes, self.kind, writer, self.now()).await
     }
 
     /// Serializes credit operations of one user on PostgreSQL (SQLite writers are serialized already).
