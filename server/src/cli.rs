@@ -198,7 +198,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // In a sandbox, with nothing of the server's: no configuration, no runtime.
     if let Some(Command::GpuProbe { mib }) = cli.command {
-        print_probe(mib);
+        let _ = print_probe(mib);
         return ExitCode::SUCCESS;
     }
     let config = match Config::load(cli.config.as_deref()) {
@@ -253,12 +253,19 @@ fn config_summary(config: &Config) -> String {
     out
 }
 
-fn print_probe(mib: u64) {
+fn print_probe(mib: u64) -> Result<(), String> {
     let probe = crate::runtime::gpu_check::probe(mib);
     println!(
         "{}",
         serde_json::to_string(&probe).expect("a probe is JSON")
     );
+    Ok(())
+}
+
+/// `check-config`: the configuration loaded (else `main` said why); what it sets up.
+fn check_config(config: &Config) -> Result<(), String> {
+    print!("{}", config_summary(config));
+    Ok(())
 }
 
 async fn dispatch(command: Command, config: Config) -> Result<(), String> {
@@ -278,14 +285,8 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
                 Err("the GPU check failed (see above)".into())
             }
         }
-        Command::GpuProbe { mib } => {
-            print_probe(mib);
-            Ok(())
-        }
-        Command::CheckConfig => {
-            print!("{}", config_summary(&config));
-            Ok(())
-        }
+        Command::GpuProbe { mib } => print_probe(mib),
+        Command::CheckConfig => check_config(&config),
         Command::Migrate => {
             crate::util::private_dir(&config.data_dir).map_err(|e| {
                 format!("cannot create data_dir {}: {e}", config.data_dir.display())
