@@ -486,6 +486,50 @@ async fn a_changed_source_makes_the_pair_again_unless_a_pod_mounts_it() {
     cluster.shut_down().await;
 }
 
+/// A claim found still being deleted (held by a pod going away) is not applied over, to vanish
+/// from under the next pod: the launch waits for it to go and makes the pair again.
+#[tokio::test]
+async fn a_claim_still_being_deleted_is_waited_on_and_made_again() {
+    let mut config = kube_config();
+    with_sources(&mut config);
+    let cluster = start_cluster(chart().clone()).await;
+    let runtime =
+        KubeRuntime::new(client(&cluster, SERVER_TOKEN).await, config).with_timing(quick());
+    runtime.attach_datasets("gail", &imagenet()).await;
+    let namespace = namespace_of("gail");
+    let name = claim_name("imagenet");
+    let first = claim(&cluster, &namespace, &name).unwrap()["metadata"]["uid"].clone();
+    // A stopping session's pod still mounts it when the claim is deleted: Terminating.
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "session-stopping", "namespace": namespace},
+        "spec": {"nodeName": "elsewhere", "containers": [{"name": "editor", "image": "lab"}],
+                 "volumes": [{"name": "dataset-imagenet", "persistentVolumeClaim": {"claimName": name}}]}});
+    cluster.api.store.write(|o| o.put("pods", pod));
+    let kind = sim_cluster::kinds::find("", "v1", "persistentvolumeclaims").unwrap();
+    let target = sim_cluster::api::Target {
+        kind,
+        namespace: Some(namespace.clone()),
+        name: name.clone(),
+    };
+    cluster.api.delete(&target, None).unwrap();
+    let store = cluster.api.store.clone();
+    let ns = namespace.clone();
+    let gone = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        store.write(|o| o.remove("pods", &ns, "session-stopping"));
+    });
+    let attached = runtime.attach_datasets("gail", &imagenet()).await;
+    gone.await.unwrap();
+    assert_eq!(attached[0].1, Ok(Attached::Ready), "{attached:?}");
+    // Past the controllers' next passes, the claim is a new one, bound, and stays.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let now = claim(&cluster, &namespace, &name).expect("the claim stays");
+    assert_ne!(now["metadata"]["uid"], first, "made again");
+    assert!(now["metadata"]["deletionTimestamp"].is_null(), "{now}");
+    assert_eq!(now["status"]["phase"], "Bound", "{now}");
+    cluster.shut_down().await;
+}
+
 /// `readme.txt` of the session's `~/datasets/imagenet`, read from inside its kernel.
 async fn readme(app: &crate::common::TestApp, token: &str, id: &str) -> String {
     crate::isolation::run_python(

@@ -11,6 +11,8 @@
 //!   leaves the data on the storage. The cluster's `kubernetes.io/pvc-protection` finalizer holds
 //!   a claim a stopping pod still mounts until the pod is gone, and `pv-protection` a volume
 //!   until its claim is, so the waits end when the cluster lets go of the old pair.
+//! - A claim found still being deleted (a replacement cut short) is waited on and made again
+//!   the same way, rather than applied over and lost from under the new pod.
 //! - A live pod mounts it (another session of the same user): the old pair is kept; the new
 //!   session shares it and its launch step says the new source applies from the next session
 //!   (`Attached::PreviousSource`).
@@ -91,6 +93,20 @@ impl KubeRuntime {
             .await
             .map_err(|e| KubeError::from_kube("pod", e))?;
         Ok(in_use(&pods.items, &claim_name(dataset)))
+    }
+
+    /// Whether the user's claim of `dataset` is being deleted (still held by a pod going away,
+    /// or left by a replacement that did not finish in time).
+    pub(super) async fn claim_leaving(
+        &self,
+        namespace: &str,
+        dataset: &str,
+    ) -> Result<bool, KubeError> {
+        let claim = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace)
+            .get_opt(&claim_name(dataset))
+            .await
+            .map_err(|e| KubeError::from_kube("dataset's claim", e))?;
+        Ok(claim.is_some_and(|c| c.metadata.deletion_timestamp.is_some()))
     }
 
     /// Deletes the user's claim of `dataset` and then its volume `volume`, each waited on

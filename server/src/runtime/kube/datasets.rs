@@ -206,18 +206,24 @@ impl KubeRuntime {
             .dataset_volume_now(plan, &want.name, &volume_name)
             .await
             .map_err(said)?;
-        if made.is_some_and(|made| dataset_drift::drifted(&made, &volume)) {
-            if self
+        let drifted = made.is_some_and(|made| dataset_drift::drifted(&made, &volume));
+        // A claim still being deleted (a replacement cut short) would go from under the pod.
+        let leaving = self
+            .claim_leaving(&plan.namespace, &want.name)
+            .await
+            .map_err(said)?;
+        if drifted
+            && !leaving
+            && self
                 .dataset_in_use(&plan.namespace, &want.name)
                 .await
                 .map_err(said)?
-            {
-                attached = Attached::PreviousSource;
-            } else {
-                tracing::info!(namespace = %plan.namespace, dataset = %want.name, "a dataset's source changed: its volume and claim are made again");
-                self.remove_dataset_pair(plan, &want.name, &volume_name, wait)
-                    .await?;
-            }
+        {
+            attached = Attached::PreviousSource;
+        } else if drifted || leaving {
+            tracing::info!(namespace = %plan.namespace, dataset = %want.name, drifted, "a dataset's volume and claim are made again");
+            self.remove_dataset_pair(plan, &want.name, &volume_name, wait)
+                .await?;
         }
         if attached == Attached::Ready {
             self.apply(
