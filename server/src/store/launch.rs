@@ -21,8 +21,8 @@
 //! every claim is a compare-and-set (`… WHERE session_id IS NULL`). So no slot is given twice (500
 //! launches against 50 warm slots, on both databases), and launches of different users at once
 //! spread over the free slots instead of queueing beside them or deadlocking (twelve users onto six
-//! slots, three warm). Measured: 477 launches a second onto 50 warm editors and 520 onto 50 free
-//! slots on SQLite, 347 and 397 on PostgreSQL (BENCHMARKS.md, section 5).
+//! slots, three warm). Measured: 1,565 launches a second onto 50 warm editors and 1,698 onto 50
+//! free slots on SQLite, 591 and 610 on PostgreSQL (BENCHMARKS.md, section 5).
 //!
 //! Prices are exact: the hold is the price of the card the claim got (`pool.prices`, by model and
 //! slice size) for the whole duration. A queued launch holds the dearest card of its size; when
