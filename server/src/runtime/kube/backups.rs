@@ -187,6 +187,54 @@ impl KubeRuntime {
             Err(e) => tracing::warn!(name, error = %e, "cleaning up after a restore"),
         }
     }
+
+    /// Waits, at most the start timeout, until `name` is gone from `api`. A deleted object keeps
+    /// its name while finalizers hold it (a restore's claim until its pod has gone:
+    /// pvc-protection), and the next restore of the same snapshot reuses that name.
+    async fn until_gone<K>(&self, api: &Api<K>, name: &str) -> bool
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let deadline = Instant::now() + self.timing.start_timeout;
+        loop {
+            match api.get_opt(name).await {
+                Ok(None) => return true,
+                Ok(Some(_)) if Instant::now() < deadline => {}
+                Ok(Some(_)) | Err(_) => return false,
+            }
+            tokio::time::sleep(self.timing.poll).await;
+        }
+    }
+
+    /// The restore's claim: made, or one a restore before left being deleted waited out first.
+    async fn make_restore_claim(
+        &self,
+        claims: &Api<PersistentVolumeClaim>,
+        claim: &PersistentVolumeClaim,
+    ) -> Result<(), RepositoryError> {
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        match claims.create(&self.post_params(), claim).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(e) => return Err(api_error("restored volume")(e)),
+        }
+        let there = claims
+            .get_opt(&name)
+            .await
+            .map_err(api_error("restored volume"))?;
+        // Not being deleted: another restore of this snapshot has it now, and shares it.
+        if there.is_none_or(|c| c.metadata.deletion_timestamp.is_none()) {
+            return Ok(());
+        }
+        if !self.until_gone(claims, &name).await {
+            return Err(RepositoryError::Locked);
+        }
+        claims
+            .create(&self.post_params(), claim)
+            .await
+            .map(|_| ())
+            .map_err(api_error("restored volume"))
+    }
 }
 
 #[async_trait::async_trait]
@@ -280,19 +328,20 @@ impl WorkspaceSnapshots for KubeRuntime {
             &size,
         );
         let name = vs::restore_name(&snapshot.id);
-        match claims.create(&self.post_params(), &claim).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
-            Err(e) => return Err(api_error("restored volume")(e)),
-        }
+        self.make_restore_claim(&claims, &claim).await?;
         let folders: Vec<String> = (1..=FOLDER_ATTEMPTS)
             .map(|n| rules::restored_folder(snapshot.time_ms, n))
             .collect();
         let node = self.workspace_node(&namespace).await;
         let pod = vs::restore_pod(&plan, &snapshot.id, part, &folders, node.as_deref());
         let result = self.run_restore_pod(&namespace, &pod).await;
-        self.delete_quietly(&self.pods(&namespace), &name).await;
+        let pods = self.pods(&namespace);
+        self.delete_quietly(&pods, &name).await;
         self.delete_quietly(&claims, &name).await;
+        // Gone before the answer, so a restore right after starts clean.
+        if !(self.until_gone(&pods, &name).await && self.until_gone(&claims, &name).await) {
+            tracing::warn!(%namespace, restore = %name, "a restore's pod or claim is slow to go");
+        }
         match result {
             Err(RepositoryError::NotInSnapshot(_)) => Err(RepositoryError::NotInSnapshot(
                 part.unwrap_or_default().to_string(),
