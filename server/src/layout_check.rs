@@ -312,7 +312,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
     (
         "server/src/runtime/kube/objects.rs",
         "UserPlan::session_pod",
-        206,
+        186,
         "the pod object written out field by field",
     ),
     (

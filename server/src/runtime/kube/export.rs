@@ -26,8 +26,9 @@
 //! The server needs `pods` (create, get, delete) and `pods/exec` (create) in user namespaces:
 //! the chart's ClusterRole grants both, for launches and promotion.
 
+use super::files::exit_code;
 use super::names::{MANAGED_BY, MANAGER, SESSION_LABEL, USER_LABEL, WORKSPACE_PVC};
-use super::objects::{UserPlan, WORKSPACE_DIR};
+use super::objects::{UserPlan, WORKSPACE_DIR, restricted_container, restricted_pod};
 use super::{KubeError, KubeRuntime};
 use crate::runtime::archive::{ArchiveError, Chunks};
 use bytes::Bytes;
@@ -113,24 +114,6 @@ pub fn export_command(part: Option<&str>) -> Vec<String> {
     .to_vec()
 }
 
-/// The exit code an exec's final status carries; 0 for success, None when there is none.
-fn exit_code(status: &Status) -> Option<i64> {
-    if status.status.as_deref() == Some("Success") {
-        return Some(0);
-    }
-    status
-        .details
-        .as_ref()?
-        .causes
-        .as_ref()?
-        .iter()
-        .find(|c| c.reason.as_deref() == Some("ExitCode"))?
-        .message
-        .as_deref()?
-        .parse()
-        .ok()
-}
-
 /// What the script's exit, before it wrote anything, means for the export of `part`.
 pub fn refusal(status: Option<&Status>, part: Option<&str>) -> ArchiveError {
     let shown = part.unwrap_or(".");
@@ -190,17 +173,7 @@ pub fn reader_pod(plan: &UserPlan<'_>, lifetime: Duration) -> Pod {
                     requests: Some(resources),
                     ..ResourceRequirements::default()
                 }),
-                security_context: Some(SecurityContext {
-                    allow_privilege_escalation: Some(false),
-                    privileged: Some(false),
-                    read_only_root_filesystem: Some(true),
-                    run_as_non_root: Some(true),
-                    capabilities: Some(Capabilities {
-                        drop: Some(vec!["ALL".into()]),
-                        ..Capabilities::default()
-                    }),
-                    ..SecurityContext::default()
-                }),
+                security_context: Some(restricted_container()),
                 volume_mounts: Some(vec![VolumeMount {
                     name: "workspace".into(),
                     mount_path: WORKSPACE_DIR.into(),
@@ -214,17 +187,7 @@ pub fn reader_pod(plan: &UserPlan<'_>, lifetime: Duration) -> Pod {
             enable_service_links: Some(false),
             restart_policy: Some("Never".into()),
             termination_grace_period_seconds: Some(1),
-            security_context: Some(PodSecurityContext {
-                run_as_non_root: Some(true),
-                run_as_user: Some(1000),
-                run_as_group: Some(100),
-                fs_group: Some(100),
-                seccomp_profile: Some(SeccompProfile {
-                    type_: "RuntimeDefault".into(),
-                    ..SeccompProfile::default()
-                }),
-                ..PodSecurityContext::default()
-            }),
+            security_context: Some(restricted_pod()),
             volumes: Some(vec![Volume {
                 name: "workspace".into(),
                 persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
@@ -521,25 +484,8 @@ impl KubeRuntime {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{StatusCause, StatusDetails};
 
-    fn exited(code: &str) -> Status {
-        Status {
-            status: Some("Failure".into()),
-            message: Some(format!(
-                "command terminated with non-zero exit code: {code}"
-            )),
-            details: Some(StatusDetails {
-                causes: Some(vec![StatusCause {
-                    reason: Some("ExitCode".into()),
-                    message: Some(code.into()),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    }
+    use super::super::files::exited;
 
     #[test]
     fn each_refusal_has_the_one_server_runtimes_words() {

@@ -59,6 +59,24 @@ pub fn read_command(relative: &str, max_bytes: u64) -> Vec<String> {
     ]
 }
 
+/// The exit code an exec's final status carries; 0 for success, None when there is none.
+pub(super) fn exit_code(status: &Status) -> Option<i64> {
+    if status.status.as_deref() == Some("Success") {
+        return Some(0);
+    }
+    status
+        .details
+        .as_ref()?
+        .causes
+        .as_ref()?
+        .iter()
+        .find(|c| c.reason.as_deref() == Some("ExitCode"))?
+        .message
+        .as_deref()?
+        .parse()
+        .ok()
+}
+
 /// What an exec's final status means for the copy: `Ok` for success.
 pub fn verdict(status: Option<&Status>, file: &WorkspaceFile<'_>) -> Result<(), CopyError> {
     let Some(status) = status else {
@@ -66,19 +84,9 @@ pub fn verdict(status: Option<&Status>, file: &WorkspaceFile<'_>) -> Result<(), 
             "the editor's pod closed the stream without an exit status",
         )));
     };
-    if status.status.as_deref() == Some("Success") {
-        return Ok(());
-    }
-    let exit_code = status
-        .details
-        .as_ref()
-        .and_then(|d| d.causes.as_ref())
-        .into_iter()
-        .flatten()
-        .find(|c| c.reason.as_deref() == Some("ExitCode"))
-        .and_then(|c| c.message.as_deref()?.parse::<i64>().ok());
     let shown = file.relative;
-    Err(match exit_code {
+    Err(match exit_code(status) {
+        Some(0) => return Ok(()),
         Some(EXIT_MISSING) => CopyError::missing(shown),
         Some(EXIT_LINK) => CopyError::link(shown),
         Some(EXIT_OUTSIDE) => CopyError::outside(shown),
@@ -161,29 +169,33 @@ impl KubeRuntime {
     }
 }
 
+/// An exec's final status for a command that exited with `code`, as the API server writes it.
+#[cfg(test)]
+pub(super) fn exited(code: &str) -> Status {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{StatusCause, StatusDetails};
+    Status {
+        status: Some("Failure".into()),
+        reason: Some("NonZeroExitCode".into()),
+        message: Some(format!(
+            "command terminated with non-zero exit code: {code}"
+        )),
+        details: Some(StatusDetails {
+            causes: Some(vec![StatusCause {
+                reason: Some("ExitCode".into()),
+                message: Some(code.into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{StatusCause, StatusDetails};
 
-    fn exited(code: &str) -> Status {
-        Status {
-            status: Some("Failure".into()),
-            reason: Some("NonZeroExitCode".into()),
-            message: Some(format!(
-                "command terminated with non-zero exit code: {code}"
-            )),
-            details: Some(StatusDetails {
-                causes: Some(vec![StatusCause {
-                    reason: Some("ExitCode".into()),
-                    message: Some(code.into()),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    }
+    use super::exited;
 
     fn file() -> WorkspaceFile<'static> {
         WorkspaceFile {

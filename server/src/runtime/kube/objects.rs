@@ -515,17 +515,7 @@ impl<'a> UserPlan<'a> {
                 failure_threshold: Some(3),
                 ..Probe::default()
             }),
-            security_context: Some(SecurityContext {
-                allow_privilege_escalation: Some(false),
-                privileged: Some(false),
-                read_only_root_filesystem: Some(true),
-                run_as_non_root: Some(true),
-                capabilities: Some(Capabilities {
-                    drop: Some(vec!["ALL".into()]),
-                    ..Capabilities::default()
-                }),
-                ..SecurityContext::default()
-            }),
+            security_context: Some(restricted_container()),
             volume_mounts: Some(mounts),
             ..Container::default()
         };
@@ -544,17 +534,7 @@ impl<'a> UserPlan<'a> {
                     .then(|| c.session_priority_class.clone()),
                 restart_policy: Some("Always".into()),
                 termination_grace_period_seconds: Some(10),
-                security_context: Some(PodSecurityContext {
-                    run_as_non_root: Some(true),
-                    run_as_user: Some(RUN_AS_USER),
-                    run_as_group: Some(RUN_AS_GROUP),
-                    fs_group: Some(RUN_AS_GROUP),
-                    seccomp_profile: Some(SeccompProfile {
-                        type_: "RuntimeDefault".into(),
-                        ..SeccompProfile::default()
-                    }),
-                    ..PodSecurityContext::default()
-                }),
+                security_context: Some(restricted_pod()),
                 volumes: Some(volumes),
                 ..PodSpec::default()
             }),
@@ -634,6 +614,38 @@ pub fn probe_path(editor: EditorKind, base_path: &str) -> String {
     match editor {
         EditorKind::JupyterLab => format!("{base_path}api"),
         other => crate::runtime::editors::readiness_path(other, base_path),
+    }
+}
+
+/// What the chart's restricted Pod Security level asks of every container the server makes: no
+/// privilege, no capability, a read-only root.
+pub(super) fn restricted_container() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        privileged: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Capabilities::default()
+        }),
+        ..SecurityContext::default()
+    }
+}
+
+/// The pod's side of the restricted level: the editor's user and group (owning the workspace
+/// through fsGroup) and the runtime's default seccomp profile.
+pub(super) fn restricted_pod() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(RUN_AS_USER),
+        run_as_group: Some(RUN_AS_GROUP),
+        fs_group: Some(RUN_AS_GROUP),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..SeccompProfile::default()
+        }),
+        ..PodSecurityContext::default()
     }
 }
 

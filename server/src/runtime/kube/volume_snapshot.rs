@@ -8,7 +8,7 @@
 //! ours and its user's, and carries that time (`gpu-sandbox/taken-at`, ms) for the retention.
 
 use super::names::{MANAGED_BY, MANAGER, USER_LABEL, WORKSPACE_PVC};
-use super::objects::{TMP_DIR, UserPlan, WORKSPACE_DIR};
+use super::objects::{TMP_DIR, UserPlan, WORKSPACE_DIR, restricted_container, restricted_pod};
 use k8s_openapi::api::core::v1::*;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -293,17 +293,7 @@ pub fn restore_pod(
                     requests: Some(resources),
                     ..ResourceRequirements::default()
                 }),
-                security_context: Some(SecurityContext {
-                    allow_privilege_escalation: Some(false),
-                    privileged: Some(false),
-                    read_only_root_filesystem: Some(true),
-                    run_as_non_root: Some(true),
-                    capabilities: Some(Capabilities {
-                        drop: Some(vec!["ALL".into()]),
-                        ..Capabilities::default()
-                    }),
-                    ..SecurityContext::default()
-                }),
+                security_context: Some(restricted_container()),
                 volume_mounts: Some(vec![
                     mount("workspace", WORKSPACE_DIR, false),
                     mount("snapshot", SNAPSHOT_DIR, true),
@@ -317,17 +307,7 @@ pub fn restore_pod(
             restart_policy: Some("Never".into()),
             node_selector: node
                 .map(|n| BTreeMap::from([("kubernetes.io/hostname".to_string(), n.to_string())])),
-            security_context: Some(PodSecurityContext {
-                run_as_non_root: Some(true),
-                run_as_user: Some(1000),
-                run_as_group: Some(100),
-                fs_group: Some(100),
-                seccomp_profile: Some(SeccompProfile {
-                    type_: "RuntimeDefault".into(),
-                    ..SeccompProfile::default()
-                }),
-                ..PodSecurityContext::default()
-            }),
+            security_context: Some(restricted_pod()),
             volumes: Some(vec![
                 claim("workspace", WORKSPACE_PVC, false),
                 claim("snapshot", &name, true),
