@@ -287,7 +287,41 @@ async fn paced_app(
 }
 
 /// The export's pacing bucket: one 64 KiB chunk of burst.
-const BURST: u64 = 64 * 1024;
+pub(crate) const BURST: u64 = 64 * 1024;
+
+/// An export's body read on the server's hand-moved clock: what comes while the clock stands
+/// still, then the clock moved on 500 ms when nothing more does. Each chunk is held to one
+/// burst plus `cap` × the time moved. The bytes, and the milliseconds the clock was moved.
+pub(crate) async fn read_paced(
+    app: &TestApp,
+    answer: hyper::Response<hyper::body::Incoming>,
+    cap: u64,
+) -> (Vec<u8>, u64) {
+    let mut body = answer.into_body();
+    let (mut got, mut moved_ms, mut moves) = (Vec::new(), 0u64, 0u32);
+    loop {
+        match tokio::time::timeout(Duration::from_millis(400), body.frame()).await {
+            Ok(Some(frame)) => {
+                if let Ok(data) = frame.unwrap().into_data() {
+                    got.extend_from_slice(&data);
+                }
+                let allowed = BURST + cap * moved_ms / 1000;
+                assert!(
+                    got.len() as u64 <= allowed,
+                    "{} bytes came with the clock moved {moved_ms} ms: at most {allowed} may",
+                    got.len()
+                );
+            }
+            Ok(None) => return (got, moved_ms),
+            Err(_) => {
+                app.advance(Duration::from_millis(500));
+                moved_ms += 500;
+                moves += 1;
+                assert!(moves < 200, "the export moves on with the clock");
+            }
+        }
+    }
+}
 
 #[tokio::test]
 async fn an_export_goes_no_faster_than_its_cap_and_still_holds_the_workspace() {
@@ -304,31 +338,7 @@ async fn an_export_goes_no_faster_than_its_cap_and_still_holds_the_workspace() {
         answer.headers()["x-export-limits"],
         "at most 256 KiB/s, no time limit"
     );
-    let mut body = answer.into_body();
-    let (mut got, mut moved_ms, mut moves) = (Vec::new(), 0u64, 0u32);
-    loop {
-        // Whatever comes while the clock stands still; when nothing more does, move it on.
-        match tokio::time::timeout(Duration::from_millis(400), body.frame()).await {
-            Ok(Some(frame)) => {
-                if let Ok(data) = frame.unwrap().into_data() {
-                    got.extend_from_slice(&data);
-                }
-                let allowed = BURST + CAP * moved_ms / 1000;
-                assert!(
-                    got.len() as u64 <= allowed,
-                    "{} bytes came with the clock moved {moved_ms} ms: at most {allowed} may",
-                    got.len()
-                );
-            }
-            Ok(None) => break,
-            Err(_) => {
-                app.advance(Duration::from_millis(500));
-                moved_ms += 500;
-                moves += 1;
-                assert!(moves < 200, "the export moves on with the clock");
-            }
-        }
-    }
+    let (got, moved_ms) = read_paced(&app, answer, CAP).await;
     // All of it came, in order: it unpacks to the workspace, and it took the time the cap says.
     assert_eq!(tree(unpack(&got).path()), tree(&ws));
     assert!(

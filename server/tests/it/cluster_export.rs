@@ -2,7 +2,7 @@
 //! admission: tar runs in the user's running editor pod (its exec API) or, with no session, in a
 //! short-lived reader pod that mounts the claim; the bytes, unpacked, are the volume's files.
 
-use crate::backups::{fill_workspace, noise, tree, unpack};
+use crate::backups::{BURST, fill_workspace, noise, read_paced, tree, unpack};
 use crate::cluster::{
     SERVER_NAMESPACE, SERVER_TOKEN, chart, client, kube_config, node, pods_run_here, product_with,
 };
@@ -198,9 +198,6 @@ async fn on_the_cluster_an_export_reads_the_volume_through_the_editor_or_a_reade
     cluster.shut_down().await;
 }
 
-/// The export's pacing bucket: one 64 KiB chunk of burst.
-const BURST: u64 = 64 * 1024;
-
 /// Through a reader pod the export keeps its pace by the server's clock (moved by hand here,
 /// never measured) and still unpacks to the volume's files; a download left half-read takes
 /// its reader pod with it.
@@ -251,30 +248,7 @@ async fn on_the_cluster_an_export_goes_no_faster_than_its_cap() {
         "at most 256 KiB/s, no time limit"
     );
     assert_eq!(pods_in(&cluster, &namespace), [READER_POD]);
-    let mut body = answer.into_body();
-    let (mut got, mut moved_ms, mut moves) = (Vec::new(), 0u64, 0u32);
-    loop {
-        match tokio::time::timeout(Duration::from_millis(400), body.frame()).await {
-            Ok(Some(frame)) => {
-                if let Ok(data) = frame.unwrap().into_data() {
-                    got.extend_from_slice(&data);
-                }
-                let allowed = BURST + CAP * moved_ms / 1000;
-                assert!(
-                    got.len() as u64 <= allowed,
-                    "{} bytes came with the clock moved {moved_ms} ms: at most {allowed} may",
-                    got.len()
-                );
-            }
-            Ok(None) => break,
-            Err(_) => {
-                app.advance(Duration::from_millis(500));
-                moved_ms += 500;
-                moves += 1;
-                assert!(moves < 200, "the export moves on with the clock");
-            }
-        }
-    }
+    let (got, moved_ms) = read_paced(&app, answer, CAP).await;
     assert_eq!(tree(unpack(&got).path()), tree(&volume));
     assert!(moved_ms * CAP / 1000 + BURST >= got.len() as u64);
     until_no_pods(
