@@ -26,7 +26,10 @@
 //! The server needs `pods` (create, get, delete) and `pods/exec` (create) in user namespaces:
 //! the chart's ClusterRole grants both, for launches and promotion.
 
-use super::files::exit_code;
+use super::files::{
+    EXIT_LINK, EXIT_MISSING, EXIT_NO_VOLUME, EXIT_NOT_A_FILE, EXIT_NOT_FOUND, EXIT_OUTSIDE,
+    exit_code,
+};
 use super::names::{MANAGED_BY, MANAGER, SESSION_LABEL, USER_LABEL, WORKSPACE_PVC};
 use super::objects::{UserPlan, WORKSPACE_DIR, restricted_container, restricted_pod};
 use super::{KubeError, KubeRuntime};
@@ -73,13 +76,6 @@ set -- tar --create --file=- --use-compress-program='gzip -1' --one-file-system 
 if command -v nice >/dev/null 2>&1; then set -- nice -n 19 "$@"; fi
 exec "$@""#;
 
-const EXIT_MISSING: i64 = 3;
-const EXIT_LINK: i64 = 4;
-const EXIT_OUTSIDE: i64 = 5;
-const EXIT_NEITHER: i64 = 6;
-const EXIT_NO_VOLUME: i64 = 10;
-/// The shell's own code for a command it cannot find.
-const EXIT_NOT_FOUND: i64 = 127;
 /// tar's code for "a file changed as it was read": what was read is whole.
 const TAR_CHANGED: i64 = 1;
 
@@ -121,7 +117,7 @@ pub fn refusal(status: Option<&Status>, part: Option<&str>) -> ArchiveError {
         Some(EXIT_MISSING) => ArchiveError::missing(shown),
         Some(EXIT_LINK) => ArchiveError::behind_link(shown),
         Some(EXIT_OUTSIDE) => ArchiveError::outside(shown),
-        Some(EXIT_NEITHER) => ArchiveError::neither(shown),
+        Some(EXIT_NOT_A_FILE) => ArchiveError::neither(shown),
         Some(EXIT_NO_VOLUME) => {
             ArchiveError::Unavailable(format!("the pod has no workspace at {WORKSPACE_DIR}"))
         }

@@ -33,15 +33,16 @@ size=$(wc -c < "$real") || exit 7
 [ "$size" -le "$3" ] || exit 8
 exec cat -- "$real""#;
 
-const EXIT_MISSING: i64 = 3;
-const EXIT_LINK: i64 = 4;
-const EXIT_OUTSIDE: i64 = 5;
-const EXIT_NOT_A_FILE: i64 = 6;
+// The exit codes of the scripts run in a pod over the workspace, shared by the export's.
+pub(super) const EXIT_MISSING: i64 = 3;
+pub(super) const EXIT_LINK: i64 = 4;
+pub(super) const EXIT_OUTSIDE: i64 = 5;
+pub(super) const EXIT_NOT_A_FILE: i64 = 6;
 const EXIT_UNREADABLE: i64 = 7;
 const EXIT_TOO_LARGE: i64 = 8;
-const EXIT_NO_VOLUME: i64 = 10;
+pub(super) const EXIT_NO_VOLUME: i64 = 10;
 /// The shell's own code for a command it cannot find.
-const EXIT_NOT_FOUND: i64 = 127;
+pub(super) const EXIT_NOT_FOUND: i64 = 127;
 
 /// A read that takes longer than this (a stalled connection) is given up.
 const READ_TIMEOUT: Duration = Duration::from_secs(15 * 60);
