@@ -151,10 +151,10 @@ impl Launcher {
                 disk_mib: self.runtime.workspace_mib(&viewer.name).await,
                 price_on: &price_on,
                 queue_price: self.price_for_slice(slice_mib),
-                // A pre-started editor runs the default image, without datasets.
+                // A pre-started editor runs the default image (and no datasets: the store
+                // looks).
                 use_warm: (self.warm.prestarts() || self.warm.warms_for_users())
-                    && valid.image.is_none()
-                    && !self.datasets.has_datasets(&viewer.id).await,
+                    && valid.image.is_none(),
             })
             .await
             .inspect_err(|_| self.metrics.launched("refused", editor))?;

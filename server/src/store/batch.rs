@@ -10,8 +10,10 @@
 //! statements share one list of arguments.
 
 use super::{DbKind, Result, WriteTx};
+use futures_util::TryStreamExt;
 use sqlx::Any;
-use sqlx::any::AnyArguments;
+use sqlx::Either;
+use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::query::Query;
 
 /// An argument of a statement in a [`Batch`].
@@ -76,31 +78,84 @@ impl Batch {
     pub(super) async fn run(self, w: &mut WriteTx) -> Result<u64> {
         match w.kind {
             DbKind::Sqlite => {
-                let mut sql = String::new();
-                let mut args = Vec::new();
-                for (text, mine) in self.statements {
-                    if !sql.is_empty() {
-                        sql.push_str(";\n");
-                    }
-                    sql.push_str(&renumbered(&text, args.len()));
-                    args.extend(mine);
-                }
+                let (sql, args) = self.joined();
                 let query = args
                     .into_iter()
                     .fold(sqlx::query(&sql), |q, arg| arg.bind(q));
                 Ok(query.execute(&mut *w.tx).await?.rows_affected())
             }
-            DbKind::Postgres => {
-                let mut changed = 0;
-                for (text, args) in self.statements {
-                    let query = args
-                        .into_iter()
-                        .fold(sqlx::query(&text), |q, arg| arg.bind(q));
-                    changed += query.execute(&mut *w.tx).await?.rows_affected();
+            DbKind::Postgres => self.run_one_by_one(w).await,
+        }
+    }
+
+    /// Runs the statements, then `read` (a SELECT) in the same round trip on SQLite: what the
+    /// transaction wrote, read back without another hop. Returns the rows the statements
+    /// changed and the read's first row.
+    pub(super) async fn run_then_read(
+        mut self,
+        w: &mut WriteTx,
+        read: &str,
+        args: Vec<Arg>,
+    ) -> Result<(u64, Option<AnyRow>)> {
+        match w.kind {
+            DbKind::Sqlite => {
+                let writes = self.statements.len();
+                self.push(read, args);
+                let (sql, args) = self.joined();
+                let query = args
+                    .into_iter()
+                    .fold(sqlx::query(&sql), |q, arg| arg.bind(q));
+                let mut results = sqlx::Executor::fetch_many(&mut *w.tx, query);
+                let (mut changed, mut done, mut row) = (0, 0, None);
+                while let Some(result) = results.try_next().await? {
+                    match result {
+                        // SQLite reports a SELECT's changes as the last write's: count only
+                        // the writes' own.
+                        Either::Left(result) if done < writes => {
+                            changed += result.rows_affected();
+                            done += 1;
+                        }
+                        Either::Left(_) => {}
+                        Either::Right(found) => {
+                            row.get_or_insert(found);
+                        }
+                    }
                 }
-                Ok(changed)
+                Ok((changed, row))
+            }
+            DbKind::Postgres => {
+                let changed = self.run_one_by_one(w).await?;
+                let query = args
+                    .into_iter()
+                    .fold(sqlx::query(read), |q, arg| arg.bind(q));
+                Ok((changed, query.fetch_optional(&mut *w.tx).await?))
             }
         }
+    }
+
+    async fn run_one_by_one(self, w: &mut WriteTx) -> Result<u64> {
+        let mut changed = 0;
+        for (text, args) in self.statements {
+            let query = args
+                .into_iter()
+                .fold(sqlx::query(&text), |q, arg| arg.bind(q));
+            changed += query.execute(&mut *w.tx).await?.rows_affected();
+        }
+        Ok(changed)
+    }
+
+    /// The statements as one string, their placeholders numbered on, and their arguments.
+    fn joined(self) -> (String, Vec<Arg>) {
+        let mut sql = String::new();
+        let mut args = Vec::new();
+        for (text, mine) in self.statements {
+            if !sql.is_empty() {
+                sql.push_str(";\n");
+            }
+            sql.push_str(&renumbered(&text, args.len()));
+            args.extend(mine);
+        }
+        (sql, args)
     }
 }
 

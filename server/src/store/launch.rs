@@ -59,7 +59,8 @@ pub struct LaunchPlan<'a> {
     pub price_on: &'a (dyn Fn(&str) -> i64 + Send + Sync),
     /// What a queued launch holds until it gets a card: the dearest card of that size.
     pub queue_price: i64,
-    /// Take a pre-started editor when one fits.
+    /// Take a pre-started editor when one fits and the user has no datasets (a pre-started
+    /// editor runs without them).
     pub use_warm: bool,
 }
 
@@ -140,7 +141,8 @@ impl Store {
                 plan.editor,
                 plan.slice_mib,
                 plan.burst,
-                plan.use_warm,
+                // A pre-started editor's sandbox was made without the user's datasets.
+                plan.use_warm && !before.has_datasets,
             )
             .await?
         };
@@ -183,8 +185,8 @@ impl Store {
             Some(Claim { slot_id, .. }) => Place::Slot { slot_id },
             None => Place::Queued,
         };
-        let (steps, position) = insert_launch(&mut w, &requested, &place, now).await?;
-        let placement = match (claim, position) {
+        let written = insert_launch(&mut w, &requested, &place, now).await?;
+        let placement = match (claim, written.position) {
             (
                 Some(Claim {
                     warm: Some(warm), ..
@@ -200,13 +202,9 @@ impl Store {
             },
         };
         w.commit().await?;
-        let record = self
-            .session(&id)
-            .await?
-            .ok_or(StoreError::NotFound("session"))?;
         Ok(Launched {
-            record,
-            steps,
+            record: written.record,
+            steps: written.steps,
             placement,
             limits,
         })
@@ -345,10 +343,12 @@ struct BeforeClaim {
     balance: i64,
     /// Someone waits in the queue for this size.
     line_waits: bool,
+    /// The user may use a dataset: their editor is started for them, with the datasets.
+    has_datasets: bool,
 }
 
-/// The user's quota overrides, live sessions, GPU memory held and balance, and whether anyone
-/// waits for `slice_mib`, in one statement: on SQLite every statement of a write transaction
+/// The user's quota overrides, live sessions, GPU memory held and balance, whether anyone
+/// waits for `slice_mib` and whether the user has datasets, in one statement: on SQLite every statement of a write transaction
 /// is a round trip made while holding the writer lock, which a burst of launches queues for.
 async fn before_claim_in(
     conn: &mut sqlx::AnyConnection,
@@ -360,7 +360,10 @@ async fn before_claim_in(
         "SELECT q.max_sessions, q.max_gpu_mib, q.max_minutes, q.max_disk_mib, u.sessions, u.gpu_mib,
            (SELECT CAST(COALESCE(SUM(l.amount), 0) AS BIGINT) FROM credit_ledger l WHERE l.user_id = me.id) AS balance,
            (SELECT CAST(COUNT(*) AS BIGINT) FROM (SELECT 1 AS one FROM sessions o
-              WHERE o.state = 'queued' AND o.slice_mib = $2 AND o.burst = $3 LIMIT 1) w) AS waiting
+              WHERE o.state = 'queued' AND o.slice_mib = $2 AND o.burst = $3 LIMIT 1) w) AS waiting,
+           (SELECT CAST(COUNT(*) AS BIGINT) FROM (SELECT 1 AS one FROM datasets d WHERE d.everyone <> 0
+              OR EXISTS (SELECT 1 FROM dataset_users p WHERE p.dataset_id = d.id AND p.user_id = me.id)
+              LIMIT 1) ds) AS datasets
          FROM users me
          LEFT JOIN user_quotas q ON q.user_id = me.id
          CROSS JOIN (SELECT CAST(COUNT(*) AS BIGINT) AS sessions, CAST(COALESCE(SUM(s.slice_mib), 0) AS BIGINT) AS gpu_mib
@@ -382,6 +385,7 @@ async fn before_claim_in(
         },
         balance: row.try_get("balance")?,
         line_waits: row.try_get::<i64, _>("waiting")? > 0,
+        has_datasets: row.try_get::<i64, _>("datasets")? > 0,
     })
 }
 

@@ -1,6 +1,6 @@
-//! A launch's own rows, written in four statements sent together (one round trip on SQLite:
-//! `batch.rs`): the session (in the state its place gives it), its steps, its hold and its
-//! audit events.
+//! A launch's own rows, written in four statements sent together and read back by a fifth (one
+//! round trip on SQLite: `batch.rs`): the session (in the state its place gives it), its steps,
+//! its hold and its audit events.
 //!
 //! On SQLite every write transaction waits for the one before it, and each statement is a round
 //! trip to the connection's thread, so a launch held the writer for as many round trips as it
@@ -30,13 +30,13 @@ pub(super) enum Place<'a> {
 }
 
 /// Writes the launch `r` placed at `place`: the session row, its hold, its steps and the audit
-/// events. Returns the steps, and for a queued launch its place in line.
+/// events; reads the session back in the same round trip.
 pub(super) async fn insert_launch(
     w: &mut WriteTx,
     r: &Requested<'_>,
     place: &Place<'_>,
     now: i64,
-) -> Result<(Vec<Step>, Option<u32>)> {
+) -> Result<Written> {
     let first = match place {
         Place::Queued => transition(SessionState::Requested, Event::Enqueue)?,
         _ => transition(SessionState::Requested, Event::AssignSlot)?,
@@ -154,10 +154,30 @@ pub(super) async fn insert_launch(
     rows += audit.len() as u64;
     push_audits(&mut batch, &target, audit, now);
     // Every statement inserts its rows or fails; a count short of them is no launch.
-    if batch.run(w).await? != rows {
+    let (written, row) = batch
+        .run_then_read(
+            w,
+            &format!("SELECT {SESSION_COLUMNS} {SESSION_FROM} WHERE s.id = $1"),
+            vec![r.id.into()],
+        )
+        .await?;
+    if written != rows {
         return Err(StoreError::Conflict);
     }
-    Ok((steps, position))
+    let record = SessionRecord::from_row(&row.ok_or(StoreError::Conflict)?)?;
+    Ok(Written {
+        record,
+        steps,
+        position,
+    })
+}
+
+/// What [`insert_launch`] wrote: the session as read back in the same round trip, its steps,
+/// and for a queued launch its place in line.
+pub(super) struct Written {
+    pub(super) record: SessionRecord,
+    pub(super) steps: Vec<Step>,
+    pub(super) position: Option<u32>,
 }
 
 /// A new session's steps, numbered from 1, in one statement.

@@ -47,7 +47,7 @@ pub use records::{
     AuditEntry, GpuRecord, LedgerEntry, SessionRecord, SlotRecord, TokenOwner, TokenRecord,
     UserRecord, WarmRecord,
 };
-use records::{SESSION_COLUMNS, SLOT_COLUMNS, USER_COLUMNS, bad, scopes_of};
+use records::{SESSION_COLUMNS, SESSION_FROM, SLOT_COLUMNS, USER_COLUMNS, bad, scopes_of};
 #[cfg(test)]
 pub use test_support::NewSession;
 pub use warm::WarmCandidate;

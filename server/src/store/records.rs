@@ -17,6 +17,10 @@ pub(super) const SESSION_COLUMNS: &str = "s.id, s.user_id, s.editor, s.slice_mib
     s.ends_at, s.ended_at, s.last_activity_at, s.queued_at, s.burst, s.last_api_at, s.last_heartbeat_at, \
     s.last_input_at, s.last_busy_at, s.gpu_used_mib, s.driver, s.image, s.charge_until, s.idle_timeout_ms, g.model AS gpu_model, g.id AS gpu_id, sl.cores_pct AS cores_pct";
 
+/// The tables a [`SESSION_COLUMNS`] read names.
+pub(super) const SESSION_FROM: &str =
+    "FROM sessions s LEFT JOIN slots sl ON sl.id = s.slot_id LEFT JOIN gpus g ON g.id = sl.gpu_id";
+
 pub(super) fn bad(what: &'static str) -> StoreError {
     StoreError::NotFound(what)
 }
@@ -140,7 +144,7 @@ impl SlotRecord {
     }
 }
 
-#[derive(Clone)]
+#[derive(Clone, PartialEq)]
 pub struct SessionRecord {
     pub id: String,
     pub user_id: String,

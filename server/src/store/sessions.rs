@@ -139,10 +139,12 @@ impl Store {
     }
 
     pub async fn session(&self, id: &str) -> Result<Option<SessionRecord>> {
-        let row = sqlx::query(&format!("SELECT {SESSION_COLUMNS} FROM sessions s LEFT JOIN slots sl ON sl.id = s.slot_id LEFT JOIN gpus g ON g.id = sl.gpu_id WHERE s.id = $1"))
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} {SESSION_FROM} WHERE s.id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
         row.map(|r| SessionRecord::from_row(&r)).transpose()
     }
 

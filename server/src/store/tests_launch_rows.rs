@@ -66,8 +66,18 @@ async fn steps_of(store: &Store, session_id: &str) -> Vec<(i64, SessionState, St
         .collect()
 }
 
-async fn a_launch_writes_its_rows(store: Store) {
-    // One card of two slots; a ready pre-started editor on one.
+/// The session a launch returns (read in its transaction's last round trip) is the one a later
+/// read finds.
+async fn assert_read_back(store: &Store, returned: &SessionRecord) {
+    let stored = store.session(&returned.id).await.unwrap().unwrap();
+    assert!(
+        stored == *returned,
+        "the launch returned its session as written"
+    );
+}
+
+/// One card of two slots ("card0", "Virtual 16G"); a ready pre-started editor on one.
+async fn one_card_one_warm(store: &Store) -> WarmRecord {
     let gpu = GpuSpec {
         id: "card0".into(),
         model: "Virtual 16G".into(),
@@ -90,6 +100,11 @@ async fn a_launch_writes_its_rows(store: Store) {
             .await
             .unwrap()
     );
+    warm
+}
+
+async fn a_launch_writes_its_rows(store: Store) {
+    let warm = one_card_one_warm(&store).await;
     let alice = user(&store, "alice", 10_000).await;
     let actor = Some(alice.id.clone());
 
@@ -107,6 +122,11 @@ async fn a_launch_writes_its_rows(store: Store) {
     assert_eq!(r.ends_at, Some(r.created_at + 60 * 60_000));
     assert_eq!(r.last_activity_at, r.created_at);
     assert_eq!(r.queued_at, None);
+    assert_eq!(
+        (r.gpu_id.as_deref(), r.gpu_model.as_deref()),
+        (Some("card0"), Some("Virtual 16G"))
+    );
+    assert_read_back(&store, r).await;
     let slot = warm.slot_id.clone();
     let expected = vec![
         (
@@ -167,6 +187,7 @@ async fn a_launch_writes_its_rows(store: Store) {
     };
     assert_eq!(r.state, SessionState::Starting);
     assert_eq!(r.slot_id.as_ref(), Some(slot_id));
+    assert_read_back(&store, r).await;
     assert_eq!(
         (r.upstream.as_deref(), r.ready_at, r.ends_at),
         (None, None, None)
@@ -190,6 +211,7 @@ async fn a_launch_writes_its_rows(store: Store) {
     let r = &got.record;
     assert!(matches!(got.placement, Placement::Queued { position: 1 }));
     assert_eq!(r.state, SessionState::Queued);
+    assert_read_back(&store, r).await;
     assert_eq!(
         (r.slot_id.as_deref(), r.queued_at),
         (None, Some(r.created_at))
@@ -332,4 +354,49 @@ async fn may_use_a_dataset_is_the_permits(store: Store) {
 
 on_both_fns! {
     may_use_a_dataset_is_the_permits => may_use_a_dataset_is_the_permits_sqlite, may_use_a_dataset_is_the_permits_postgres;
+}
+
+/// A pre-started editor's sandbox was made without datasets: a user who may use one gets a slot
+/// of their own (the allocator's one read says so), and the pre-started editor stays for others.
+async fn a_user_with_datasets_takes_no_pre_started_editor(store: Store) {
+    use super::datasets::DatasetWrite;
+    use app::domain::datasets::Place;
+    let warm = one_card_one_warm(&store).await;
+    let admin = user(&store, "admin", 0).await;
+    let alice = user(&store, "alice", 10_000).await;
+    let bob = user(&store, "bob", 10_000).await;
+    let place = Place::Path("/data/a".into());
+    store
+        .add_dataset(
+            &DatasetWrite {
+                name: "a",
+                description: "",
+                place: &place,
+                everyone: false,
+                user_ids: std::slice::from_ref(&alice.id),
+            },
+            "alice",
+            &admin.id,
+        )
+        .await
+        .unwrap();
+
+    let got = store.launch(plan(&alice.id, true)).await.unwrap();
+    let Placement::Slot { slot_id, .. } = &got.placement else {
+        panic!("alice has a dataset: {:?}", got.placement);
+    };
+    assert_ne!(
+        *slot_id, warm.slot_id,
+        "the pre-started editor's slot stays"
+    );
+    let got = store.launch(plan(&bob.id, true)).await.unwrap();
+    assert!(
+        matches!(&got.placement, Placement::Warm(w) if w.id == warm.id),
+        "bob has none: {:?}",
+        got.placement
+    );
+}
+
+on_both_fns! {
+    a_user_with_datasets_takes_no_pre_started_editor => a_user_with_datasets_takes_no_pre_started_editor_sqlite, a_user_with_datasets_takes_no_pre_started_editor_postgres;
 }
