@@ -173,6 +173,8 @@ pub struct Store {
     sqlite_writer: Arc<Mutex<()>>,
     /// The time every row is stamped with.
     clock: Arc<dyn Clock>,
+    /// The pool's cards as last read, for launches ([`Store::pool_cards`]).
+    cards: Arc<std::sync::Mutex<pool::CardsSeen>>,
     /// Whether the database answered its last look ([`Store::watch_database`]): while it does
     /// not, requests are answered 503 at once instead of each waiting out the pool's
     /// [`ACQUIRE_TIMEOUT`].
@@ -221,6 +223,7 @@ impl Store {
             kind,
             sqlite_writer: Arc::new(Mutex::new(())),
             clock: Arc::new(SystemClock),
+            cards: Arc::default(),
             down: Arc::new(tokio::sync::watch::channel(false).0),
             url: url.into(),
         })

@@ -2,6 +2,19 @@
 
 use super::*;
 
+/// How long a launch's catalog trusts the cards it read ([`Store::pool_cards`]). A server
+/// changes the pool only when it starts ([`Store::sync_pool`], which forgets them at once);
+/// this bounds how long a replica offers the sizes another replica's start changed.
+pub const CARDS_FRESH_MS: i64 = 5_000;
+
+/// The cards a launch's catalog last read, when, and how many syncs had run before.
+#[derive(Default)]
+pub(super) struct CardsSeen {
+    syncs: u64,
+    read_at: Option<i64>,
+    cards: Vec<(u64, Vec<u64>)>,
+}
+
 impl Store {
     /// Makes the slots table match the configured pool; slots no longer configured are
     /// deactivated (kept while a session still holds them).
@@ -45,6 +58,9 @@ impl Store {
             .await?;
         }
         w.commit().await?;
+        let mut seen = self.cards.lock().unwrap_or_else(|e| e.into_inner());
+        seen.syncs += 1;
+        seen.read_at = None;
         Ok(())
     }
 
@@ -76,9 +92,31 @@ impl Store {
             .collect()
     }
 
-    /// Each active card's memory and its active slots' sizes, in one statement of a few rows:
-    /// what a launch's catalog needs (the sizes offered), without reading every slot.
+    /// Each active card's memory and its active slots' sizes: what a launch's catalog needs (the
+    /// sizes offered). Read in one statement of a few rows, and kept for `CARDS_FRESH_MS`: in a
+    /// burst of launches every one asked, and the pool changes only when a server starts.
     pub async fn pool_cards(&self) -> Result<Vec<(u64, Vec<u64>)>> {
+        let now = self.now();
+        let syncs = {
+            let seen = self.cards.lock().unwrap_or_else(|e| e.into_inner());
+            match seen.read_at {
+                Some(at) if (at..at + CARDS_FRESH_MS).contains(&now) => {
+                    return Ok(seen.cards.clone());
+                }
+                _ => seen.syncs,
+            }
+        };
+        let cards = self.read_pool_cards().await?;
+        let mut seen = self.cards.lock().unwrap_or_else(|e| e.into_inner());
+        // A sync that ran meanwhile may have changed what was read.
+        if seen.syncs == syncs {
+            seen.read_at = Some(now);
+            seen.cards = cards.clone();
+        }
+        Ok(cards)
+    }
+
+    async fn read_pool_cards(&self) -> Result<Vec<(u64, Vec<u64>)>> {
         let rows = sqlx::query(
             "SELECT g.id, g.memory_mib, s.slice_mib, COUNT(*) AS n
              FROM gpus g JOIN slots s ON s.gpu_id = g.id

@@ -263,6 +263,11 @@ async fn the_catalogs_cards_are_the_pools(store: Store) {
         .sync_pool(std::slice::from_ref(&old), &plan_slots(0, &old))
         .await
         .unwrap();
+    // Read (and kept) before the pool changes: this server's own sync forgets them.
+    assert_eq!(
+        store.pool_cards().await.unwrap(),
+        vec![(4 * SLICE, vec![SLICE; 4])]
+    );
     let gpus = [
         card("card0", 4 * SLICE, SLICE),
         card("card1", 2 * SLICE, 2 * SLICE),
@@ -293,6 +298,56 @@ async fn the_catalogs_cards_are_the_pools(store: Store) {
 
 on_both_fns! {
     the_catalogs_cards_are_the_pools => the_catalogs_cards_are_the_pools_sqlite, the_catalogs_cards_are_the_pools_postgres;
+}
+
+/// Another server's start changes the pool under this one's kept cards: this one offers the new
+/// sizes once `CARDS_FRESH_MS` has passed since it read them.
+async fn a_pool_another_server_changed_is_read_again(store: Store) {
+    let clock = std::sync::Arc::new(crate::util::ManualClock::now());
+    let mine = store.with_clock(clock.clone());
+    let other = Store {
+        cards: Default::default(),
+        ..mine.clone()
+    };
+    let card = |memory_mib: u64| GpuSpec {
+        id: "card0".into(),
+        model: "Virtual".into(),
+        memory_mib,
+        slice_mib: SLICE,
+        hold: app::domain::hold::SliceHold::None,
+        device_minor: None,
+        mig: None,
+    };
+    let (small, large) = (card(2 * SLICE), card(4 * SLICE));
+    other
+        .sync_pool(std::slice::from_ref(&small), &plan_slots(0, &small))
+        .await
+        .unwrap();
+    assert_eq!(
+        mine.pool_cards().await.unwrap(),
+        vec![(2 * SLICE, vec![SLICE; 2])]
+    );
+    other
+        .sync_pool(std::slice::from_ref(&large), &plan_slots(0, &large))
+        .await
+        .unwrap();
+    clock.advance(std::time::Duration::from_millis(
+        super::pool::CARDS_FRESH_MS as u64 - 1,
+    ));
+    assert_eq!(
+        mine.pool_cards().await.unwrap(),
+        vec![(2 * SLICE, vec![SLICE; 2])],
+        "kept until they are CARDS_FRESH_MS old"
+    );
+    clock.advance(std::time::Duration::from_millis(1));
+    assert_eq!(
+        mine.pool_cards().await.unwrap(),
+        vec![(4 * SLICE, vec![SLICE; 4])]
+    );
+}
+
+on_both_fns! {
+    a_pool_another_server_changed_is_read_again => a_pool_another_server_changed_is_read_again_sqlite, a_pool_another_server_changed_is_read_again_postgres;
 }
 
 /// Whether a launch may take a pre-started editor asks [`Store::may_use_a_dataset`], one
