@@ -8,6 +8,10 @@ use app::domain::launch::EditorKind;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How long the warm-pool keeper waits after a launch's kick before it looks for free slots.
+/// Short beside an editor's start; long enough for a burst of launches to land first.
+const KICK_SETTLE: Duration = Duration::from_millis(100);
+
 /// Waits after a failed warm start before trying that editor again.
 const WARM_RETRY: Duration = Duration::from_secs(60);
 /// A user whose dashboard asked nothing for this long has left: their pre-started editor goes.
@@ -298,9 +302,20 @@ impl Guard {
     }
 
     /// Waits for the keeper's next pass: a launch's kick, 30 s at most, or the server closing.
+    /// After a kick it lets [`KICK_SETTLE`] pass first: every launch of a burst kicks, and the
+    /// pass then looks once for them all, after they have run, not once for each beside them.
     async fn next_pass(&self, closing: &mut tokio::sync::watch::Receiver<bool>) {
         tokio::select! {
-            _ = tokio::time::timeout(Duration::from_secs(30), self.warm_wake.notified()) => {}
+            kicked = tokio::time::timeout(Duration::from_secs(30), self.warm_wake.notified()) => {
+                if kicked.is_ok() {
+                    tokio::select! {
+                        () = tokio::time::sleep(KICK_SETTLE) => {}
+                        _ = closing.changed() => {}
+                    }
+                    // The kicks that came meanwhile are this pass's.
+                    let _ = futures_util::FutureExt::now_or_never(self.warm_wake.notified());
+                }
+            }
             _ = closing.changed() => {}
         }
     }
