@@ -101,7 +101,7 @@ impl Launcher {
     }
 
     /// The catalog of a pool given as its cards: each card's memory and its slots' sizes
-    /// ([`crate::store::Store::pool_cards`], one statement a launch).
+    /// ([`crate::store::Store::pool_cards`], read again every few seconds).
     pub(in crate::service) fn catalog_of(&self, cards: &[(u64, Vec<u64>)]) -> Catalog {
         let (sizes, bursts) = app::domain::pool::offered_sizes(cards);
         Catalog {
