@@ -61,6 +61,12 @@ impl Arg {
     }
 }
 
+/// `sql` with `args` bound in order.
+fn bound(sql: &str, args: Vec<Arg>) -> Query<'_, Any, AnyArguments<'_>> {
+    args.into_iter()
+        .fold(sqlx::query(sql), |q, arg| arg.bind(q))
+}
+
 /// Writes to run together, in order.
 #[derive(Default)]
 pub(super) struct Batch {
@@ -79,9 +85,7 @@ impl Batch {
         match w.kind {
             DbKind::Sqlite => {
                 let (sql, args) = self.joined();
-                let query = args
-                    .into_iter()
-                    .fold(sqlx::query(&sql), |q, arg| arg.bind(q));
+                let query = bound(&sql, args);
                 Ok(query.execute(&mut *w.tx).await?.rows_affected())
             }
             DbKind::Postgres => self.run_one_by_one(w).await,
@@ -102,9 +106,7 @@ impl Batch {
                 let writes = self.statements.len();
                 self.push(read, args);
                 let (sql, args) = self.joined();
-                let query = args
-                    .into_iter()
-                    .fold(sqlx::query(&sql), |q, arg| arg.bind(q));
+                let query = bound(&sql, args);
                 let mut results = sqlx::Executor::fetch_many(&mut *w.tx, query);
                 let (mut changed, mut done, mut row) = (0, 0, None);
                 while let Some(result) = results.try_next().await? {
@@ -125,9 +127,7 @@ impl Batch {
             }
             DbKind::Postgres => {
                 let changed = self.run_one_by_one(w).await?;
-                let query = args
-                    .into_iter()
-                    .fold(sqlx::query(read), |q, arg| arg.bind(q));
+                let query = bound(read, args);
                 Ok((changed, query.fetch_optional(&mut *w.tx).await?))
             }
         }
@@ -136,9 +136,7 @@ impl Batch {
     async fn run_one_by_one(self, w: &mut WriteTx) -> Result<u64> {
         let mut changed = 0;
         for (text, args) in self.statements {
-            let query = args
-                .into_iter()
-                .fold(sqlx::query(&text), |q, arg| arg.bind(q));
+            let query = bound(&text, args);
             changed += query.execute(&mut *w.tx).await?.rows_affected();
         }
         Ok(changed)

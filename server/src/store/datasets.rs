@@ -106,6 +106,17 @@ async fn name_taken(w: &mut WriteTx, name: &str, other_than: &str) -> Result<boo
     )
 }
 
+/// A condition: the user whose id is the SQL expression `user_id` may use a dataset (one for
+/// everyone, or one naming them while they are not deleted). What
+/// [`Store::may_use_a_dataset`] and the allocator ask.
+pub(super) fn may_use_a_dataset(user_id: &str) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM datasets d WHERE d.everyone <> 0 OR EXISTS (
+           SELECT 1 FROM dataset_users p JOIN users du ON du.id = p.user_id
+           WHERE p.dataset_id = d.id AND p.user_id = {user_id} AND du.deleted_at IS NULL))"
+    )
+}
+
 impl Store {
     /// Every dataset, by name, with the users permitted.
     pub async fn datasets(&self) -> Result<Vec<DatasetRecord>> {
@@ -135,12 +146,10 @@ impl Store {
     /// [`Store::datasets`], in one statement): a launch asks it before taking a pre-started
     /// editor, which runs without datasets.
     pub async fn may_use_a_dataset(&self, user_id: &str) -> Result<bool> {
-        let row = sqlx::query(
-            "SELECT 1 AS one FROM datasets d WHERE d.everyone <> 0 OR EXISTS (
-               SELECT 1 FROM dataset_users p JOIN users u ON u.id = p.user_id
-               WHERE p.dataset_id = d.id AND p.user_id = $1 AND u.deleted_at IS NULL)
-             LIMIT 1",
-        )
+        let row = sqlx::query(&format!(
+            "SELECT 1 AS one WHERE {}",
+            may_use_a_dataset("$1")
+        ))
         .bind(user_id)
         .fetch_optional(&self.pool)
         .await?;

@@ -356,20 +356,19 @@ async fn before_claim_in(
     slice_mib: u64,
     burst: bool,
 ) -> Result<BeforeClaim> {
-    let row = sqlx::query(
+    let row = sqlx::query(&format!(
         "SELECT q.max_sessions, q.max_gpu_mib, q.max_minutes, q.max_disk_mib, u.sessions, u.gpu_mib,
            (SELECT CAST(COALESCE(SUM(l.amount), 0) AS BIGINT) FROM credit_ledger l WHERE l.user_id = me.id) AS balance,
            (SELECT CAST(COUNT(*) AS BIGINT) FROM (SELECT 1 AS one FROM sessions o
               WHERE o.state = 'queued' AND o.slice_mib = $2 AND o.burst = $3 LIMIT 1) w) AS waiting,
-           (SELECT CAST(COUNT(*) AS BIGINT) FROM (SELECT 1 AS one FROM datasets d WHERE d.everyone <> 0
-              OR EXISTS (SELECT 1 FROM dataset_users p WHERE p.dataset_id = d.id AND p.user_id = me.id)
-              LIMIT 1) ds) AS datasets
+           CAST(CASE WHEN {} THEN 1 ELSE 0 END AS BIGINT) AS datasets
          FROM users me
          LEFT JOIN user_quotas q ON q.user_id = me.id
          CROSS JOIN (SELECT CAST(COUNT(*) AS BIGINT) AS sessions, CAST(COALESCE(SUM(s.slice_mib), 0) AS BIGINT) AS gpu_mib
            FROM sessions s WHERE s.user_id = $1 AND s.state <> 'ended') u
          WHERE me.id = $1",
-    )
+        super::datasets::may_use_a_dataset("me.id")
+    ))
     .bind(user_id)
     .bind(slice_mib as i64)
     .bind(burst as i64)
