@@ -76,16 +76,24 @@ async fn assert_read_back(store: &Store, returned: &SessionRecord) {
     );
 }
 
-/// One card of two slots ("card0", "Virtual 16G"); a ready pre-started editor on one.
-async fn one_card_one_warm(store: &Store) -> WarmRecord {
-    let gpu = GpuSpec {
-        id: "card0".into(),
-        model: "Virtual 16G".into(),
-        memory_mib: 2 * SLICE,
-        slice_mib: SLICE,
+/// A card of `memory_mib` cut into slices of `slice_mib`, model "Virtual".
+fn card(id: &str, memory_mib: u64, slice_mib: u64) -> GpuSpec {
+    GpuSpec {
+        id: id.into(),
+        model: "Virtual".into(),
+        memory_mib,
+        slice_mib,
         hold: app::domain::hold::SliceHold::None,
         device_minor: None,
         mig: None,
+    }
+}
+
+/// One card of two slots ("card0", "Virtual 16G"); a ready pre-started editor on one.
+async fn one_card_one_warm(store: &Store) -> WarmRecord {
+    let gpu = GpuSpec {
+        model: "Virtual 16G".into(),
+        ..card("card0", 2 * SLICE, SLICE)
     };
     let slots = plan_slots(0, &gpu);
     store.sync_pool(&[gpu], &slots).await.unwrap();
@@ -249,15 +257,6 @@ on_both_fns! {
 /// A launch's catalog reads the pool's cards in one statement ([`Store::pool_cards`]): the same
 /// cards and slot sizes as the whole pool's rows, a card no longer configured left out.
 async fn the_catalogs_cards_are_the_pools(store: Store) {
-    let card = |id: &str, memory_mib: u64, slice_mib: u64| GpuSpec {
-        id: id.into(),
-        model: "Virtual".into(),
-        memory_mib,
-        slice_mib,
-        hold: app::domain::hold::SliceHold::None,
-        device_minor: None,
-        mig: None,
-    };
     let old = card("card9", 4 * SLICE, SLICE);
     store
         .sync_pool(std::slice::from_ref(&old), &plan_slots(0, &old))
@@ -309,16 +308,10 @@ async fn a_pool_another_server_changed_is_read_again(store: Store) {
         cards: Default::default(),
         ..mine.clone()
     };
-    let card = |memory_mib: u64| GpuSpec {
-        id: "card0".into(),
-        model: "Virtual".into(),
-        memory_mib,
-        slice_mib: SLICE,
-        hold: app::domain::hold::SliceHold::None,
-        device_minor: None,
-        mig: None,
-    };
-    let (small, large) = (card(2 * SLICE), card(4 * SLICE));
+    let (small, large) = (
+        card("card0", 2 * SLICE, SLICE),
+        card("card0", 4 * SLICE, SLICE),
+    );
     other
         .sync_pool(std::slice::from_ref(&small), &plan_slots(0, &small))
         .await

@@ -323,6 +323,20 @@ pub(crate) async fn read_paced(
     }
 }
 
+/// Opens the whole workspace's export: a 200 that states `limits`.
+async fn open_export(
+    app: &TestApp,
+    token: &str,
+    limits: &str,
+) -> hyper::Response<hyper::body::Incoming> {
+    let answer = app
+        .open(get_request(app, "/api/v1/workspace/export", token))
+        .await;
+    assert_eq!(answer.status(), StatusCode::OK);
+    assert_eq!(answer.headers()["x-export-limits"], limits);
+    answer
+}
+
 #[tokio::test]
 async fn an_export_goes_no_faster_than_its_cap_and_still_holds_the_workspace() {
     // No wall-clock timing: the server's clock moves only when the test moves it, so what
@@ -330,14 +344,7 @@ async fn an_export_goes_no_faster_than_its_cap_and_still_holds_the_workspace() {
     const CAP: u64 = 256 * 1024;
     let workspaces = tempfile::tempdir().unwrap();
     let (app, token, ws) = paced_app(workspaces.path(), CAP, 0).await;
-    let answer = app
-        .open(get_request(&app, "/api/v1/workspace/export", &token))
-        .await;
-    assert_eq!(answer.status(), StatusCode::OK);
-    assert_eq!(
-        answer.headers()["x-export-limits"],
-        "at most 256 KiB/s, no time limit"
-    );
+    let answer = open_export(&app, &token, "at most 256 KiB/s, no time limit").await;
     let (got, moved_ms) = read_paced(&app, answer, CAP).await;
     // All of it came, in order: it unpacks to the workspace, and it took the time the cap says.
     assert_eq!(tree(unpack(&got).path()), tree(&ws));
@@ -352,14 +359,7 @@ async fn an_export_goes_no_faster_than_its_cap_and_still_holds_the_workspace() {
 async fn an_export_past_its_time_limit_is_cut_and_audited() {
     let workspaces = tempfile::tempdir().unwrap();
     let (app, token, ws) = paced_app(workspaces.path(), 256 * 1024, 60).await;
-    let answer = app
-        .open(get_request(&app, "/api/v1/workspace/export", &token))
-        .await;
-    assert_eq!(answer.status(), StatusCode::OK);
-    assert_eq!(
-        answer.headers()["x-export-limits"],
-        "at most 256 KiB/s, cut after 1 min"
-    );
+    let answer = open_export(&app, &token, "at most 256 KiB/s, cut after 1 min").await;
     let mut body = answer.into_body();
     let mut got = Vec::new();
     // The first burst, then a minute and a second pass on the server's clock.
