@@ -14,19 +14,21 @@ pub fn table(outcomes: &[Outcome]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| policy | db | alloc GPU-h | used GPU-h | idle | wrongful | reclaims (relaunched) | wait p50/p95/max min | credits for idle |"
+        "| policy | db | alloc GPU-h | used GPU-h | idle | wrongful | warned at the screen (an hour there) | reclaims (relaunched) | wait p50/p95/max min | credits for idle |"
     );
-    let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for o in outcomes {
         let _ = writeln!(
             out,
-            "| {} | {} | {:.0} | {:.0} | {:.1} % | {} | {} ({}) | {}/{}/{} | {} of {} |",
+            "| {} | {} | {:.0} | {:.0} | {:.1} % | {} | {} ({:.2}) | {} ({}) | {}/{}/{} | {} of {} |",
             o.policy,
             o.database,
             o.allocated_min as f64 / 60.0,
             o.used_min as f64 / 60.0,
             o.idle_share() * 100.0,
             o.wrongful.len(),
+            o.warnings_at_screen,
+            o.warnings_per_hour(),
             o.reclaims,
             o.relaunches,
             o.wait(0.5),
@@ -122,6 +124,8 @@ mod tests {
             wrongful: Vec::new(),
             reclaims: 0,
             relaunches: 0,
+            warnings_at_screen: 3,
+            present_min: 120,
             waits_min: vec![0, 0, 3, 10],
             charged_milli: 2000,
             idle_charged_milli: 500,
@@ -143,7 +147,9 @@ mod tests {
     fn the_table_gives_shares_percentiles_and_credits() {
         let t = table(&[outcome("ours", 600, 60)]);
         assert!(
-            t.contains("| ours | sqlite | 10 | 9 | 10.0 % | 0 | 0 (0) | 0/10/10 | 0.5 of 2.0 |"),
+            t.contains(
+                "| ours | sqlite | 10 | 9 | 10.0 % | 0 | 3 (1.50) | 0 (0) | 0/10/10 | 0.5 of 2.0 |"
+            ),
             "{t}"
         );
     }

@@ -119,6 +119,12 @@ pub struct Outcome {
     pub reclaims: u32,
     /// Launches again by a person who came back to a reclaimed session.
     pub relaunches: u32,
+    /// Idle warnings shown to a person at the screen (each one they had to answer or lose the
+    /// session): what a shorter timeout costs the people it keeps working. The peers warn
+    /// nobody.
+    pub warnings_at_screen: u32,
+    /// Minutes a person sat at the screen of a running session.
+    pub present_min: u64,
     /// From the launch to the editor ready, minutes, per launch that started.
     pub waits_min: Vec<u32>,
     pub charged_milli: i64,
@@ -145,6 +151,11 @@ impl Outcome {
         w[i]
     }
 
+    /// Warnings shown to people at the screen per hour they sat there.
+    pub fn warnings_per_hour(&self) -> f64 {
+        self.warnings_at_screen as f64 * 60.0 / self.present_min.max(1) as f64
+    }
+
     pub fn ledger_balances(&self) -> bool {
         self.balances.iter().all(|(_, ledger, sim)| ledger == sim)
     }
@@ -163,6 +174,8 @@ struct Tracked {
     last_signal: u32,
     allocated: u32,
     idle: u32,
+    /// Its person sees our idle warning now.
+    warned: bool,
     ended: Option<(u32, Ended)>,
     price_per_hour: i64,
     detail: Option<String>,
@@ -246,6 +259,8 @@ struct Sim<'a> {
     relaunches: u32,
     wrongful: Vec<Wrongful>,
     reclaims: u32,
+    warnings_at_screen: u32,
+    present_min: u64,
 }
 
 /// Replays `trace` under `policy` on the database at `url` (empty), and reports.
@@ -301,6 +316,8 @@ pub async fn simulate(
         relaunches: 0,
         wrongful: Vec::new(),
         reclaims: 0,
+        warnings_at_screen: 0,
+        present_min: 0,
     };
     let month = trace.days * trace::DAY;
     let mut m = 0;
@@ -428,10 +445,18 @@ impl Sim<'_> {
         }
         // A person at the screen sees our warning (the page reads the deadline the server
         // says) and, mostly, answers it.
-        if self.policy.is_ours() && flags & PRESENT != 0 && flags & INPUT == 0 {
+        let quiet_at_screen = flags & PRESENT != 0 && flags & INPUT == 0;
+        if !quiet_at_screen {
+            self.tracked[t].warned = false;
+        }
+        if self.policy.is_ours() && quiet_at_screen {
             let policy = self.service.guard.idle_policy_now(record);
             let idle_at = policy.idle_at(&record.signals(), now);
             let page = app::domain::idle::page_idle(idle_at, policy.warn_ms, now, now);
+            if page.warn && !self.tracked[t].warned {
+                self.warnings_at_screen += 1;
+            }
+            self.tracked[t].warned = page.warn;
             if page.warn && self.rng.gen_bool(self.personas.answers_warning) {
                 let _ = sessions.heartbeat(&viewer, &id, true).await;
                 self.tracked[t].last_signal = m;
@@ -478,6 +503,7 @@ impl Sim<'_> {
             last_signal: m,
             allocated: 0,
             idle: 0,
+            warned: false,
             ended: None,
             price_per_hour: view.price_per_hour,
             detail: None,
@@ -529,8 +555,12 @@ impl Sim<'_> {
             if record.state.is_live() {
                 if record.state == SessionState::Ready {
                     self.tracked[t].allocated += 1;
-                    if self.flags(person, m) & NEED == 0 {
+                    let flags = self.flags(person, m);
+                    if flags & NEED == 0 {
                         self.tracked[t].idle += 1;
+                    }
+                    if flags & PRESENT != 0 {
+                        self.present_min += 1;
                     }
                 }
                 continue;
@@ -680,6 +710,8 @@ impl Sim<'_> {
             wrongful: self.wrongful,
             reclaims: self.reclaims,
             relaunches: self.relaunches,
+            warnings_at_screen: self.warnings_at_screen,
+            present_min: self.present_min,
             waits_min,
             charged_milli: sessions.iter().map(|s| s.charged_milli).sum(),
             idle_charged_milli,

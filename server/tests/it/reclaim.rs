@@ -139,6 +139,34 @@ async fn with_no_page_open_a_session_left_behind_goes_within_the_away_timeout() 
 }
 
 #[tokio::test]
+async fn a_shorter_timeout_warns_the_people_at_the_screen_more_often() {
+    // Readers whose pauses at the screen are exponential: the shorter the timeout, the more
+    // pauses outlast it less the warning, and each such pause is a warning they must answer.
+    let personas = only(&[Kind::Interactive], 2, 3);
+    let default = month(&personas, Policy::Ours).await;
+    let short = month_with(&personas, Policy::Ours, |c| {
+        c.idle.timeout_seconds = 8 * 60;
+        c.idle.warn_seconds = 3 * 60;
+    })
+    .await;
+    assert!(short.present_min > 120, "{}", short.present_min);
+    assert_eq!(
+        short.present_min, default.present_min,
+        "the same people, at the screen as long"
+    );
+    assert!(
+        short.warnings_at_screen > default.warnings_at_screen,
+        "{} warnings at 8 min, {} at the default",
+        short.warnings_at_screen,
+        default.warnings_at_screen
+    );
+    // They answer, so no warning costs them their work.
+    assert!(short.wrongful.is_empty(), "{:#?}", short.wrongful);
+    let peer = month(&personas, Policy::SageMaker).await;
+    assert_eq!(peer.warnings_at_screen, 0, "the peers warn nobody");
+}
+
+#[tokio::test]
 async fn under_a_peers_policy_only_the_peers_rule_reclaims() {
     // Kubeflow's culler waits a day: within one, nothing it judges ends, though our own away
     // rule and the inference person's chosen hour would have ended some.
