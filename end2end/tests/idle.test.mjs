@@ -1,9 +1,10 @@
 // An idle session: the countdown runs, the banner warns, "I'm here" resets it, then the reaper
 // ends it as idle. scripts/e2e.sh gives 16 GB slices a 40 s idle timeout with a 35 s warning.
+// A page sent to the background says so, and the shorter timeout for no page starts at once.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
-import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, signIn } from './helpers.mjs';
+import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, launchByApi, readyByApi, signIn } from './helpers.mjs';
 
 // A user of its own, so the other tests' credits and quota are untouched.
 const USER = process.env.E2E_IDLE_USER ?? 'e2e-idle';
@@ -88,6 +89,56 @@ test('an idle session is warned, kept by "I\'m here", then ended as idle', async
     await page.screenshot({ path: `${ARTIFACTS}/idle-failure.png` }).catch(() => {});
     throw error;
   } finally {
+    await browser.close();
+  }
+});
+
+test('a session page sent to the background says so: the away timeout starts at once', async () => {
+  const browser = await launchBrowser();
+  const page = await browser.newPage();
+  let id;
+  try {
+    await signIn(page, USER, PASSWORD);
+    await page.waitForURL(`${BASE}/`);
+    await hydrated(page);
+    // An 8 GB slice: the default policy, 30 minutes at a page and 10 with none.
+    ({ id } = await launchByApi(page));
+    await readyByApi(page, id);
+    await page.goto(`${BASE}/sessions/${id}`);
+    await hydrated(page);
+    const idleIn = () =>
+      page.evaluate(async (id) => {
+        const session = await (await fetch(`/api/v1/sessions/${id}`)).json();
+        return (session.idle_at_ms - Date.now()) / 60_000;
+      }, id);
+    const waitUntil = async (done, what) => {
+      for (let i = 0; !done(await idleIn()); i += 1) {
+        assert.ok(i < 80, what);
+        await page.waitForTimeout(250);
+      }
+    };
+    // Someone at the page: its next beat carries input, and the full timeout counts.
+    await page.getByTestId('time-left').click();
+    await waitUntil((m) => m > 25, 'input at a visible page keeps the full timeout');
+    // Another tab in front (Playwright keeps every page visible, so the page is told).
+    await page.evaluate(() => {
+      Object.defineProperty(document, 'visibilityState', { get: () => 'hidden', configurable: true });
+      document.dispatchEvent(new Event('visibilitychange', { bubbles: true }));
+    });
+    await waitUntil((m) => m <= 10.1, 'hidden, the page is gone at once: the 10-minute rule');
+    // Back in front: the page beats again, and the full timeout is back.
+    await page.evaluate(() => {
+      delete document.visibilityState;
+      document.dispatchEvent(new Event('visibilitychange', { bubbles: true }));
+    });
+    await waitUntil((m) => m > 25, 'back in sight, the page is there again');
+  } catch (error) {
+    await page.screenshot({ path: `${ARTIFACTS}/idle-hidden-failure.png` }).catch(() => {});
+    throw error;
+  } finally {
+    if (id) {
+      await page.evaluate((id) => fetch(`/api/v1/sessions/${id}`, { method: 'DELETE' }), id).catch(() => {});
+    }
     await browser.close();
   }
 });

@@ -105,7 +105,7 @@ pub trait SessionsBackend: Send + Sync + 'static {
         &self,
         viewer: &Viewer,
         id: &str,
-        input: bool,
+        beat: crate::domain::presence::Beat,
     ) -> Result<SessionView, AppError>;
     async fn extend(
         &self,

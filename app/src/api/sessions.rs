@@ -48,11 +48,29 @@ pub async fn stop_session(id: String) -> Result<SessionView, AppError> {
     backend::backend()?.stop(&viewer, &id).await
 }
 
-/// A visible page says the person is (`input`) or may be there; returns the session's new countdowns.
+/// A visible page says the person is (`input`) or may be there, or (`left`) that it has just gone
+/// out of sight; returns the session's new countdowns.
 #[server(endpoint = "heartbeat")]
-pub async fn heartbeat(id: String, input: bool) -> Result<SessionView, AppError> {
+pub async fn heartbeat(
+    id: String,
+    input: bool,
+    // A page loaded before `left` existed still beats.
+    #[server(default)] left: bool,
+) -> Result<SessionView, AppError> {
     let viewer = backend::require_viewer().await?;
-    backend::backend()?.heartbeat(&viewer, &id, input).await
+    let beat = crate::domain::presence::Beat { input, left };
+    backend::backend()?.heartbeat(&viewer, &id, beat).await
+}
+
+impl Heartbeat {
+    /// The person at a page in sight did something ("I'm here").
+    pub fn input(id: String) -> Heartbeat {
+        Heartbeat {
+            id,
+            input: true,
+            left: false,
+        }
+    }
 }
 
 #[server(endpoint = "extend_session")]

@@ -19,8 +19,9 @@
 //! A session is idle `idle.timeout_seconds` after the last signal that counts, and its user is
 //! warned `idle.warn_seconds` before (both may be set per slice size, `idle.per_slice`); the
 //! server's reaper then ends it. With no page open and no script calling, sooner:
-//! `idle.away_timeout_seconds` after the later of that signal and the page's last beat
-//! ([`Policy::away_ms`]): a closed laptop, a tab left in the background or a finished job is
+//! `idle.away_timeout_seconds` after the later of that signal and the page's going (a beat's
+//! interval after its last beat, or at once when it said it left sight: [`page_gone_at`];
+//! [`Policy::away_ms`]): a closed laptop, a tab left in the background or a finished job is
 //! nobody's work, while a person at a visible page is warned and answers. A person may choose
 //! their own timeout at launch within bounds an admin set per size ([`TimeoutChoice`],
 //! [`Policy::chosen`]); a chosen timeout is the whole rule.
@@ -38,6 +39,9 @@ pub struct Signals {
     pub api_traffic: Option<i64>,
     /// A browser heartbeat from a visible page.
     pub heartbeat: Option<i64>,
+    /// A page said it went out of sight (hidden behind another tab or window, or closed): once
+    /// later than the last beat, the page is gone from then, not a beat's interval later.
+    pub page_left: Option<i64>,
     /// A heartbeat that saw keyboard, pointer or scroll input, or "I'm here".
     pub input: Option<i64>,
     /// The editor reported a busy kernel, or the GPU did work.
@@ -47,6 +51,16 @@ pub struct Signals {
 /// A page that has not beaten for this long is gone: closed, hidden, or its computer asleep (a
 /// beat, and a minute for a late timer and the network).
 pub const PAGE_GONE_MS: i64 = super::presence::BEAT_MS + 60_000;
+
+/// When the session's page went, as far as the server knows: the moment a page said it left
+/// sight, if no beat came after it; else a beat's interval after the last beat; `None` if no
+/// page ever beat or left.
+pub fn page_gone_at(s: &Signals) -> Option<i64> {
+    match (s.heartbeat, s.page_left) {
+        (beat, Some(left)) if beat.is_none_or(|beat| left >= beat) => Some(left),
+        (beat, _) => beat.map(|beat| beat + PAGE_GONE_MS),
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Policy {
@@ -95,7 +109,7 @@ impl Policy {
         if self.away_ms <= 0 || self.away_ms >= self.timeout_ms || s.api_traffic.is_some() {
             return attended;
         }
-        let page_gone = s.heartbeat.map_or(last, |beat| beat + PAGE_GONE_MS);
+        let page_gone = page_gone_at(s).unwrap_or(last);
         if now < page_gone {
             return attended;
         }
@@ -326,6 +340,34 @@ mod tests {
             ..closed
         };
         assert_eq!(away(10 * MIN).idle_at(&job, 51 * MIN), 60 * MIN);
+    }
+
+    #[test]
+    fn a_page_that_says_it_left_starts_the_away_rule_at_once() {
+        // Typed at 8, a beat at 10, hidden at 11 (lunch): idle at 21, not at 23.
+        let hidden = Signals {
+            input: Some(8 * MIN),
+            heartbeat: Some(10 * MIN),
+            page_left: Some(11 * MIN),
+            ..Signals::default()
+        };
+        assert_eq!(away(10 * MIN).idle_at(&hidden, 11 * MIN), 21 * MIN);
+        // Seen again (a beat at 12): the page is there, and the full timeout counts.
+        let back = Signals {
+            heartbeat: Some(12 * MIN),
+            ..hidden
+        };
+        assert_eq!(away(10 * MIN).idle_at(&back, 12 * MIN), 38 * MIN);
+        // Another tab of the session left after this one's beat: gone until a beat says not.
+        assert_eq!(page_gone_at(&hidden), Some(11 * MIN));
+        assert_eq!(page_gone_at(&back), Some(12 * MIN + PAGE_GONE_MS));
+        // A page that left without ever beating (hidden at once).
+        let never = Signals {
+            page_left: Some(MIN),
+            ..Signals::default()
+        };
+        assert_eq!(away(10 * MIN).idle_at(&never, MIN), 11 * MIN);
+        assert_eq!(page_gone_at(&Signals::default()), None);
     }
 
     #[test]

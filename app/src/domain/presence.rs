@@ -1,6 +1,27 @@
 //! The page's heartbeat, the rule both sides share: when a page tells the server someone is
 //! there (`ui::presence` sends the beats; the reclaim simulator replays them by the same rule).
 
+/// What one beat of a page says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Beat {
+    /// The person did something (typed, clicked, scrolled) since the last beat, or "I'm here".
+    pub input: bool,
+    /// The page has just gone out of sight (hidden behind another tab or window, or closed):
+    /// the server takes it for gone at once ([`super::idle::page_gone_at`]).
+    pub left: bool,
+}
+
+impl Beat {
+    pub const HERE: Beat = Beat {
+        input: false,
+        left: false,
+    };
+    pub const INPUT: Beat = Beat {
+        input: true,
+        left: false,
+    };
+}
+
 /// A visible page beats at least this often: the server takes a page that stopped beating for
 /// gone ([`super::idle::PAGE_GONE_MS`], the idle policy's `away_ms`).
 pub const BEAT_MS: i64 = 2 * 60_000;

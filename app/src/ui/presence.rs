@@ -1,7 +1,8 @@
 //! The browser heartbeat. A visible page beats every 2 minutes; it beats sooner (within 10 s)
 //! once the person types, clicks or scrolls — in our page or inside the embedded editor, which is
 //! served from our own origin — so the idle countdown resets while someone works. A beat without
-//! input only says a tab is open (see the idle policy).
+//! input only says a tab is open (see the idle policy). A page that goes out of sight says so at
+//! once.
 #![cfg_attr(not(feature = "hydrate"), allow(dead_code, unused_imports))]
 
 pub use crate::domain::presence::{in_idle_warning, should_beat};
@@ -54,8 +55,16 @@ mod browser {
         }
     }
 
+    fn page_visible() -> bool {
+        web_sys::window()
+            .and_then(|w| w.document())
+            .is_some_and(|d| d.visibility_state() == web_sys::VisibilityState::Visible)
+    }
+
     /// Beats for the sessions `ids()` while the page is visible; `on_beat` gets each fresh view.
-    /// `urgent(now)`: one of them is inside its idle warning.
+    /// `urgent(now)`: one of them is inside its idle warning. Going out of sight (another tab or
+    /// window in front, the tab closed) is said at once, so that the away rule starts then; back
+    /// in sight, the page beats at its next tick.
     pub fn use_presence(
         ids: impl Fn() -> Vec<String> + 'static,
         urgent: impl Fn(i64) -> bool + 'static,
@@ -65,27 +74,49 @@ mod browser {
         if let Some(document) = web_sys::window().and_then(|w| w.document()) {
             listen(&document, &seen);
         }
-        let last_sent = Rc::new(Cell::new(crate::ui::format::now_ms()));
-        let tick = move || {
-            listen_in_frames(&seen);
-            let visible = web_sys::window()
-                .and_then(|w| w.document())
-                .is_some_and(|d| d.visibility_state() == web_sys::VisibilityState::Visible);
-            let now = crate::ui::format::now_ms();
-            if !should_beat(now, last_sent.get(), seen.get(), visible, urgent(now)) {
-                return;
-            }
-            let input = seen.replace(false);
-            last_sent.set(now);
+        let ids = Rc::new(ids);
+        let send = Rc::new(move |input: bool, left: bool| {
             for id in ids() {
                 let on_beat = on_beat.clone();
                 leptos::task::spawn_local(async move {
-                    if let Ok(view) = crate::api::heartbeat(id, input).await {
+                    if let Ok(view) = crate::api::heartbeat(id, input, left).await {
                         on_beat(view);
                     }
                 });
             }
+        });
+        let last_sent = Rc::new(Cell::new(crate::ui::format::now_ms()));
+        let tick = {
+            let (seen, last_sent, send) = (seen.clone(), last_sent.clone(), send.clone());
+            move || {
+                listen_in_frames(&seen);
+                let now = crate::ui::format::now_ms();
+                if !should_beat(
+                    now,
+                    last_sent.get(),
+                    seen.get(),
+                    page_visible(),
+                    urgent(now),
+                ) {
+                    return;
+                }
+                last_sent.set(now);
+                send(seen.replace(false), false);
+            }
         };
+        let seen_again = last_sent.clone();
+        let on_sight = move |_| {
+            if page_visible() {
+                // Due at the next tick: the server took the page for gone.
+                seen_again.set(i64::MIN / 2);
+            } else {
+                seen_again.set(crate::ui::format::now_ms());
+                send(seen.replace(false), true);
+            }
+        };
+        // `visibilitychange` bubbles from the document to the window.
+        let sight = window_event_listener_untyped("visibilitychange", on_sight);
+        on_cleanup(move || sight.remove());
         if let Ok(handle) = set_interval_with_handle(tick, std::time::Duration::from_secs(5)) {
             on_cleanup(move || handle.clear());
         }

@@ -9,7 +9,7 @@ use crate::service::Service;
 use crate::store::{SessionRecord, Store};
 use crate::util::{Clock, ManualClock};
 use app::domain::launch::LaunchRequest;
-use app::domain::presence::should_beat;
+use app::domain::presence::{Beat, should_beat};
 use app::domain::reaper;
 use app::domain::scope::Scopes;
 use app::domain::session::{EndReason, SessionState};
@@ -176,6 +176,8 @@ struct Tracked {
     idle: u32,
     /// Its person sees our idle warning now.
     warned: bool,
+    /// Its page was in sight the minute before.
+    page_visible: bool,
     ended: Option<(u32, Ended)>,
     price_per_hour: i64,
     detail: Option<String>,
@@ -417,11 +419,24 @@ impl Sim<'_> {
         let now = self.now();
         let sessions = &self.service.sessions;
         // The page beats by its own rule: at once after input, else every two minutes while
-        // visible; a tab in the background or a closed laptop sends nothing.
+        // visible; going into the background it says so, and beats again once back in sight; a
+        // closed laptop sends nothing.
         let visible = flags & (INPUT | TAB) != 0;
         let typed = flags & INPUT != 0;
+        let was_visible = std::mem::replace(&mut self.tracked[t].page_visible, visible);
+        if was_visible && flags & trace::HIDDEN != 0 {
+            let left = Beat {
+                input: false,
+                left: true,
+            };
+            let _ = sessions.heartbeat(&viewer, &id, left).await;
+            self.tracked[t].last_beat = now;
+        } else if visible && !was_visible {
+            self.tracked[t].last_beat = i64::MIN / 2;
+        }
         if should_beat(now, self.tracked[t].last_beat, typed, visible, false) {
-            let _ = sessions.heartbeat(&viewer, &id, typed).await;
+            let beat = if typed { Beat::INPUT } else { Beat::HERE };
+            let _ = sessions.heartbeat(&viewer, &id, beat).await;
             self.tracked[t].last_beat = now;
         }
         if flags & (INPUT | TAB | trace::HIDDEN) != 0 {
@@ -458,7 +473,7 @@ impl Sim<'_> {
             }
             self.tracked[t].warned = page.warn;
             if page.warn && self.rng.gen_bool(self.personas.answers_warning) {
-                let _ = sessions.heartbeat(&viewer, &id, true).await;
+                let _ = sessions.heartbeat(&viewer, &id, Beat::INPUT).await;
                 self.tracked[t].last_signal = m;
                 self.tracked[t].last_beat = now;
             }
@@ -504,6 +519,7 @@ impl Sim<'_> {
             allocated: 0,
             idle: 0,
             warned: false,
+            page_visible: false,
             ended: None,
             price_per_hour: view.price_per_hour,
             detail: None,

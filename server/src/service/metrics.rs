@@ -545,6 +545,7 @@ mod tests {
             burst: false,
             last_api_at: None,
             last_heartbeat_at: None,
+            page_left_at: None,
             last_input_at: None,
             last_busy_at: None,
             gpu_used_mib: None,

@@ -8,6 +8,7 @@ use app::domain::credits;
 use app::domain::hold::SliceHold;
 use app::domain::launch::{self, EditorKind, LaunchRequest};
 use app::domain::pool::format_mib;
+use app::domain::presence::Beat;
 use app::domain::quota::{self, Extended, ExtensionLimits, ExtensionRefused};
 use app::domain::scope::Scope;
 use app::domain::session::{EndReason, SessionState};
@@ -57,14 +58,14 @@ impl Sessions {
 }
 
 impl Sessions {
-    /// A heartbeat from a visible page of the session's owner; `input` when the person did something.
-    pub async fn heartbeat(&self, viewer: &Viewer, id: &str, input: bool) -> Result<(), AppError> {
+    /// A heartbeat from a page of the session's owner: visible, or (`beat.left`) just gone.
+    pub async fn heartbeat(&self, viewer: &Viewer, id: &str, beat: Beat) -> Result<(), AppError> {
         viewer.scopes.require(Scope::Sessions)?;
         let record = self.lifecycle.owned_record(viewer, id).await?;
         if !record.state.is_live() {
             return Err(AppError::Conflict("this session has ended".into()));
         }
-        self.store.heartbeat(id, self.store.now(), input).await?;
+        self.store.heartbeat(id, self.store.now(), beat).await?;
         Ok(())
     }
 
@@ -104,7 +105,9 @@ impl Sessions {
         })?;
         let step = self.store.extend(id, minutes, &limits).await?;
         // Asking for more time is a person at the keyboard.
-        self.store.heartbeat(id, self.store.now(), true).await?;
+        self.store
+            .heartbeat(id, self.store.now(), Beat::INPUT)
+            .await?;
         self.events.publish(id, step);
         self.session(viewer, id).await
     }

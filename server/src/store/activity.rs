@@ -1,6 +1,7 @@
 //! Activity: traffic, heartbeats, the sampler's readings and the usage they add up to.
 
 use super::*;
+use app::domain::presence::Beat;
 use app::domain::usage;
 
 /// One reading of a session's GPU.
@@ -26,14 +27,22 @@ impl Store {
         Ok(())
     }
 
-    /// A heartbeat from a visible page; `input` when the person did something since the last one.
-    pub async fn heartbeat(&self, session_id: &str, at: i64, input: bool) -> Result<()> {
-        let sql = if input {
-            "UPDATE sessions SET last_heartbeat_at = $1, last_input_at = $1 WHERE id = $2 AND state <> 'ended'"
+    /// A heartbeat from a visible page, or (`left`) from one that has just gone out of sight;
+    /// `input` when the person did something since the last one.
+    pub async fn heartbeat(&self, session_id: &str, at: i64, beat: Beat) -> Result<()> {
+        let page = if beat.left {
+            "page_left_at"
         } else {
-            "UPDATE sessions SET last_heartbeat_at = $1 WHERE id = $2 AND state <> 'ended'"
+            "last_heartbeat_at"
         };
-        sqlx::query(sql)
+        let input = if beat.input {
+            ", last_input_at = $1"
+        } else {
+            ""
+        };
+        let sql =
+            format!("UPDATE sessions SET {page} = $1{input} WHERE id = $2 AND state <> 'ended'");
+        sqlx::query(&sql)
             .bind(at)
             .bind(session_id)
             .execute(&self.pool)

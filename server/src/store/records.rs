@@ -14,7 +14,7 @@ pub(super) const USER_COLUMNS: &str =
 pub(super) const SLOT_COLUMNS: &str = "id, gpu_id, slice_mib, cores_pct, session_id";
 pub(super) const SESSION_COLUMNS: &str = "s.id, s.user_id, s.editor, s.slice_mib, s.duration_minutes, s.price_per_hour, \
     s.slot_id, s.state, s.end_reason, s.detail, s.upstream, s.editor_token, s.runtime_handle, s.created_at, s.ready_at, \
-    s.ends_at, s.ended_at, s.last_activity_at, s.queued_at, s.burst, s.last_api_at, s.last_heartbeat_at, \
+    s.ends_at, s.ended_at, s.last_activity_at, s.queued_at, s.burst, s.last_api_at, s.last_heartbeat_at, s.page_left_at, \
     s.last_input_at, s.last_busy_at, s.gpu_used_mib, s.driver, s.image, s.charge_until, s.idle_timeout_ms, g.model AS gpu_model, g.id AS gpu_id, sl.cores_pct AS cores_pct";
 
 /// The tables a [`SESSION_COLUMNS`] read names.
@@ -175,6 +175,8 @@ pub struct SessionRecord {
     pub burst: bool,
     pub last_api_at: Option<i64>,
     pub last_heartbeat_at: Option<i64>,
+    /// When a page of the session last said it went out of sight.
+    pub page_left_at: Option<i64>,
     pub last_input_at: Option<i64>,
     pub last_busy_at: Option<i64>,
     pub gpu_used_mib: Option<u64>,
@@ -196,6 +198,7 @@ impl SessionRecord {
             traffic: Some(self.last_activity_at),
             api_traffic: self.last_api_at,
             heartbeat: self.last_heartbeat_at,
+            page_left: self.page_left_at,
             input: self.last_input_at,
             busy: self.last_busy_at,
         }
@@ -252,6 +255,7 @@ impl SessionRecord {
             burst: row.try_get::<i64, _>("burst")? != 0,
             last_api_at: row.try_get("last_api_at")?,
             last_heartbeat_at: row.try_get("last_heartbeat_at")?,
+            page_left_at: row.try_get("page_left_at")?,
             last_input_at: row.try_get("last_input_at")?,
             last_busy_at: row.try_get("last_busy_at")?,
             gpu_used_mib: row

@@ -219,6 +219,41 @@ async fn an_open_tab_alone_does_not_hold_a_gpu_by_default() {
 }
 
 #[tokio::test]
+async fn a_page_that_says_it_left_starts_the_away_timeout_at_once() {
+    // On a clock the test moves, with the defaults: 30 minutes at a page, 10 with none.
+    let app = TestApp::start_clocked(Some(FakeRuntime::new()), |_| {}).await;
+    let (_, token) = app.user("lou").await;
+    let id = app.launch_ready(&token, "jupyterlab").await;
+    let beat = format!("/api/v1/sessions/{id}/heartbeat");
+    let now = || {
+        use server::util::Clock;
+        app.clock.as_ref().expect("a clocked server").now_ms()
+    };
+    let idle_in = async |body: Value| {
+        let r = app
+            .call(Method::POST, &beat, Some(&token), Some(body))
+            .await;
+        r.assert_status(StatusCode::OK);
+        let view = view(&app, &token, &id).await;
+        let idle_at = view["idle_at_ms"].as_i64().expect("idle_at_ms");
+        (idle_at - now()) / 60_000
+    };
+    // Typing at a visible page: the full timeout.
+    assert_eq!(idle_in(json!({"input": true})).await, 30);
+    // The tab goes into the background: the away timeout, from now.
+    assert_eq!(idle_in(json!({"left": true})).await, 10);
+    app.advance(Duration::from_secs(4 * 60));
+    assert_eq!(idle_in(json!({"input": false})).await, 26, "back in sight");
+    // Without a word on leaving, the page counts as there until a beat is overdue.
+    assert_eq!(idle_in(json!({"input": true})).await, 30);
+    app.advance(Duration::from_secs(60));
+    let quiet = view(&app, &token, &id).await["idle_at_ms"]
+        .as_i64()
+        .unwrap();
+    assert_eq!((quiet - now()) / 60_000, 29);
+}
+
+#[tokio::test]
 async fn an_open_tab_keeps_a_session_when_configured_and_input_always_does() {
     let app = quick(FakeRuntime::new(), true).await;
     let (_, token) = app.user("tab").await;

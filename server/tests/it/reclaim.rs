@@ -139,6 +139,34 @@ async fn with_no_page_open_a_session_left_behind_goes_within_the_away_timeout() 
 }
 
 #[tokio::test]
+async fn a_tab_sent_to_the_background_goes_within_the_away_timeout_of_leaving() {
+    // Lunch with the tab in the background: the page says it left, so the away rule counts
+    // from then, not from a beat gone overdue.
+    let personas = only(&[Kind::AfterLunch], 2, 2);
+    let config = run::config_for(&personas, Policy::Ours, |_| {});
+    // The minute it went into the background, the away timeout, a pass.
+    let bound = 1 + (config.idle.away_timeout_seconds / 60) as u32 + 1;
+    let ours = month(&personas, Policy::Ours).await;
+    let lunches: Vec<_> = ours
+        .sessions
+        .iter()
+        .filter(|s| s.how == Some(Ended::Reclaimed))
+        .collect();
+    assert!(lunches.len() >= 3, "{:#?}", ours.sessions);
+    for s in &lunches {
+        let ended = s.ended.expect("ended");
+        assert!(
+            ended - s.last_signal <= bound,
+            "{} typed last at {}, ended at {} (bound {bound})",
+            s.user,
+            s.last_signal,
+            ended
+        );
+    }
+    assert!(ours.wrongful.is_empty(), "{:#?}", ours.wrongful);
+}
+
+#[tokio::test]
 async fn a_shorter_timeout_warns_the_people_at_the_screen_more_often() {
     // Readers whose pauses at the screen are exponential: the shorter the timeout, the more
     // pauses outlast it less the warning, and each such pause is a warning they must answer.

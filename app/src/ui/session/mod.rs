@@ -434,7 +434,7 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                                         .then(|| {
                                             view! {
                                                 <button on:click=move |_| {
-                                                    here.dispatch(Heartbeat { id: id.clone(), input: true });
+                                                    here.dispatch(Heartbeat::input(id.clone()));
                                                 }>"I'm here"</button>
                                             }
                                         })}

@@ -48,9 +48,9 @@ impl app::api::SessionsBackend for PagesBackend {
         &self,
         viewer: &Viewer,
         id: &str,
-        input: bool,
+        beat: app::domain::presence::Beat,
     ) -> Result<SessionView, AppError> {
-        self.0.sessions.heartbeat(viewer, id, input).await?;
+        self.0.sessions.heartbeat(viewer, id, beat).await?;
         self.0.sessions.session(viewer, id).await
     }
 

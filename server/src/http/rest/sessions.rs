@@ -97,6 +97,9 @@ pub(super) struct HeartbeatBody {
     /// The person did something (typed, clicked, scrolled) since the last heartbeat.
     #[serde(default)]
     input: bool,
+    /// The page has just gone out of sight (hidden or closed): it counts as gone from now.
+    #[serde(default)]
+    left: bool,
 }
 
 pub(super) async fn heartbeat(
@@ -108,7 +111,14 @@ pub(super) async fn heartbeat(
     state
         .service
         .sessions
-        .heartbeat(&viewer, &id, body.input)
+        .heartbeat(
+            &viewer,
+            &id,
+            app::domain::presence::Beat {
+                input: body.input,
+                left: body.left,
+            },
+        )
         .await?;
     Ok(Json(ApiSession::of(
         &state,
