@@ -53,11 +53,11 @@ pub struct Signals {
 pub const PAGE_GONE_MS: i64 = super::presence::BEAT_MS + 60_000;
 
 /// When the session's page went, as far as the server knows: the moment a page said it left
-/// sight, if no beat came after it; else a beat's interval after the last beat; `None` if no
-/// page ever beat or left.
+/// sight, if no beat came after it (a beat in the same millisecond keeps the page: never sooner
+/// on a tie); else a beat's interval after the last beat; `None` if no page ever beat or left.
 pub fn page_gone_at(s: &Signals) -> Option<i64> {
     match (s.heartbeat, s.page_left) {
-        (beat, Some(left)) if beat.is_none_or(|beat| left >= beat) => Some(left),
+        (beat, Some(left)) if beat.is_none_or(|beat| left > beat) => Some(left),
         (beat, _) => beat.map(|beat| beat + PAGE_GONE_MS),
     }
 }
@@ -368,6 +368,12 @@ mod tests {
         };
         assert_eq!(away(10 * MIN).idle_at(&never, MIN), 11 * MIN);
         assert_eq!(page_gone_at(&Signals::default()), None);
+        // A beat in the same millisecond as a leaving keeps the page.
+        let tie = Signals {
+            heartbeat: Some(11 * MIN),
+            ..hidden
+        };
+        assert_eq!(page_gone_at(&tie), Some(11 * MIN + PAGE_GONE_MS));
     }
 
     #[test]
