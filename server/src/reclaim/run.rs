@@ -472,7 +472,13 @@ impl Sim<'_> {
                 self.warnings_at_screen += 1;
             }
             self.tracked[t].warned = page.warn;
-            if page.warn && self.rng.gen_bool(self.personas.answers_warning) {
+            // In another tab, the warning comes as a notification.
+            let answers = if flags & trace::HIDDEN != 0 {
+                self.personas.answers_notification
+            } else {
+                self.personas.answers_warning
+            };
+            if page.warn && self.rng.gen_bool(answers) {
                 let _ = sessions.heartbeat(&viewer, &id, Beat::INPUT).await;
                 self.tracked[t].last_signal = m;
                 self.tracked[t].last_beat = now;

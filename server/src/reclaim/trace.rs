@@ -42,6 +42,9 @@ pub struct Personas {
     /// Each person's starting credits.
     pub grant: i64,
     pub answers_warning: f64,
+    /// A person at the screen reading in another tab answers the notification our hidden page
+    /// shows with this chance in each minute it shows (some miss it, some never allowed them).
+    pub answers_notification: f64,
     pub pool: Pool,
     pub persona: Vec<Persona>,
 }
@@ -98,6 +101,10 @@ pub struct Persona {
     pub burst_min: [u32; 2],
     pub pause_mean_min: f64,
     pub run_share: f64,
+    /// The share of pauses spent at the screen in another tab (documentation, chat): our page
+    /// is hidden while its person is there.
+    #[serde(default)]
+    pub other_tab_share: f64,
     pub sagemaker_idle_min: u32,
     /// The idle timeout they choose on ours at launch (minutes, within the admin's bounds);
     /// none: the default.
@@ -230,10 +237,11 @@ fn exponential(rng: &mut ChaCha8Rng, mean: f64) -> f64 {
 }
 
 /// Work at the screen for `minutes`: bursts of typing (some running cells), and pauses to read
-/// and think with the tab visible.
+/// and think, with the tab visible or (`other_tab_share` of them) in another tab.
 fn at_the_screen(p: &Persona, minutes: u32, rng: &mut ChaCha8Rng) -> Vec<u16> {
     let mut out = Vec::with_capacity(minutes as usize);
     let here = NEED | PRESENT | TAB;
+    let elsewhere = NEED | PRESENT | HIDDEN;
     while (out.len() as u32) < minutes {
         for _ in 0..uniform_min(rng, p.burst_min) {
             let mut m = here | INPUT;
@@ -243,7 +251,10 @@ fn at_the_screen(p: &Persona, minutes: u32, rng: &mut ChaCha8Rng) -> Vec<u16> {
             out.push(m);
         }
         let pause = exponential(rng, p.pause_mean_min).round() as u32;
-        out.extend(std::iter::repeat_n(here, pause as usize));
+        // Drawn for every pause, so that the share moves nothing else of the trace.
+        let away_tab = rng.r#gen::<f64>() < p.other_tab_share;
+        let pause_minute = if away_tab { elsewhere } else { here };
+        out.extend(std::iter::repeat_n(pause_minute, pause as usize));
     }
     out.truncate(minutes as usize);
     // The last minute is typing: a person's day ends with something they did.

@@ -195,6 +195,36 @@ async fn a_shorter_timeout_warns_the_people_at_the_screen_more_often() {
 }
 
 #[tokio::test]
+async fn a_person_reading_in_another_tab_is_warned_by_notification_and_one_who_misses_it_counts() {
+    // Every pause in another tab, and a short away rule: our hidden page notifies.
+    let mut personas = only(&[Kind::Interactive], 2, 2);
+    for p in &mut personas.persona {
+        p.other_tab_share = 1.0;
+    }
+    let away = |c: &mut server::config::Config| c.idle.away_timeout_seconds = 180;
+    let answering = month_with(&personas, Policy::Ours, away).await;
+    assert!(answering.warnings_at_screen > 0, "{answering:#?}");
+    personas.answers_notification = 0.0;
+    let missing = month_with(&personas, Policy::Ours, away).await;
+    // Ending a session whose person reads in another tab is wrongful: the cost of a short
+    // away rule, which the simulator must see.
+    assert!(
+        missing.wrongful.len() > answering.wrongful.len(),
+        "{} wrongful when nobody answers, {} when they do",
+        missing.wrongful.len(),
+        answering.wrongful.len()
+    );
+    assert!(
+        missing
+            .wrongful
+            .iter()
+            .all(|w| w.why.contains("at the screen")),
+        "{:#?}",
+        missing.wrongful
+    );
+}
+
+#[tokio::test]
 async fn under_a_peers_policy_only_the_peers_rule_reclaims() {
     // Kubeflow's culler waits a day: within one, nothing it judges ends, though our own away
     // rule and the inference person's chosen hour would have ended some.
