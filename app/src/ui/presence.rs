@@ -63,8 +63,9 @@ mod browser {
 
     /// Beats for the sessions `ids()` while the page is visible; `on_beat` gets each fresh view.
     /// `urgent(now)`: one of them is inside its idle warning. Going out of sight (another tab or
-    /// window in front, the tab closed) is said at once, so that the away rule starts then; back
-    /// in sight, the page beats at its next tick.
+    /// window in front) is said at once, so that the away rule starts then; a closing tab's word
+    /// may not get out before it goes, and the overdue beat says it instead. Back in sight, the
+    /// page beats at its next tick.
     pub fn use_presence(
         ids: impl Fn() -> Vec<String> + 'static,
         urgent: impl Fn(i64) -> bool + 'static,
