@@ -11,7 +11,8 @@
 //! cargo bench -p server --bench reclaim
 //! RECLAIM_DAYS=7 cargo bench -p server --bench reclaim     (a shorter month)
 //! RECLAIM_ONLY=sooner cargo bench -p server --bench reclaim (the policies whose name has it)
-//! RECLAIM_TIMEOUT=1200 RECLAIM_AWAY=300 cargo bench ...    (ours with other idle defaults, s)
+//! RECLAIM_TIMEOUT=1200 RECLAIM_AWAY=300 RECLAIM_PARK=300 cargo bench ... (ours with other idle
+//!                                                          defaults, s)
 
 use server::reclaim::{Outcome, Personas, Policy, report, run};
 
@@ -23,6 +24,9 @@ fn tuned(config: &mut server::config::Config) {
     }
     if let Some(away) = seconds("RECLAIM_AWAY") {
         config.idle.away_timeout_seconds = away;
+    }
+    if let Some(park) = seconds("RECLAIM_PARK") {
+        config.idle.park_after_seconds = park;
     }
 }
 

@@ -74,6 +74,10 @@ pub struct Policy {
     /// `timeout_ms`, leaves `timeout_ms` alone. Scripts are exempt because their gaps are their
     /// own: a model server called every few minutes has quiet half hours (BENCHMARKS.md, 14).
     pub away_ms: i64,
+    /// With no work this long, whatever its page, a session gives its GPU back and keeps the
+    /// rest (its editor frozen, kernels and files kept): [`Policy::park_at`]. 0: never.
+    #[serde(default)]
+    pub park_ms: i64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,6 +120,14 @@ impl Policy {
         attended.min(last.max(page_gone) + self.away_ms)
     }
 
+    /// When the session, with no work since, parks (gives its GPU back, its editor frozen): a
+    /// `park_ms` after the last signal that counts; `None` when parking is off. Nothing is lost
+    /// by it, so no warning comes first, and the end rules ([`Policy::idle_at`]) still apply to
+    /// a parked session.
+    pub fn park_at(&self, s: &Signals) -> Option<i64> {
+        (self.park_ms > 0).then(|| self.last_active(s) + self.park_ms)
+    }
+
     /// The policy while launches wait for this slice size: idle after `timeout_ms` at most, and
     /// warned within it. What counts as activity is unchanged, so a session whose kernel, GPU or
     /// CPU works (or its person types, or its scripts call) is never ended sooner. A timeout of
@@ -128,6 +140,7 @@ impl Policy {
             timeout_ms,
             warn_ms: self.warn_ms.min(timeout_ms / 2),
             away_ms: self.away_ms.min(timeout_ms),
+            park_ms: self.park_ms.min(timeout_ms),
             ..self
         }
     }
@@ -210,6 +223,16 @@ pub fn warned_since(since: i64, warn_ms: i64, now: i64) -> bool {
     now >= since + warn_ms
 }
 
+/// Whether a session parked at `parked_at` is wanted back: its person typed (or answered "I'm
+/// here") or its scripts called since. A visible tab's own polling and beats are not: they would
+/// wake a tab left open overnight at once.
+pub fn wants_gpu_back(s: &Signals, parked_at: i64) -> bool {
+    [s.input, s.api_traffic]
+        .into_iter()
+        .flatten()
+        .any(|at| at > parked_at)
+}
+
 /// What a page may do with the idle deadline it last read from the server. The server moves
 /// `idle_at` whenever a signal counts (a busy kernel, CPU or GPU work) and tells no page, so a
 /// copy read before the warning began says nothing about whether the session is idle now: the
@@ -249,6 +272,7 @@ mod tests {
             warn_ms: 5 * MIN,
             open_tab_keeps_alive,
             away_ms: 0,
+            park_ms: 0,
         }
     }
 
@@ -318,6 +342,67 @@ mod tests {
             policy(true).judge(&tab_only, 31 * MIN),
             Verdict::Active { .. }
         ));
+    }
+
+    #[test]
+    fn a_session_with_no_work_parks_after_its_park_time_whatever_its_page() {
+        let parking = Policy {
+            park_ms: 5 * MIN,
+            ..policy(false)
+        };
+        for s in [
+            Signals {
+                input: Some(10 * MIN),
+                heartbeat: Some(29 * MIN),
+                ..Signals::default()
+            },
+            Signals {
+                busy: Some(10 * MIN),
+                page_left: Some(11 * MIN),
+                ..Signals::default()
+            },
+        ] {
+            assert_eq!(parking.park_at(&s), Some(15 * MIN));
+            assert_eq!(policy(false).park_at(&s), None, "off by default");
+        }
+        let open_tab = Signals {
+            input: Some(10 * MIN),
+            traffic: Some(40 * MIN),
+            heartbeat: Some(40 * MIN),
+            ..Signals::default()
+        };
+        assert_eq!(
+            Policy {
+                open_tab_keeps_alive: true,
+                ..parking
+            }
+            .park_at(&open_tab),
+            Some(45 * MIN),
+            "what keeps a session alive keeps it on its GPU"
+        );
+        assert_eq!(parking.pressed(3 * MIN).park_ms, 3 * MIN);
+        assert_eq!(parking.chosen(Some(60 * MIN)).park_ms, 5 * MIN);
+    }
+
+    #[test]
+    fn a_parked_session_is_wanted_back_by_typing_or_scripts_not_by_an_open_tab() {
+        let parked_at = 20 * MIN;
+        let by = |s: Signals| wants_gpu_back(&s, parked_at);
+        assert!(by(Signals {
+            input: Some(parked_at + 1),
+            ..Signals::default()
+        }));
+        assert!(by(Signals {
+            api_traffic: Some(parked_at + 1),
+            ..Signals::default()
+        }));
+        assert!(!by(Signals {
+            input: Some(parked_at),
+            traffic: Some(parked_at + MIN),
+            heartbeat: Some(parked_at + MIN),
+            busy: Some(parked_at + MIN),
+            ..Signals::default()
+        }));
     }
 
     #[test]

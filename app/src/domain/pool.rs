@@ -62,22 +62,31 @@ pub struct SlotUse {
     pub gpu_id: String,
     pub slice_mib: u64,
     pub free: bool,
+    /// Parked sessions that left this slot: each wants a slot of this card back (its editor's
+    /// GPU is this card's).
+    pub parked: u32,
 }
 
 /// Free slots of the asked size, best first.
 ///
-/// Packs onto the busiest card so whole cards stay free for bursts; ties go to the lowest
-/// slot id, so the choice is deterministic.
+/// Cards with free slots to spare beyond what their parked sessions will want back come first,
+/// so that a launch takes a parked session's way back only when nothing else is free; among
+/// them it packs onto the busiest card, so whole cards stay free for bursts (among the others,
+/// the card its parked sessions are least short of). Ties go to the lowest slot id, so the
+/// choice is deterministic.
 pub fn rank_free_slots(slots: &[SlotUse], slice_mib: u64) -> Vec<&SlotUse> {
-    let free_on = |gpu: &str| slots.iter().filter(|s| s.free && s.gpu_id == gpu).count();
+    let spare = |gpu: &str| {
+        let on = slots.iter().filter(|s| s.gpu_id == gpu);
+        let free = on.clone().filter(|s| s.free).count() as i64;
+        free - on.map(|s| i64::from(s.parked)).sum::<i64>()
+    };
     let mut candidates: Vec<&SlotUse> = slots
         .iter()
         .filter(|s| s.free && s.slice_mib == slice_mib)
         .collect();
-    candidates.sort_by(|a, b| {
-        free_on(&a.gpu_id)
-            .cmp(&free_on(&b.gpu_id))
-            .then_with(|| a.slot_id.cmp(&b.slot_id))
+    candidates.sort_by_key(|s| {
+        let spare = spare(&s.gpu_id);
+        (spare <= 0, spare.abs(), s.slot_id.clone())
     });
     candidates
 }
@@ -424,6 +433,7 @@ mod tests {
             gpu_id: gpu.into(),
             slice_mib,
             free,
+            parked: 0,
         }
     }
 
@@ -479,6 +489,32 @@ mod tests {
             .map(|s| s.slot_id.as_str())
             .collect();
         assert_eq!(ranked, ["g1s1", "g0s0", "g0s1"]);
+    }
+
+    #[test]
+    fn a_parked_sessions_card_is_taken_last() {
+        // Card b is busier, but the one free slot there is what its parked session wants back.
+        let mut slots = vec![
+            slot("g0s0", "a", 8192, true),
+            slot("g0s1", "a", 8192, true),
+            slot("g1s0", "b", 8192, true),
+            slot("g1s1", "b", 8192, false),
+        ];
+        slots[2].parked = 1;
+        let ranked: Vec<_> = rank_free_slots(&slots, 8192)
+            .into_iter()
+            .map(|s| s.slot_id.as_str())
+            .collect();
+        assert_eq!(ranked, ["g0s0", "g0s1", "g1s0"]);
+        // No card spares a slot: the one least short of its parked sessions first.
+        slots[2].parked = 0;
+        slots[0].parked = 2;
+        slots[3].parked = 3;
+        let ranked: Vec<_> = rank_free_slots(&slots, 8192)
+            .into_iter()
+            .map(|s| s.slot_id.as_str())
+            .collect();
+        assert_eq!(ranked, ["g0s0", "g0s1", "g1s0"], "a is short by 0, b by 2");
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! about a session in, a decision out; the service gathers the facts and acts on the decision.
 //!
 //! The order: a locked account keeps nothing (queued and starting sessions included); then, for
-//! a running session, its time, then idleness ([`super::idle::Policy`]), then whether its editor
+//! a running session, its time, then idleness ([`super::idle::Policy`]), then parking (its GPU
+//! given back when it has had no work for a while, where the runtime can freeze it), then whether its editor
 //! still lives. Liveness is asked last, and only when nothing else ends the session, since asking
 //! costs a call to the runtime (a request to the cluster, on Kubernetes).
 
@@ -22,6 +23,10 @@ pub struct Watch {
     pub has_editor: bool,
     /// What the runtime said when asked whether the editor lives; `None` until asked.
     pub alive: Option<bool>,
+    /// Its runtime can freeze its editor and give its slot back (not a burst of whole cards).
+    pub can_park: bool,
+    /// When it was parked, if it is.
+    pub parked_at: Option<i64>,
 }
 
 /// What to do with the session.
@@ -36,6 +41,10 @@ pub enum Verdict {
     /// Only the editor's liveness is left to decide: ask the runtime, set
     /// [`Watch::alive`], and judge again.
     AskAlive,
+    /// No work for the policy's park time: freeze the editor and give its slot back.
+    Park,
+    /// Parked, and its person typed or its scripts called since: take a slot on its card again.
+    Resume,
 }
 
 pub const LOCKED: &str = "the account was locked; unused credits were refunded";
@@ -54,7 +63,7 @@ pub fn verdict(watch: &Watch, policy: &Policy, now: i64) -> Verdict {
             detail: Some(LOCKED),
         };
     }
-    if watch.state != SessionState::Ready {
+    if !matches!(watch.state, SessionState::Ready | SessionState::Parked) {
         return Verdict::Keep;
     }
     if watch.ends_at.is_some_and(|end| end <= now) {
@@ -68,6 +77,19 @@ pub fn verdict(watch: &Watch, policy: &Policy, now: i64) -> Verdict {
             reason: EndReason::Idle,
             detail: None,
         };
+    }
+    if let Some(parked_at) = watch
+        .parked_at
+        .filter(|_| watch.state == SessionState::Parked)
+    {
+        // Frozen: it cannot answer whether it lives, and does nothing until resumed.
+        return match idle::wants_gpu_back(&watch.signals, parked_at) {
+            true => Verdict::Resume,
+            false => Verdict::Keep,
+        };
+    }
+    if watch.can_park && policy.park_at(&watch.signals).is_some_and(|at| at <= now) {
+        return Verdict::Park;
     }
     if !watch.has_editor {
         return Verdict::Keep;
@@ -141,6 +163,7 @@ mod tests {
             warn_ms: 5 * MINUTE,
             open_tab_keeps_alive: false,
             away_ms: 0,
+            park_ms: 0,
         }
     }
 
@@ -157,6 +180,8 @@ mod tests {
             },
             has_editor: true,
             alive: None,
+            can_park: true,
+            parked_at: None,
         }
     }
 
@@ -224,6 +249,60 @@ mod tests {
             ..quiet
         };
         assert_eq!(verdict(&later, &policy(), NOW), Verdict::Keep);
+    }
+
+    #[test]
+    fn a_quiet_session_parks_before_it_ends_and_wakes_when_wanted() {
+        let parking = Policy {
+            park_ms: 5 * MINUTE,
+            ..policy()
+        };
+        let quiet = Watch {
+            signals: Signals {
+                ready_at: NOW - 40 * MINUTE,
+                input: Some(NOW - 5 * MINUTE),
+                ..Signals::default()
+            },
+            ..running()
+        };
+        assert_eq!(verdict(&quiet, &parking, NOW), Verdict::Park);
+        assert_eq!(verdict(&quiet, &parking, NOW - 1), Verdict::AskAlive);
+        assert_eq!(verdict(&quiet, &policy(), NOW), Verdict::AskAlive);
+        let cannot = Watch {
+            can_park: false,
+            ..quiet
+        };
+        assert_eq!(verdict(&cannot, &parking, NOW), Verdict::AskAlive);
+        let parked = Watch {
+            state: SessionState::Parked,
+            parked_at: Some(NOW - MINUTE),
+            ..quiet
+        };
+        assert_eq!(verdict(&parked, &parking, NOW), Verdict::Keep);
+        let typed = Watch {
+            signals: Signals {
+                input: Some(NOW),
+                ..parked.signals
+            },
+            ..parked
+        };
+        assert_eq!(verdict(&typed, &parking, NOW), Verdict::Resume);
+        // The end rules still hold while parked: idle at 30 minutes, the timer.
+        assert!(ends(EndReason::Idle)(verdict(
+            &parked,
+            &parking,
+            NOW + 25 * MINUTE
+        )));
+        let due = Watch {
+            ends_at: Some(NOW),
+            ..typed
+        };
+        assert!(ends(EndReason::Timer)(verdict(&due, &parking, NOW)));
+        let locked = Watch {
+            locked: true,
+            ..typed
+        };
+        assert!(ends(EndReason::Admin)(verdict(&locked, &parking, NOW)));
     }
 
     #[test]

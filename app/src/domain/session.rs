@@ -1,4 +1,6 @@
-//! The session life: requested → (queued) → starting → ready → stopping → ended(reason).
+//! The session life: requested → (queued) → starting → ready → stopping → ended(reason); a
+//! ready session with no work may be parked (its GPU given back, its editor frozen, its kernels
+//! kept) and resumed when its person or its scripts come back: ready ⇄ parked.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -10,6 +12,9 @@ pub enum SessionState {
     Queued,
     Starting,
     Ready,
+    /// Its slot given back and its editor frozen, kernels and files kept: it resumes on the same
+    /// card when a slot there is free (`domain::idle::Policy::park_at`).
+    Parked,
     Stopping,
     Ended,
 }
@@ -33,6 +38,8 @@ pub enum Event {
     Enqueue,
     AssignSlot,
     EditorReady,
+    Park,
+    Resume,
     Stop(EndReason),
     Finish,
 }
@@ -45,11 +52,12 @@ pub struct InvalidTransition {
 }
 
 impl SessionState {
-    pub const ALL: [SessionState; 6] = [
+    pub const ALL: [SessionState; 7] = [
         Self::Requested,
         Self::Queued,
         Self::Starting,
         Self::Ready,
+        Self::Parked,
         Self::Stopping,
         Self::Ended,
     ];
@@ -60,6 +68,7 @@ impl SessionState {
             Self::Queued => "queued",
             Self::Starting => "starting",
             Self::Ready => "ready",
+            Self::Parked => "parked",
             Self::Stopping => "stopping",
             Self::Ended => "ended",
         }
@@ -74,6 +83,12 @@ impl SessionState {
         self != Self::Ended
     }
 
+    /// Has an editor its page can show: running, or parked (frozen, its page kept so that
+    /// typing in it brings the GPU back).
+    pub fn runs_editor(self) -> bool {
+        matches!(self, Self::Ready | Self::Parked)
+    }
+
     /// The next state after `event`, or why it cannot happen.
     pub fn next(self, event: Event) -> Result<SessionState, InvalidTransition> {
         use SessionState::*;
@@ -81,9 +96,12 @@ impl SessionState {
             (Requested, Event::Enqueue) => Queued,
             (Requested | Queued, Event::AssignSlot) => Starting,
             (Starting, Event::EditorReady) => Ready,
+            (Ready, Event::Park) => Parked,
+            (Parked, Event::Resume) => Ready,
             // Nothing runs yet, so there is nothing to stop.
             (Requested | Queued, Event::Stop(_)) => Ended,
-            (Starting | Ready, Event::Stop(_)) => Stopping,
+            // A parked editor still exists (frozen): it is stopped like a running one.
+            (Starting | Ready | Parked, Event::Stop(_)) => Stopping,
             (Stopping, Event::Finish) => Ended,
             (from, event) => return Err(InvalidTransition { from, event }),
         };
@@ -245,6 +263,7 @@ impl SessionState {
             Self::Requested => format!("Asking for a slice for {editor}"),
             Self::Queued => "Waiting for a free GPU slice".to_string(),
             Self::Starting | Self::Ready => format!("Starting {editor}"),
+            Self::Parked => format!("{editor} is parked: its GPU was given back while unused"),
             Self::Stopping => format!("Stopping {editor}"),
             Self::Ended => "This session has ended".to_string(),
         }
@@ -381,6 +400,20 @@ mod tests {
     }
 
     #[test]
+    fn only_a_ready_session_parks_and_only_a_parked_one_resumes() {
+        assert_eq!(Ready.next(Event::Park), Ok(Parked));
+        assert_eq!(Parked.next(Event::Resume), Ok(Ready));
+        assert_eq!(Parked.next(Event::Stop(EndReason::Idle)), Ok(Stopping));
+        for state in [Requested, Queued, Starting, Parked, Stopping, Ended] {
+            assert!(state.next(Event::Park).is_err(), "{state}");
+        }
+        for state in [Requested, Queued, Starting, Ready, Stopping, Ended] {
+            assert!(state.next(Event::Resume).is_err(), "{state}");
+        }
+        assert!(Parked.is_live());
+    }
+
+    #[test]
     fn impossible_jumps_are_refused() {
         assert!(Requested.next(Event::EditorReady).is_err());
         assert!(Ready.next(Event::AssignSlot).is_err());
@@ -397,7 +430,7 @@ mod tests {
         assert!(overdue(Starting, 0, starting_limit + 1, timeout));
         assert!(!overdue(Stopping, 0, STOPPING_GRACE_MS, timeout));
         assert!(overdue(Stopping, 0, STOPPING_GRACE_MS + 1, timeout));
-        for state in [Requested, Queued, Ready, Ended] {
+        for state in [Requested, Queued, Ready, Parked, Ended] {
             assert!(!overdue(state, 0, i64::MAX / 2, timeout), "{state}");
         }
     }

@@ -33,6 +33,11 @@ pub struct IdleConfig {
     /// slice's timeout leaves that timeout alone; a chosen timeout replaces it.
     #[serde(default = "default_away_timeout")]
     pub away_timeout_seconds: u64,
+    /// With no work this long, whatever its page, a session gives its GPU slice back and keeps
+    /// its editor frozen, kernels and files kept, until its person types or its scripts call
+    /// (where the runtime can freeze editors: locally). 0 turns it off.
+    #[serde(default)]
+    pub park_after_seconds: u64,
     /// The shortest idle timeout a person may choose at launch, in whole minutes' seconds; an
     /// empty choice keeps the slice's `timeout_seconds`, and the bounds always include it.
     #[serde(default = "default_min_timeout")]
@@ -112,6 +117,15 @@ impl IdleConfig {
             return Err(InvalidKey::new(
                 "idle.away_timeout_seconds",
                 "must be 0 (off) or at least 60 s (one no shorter than a timeout leaves it alone)",
+            ));
+        }
+        if self.park_after_seconds != 0
+            && (self.park_after_seconds < 2 * self.sample_seconds.max(30)
+                || self.park_after_seconds >= self.timeout_seconds)
+        {
+            return Err(InvalidKey::new(
+                "idle.park_after_seconds",
+                "must be 0 (off), or at least two samples (60 s) and shorter than idle.timeout_seconds",
             ));
         }
         if self.reaper_period_ms < 50 || self.sample_seconds == 0 {

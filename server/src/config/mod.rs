@@ -150,6 +150,7 @@ impl Default for Config {
                 per_slice: Vec::new(),
                 pressure_timeout_seconds: 0,
                 away_timeout_seconds: idle::DEFAULT_AWAY_TIMEOUT_SECONDS,
+                park_after_seconds: 0,
                 min_timeout_seconds: idle::DEFAULT_MIN_TIMEOUT_SECONDS,
                 max_timeout_seconds: idle::DEFAULT_MAX_TIMEOUT_SECONDS,
                 choice_per_slice: Vec::new(),
@@ -404,6 +405,7 @@ impl Config {
             warn_ms: warn.min(timeout) as i64 * 1000,
             open_tab_keeps_alive: self.idle.open_tab_keeps_alive,
             away_ms: self.idle.away_timeout_seconds as i64 * 1000,
+            park_ms: self.idle.park_after_seconds as i64 * 1000,
         }
     }
 
@@ -611,6 +613,16 @@ mod tests {
             &|c| c.idle.away_timeout_seconds = 30,
             "idle.away_timeout_seconds",
             "at least 60 s",
+        );
+        refused(
+            &|c| c.idle.park_after_seconds = 30,
+            "idle.park_after_seconds",
+            "at least two samples",
+        );
+        refused(
+            &|c| c.idle.park_after_seconds = 1800,
+            "idle.park_after_seconds",
+            "shorter than idle.timeout_seconds",
         );
         // In a cluster nothing is pre-started: the default `pool.warm` does not have to fit.
         let mut config = Config {

@@ -239,6 +239,13 @@ fn idle(config: &Config) -> SettingsSection {
                 },
             ),
             (
+                "Gives its GPU back, kernels kept, with no work for",
+                match idle.park_after_seconds {
+                    0 => "never".to_string(),
+                    s => span_words(s),
+                },
+            ),
+            (
                 "An open tab keeps a session",
                 yes_no(idle.open_tab_keeps_alive),
             ),

@@ -14,13 +14,16 @@ pub fn table(outcomes: &[Outcome]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| policy | db | alloc GPU-h | used GPU-h | idle | wrongful | warned at the screen (an hour there) | reclaims (relaunched) | wait p50/p95/max min | credits for idle |"
+        "| policy | db | alloc GPU-h | used GPU-h | idle | wrongful | warned at the screen (an hour there) | reclaims (relaunched) | parked, resumed (min waited) | wait p50/p95/max min | credits for idle |"
     );
-    let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        out,
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for o in outcomes {
         let _ = writeln!(
             out,
-            "| {} | {} | {:.0} | {:.0} | {:.1} % | {} | {} ({:.2}) | {} ({}) | {}/{}/{} | {} of {} |",
+            "| {} | {} | {:.0} | {:.0} | {:.1} % | {} | {} ({:.2}) | {} ({}) | {}, {} ({}) | {}/{}/{} | {} of {} |",
             o.policy,
             o.database,
             o.allocated_min as f64 / 60.0,
@@ -31,6 +34,9 @@ pub fn table(outcomes: &[Outcome]) -> String {
             o.warnings_per_hour(),
             o.reclaims,
             o.relaunches,
+            o.parks,
+            o.resumes,
+            o.waited_for_gpu_min,
             o.wait(0.5),
             o.wait(0.95),
             o.wait(1.0),
@@ -126,6 +132,9 @@ mod tests {
             relaunches: 0,
             warnings_at_screen: 3,
             present_min: 120,
+            parks: 2,
+            resumes: 1,
+            waited_for_gpu_min: 0,
             waits_min: vec![0, 0, 3, 10],
             charged_milli: 2000,
             idle_charged_milli: 500,
@@ -148,7 +157,7 @@ mod tests {
         let t = table(&[outcome("ours", 600, 60)]);
         assert!(
             t.contains(
-                "| ours | sqlite | 10 | 9 | 10.0 % | 0 | 3 (1.50) | 0 (0) | 0/10/10 | 0.5 of 2.0 |"
+                "| ours | sqlite | 10 | 9 | 10.0 % | 0 | 3 (1.50) | 0 (0) | 2, 1 (0) | 0/10/10 | 0.5 of 2.0 |"
             ),
             "{t}"
         );

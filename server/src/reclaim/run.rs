@@ -24,8 +24,13 @@ use std::time::Duration;
 const MINUTE_MS: i64 = 60_000;
 
 /// Editors that start at once and live until stopped: the simulator measures policies, not a
-/// runtime.
-struct SimRuntime;
+/// runtime. They park as the local runtime's do: refused while they hold GPU memory, unless
+/// `checkpoints` (what CUDA checkpoint would add: their memory set aside, then restored).
+struct SimRuntime {
+    /// Editors (by handle) whose GPU memory is held this minute.
+    holding: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    checkpoints: bool,
+}
 
 #[async_trait::async_trait]
 impl Runtime for SimRuntime {
@@ -56,6 +61,19 @@ impl Runtime for SimRuntime {
     async fn is_alive(&self, _: &str) -> bool {
         true
     }
+    fn parks_editors(&self) -> bool {
+        true
+    }
+    async fn park(&self, handle: &str) -> Result<(), RuntimeError> {
+        let holds = self.holding.lock().is_ok_and(|h| h.contains(handle));
+        if holds && !self.checkpoints {
+            return Err(RuntimeError::Unavailable("it holds GPU memory".into()));
+        }
+        Ok(())
+    }
+    async fn resume(&self, _: &str) -> Result<(), RuntimeError> {
+        Ok(())
+    }
 }
 
 /// How a session ended.
@@ -84,6 +102,8 @@ pub struct SessionOutcome {
     /// Minutes it held its slice, and those of them nobody needed.
     pub allocated_min: u32,
     pub idle_min: u32,
+    /// Minutes it was parked (its slice given back, its kernels kept).
+    pub parked_min: u32,
     /// The last minute a signal our reaper counts was recorded (typing, busy work, API calls).
     pub last_signal: u32,
     /// Credits charged for it (milli-credits, from the ledger).
@@ -123,8 +143,14 @@ pub struct Outcome {
     /// session): what a shorter timeout costs the people it keeps working. The peers warn
     /// nobody.
     pub warnings_at_screen: u32,
-    /// Minutes a person sat at the screen of a running session.
+    /// Minutes a person sat at the screen of a running (or parked) session.
     pub present_min: u64,
+    /// Times a session was parked, and resumed.
+    pub parks: u32,
+    pub resumes: u32,
+    /// Minutes in which a person typed, or scripts called, a parked session that had not got
+    /// its slice back by the minute's end: what parking cost in waiting.
+    pub waited_for_gpu_min: u32,
     /// From the launch to the editor ready, minutes, per launch that started.
     pub waits_min: Vec<u32>,
     pub charged_milli: i64,
@@ -174,6 +200,9 @@ struct Tracked {
     last_signal: u32,
     allocated: u32,
     idle: u32,
+    parked: u32,
+    /// It was parked at the last minute's end.
+    was_parked: bool,
     /// Its person sees our idle warning now.
     warned: bool,
     /// Its page was in sight the minute before.
@@ -238,6 +267,9 @@ pub fn config_for(personas: &Personas, policy: Policy, adjust: impl FnOnce(&mut 
     if policy == Policy::OursSooner {
         config.idle.pressure_timeout_seconds = super::peers::SOONER_SECONDS;
     }
+    if matches!(policy, Policy::OursParking | Policy::OursParkingCheckpoint) {
+        config.idle.park_after_seconds = super::peers::PARK_SECONDS;
+    }
     adjust(&mut config);
     config
 }
@@ -263,6 +295,11 @@ struct Sim<'a> {
     reclaims: u32,
     warnings_at_screen: u32,
     present_min: u64,
+    parks: u32,
+    resumes: u32,
+    waited_for_gpu_min: u32,
+    /// What the runtime sees of each editor's GPU memory ([`SimRuntime::holding`]).
+    holding: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 /// Replays `trace` under `policy` on the database at `url` (empty), and reports.
@@ -279,10 +316,14 @@ pub async fn simulate(
     let clock = Arc::new(ManualClock::now());
     let store = store.with_clock(clock.clone());
     let gpus = config.declared_gpus();
+    let holding = Arc::new(std::sync::Mutex::new(Default::default()));
     let service = Arc::new(Service::new(
         config,
         store.clone(),
-        Arc::new(SimRuntime),
+        Arc::new(SimRuntime {
+            holding: holding.clone(),
+            checkpoints: policy == Policy::OursParkingCheckpoint,
+        }),
         gpus,
         crate::gpu::Enforcement::None,
     ));
@@ -320,6 +361,10 @@ pub async fn simulate(
         reclaims: 0,
         warnings_at_screen: 0,
         present_min: 0,
+        parks: 0,
+        resumes: 0,
+        waited_for_gpu_min: 0,
+        holding,
     };
     let month = trace.days * trace::DAY;
     let mut m = 0;
@@ -405,6 +450,13 @@ impl Sim<'_> {
             return;
         };
         let id = self.tracked[t].id.clone();
+        if let Ok(mut holding) = self.holding.lock() {
+            if flags & trace::MEM != 0 {
+                holding.insert(id.clone());
+            } else {
+                holding.remove(&id);
+            }
+        }
         if visit.stops && m == visit.end() {
             let _ = self.service.sessions.stop(&viewer, &id).await;
             self.tracked[t].ended = Some((m, Ended::Person));
@@ -413,7 +465,8 @@ impl Sim<'_> {
         let Some(record) = records.get(&id) else {
             return;
         };
-        if record.state != SessionState::Ready {
+        let mut parked = record.state == SessionState::Parked;
+        if record.state != SessionState::Ready && !parked {
             return;
         }
         let now = self.now();
@@ -438,12 +491,24 @@ impl Sim<'_> {
             let beat = if typed { Beat::INPUT } else { Beat::HERE };
             let _ = sessions.heartbeat(&viewer, &id, beat).await;
             self.tracked[t].last_beat = now;
+            // A beat with input takes a parked session's slice back, where it is free.
+            parked = parked && typed && self.still_parked(&id).await;
         }
-        if flags & (INPUT | TAB | trace::HIDDEN) != 0 {
+        // A parked editor is frozen: the proxy forwards nothing to it, and only a script's
+        // call wakes it (`Sessions::wake_parked`, as the proxy asks).
+        if flags & (INPUT | TAB | trace::HIDDEN) != 0 && !parked {
             let _ = self.store.touch_traffic(&id, now, false).await;
         }
         if flags & API != 0 {
-            let _ = self.store.touch_traffic(&id, now, true).await;
+            if parked {
+                let owner = &self.viewers[person].id;
+                parked = sessions.wake_parked(owner, &id, true).await == Some(false);
+            } else {
+                let _ = self.store.touch_traffic(&id, now, true).await;
+            }
+        }
+        if parked && flags & (INPUT | API) != 0 {
+            self.waited_for_gpu_min += 1;
         }
         // What the sampler would see, judged by its own rule.
         let cpu_floor = f64::from(self.service.config().idle.busy_cpu_percent) / 100.0;
@@ -452,7 +517,7 @@ impl Sim<'_> {
             gpu_active: flags & GPU != 0,
             cpu_cores: Some(if flags & CPU != 0 { 1.0 } else { 0.01 }),
         };
-        if reaper::busy(&sample, cpu_floor) {
+        if reaper::busy(&sample, cpu_floor) && !parked {
             let _ = self.store.record_sample(&id, Some(now), None).await;
         }
         if flags & (INPUT | KERNEL | GPU | CPU | API) != 0 {
@@ -495,6 +560,10 @@ impl Sim<'_> {
         }
     }
 
+    async fn still_parked(&self, id: &str) -> bool {
+        matches!(self.store.session(id).await, Ok(Some(r)) if r.state == SessionState::Parked)
+    }
+
     async fn launch(&mut self, person: usize, m: u32, book_min: u32, visit: u32) {
         let request = LaunchRequest {
             editor: "jupyterlab".into(),
@@ -524,6 +593,8 @@ impl Sim<'_> {
             last_signal: m,
             allocated: 0,
             idle: 0,
+            parked: 0,
+            was_parked: false,
             warned: false,
             page_visible: false,
             ended: None,
@@ -575,6 +646,19 @@ impl Sim<'_> {
                 self.tracked[t].last_signal = self.tracked[t].last_signal.max(m);
             }
             if record.state.is_live() {
+                let parked = record.state == SessionState::Parked;
+                match (self.tracked[t].was_parked, parked) {
+                    (false, true) => self.parks += 1,
+                    (true, false) => self.resumes += 1,
+                    _ => {}
+                }
+                self.tracked[t].was_parked = parked;
+                if parked {
+                    self.tracked[t].parked += 1;
+                    if self.flags(person, m) & PRESENT != 0 {
+                        self.present_min += 1;
+                    }
+                }
                 if record.state == SessionState::Ready {
                     self.tracked[t].allocated += 1;
                     let flags = self.flags(person, m);
@@ -672,9 +756,10 @@ impl Sim<'_> {
                     .iter()
                     .filter(|t| t.person == p)
                     .map(|t| {
+                        // Parked minutes are charged as booked (the slice waits for its return).
                         app::domain::credits::price_for_minutes(
                             t.price_per_hour,
-                            i64::from(t.allocated),
+                            i64::from(t.allocated + t.parked),
                         )
                     })
                     .sum::<i64>();
@@ -694,6 +779,7 @@ impl Sim<'_> {
                     how: t.ended.map(|(_, how)| how),
                     allocated_min: t.allocated,
                     idle_min: t.idle,
+                    parked_min: t.parked,
                     last_signal: t.last_signal,
                     charged_milli: charged_by_session.get(&t.id).copied().unwrap_or(0),
                     price_per_hour: t.price_per_hour,
@@ -705,8 +791,10 @@ impl Sim<'_> {
         let idle_min: u64 = sessions.iter().map(|s| u64::from(s.idle_min)).sum();
         let idle_charged_milli = sessions
             .iter()
-            .filter(|s| s.allocated_min > 0)
-            .map(|s| s.charged_milli * i64::from(s.idle_min) / i64::from(s.allocated_min))
+            .filter(|s| s.allocated_min + s.parked_min > 0)
+            .map(|s| {
+                s.charged_milli * i64::from(s.idle_min) / i64::from(s.allocated_min + s.parked_min)
+            })
             .sum();
         let waits_min = self
             .tracked
@@ -734,6 +822,9 @@ impl Sim<'_> {
             relaunches: self.relaunches,
             warnings_at_screen: self.warnings_at_screen,
             present_min: self.present_min,
+            parks: self.parks,
+            resumes: self.resumes,
+            waited_for_gpu_min: self.waited_for_gpu_min,
             waits_min,
             charged_milli: sessions.iter().map(|s| s.charged_milli).sum(),
             idle_charged_milli,

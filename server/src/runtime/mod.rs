@@ -217,6 +217,27 @@ pub trait Runtime: Send + Sync + 'static {
     async fn stop(&self, handle: &str) -> Result<(), RuntimeError>;
     /// Whether it still runs.
     async fn is_alive(&self, handle: &str) -> bool;
+    /// Freezes the editor so that it no longer touches its GPU, keeping its processes and
+    /// memory (GPU memory copied out first, where it holds any), so that its slot can go to
+    /// another session; refused where that cannot be done, and by default.
+    async fn park(&self, handle: &str) -> Result<(), RuntimeError> {
+        let _ = handle;
+        Err(RuntimeError::Unavailable(
+            "this runtime cannot park editors".into(),
+        ))
+    }
+    /// Whether [`Runtime::park`] can ever succeed here (the reaper asks nothing of one that
+    /// cannot).
+    fn parks_editors(&self) -> bool {
+        false
+    }
+    /// Thaws a parked editor on the slot it had.
+    async fn resume(&self, handle: &str) -> Result<(), RuntimeError> {
+        let _ = handle;
+        Err(RuntimeError::Unavailable(
+            "this runtime cannot park editors".into(),
+        ))
+    }
     /// Whether an editor that no longer runs went with its machine (a node drained or lost, its
     /// pod deleted by the cluster) rather than ending by itself: its session then ends as lost.
     async fn was_lost(&self, handle: &str) -> bool {

@@ -28,6 +28,7 @@ const AREAS: &[(&str, &[&str])] = &[
     ("launch.rs", &["Launcher"]),
     ("lifecycle.rs", &["Lifecycle"]),
     ("metrics.rs", &["Exporter"]),
+    ("parking.rs", &["Lifecycle"]),
     ("mod.rs", &["Service"]),
     ("promotion.rs", &["Promotions"]),
     ("routes.rs", &["Access"]),

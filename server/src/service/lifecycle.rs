@@ -230,8 +230,9 @@ impl Lifecycle {
         steps: Vec<Step>,
         queue_position: Option<u32>,
     ) -> SessionView {
-        let url = (record.state == SessionState::Ready)
-            .then(|| format!("/s/{}/{}", record.id, record.editor.landing_path()));
+        // A parked editor keeps its page: typing in it brings the GPU back.
+        let running = matches!(record.state, SessionState::Ready | SessionState::Parked);
+        let url = running.then(|| format!("/s/{}/{}", record.id, record.editor.landing_path()));
         let policy = self.idle_policy_now(record);
         SessionView {
             id: record.id.clone(),
@@ -263,8 +264,7 @@ impl Lifecycle {
                     format!("a free {} slice", format_mib(record.slice_mib))
                 }
             }),
-            idle_at_ms: (record.state == SessionState::Ready)
-                .then(|| policy.idle_at(&record.signals(), self.store.now())),
+            idle_at_ms: running.then(|| policy.idle_at(&record.signals(), self.store.now())),
             warn_ms: policy.warn_ms,
             gpu_used_mib: record.gpu_used_mib,
             steps,

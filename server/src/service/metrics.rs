@@ -553,6 +553,7 @@ mod tests {
             image: None,
             charge_until: None,
             idle_timeout_ms: None,
+            parked_at: None,
         }
     }
 

@@ -17,6 +17,7 @@ pub mod images;
 mod launch;
 mod lifecycle;
 pub mod metrics;
+mod parking;
 pub mod promotion;
 pub mod reconcile;
 pub mod routes;

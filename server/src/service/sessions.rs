@@ -66,7 +66,33 @@ impl Sessions {
             return Err(AppError::Conflict("this session has ended".into()));
         }
         self.store.heartbeat(id, self.store.now(), beat).await?;
+        // Its person is back: the GPU too, at once where its slot is free (else the reaper
+        // retries each pass).
+        if beat.input && record.state == SessionState::Parked {
+            let (_, evicted) = self.lifecycle.resume(&record).await;
+            self.warm.stop_warm(evicted);
+        }
         Ok(())
+    }
+
+    /// A request for `id` found no running editor: if it is `owner_id`'s parked session, says
+    /// whether it runs again. A script's call (`by_script`) counts as API traffic and takes the
+    /// slot back; a browser's does not, since an open tab polls by itself (a beat with input
+    /// wakes it instead). None: not a parked session of theirs.
+    pub async fn wake_parked(&self, owner_id: &str, id: &str, by_script: bool) -> Option<bool> {
+        let record = self.store.session(id).await.ok()??;
+        if record.user_id != owner_id || record.state != SessionState::Parked {
+            return None;
+        }
+        if !by_script {
+            return Some(false);
+        }
+        if let Err(e) = self.store.touch_traffic(id, self.store.now(), true).await {
+            tracing::warn!(session = id, error = %e, "recording a script's call");
+        }
+        let (resumed, evicted) = self.lifecycle.resume(&record).await;
+        self.warm.stop_warm(evicted);
+        Some(resumed == super::parking::Resume::Ready)
     }
 
     /// Holds credits for `minutes` more and moves the end.
@@ -88,7 +114,7 @@ impl Sessions {
             burst_max_minutes: self.config.pool.burst_max_minutes,
         };
         let session = Extended {
-            running: record.state == SessionState::Ready,
+            running: record.state.runs_editor(),
             burst: record.burst,
             ends_at: record.ends_at,
             duration_minutes: record.duration_minutes,

@@ -453,13 +453,13 @@ async fn claim_in(
             }
         }
     }
-    // Pack onto the busiest card so whole cards stay free for bursts; spare warm editors.
+    // `domain::pool::rank_free_slots`: a parked session's way back last, then pack onto the
+    // busiest card so whole cards stay free for bursts; spare warm editors.
     let sql = format!(
         "SELECT sl.id, sl.gpu_id,
-           (SELECT COUNT(*) FROM warm_editors w WHERE w.slot_id = sl.id) AS warm,
-           (SELECT COUNT(*) FROM slots f WHERE f.gpu_id = sl.gpu_id AND f.session_id IS NULL AND f.active = 1) AS free_on_gpu
+           (SELECT COUNT(*) FROM warm_editors w WHERE w.slot_id = sl.id) AS warm
          FROM slots sl WHERE sl.session_id IS NULL AND sl.active = 1 AND sl.slice_mib = $1
-         ORDER BY warm, free_on_gpu, sl.id LIMIT 1{}",
+         ORDER BY CASE WHEN {SPARE} > 0 THEN 0 ELSE 1 END, warm, ABS({SPARE}), sl.id LIMIT 1{}",
         skip_locked(w.kind, "sl")
     );
     for _ in 0..CLAIM_TRIES {
@@ -553,6 +553,10 @@ async fn take_warm_in(w: &mut WriteTx, warm: &WarmRecord, now: i64) -> Result<bo
     take_slot_in(w, &warm.id, &warm.slot_id, now).await
 }
 
+/// The free slots of `sl`'s card less the parked sessions that will want one of them back.
+const SPARE: &str = "((SELECT COUNT(*) FROM slots f WHERE f.gpu_id = sl.gpu_id AND f.session_id IS NULL AND f.active = 1)
+   - (SELECT COUNT(*) FROM sessions p JOIN slots pf ON pf.id = p.slot_id WHERE p.state = 'parked' AND pf.gpu_id = sl.gpu_id))";
+
 /// How many candidates one claim looks at before it queues: each that slips away (taken by a
 /// launch that committed meanwhile) no longer matches the next look.
 const CLAIM_TRIES: usize = 8;
@@ -633,7 +637,11 @@ async fn claim_card_in(
 }
 
 /// Removes the warm editors matching `filter` (on `w` joined with `sl`) and returns them, to be stopped.
-async fn evict_in(w: &mut WriteTx, filter: &str, value: &str) -> Result<Vec<WarmRecord>> {
+pub(super) async fn evict_in(
+    w: &mut WriteTx,
+    filter: &str,
+    value: &str,
+) -> Result<Vec<WarmRecord>> {
     let rows = sqlx::query(&format!(
         "SELECT {WARM_COLUMNS} FROM warm_editors w JOIN slots sl ON sl.id = w.slot_id WHERE {filter}"
     ))

@@ -19,6 +19,7 @@ mod launch;
 mod launch_rows;
 mod leases;
 mod ledger;
+mod parking;
 mod pool;
 mod promotions;
 mod quotas;
@@ -42,6 +43,7 @@ pub use http_sessions::HttpSessionStore;
 pub use kube::{ReconcileLock, SlotMove};
 pub use launch::{Dispatched, LaunchPlan, Launched, Placement, queue_message};
 pub use ledger::LedgerKind;
+pub use parking::Resumed;
 pub use promotions::{NewPromotion, WaitingLimit};
 pub use records::{
     AuditEntry, GpuRecord, LedgerEntry, SessionRecord, SlotRecord, TokenOwner, TokenRecord,
@@ -507,9 +509,9 @@ struct UserRow<'a> {
     temporary_password: bool,
 }
 
-/// Frees the slot and writes the ledger rows of [`app::domain::credits::settlement`].
-async fn settle_in(w: &mut WriteTx, session_id: &str, now: i64) -> Result<()> {
-    sqlx::query("UPDATE sessions SET ended_at = $1 WHERE id = $2")
+/// Stamps `column` of the session with `now` and frees its slots: it ended, or it parked.
+async fn let_go_in(w: &mut WriteTx, session_id: &str, column: &str, now: i64) -> Result<()> {
+    sqlx::query(&format!("UPDATE sessions SET {column} = $1 WHERE id = $2"))
         .bind(now)
         .bind(session_id)
         .execute(&mut *w.tx)
@@ -519,6 +521,12 @@ async fn settle_in(w: &mut WriteTx, session_id: &str, now: i64) -> Result<()> {
         .bind(session_id)
         .execute(&mut *w.tx)
         .await?;
+    Ok(())
+}
+
+/// Frees the slot and writes the ledger rows of [`app::domain::credits::settlement`].
+async fn settle_in(w: &mut WriteTx, session_id: &str, now: i64) -> Result<()> {
+    let_go_in(w, session_id, "ended_at", now).await?;
     let row = sqlx::query(
         "SELECT user_id, price_per_hour, ready_at, end_reason, charge_until FROM sessions WHERE id = $1",
     )
@@ -667,5 +675,7 @@ mod tests_backups;
 mod tests_guardrails;
 #[cfg(test)]
 mod tests_launch_rows;
+#[cfg(test)]
+mod tests_parking;
 #[cfg(test)]
 mod tests_promotions;

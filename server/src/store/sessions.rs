@@ -225,7 +225,7 @@ impl Store {
         .fetch_one(&mut *w.tx)
         .await?;
         let session = quota::Extended {
-            running: state == SessionState::Ready,
+            running: state.runs_editor(),
             burst: row.try_get::<i64, _>("burst")? != 0,
             ends_at: row.try_get("ends_at")?,
             duration_minutes: row.try_get::<i64, _>("duration_minutes")? as u32,

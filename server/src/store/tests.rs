@@ -123,7 +123,7 @@ where
 
 const SLICE: u64 = 8192;
 
-fn gpu(id: &str, memory_mib: u64, slice_mib: u64) -> GpuSpec {
+pub(super) fn gpu(id: &str, memory_mib: u64, slice_mib: u64) -> GpuSpec {
     GpuSpec {
         id: id.into(),
         model: "Virtual 48G".into(),

@@ -7,7 +7,7 @@ use app::domain::quota::{Limits, Overrides, OverridesChange};
 use std::collections::HashSet;
 
 const SLICE: u64 = 8192;
-const ROOMY: Limits = Limits {
+pub(super) const ROOMY: Limits = Limits {
     max_sessions: 10_000,
     max_gpu_mib: u64::MAX / 4,
     max_minutes: 480,
@@ -24,7 +24,7 @@ fn one_credit_an_hour(_: &str) -> i64 {
     1_000
 }
 
-fn plan(user_id: &str, burst: bool, limits: Limits, use_warm: bool) -> LaunchPlan<'_> {
+pub(super) fn plan(user_id: &str, burst: bool, limits: Limits, use_warm: bool) -> LaunchPlan<'_> {
     LaunchPlan {
         user_id,
         image: None,
@@ -809,8 +809,9 @@ async fn a_session_moves_to_the_card_hami_chose(store: Store) {
     );
 }
 
-/// The database's choice of slot is the domain's rule (`rank_free_slots`: the busiest card
-/// first, then the lowest slot id), checked at every step of a long run of launches and stops.
+/// The database's choice of slot is the domain's rule (`rank_free_slots`: cards sparing a slot
+/// beyond their parked sessions first, the busiest first, then the lowest slot id), checked at
+/// every step of a long run of launches, stops and parkings.
 async fn slot_choice_follows_the_domain_rule(store: Store) {
     use app::domain::pool::{SlotUse, rank_free_slots};
     cards_of_ten(&store, 3).await;
@@ -824,12 +825,21 @@ async fn slot_choice_follows_the_domain_rule(store: Store) {
             .wrapping_add(1442695040888963407);
         seed >> 33
     };
+    // The slots parked sessions left, one entry each.
+    let mut parked_from: Vec<String> = Vec::new();
     for step in 0..120 {
         let stop = !live.is_empty() && (live.len() >= 28 || next() % 3 == 0);
         if stop {
             let id = live.remove((next() as usize) % live.len());
-            store.begin_stop(&id, EndReason::User, None).await.unwrap();
-            store.finish(&id).await.unwrap();
+            // Some are parked instead: their slot free, their card wanted back.
+            if next() % 4 == 0 {
+                store.mark_ready(&id, "ready").await.unwrap();
+                store.park(&id).await.unwrap().expect("parked");
+                parked_from.push(store.session(&id).await.unwrap().unwrap().slot_id.unwrap());
+            } else {
+                store.begin_stop(&id, EndReason::User, None).await.unwrap();
+                store.finish(&id).await.unwrap();
+            }
             continue;
         }
         let uses: Vec<SlotUse> = store
@@ -840,6 +850,7 @@ async fn slot_choice_follows_the_domain_rule(store: Store) {
             .flat_map(|(_, slots)| slots)
             .map(|s| SlotUse {
                 free: s.session_id.is_none(),
+                parked: parked_from.iter().filter(|p| **p == s.id).count() as u32,
                 slot_id: s.id,
                 gpu_id: s.gpu_id,
                 slice_mib: s.slice_mib,

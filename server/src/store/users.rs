@@ -308,14 +308,16 @@ impl Store {
             .try_get("n")?)
     }
 
-    /// Charges a ready session's time only up to `at` when it is settled: nothing ran after it.
+    /// Charges a ready (or parked) session's time only up to `at` when it is settled: nothing ran after it.
     pub async fn charge_until(&self, session_id: &str, at: i64) -> Result<()> {
         let mut w = self.begin_write().await?;
-        sqlx::query("UPDATE sessions SET charge_until = $1 WHERE id = $2 AND state = 'ready'")
-            .bind(at)
-            .bind(session_id)
-            .execute(&mut *w.tx)
-            .await?;
+        sqlx::query(
+            "UPDATE sessions SET charge_until = $1 WHERE id = $2 AND state IN ('ready', 'parked')",
+        )
+        .bind(at)
+        .bind(session_id)
+        .execute(&mut *w.tx)
+        .await?;
         w.commit().await?;
         Ok(())
     }

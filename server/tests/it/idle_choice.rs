@@ -18,7 +18,12 @@ async fn launch(app: &TestApp, token: &str, idle_minutes: Option<u32>) -> crate:
         .await
 }
 
-async fn ready(app: &TestApp, token: &str, idle_minutes: Option<u32>) -> (String, Value) {
+/// A JupyterLab of 8 GB for four hours, ready; `idle_minutes` its person's own timeout.
+pub(crate) async fn ready(
+    app: &TestApp,
+    token: &str,
+    idle_minutes: Option<u32>,
+) -> (String, Value) {
     let created = launch(app, token, idle_minutes).await;
     created.assert_status(StatusCode::CREATED);
     let id = created.json()["id"].as_str().unwrap().to_string();

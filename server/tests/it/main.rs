@@ -76,6 +76,7 @@ mod kube;
 mod network_edge;
 mod observe;
 mod oidc;
+mod parking;
 mod promotion;
 mod reclaim;
 mod replicas;

@@ -290,3 +290,57 @@ async fn under_pressure_idle_sessions_end_sooner_and_running_jobs_still_never() 
     assert!(sooner.wrongful.is_empty(), "{:#?}", sooner.wrongful);
     assert!(sooner.ledger_balances());
 }
+
+/// Parking gives back the slice of a quiet session within the park time and a pass, ends
+/// nobody's work (the ends are those of the same month without it), and a person or script
+/// coming back gets theirs again at once while slots are free. Without a GPU checkpoint, an
+/// editor holding GPU memory (the model server's) is never parked.
+#[tokio::test]
+async fn parking_gives_quiet_slices_back_and_takes_no_ones_work() {
+    let personas = only(
+        &[Kind::Interactive, Kind::OvernightTab, Kind::Inference],
+        1,
+        2,
+    );
+    let park_min = (server::reclaim::peers::PARK_SECONDS / 60) as u32;
+    let plain = month(&personas, Policy::Ours).await;
+    let parking = month(&personas, Policy::OursParkingCheckpoint).await;
+    assert!(parking.parks > 0 && parking.resumes > 0, "{parking:#?}");
+    assert_eq!(
+        parking.waited_for_gpu_min, 0,
+        "slots were free: nobody waits"
+    );
+    assert!(
+        parking.idle_min * 2 < plain.idle_min,
+        "{} idle minutes parking, {} without",
+        parking.idle_min,
+        plain.idle_min
+    );
+    let ends = |o: &run::Outcome| {
+        o.sessions
+            .iter()
+            .map(|s| (s.user.clone(), s.requested, s.how))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ends(&parking), ends(&plain), "parking ends nothing");
+    assert_eq!(parking.wrongful.len(), plain.wrongful.len());
+    assert!(parking.ledger_balances(), "{:?}", parking.balances);
+    for s in parking
+        .sessions
+        .iter()
+        .filter(|s| s.persona == "overnight_tab")
+    {
+        assert!(s.idle_min <= park_min + 1, "{s:?}");
+        assert!(s.parked_min > 0, "{s:?}");
+    }
+    let memory = |o: &run::Outcome| -> u32 {
+        o.sessions
+            .iter()
+            .filter(|s| s.persona == "inference")
+            .map(|s| s.parked_min)
+            .sum()
+    };
+    let no_checkpoint = month(&personas, Policy::OursParking).await;
+    assert!(memory(&parking) > 0);
+    assert_eq!(memory(&no_checkpoint), 0, "its model holds GPU memory");
+}

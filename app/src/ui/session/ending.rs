@@ -98,7 +98,7 @@ pub(super) fn NotifyBeforeEnd(
         Effect::new(move |_| {
             let t = now.get();
             let deadline = session.with_untracked(|s| {
-                if s.state != SessionState::Ready {
+                if !s.state.runs_editor() {
                     return None;
                 }
                 let soon = |at: Option<i64>| at.filter(|at| *at - t <= s.warn_ms && *at > t);

@@ -68,7 +68,7 @@ fn take_fresher(session: RwSignal<SessionView>, read_at: RwSignal<i64>, fresh: S
 fn page_idle(session: &SessionView, read_at: i64, now: i64) -> Option<idle::PageIdle> {
     session
         .idle_at_ms
-        .filter(|_| session.state == SessionState::Ready)
+        .filter(|_| session.state.runs_editor())
         .map(|at| idle::page_idle(at, session.warn_ms, read_at, now))
 }
 
@@ -87,6 +87,7 @@ pub(crate) fn tab_title(
     let stage = match state {
         SessionState::Requested | SessionState::Starting => "Starting · ",
         SessionState::Queued => "Queued · ",
+        SessionState::Parked => "Parked · ",
         SessionState::Ended => "Ended · ",
         SessionState::Ready | SessionState::Stopping => "",
     };
@@ -270,7 +271,7 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
     // editor by itself (marimo's new notebook, a link) was sent here with its place in `path`.
     let frame_src = Memo::new(move |_| {
         session.with(|s| {
-            (s.state == SessionState::Ready && s.url.is_some()).then(|| {
+            (s.state.runs_editor() && s.url.is_some()).then(|| {
                 crate::domain::paths::editor_frame(
                     &s.id,
                     s.editor.landing_path(),
@@ -308,28 +309,7 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                         // Plain words: the chip and its sentence stay server-side (page weight).
                         .map(|hold| view! { <span class="muted" data-testid="slice-hold">{hold.label()}</span> })
                 }}
-                {move || {
-                    session
-                        .with(|s| s.ends_at_ms.filter(|_| s.state == SessionState::Ready))
-                        .map(|end| {
-                            view! {
-                                <span class="time-left" data-testid="time-left">
-                                    "Time left " {move || format_countdown(end - now.get())}
-                                </span>
-                            }
-                        })
-                }}
-                {move || {
-                    session
-                        .with(|s| s.idle_at_ms.filter(|_| s.state == SessionState::Ready))
-                        .map(|idle_at| {
-                            view! {
-                                <span class="idle-left muted" data-testid="idle-left">
-                                    "Idle in " {move || format_countdown(idle_at - now.get())}
-                                </span>
-                            }
-                        })
-                }}
+                <Countdowns session now />
                 {move || {
                     session
                         .with(|s| s.gpu_used_mib.filter(|_| s.state == SessionState::Ready).map(|used| (used, s.slice_mib)))
@@ -410,7 +390,7 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                         let t = now.get();
                         let idle = page_idle(s, read_at.get(), t).is_some_and(|v| v.warn);
                         let ending = s.ends_at_ms.is_some_and(|at| at - t <= s.warn_ms);
-                        (s.state == SessionState::Ready, (idle, ending))
+                        (s.state.runs_editor(), (idle, ending))
                     });
                     let id = session.with_untracked(|s| s.id.clone());
                     let extend_id = id.clone();
@@ -502,6 +482,7 @@ fn SessionLive(initial: SessionView) -> impl IntoView {
                         })
                 }}
             </header>
+            {move || (state() == SessionState::Parked).then(|| view! { <ParkedBanner session here /> })}
             {move || ready.get().then(|| view! { <SessionUsage session now /> })}
             {move || {
                 stop.value()

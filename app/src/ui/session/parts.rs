@@ -3,6 +3,54 @@
 
 use super::*;
 
+/// The toolbar's two clocks while the editor runs (or is parked): time left, and idle in.
+#[component]
+pub(super) fn Countdowns(session: RwSignal<SessionView>, now: ReadSignal<i64>) -> impl IntoView {
+    let clock =
+        move |at: Option<i64>, words: &'static str, class: &'static str, id: &'static str| {
+            at.map(|at| {
+                view! {
+                    <span class=class data-testid=id>
+                        {words} {move || format_countdown(at - now.get())}
+                    </span>
+                }
+            })
+        };
+    view! {
+        {move || {
+            let at = session.with(|s| s.ends_at_ms.filter(|_| s.state.runs_editor()));
+            clock(at, "Time left ", "time-left", "time-left")
+        }}
+        {move || {
+            let at = session.with(|s| s.idle_at_ms.filter(|_| s.state.runs_editor()));
+            clock(at, "Idle in ", "idle-left muted", "idle-left")
+        }}
+    }
+}
+
+/// A parked session's line under its toolbar: what happened and what was kept, and a way back
+/// besides typing in the editor (a beat with input, as "I'm here").
+#[component]
+pub(super) fn ParkedBanner(
+    session: RwSignal<SessionView>,
+    here: ServerAction<Heartbeat>,
+) -> impl IntoView {
+    let id = session.with_untracked(|s| s.id.clone());
+    view! {
+        <div class="banner" role="status" data-testid="parked-banner">
+            "Parked: with no work for a while, its GPU slice went back to the pool. Your kernels and files are kept; it resumes when you type in it."
+            <button
+                disabled=move || here.pending().get()
+                on:click=move |_| {
+                    here.dispatch(Heartbeat::input(id.clone()));
+                }
+            >
+                "Resume"
+            </button>
+        </div>
+    }
+}
+
 /// The session's use under its toolbar: GPU memory on its card's scale, the last hour of GPU,
 /// CPU and RAM as sparklines (read again each minute), and what it has cost so far.
 #[component]

@@ -34,7 +34,20 @@ pub(super) async fn route<'r>(
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, ""),
     };
-    let route = match state.service.access.route(session_id).await {
+    let mut found = state.service.access.route(session_id).await;
+    if let Ok(None) = found {
+        // Boxed, as rare: see `Service::route`.
+        let wake = state
+            .service
+            .sessions
+            .wake_parked(&caller.user.id, session_id, caller.by_token);
+        found = match Box::pin(wake).await {
+            Some(true) => state.service.access.route(session_id).await,
+            Some(false) => return Err(parked()),
+            None => Ok(None),
+        };
+    }
+    let route = match found {
         Ok(Some(route)) => route,
         Ok(None) => return Err(no_such_session()),
         Err(e) => {
@@ -62,6 +75,21 @@ pub(super) async fn route<'r>(
         session_id,
         tail,
     })
+}
+
+/// A parked session's editor is frozen: asked again in a few seconds, it may run again.
+fn parked() -> Response {
+    let mut answer = json_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "parked",
+        "this session is parked: its GPU slice went back to the pool while it had no work; it \
+         resumes when you type in its page or a script calls it, once its slice is free",
+    );
+    answer.headers_mut().insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from_static("5"),
+    );
+    answer
 }
 
 fn no_such_session() -> Response {

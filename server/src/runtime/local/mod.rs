@@ -241,6 +241,10 @@ impl Runtime for LocalRuntime {
     async fn stop(&self, handle: &str) -> Result<(), RuntimeError> {
         let handle: Handle =
             serde_json::from_str(handle).map_err(|e| RuntimeError::Handle(e.to_string()))?;
+        // A parked editor is frozen: thawed first, so that it stops as gracefully as any.
+        if let Some(group) = handle.sandbox.as_ref().and_then(|s| s.cgroup.clone()) {
+            let _ = tokio::task::spawn_blocking(move || group.is_frozen() && group.thaw()).await;
+        }
         stop::stop_editor(&handle).await;
         let lent = handle.sandbox.as_ref().and_then(|s| s.lent);
         if let (Some(uid), Some(accounts)) =
@@ -249,6 +253,48 @@ impl Runtime for LocalRuntime {
             accounts.give_back(uid);
         }
         Ok(())
+    }
+
+    fn parks_editors(&self) -> bool {
+        self.sandbox().is_some_and(|s| s.cgroups.is_some())
+    }
+
+    async fn park(&self, handle: &str) -> Result<(), RuntimeError> {
+        let group = frozen_group(handle)?;
+        let freezing = group.clone();
+        if !tokio::task::spawn_blocking(move || freezing.freeze())
+            .await
+            .unwrap_or(false)
+        {
+            let _ = tokio::task::spawn_blocking(move || group.thaw()).await;
+            return Err(RuntimeError::Unavailable(
+                "its processes did not freeze".into(),
+            ));
+        }
+        // Asked once frozen, so that nothing can take GPU memory after the answer: memory it
+        // holds would stay taken with its slot given to someone else.
+        let usage = self.gpu_usage(&[handle.to_string()]).await;
+        if usage.get(handle).is_some_and(|u| u.memory_used_mib > 0) {
+            let _ = tokio::task::spawn_blocking(move || group.thaw()).await;
+            return Err(RuntimeError::Unavailable(
+                "it holds GPU memory, which this server cannot set aside".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn resume(&self, handle: &str) -> Result<(), RuntimeError> {
+        let group = frozen_group(handle)?;
+        if tokio::task::spawn_blocking(move || group.thaw())
+            .await
+            .unwrap_or(false)
+        {
+            Ok(())
+        } else {
+            Err(RuntimeError::Unavailable(
+                "its processes did not thaw".into(),
+            ))
+        }
     }
 
     async fn sweep(&self, owned: &std::collections::HashSet<String>) -> usize {
@@ -298,6 +344,16 @@ impl Runtime for LocalRuntime {
     async fn memory_used(&self, handles: &[String]) -> std::collections::HashMap<String, u64> {
         usage::memory(handles).await
     }
+}
+
+/// The control group of the editor `handle` names, which parking freezes.
+fn frozen_group(handle: &str) -> Result<crate::runtime::cgroup::Group, RuntimeError> {
+    let handle: Handle =
+        serde_json::from_str(handle).map_err(|e| RuntimeError::Handle(e.to_string()))?;
+    handle
+        .sandbox
+        .and_then(|s| s.cgroup)
+        .ok_or_else(|| RuntimeError::Unavailable("the editor has no control group".into()))
 }
 
 #[cfg(test)]

@@ -7,7 +7,9 @@
 //! default) on the replica that holds the `reaper` lease (three periods long). The verdict on each
 //! live session is `app::domain::reaper::verdict`: a locked account's sessions end first, queued
 //! ones included (`admin`, unused credits back); then, for a ready one, its time (`timer`, the
-//! whole duration charged), idleness (`idle`) and, asked of the runtime only when nothing else ends
+//! whole duration charged), idleness (`idle`), parking (with `idle.park_after_seconds`, a quiet
+//! session gives its slot back and a parked one its person or scripts want back takes one again:
+//! `service/parking.rs`) and, asked of the runtime only when nothing else ends
 //! it, whether its editor lives (`crash`, so within one period). While launches wait for a slice
 //! size, that size's sessions are judged idle after `idle.pressure_timeout_seconds` instead
 //! (`Lifecycle::idle_policy_now`, which the session page warns by too; off by default, measured in

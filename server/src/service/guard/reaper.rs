@@ -70,6 +70,8 @@ impl Guard {
                 signals: record.signals(),
                 has_editor: record.runtime_handle.is_some(),
                 alive: None,
+                can_park: self.runtime.parks_editors() && !record.burst,
+                parked_at: record.parked_at,
             };
             let policy = self.lifecycle.idle_policy_now(record);
             let sooner = policy
@@ -99,6 +101,18 @@ impl Guard {
             if let (reaper::Verdict::AskAlive, Some(handle)) = (judged, &record.runtime_handle) {
                 watch.alive = Some(self.runtime.is_alive(handle).await);
                 judged = reaper::verdict(&watch, &policy, now);
+            }
+            match judged {
+                reaper::Verdict::Park => {
+                    self.lifecycle.park(record).await;
+                    continue;
+                }
+                reaper::Verdict::Resume => {
+                    let (_, evicted) = self.lifecycle.resume(record).await;
+                    self.warm.stop_warm(evicted);
+                    continue;
+                }
+                _ => {}
             }
             if let reaper::Verdict::End {
                 mut reason,

@@ -46,8 +46,9 @@ impl Guard {
                 None => false,
             };
             match record.state {
-                SessionState::Ready if alive => {
-                    tracing::info!(session = %record.id, "re-adopted a running editor");
+                // A parked editor lives on frozen, and resumes as before.
+                SessionState::Ready | SessionState::Parked if alive => {
+                    tracing::info!(session = %record.id, state = %record.state, "re-adopted an editor");
                     owned.insert(record.id);
                 }
                 SessionState::Queued => {
@@ -68,7 +69,7 @@ impl Guard {
                             .await;
                     }
                 }
-                SessionState::Ready => {
+                SessionState::Ready | SessionState::Parked => {
                     // It may have died with the machine, while no server ran: charged until
                     // the last time a server was watching it, not for the time we were away.
                     if let Some(watched) = self
