@@ -86,7 +86,8 @@ mod browser {
                 });
             }
         });
-        let last_sent = Rc::new(Cell::new(crate::ui::format::now_ms()));
+        // Due at the first tick: until a page beats, the server takes it for gone (the away rule).
+        let last_sent = Rc::new(Cell::new(i64::MIN / 2));
         let tick = {
             let (seen, last_sent, send) = (seen.clone(), last_sent.clone(), send.clone());
             move || {
