@@ -46,8 +46,8 @@ cleanup() {
 }
 trap cleanup EXIT
 # The default pool, plus a card in 16 GB slices whose sessions count as idle after 40 s (the
-# idle test runs there while the other tests keep the default policy), and a card of one 4 GB
-# slice for the queue test.
+# idle test runs there while the other tests keep the default policy), a card of one 4 GB
+# slice for the queue test, and a card in 12 GB slices whose sessions park after a minute.
 cat >"$DATA/e2e.toml" <<TOML
 [[pool.gpus]]
 name = "virtual-0"
@@ -67,10 +67,22 @@ model = "Virtual 4 GB"
 memory_mib = 4096
 slice_mib = 4096
 
+[[pool.gpus]]
+name = "virtual-3"
+model = "Virtual 24 GB"
+memory_mib = 24576
+slice_mib = 12288
+
 [[idle.per_slice]]
 slice_mib = 16384
 timeout_seconds = 40
 warn_seconds = 35
+
+[[idle.per_slice]]
+slice_mib = 12288
+timeout_seconds = 1800
+warn_seconds = 300
+park_after_seconds = 60
 
 [oidc]
 issuer = "http://127.0.0.1:$OIDC_PORT"
@@ -87,7 +99,7 @@ admin_groups = ["gpu-admins"]
 registry = "http://127.0.0.1:$REGISTRY_PORT"
 repository_prefix = "e2e/"
 TOML
-for user in e2e e2e-idle e2e-queue e2e-queue-b e2e-target e2e-promote e2e-cs e2e-victim e2e-live e2e-data; do
+for user in e2e e2e-idle e2e-park e2e-queue e2e-queue-b e2e-target e2e-promote e2e-cs e2e-victim e2e-live e2e-data; do
   echo "e2e-password" | "$BIN" --config "$DATA/e2e.toml" user add "$user" --password-stdin >/dev/null
 done
 # A local admin named as one of the provider's people, whom single sign-on must not make them.

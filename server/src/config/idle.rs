@@ -91,6 +91,9 @@ pub struct IdleOverride {
     pub slice_mib: u64,
     pub timeout_seconds: u64,
     pub warn_seconds: u64,
+    /// Parking for this size instead of `idle.park_after_seconds` (0: never).
+    #[serde(default)]
+    pub park_after_seconds: Option<u64>,
 }
 
 /// Why a timeout and its warning cannot be used together.
@@ -119,15 +122,11 @@ impl IdleConfig {
                 "must be 0 (off) or at least 60 s (one no shorter than a timeout leaves it alone)",
             ));
         }
-        if self.park_after_seconds != 0
-            && (self.park_after_seconds < 2 * self.sample_seconds.max(30)
-                || self.park_after_seconds >= self.timeout_seconds)
-        {
-            return Err(InvalidKey::new(
-                "idle.park_after_seconds",
-                "must be 0 (off), or at least two samples (60 s) and shorter than idle.timeout_seconds",
-            ));
-        }
+        self.check_park(
+            "idle.park_after_seconds",
+            self.park_after_seconds,
+            self.timeout_seconds,
+        )?;
         if self.reaper_period_ms < 50 || self.sample_seconds == 0 {
             return Err(InvalidKey::new(
                 "idle.reaper_period_ms",
@@ -153,6 +152,23 @@ impl IdleConfig {
                     TIMEOUT_AND_WARNING,
                 ));
             }
+            self.check_park(
+                &format!("idle.per_slice[{n}].park_after_seconds"),
+                o.park_after_seconds.unwrap_or(self.park_after_seconds),
+                o.timeout_seconds,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// A park time is off, or at least two samples (so busy work is seen first) and shorter than
+    /// the timeout it comes before.
+    fn check_park(&self, key: &str, park: u64, timeout: u64) -> Result<(), InvalidKey> {
+        if park != 0 && (park < 2 * self.sample_seconds.max(30) || park >= timeout) {
+            return Err(InvalidKey::new(
+                key,
+                "must be 0 (off), or at least two samples (60 s) and shorter than the idle timeout",
+            ));
         }
         Ok(())
     }
@@ -214,6 +230,7 @@ mod tests {
             slice_mib: 16384,
             timeout_seconds: 300,
             warn_seconds: 60,
+            park_after_seconds: None,
         });
         assert_eq!(idle.choice(16384).min_minutes, 5);
         idle.choice_per_slice.push(IdleChoiceBounds {

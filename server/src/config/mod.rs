@@ -393,19 +393,23 @@ impl Config {
 
     /// The idle policy for a slice size.
     pub fn idle_policy(&self, slice_mib: u64) -> app::domain::idle::Policy {
-        let (timeout, warn) = self
+        let own = self
             .idle
             .per_slice
             .iter()
-            .find(|o| o.slice_mib == slice_mib)
+            .find(|o| o.slice_mib == slice_mib);
+        let (timeout, warn) = own
             .map(|o| (o.timeout_seconds, o.warn_seconds))
             .unwrap_or((self.idle.timeout_seconds, self.idle.warn_seconds));
+        let park = own
+            .and_then(|o| o.park_after_seconds)
+            .unwrap_or(self.idle.park_after_seconds);
         app::domain::idle::Policy {
             timeout_ms: timeout as i64 * 1000,
             warn_ms: warn.min(timeout) as i64 * 1000,
             open_tab_keeps_alive: self.idle.open_tab_keeps_alive,
             away_ms: self.idle.away_timeout_seconds as i64 * 1000,
-            park_ms: self.idle.park_after_seconds as i64 * 1000,
+            park_ms: park as i64 * 1000,
         }
     }
 
@@ -622,7 +626,7 @@ mod tests {
         refused(
             &|c| c.idle.park_after_seconds = 1800,
             "idle.park_after_seconds",
-            "shorter than idle.timeout_seconds",
+            "shorter than the idle timeout",
         );
         // In a cluster nothing is pre-started: the default `pool.warm` does not have to fit.
         let mut config = Config {
@@ -637,6 +641,7 @@ mod tests {
                     slice_mib: 8192,
                     timeout_seconds: 0,
                     warn_seconds: 0,
+                    park_after_seconds: None,
                 })
             },
             "idle.per_slice[0].warn_seconds",
@@ -649,10 +654,23 @@ mod tests {
                     slice_mib: 4096,
                     timeout_seconds: 600,
                     warn_seconds: 60,
+                    park_after_seconds: None,
                 })
             },
             "idle.per_slice[0].slice_mib",
             "no session in the pool has 4096 MiB",
+        );
+        refused(
+            &|c| {
+                c.idle.per_slice.push(IdleOverride {
+                    slice_mib: 8192,
+                    timeout_seconds: 600,
+                    warn_seconds: 60,
+                    park_after_seconds: Some(600),
+                })
+            },
+            "idle.per_slice[0].park_after_seconds",
+            "shorter than the idle timeout",
         );
         // Whole cards are sessions too; and a detected card's size is known only at start.
         let mut config = Config::default();
@@ -661,8 +679,17 @@ mod tests {
             slice_mib: 49152,
             timeout_seconds: 600,
             warn_seconds: 60,
+            park_after_seconds: None,
         });
         config.validate().unwrap();
+        // A size may park though the rest do not, and the other way round.
+        config.idle.per_slice[0].park_after_seconds = Some(120);
+        config.idle.park_after_seconds = 300;
+        config.validate().unwrap();
+        assert_eq!(config.idle_policy(49152).park_ms, 120_000);
+        assert_eq!(config.idle_policy(8192).park_ms, 300_000);
+        config.idle.per_slice[0].park_after_seconds = Some(0);
+        assert_eq!(config.idle_policy(49152).park_ms, 0);
         config.pool.detect_nvidia = true;
         config.idle.per_slice[0].slice_mib = 81920;
         config.validate().unwrap();

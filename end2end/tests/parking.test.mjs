@@ -1,0 +1,70 @@
+// A parked session in the browser: with no work for a minute (scripts/e2e.sh parks 12 GB slices
+// after 60 s), its GPU slice goes back to the pool while its page keeps the editor's frame with a
+// banner; JupyterLab's own requests meanwhile are answered "parked" without its connection-lost
+// dialog; "Resume" brings it back, and the same editor answers again.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { ARTIFACTS, BASE, PASSWORD, hydrated, launchBrowser, launchByApi, readyByApi, signIn } from './helpers.mjs';
+
+// A user of its own, so the other tests' credits and quota are untouched.
+const USER = process.env.E2E_PARK_USER ?? 'e2e-park';
+
+mkdirSync(ARTIFACTS, { recursive: true });
+
+test('a quiet session parks, keeps its editor on the page, and resumes', async () => {
+  const browser = await launchBrowser();
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  let id;
+  try {
+    await signIn(page, USER, PASSWORD);
+    await page.waitForURL(`${BASE}/`);
+    await hydrated(page);
+    ({ id } = await launchByApi(page, { editor: 'jupyterlab', slice_mib: 12288, duration_minutes: 30 }));
+    await readyByApi(page, id);
+    await page.goto(`${BASE}/sessions/${id}`);
+    await hydrated(page);
+    const frame = page.frameLocator('[data-testid=editor-frame]');
+    await frame.locator('.jp-LabShell').waitFor({ timeout: 60_000 });
+    // A page in sight beats at once: the full timeout counts from the start, not the 10 minutes
+    // of a session with no page open.
+    await page.waitForFunction(() => {
+      const m = (document.querySelector('[data-testid=idle-left]')?.textContent ?? '').match(/(\d+):(\d\d)/);
+      return m && Number(m[1]) >= 25;
+    }, null, { timeout: 30_000 });
+    const state = (id) =>
+      page.evaluate(async (id) => (await (await fetch(`/api/v1/sessions/${id}`)).json()).state, id);
+
+    // Nobody touches anything: parked after the minute (plus a reaper pass), said on the page.
+    const banner = page.getByTestId('parked-banner');
+    // A guard against waiting for ever, not a measure of speed.
+    await banner.waitFor({ timeout: 180_000 });
+    assert.equal(await state(id), 'parked');
+    assert.match(await page.getByTestId('state-chip').innerText(), /parked/);
+    assert.equal(await page.locator('[data-testid=editor-frame]').count(), 1, 'the editor stays on the page');
+    const asked = await page.evaluate(async (id) => {
+      const answer = await fetch(`/s/${id}/api/status`);
+      return [answer.status, (await answer.json()).error];
+    }, id);
+    assert.deepEqual(asked, [503, 'parked'], 'a browser request does not wake it');
+    // JupyterLab polls meanwhile; a few of its polls later, it has shown no connection-lost dialog.
+    await page.waitForTimeout(5_000);
+    assert.equal(await frame.locator('.jp-Dialog').count(), 0, 'JupyterLab shows no error dialog');
+    await page.screenshot({ path: `${ARTIFACTS}/parked.png` });
+
+    await banner.getByRole('button', { name: 'Resume' }).click();
+    await banner.waitFor({ state: 'detached', timeout: 30_000 });
+    assert.equal(await state(id), 'ready');
+    const status = await page.evaluate(async (id) => (await fetch(`/s/${id}/api/status`)).status, id);
+    assert.equal(status, 200, 'the same editor answers again');
+    assert.equal(await frame.locator('.jp-Dialog').count(), 0);
+  } catch (error) {
+    await page.screenshot({ path: `${ARTIFACTS}/parked-failure.png` }).catch(() => {});
+    throw error;
+  } finally {
+    if (id) {
+      await page.evaluate((id) => fetch(`/api/v1/sessions/${id}`, { method: 'DELETE' }), id).catch(() => {});
+    }
+    await browser.close();
+  }
+});
