@@ -186,7 +186,7 @@ pub enum UserFilter {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SessionFilter {
     All,
-    /// Not ended: requested, queued, starting, ready, stopping.
+    /// Not ended: requested, queued, starting, ready, parked, stopping.
     Live,
     Ended,
     State(crate::domain::session::SessionState),
@@ -291,7 +291,7 @@ impl Listing<SessionSort, SessionFilter> {
             "ended" => Ok(SessionFilter::Ended),
             name => SessionState::parse(name).map(SessionFilter::State).ok_or_else(|| {
                 ListingError::Filter(format!(
-                    "unknown filter `{name}`; sessions filter by all, live, ended or a state (requested, queued, starting, ready, stopping)"
+                    "unknown filter `{name}`; sessions filter by all, live, ended or a state (requested, queued, starting, ready, parked, stopping)"
                 ))
             }),
         }

@@ -29,7 +29,7 @@ impl ApiSession {
         let now = state.service.now();
         let time_left_seconds = view
             .ends_at_ms
-            .filter(|_| view.state == SessionState::Ready)
+            .filter(|_| view.state.runs_editor())
             .map(|end| ((end - now) / 1000).max(0));
         ApiSession {
             view,
