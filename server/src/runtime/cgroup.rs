@@ -297,12 +297,13 @@ impl Group {
 
     /// Freezes every process of the group: they keep their memory and open files and run no
     /// further (a fatal signal still ends them) until [`Group::thaw`]. Blocks until the kernel
-    /// says they all are, or gives up after a second (false).
+    /// says they all are, or gives up after ten seconds (false): a task in an uninterruptible
+    /// wait on a busy machine freezes late, not never.
     pub fn freeze(&self) -> bool {
         self.set_frozen(true)
     }
 
-    /// Lets the group's processes run again; false if the kernel did not say so in a second.
+    /// Lets the group's processes run again; false if the kernel did not say so in ten seconds.
     pub fn thaw(&self) -> bool {
         self.set_frozen(false)
     }
@@ -340,7 +341,7 @@ impl Group {
         }
         // Freezing takes each task at its next return to user space: a moment, unless one
         // sits in an uninterruptible wait (a disk, a driver).
-        for _ in 0..100 {
+        for _ in 0..1000 {
             if self.is_frozen() == frozen {
                 return true;
             }
