@@ -1,9 +1,8 @@
 // A parked session in the browser: with no work for a minute (scripts/e2e.sh parks 12 GB slices
 // after 60 s), its GPU slice goes back to the pool while its page keeps the editor's frame with a
-// banner; a browser request is answered "parked" and does not wake it; "Resume" brings it back,
-// and the same editor answers again. Known gap, why parking is off by default: JupyterLab may show
-// its "Server Connection Error" dialog while its server is frozen (seen in a CI run, not in
-// others), which the person must close after the resume.
+// banner; a browser request is answered "parked" and does not wake it, and JupyterLab's own
+// polling meanwhile does not make it show "Server Connection Error" (it does on a 503, as
+// JupyterHub answers for a stopped server); "Resume" brings it back, and the same editor answers.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
@@ -39,6 +38,13 @@ test('a quiet session parks, keeps its editor on the page, and resumes', async (
 
     // Nobody touches anything: parked after the minute (plus a reaper pass), said on the page.
     const banner = page.getByTestId('parked-banner');
+    // JupyterLab's listings of kernels, sessions and terminals, answered "parked".
+    const parkedPolls = [];
+    page.on('response', (answer) => {
+      if (answer.status() === 409 && /\/api\/(kernels|sessions|terminals)\b/.test(answer.url())) {
+        parkedPolls.push(answer.url());
+      }
+    });
     // A guard against waiting for ever, not a measure of speed.
     await banner.waitFor({ timeout: 180_000 });
     assert.equal(await state(id), 'parked');
@@ -48,7 +54,15 @@ test('a quiet session parks, keeps its editor on the page, and resumes', async (
       const answer = await fetch(`/s/${id}/api/status`);
       return [answer.status, (await answer.json()).error];
     }, id);
-    assert.deepEqual(asked, [503, 'parked'], 'a browser request does not wake it');
+    assert.deepEqual(asked, [409, 'parked'], 'a browser request does not wake it');
+    // Its pollers ask a few times (every 10 s or so): no dialog says the server is gone.
+    for (let waited = 0; parkedPolls.length < 3 && waited < 120_000; waited += 500) {
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    }
+    assert.ok(parkedPolls.length >= 3, `JupyterLab polled while parked: ${parkedPolls}`);
+    assert.equal(await state(id), 'parked', 'its polling did not wake it');
+    const dialogs = frame.locator('.jp-Dialog');
+    assert.equal(await dialogs.count(), 0, 'no "Server Connection Error" while parked');
     await page.screenshot({ path: `${ARTIFACTS}/parked.png` });
 
     await banner.getByRole('button', { name: 'Resume' }).click();
@@ -56,6 +70,7 @@ test('a quiet session parks, keeps its editor on the page, and resumes', async (
     assert.equal(await state(id), 'ready');
     const status = await page.evaluate(async (id) => (await fetch(`/s/${id}/api/status`)).status, id);
     assert.equal(status, 200, 'the same editor answers again');
+    assert.equal(await dialogs.count(), 0, 'nothing for the person to close after the resume');
   } catch (error) {
     await page.screenshot({ path: `${ARTIFACTS}/parked-failure.png` }).catch(() => {});
     throw error;

@@ -82,6 +82,20 @@ async fn a_parked_editor_lends_its_slot_and_comes_back_with_its_kernel() {
         parked["url"].is_string(),
         "its page keeps the editor: {parked}"
     );
+    // Its open page's polling does not wake it, and is not told the server is gone (503, which
+    // JupyterLab shows as "Server Connection Error").
+    let cookie = app.sign_in_cookie("alice").await;
+    let polled = app
+        .send(
+            http::Request::get(app.url(&format!("/s/{id}/api/kernels")))
+                .header("cookie", format!("sandbox_session={cookie}"))
+                .body(http_body_util::Full::new(bytes::Bytes::new()))
+                .unwrap(),
+        )
+        .await;
+    polled.assert_status(StatusCode::CONFLICT);
+    assert_eq!(polled.json()["error"], "parked");
+    assert_eq!(view(&app, &alice, &id).await["state"], "parked");
     assert!(group.is_frozen(), "its processes are frozen");
     let bobs = launch(&app, &bob).await;
 

@@ -43,7 +43,7 @@ pub(super) async fn route<'r>(
             .wake_parked(&caller.user.id, session_id, caller.by_token);
         found = match Box::pin(wake).await {
             Some(true) => state.service.access.route(session_id).await,
-            Some(false) => return Err(parked()),
+            Some(false) => return Err(parked(caller.by_token)),
             None => Ok(None),
         };
     }
@@ -77,18 +77,27 @@ pub(super) async fn route<'r>(
     })
 }
 
-/// A parked session's editor is frozen: asked again in a few seconds, it may run again.
-fn parked() -> Response {
+/// A parked session's editor is frozen. A script's call that could not wake it (its card is full)
+/// may ask again in a few seconds: 503 with Retry-After. A browser's request does not wake it, and
+/// is answered 409 instead: JupyterLab reads 503 from its own server as the server gone (as
+/// JupyterHub answers for a stopped one) and shows a "Server Connection Error" dialog.
+fn parked(by_script: bool) -> Response {
+    let (status, retry_after) = match by_script {
+        true => (StatusCode::SERVICE_UNAVAILABLE, Some("5")),
+        false => (StatusCode::CONFLICT, None),
+    };
     let mut answer = json_error(
-        StatusCode::SERVICE_UNAVAILABLE,
+        status,
         "parked",
         "this session is parked: its GPU slice went back to the pool while it had no work; it \
          resumes when you type in its page or a script calls it, once its slice is free",
     );
-    answer.headers_mut().insert(
-        http::header::RETRY_AFTER,
-        http::HeaderValue::from_static("5"),
-    );
+    if let Some(seconds) = retry_after {
+        answer.headers_mut().insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static(seconds),
+        );
+    }
     answer
 }
 
