@@ -136,8 +136,13 @@ async fn attack_script(app: &TestApp, victim: (&str, &str)) -> (String, std::net
     std::fs::write(&secret, "the victim's own").unwrap();
     let handle: Value =
         serde_json::from_str(&app.record(victim_session).await.runtime_handle.unwrap()).unwrap();
-    // A listener standing in for the database server, on this machine's loopback.
-    let database = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    // A listener standing in for the database server, on this machine's loopback, on a port
+    // below every range ports are handed out from (the kernel's 32768 up, ZeroMQ's 49152 up):
+    // else a kernel's own port in the sandbox may have the same number, and answer.
+    let database = (20_000..30_000)
+        .map(|_| 20_000 + rand::random::<u16>() % 10_000)
+        .find_map(|port| std::net::TcpListener::bind(("127.0.0.1", port)).ok())
+        .expect("a free port below the ephemeral range");
     let prelude = format!(
         "OTHER_FILE = {:?}\nOTHER_DIR = {:?}\nWORKSPACES = {:?}\nDATABASE = {:?}\nDATA_DIR = {:?}\nSERVER_PID = {}\nOTHER_PID = {}\nOTHER_SOCKET = {:?}\nDB_PORT = {}\n",
         secret.display().to_string(),
