@@ -27,7 +27,7 @@ test('a quiet session parks, keeps its editor on the page, and resumes', async (
     await hydrated(page);
     const frame = page.frameLocator('[data-testid=editor-frame]');
     await frame.locator('.jp-LabShell').waitFor({ timeout: 60_000 });
-    // A page in sight beats at once: the full timeout counts from the start, not the 10 minutes
+    // A page in sight beats at once: the full timeout counts from the start, not the 15 minutes
     // of a session with no page open.
     await page.waitForFunction(() => {
       const m = (document.querySelector('[data-testid=idle-left]')?.textContent ?? '').match(/(\d+):(\d\d)/);

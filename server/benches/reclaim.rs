@@ -16,8 +16,9 @@
 
 use server::reclaim::{Outcome, Personas, Policy, report, run};
 
-/// Ours with the idle defaults the environment asks for, to weigh other defaults.
-fn tuned(config: &mut server::config::Config) {
+/// Ours with the idle defaults the environment asks for, to weigh other defaults (parking stays
+/// off where `policy` turns it off).
+fn tuned(config: &mut server::config::Config, policy: Policy) {
     let seconds = |name| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
     if let Some(timeout) = seconds("RECLAIM_TIMEOUT") {
         config.idle.timeout_seconds = timeout;
@@ -25,7 +26,7 @@ fn tuned(config: &mut server::config::Config) {
     if let Some(away) = seconds("RECLAIM_AWAY") {
         config.idle.away_timeout_seconds = away;
     }
-    if let Some(park) = seconds("RECLAIM_PARK") {
+    if let Some(park) = seconds("RECLAIM_PARK").filter(|_| policy != Policy::OursNoParking) {
         config.idle.park_after_seconds = park;
     }
 }
@@ -67,7 +68,7 @@ async fn main() {
             let started = std::time::Instant::now();
             let adjust = |c: &mut server::config::Config| {
                 if policy.is_ours() {
-                    tuned(c)
+                    tuned(c, policy)
                 }
             };
             match run::simulate(&personas, &trace, policy, &url, adjust).await {

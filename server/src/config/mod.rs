@@ -150,7 +150,7 @@ impl Default for Config {
                 per_slice: Vec::new(),
                 pressure_timeout_seconds: 0,
                 away_timeout_seconds: idle::DEFAULT_AWAY_TIMEOUT_SECONDS,
-                park_after_seconds: 0,
+                park_after_seconds: idle::DEFAULT_PARK_AFTER_SECONDS,
                 min_timeout_seconds: idle::DEFAULT_MIN_TIMEOUT_SECONDS,
                 max_timeout_seconds: idle::DEFAULT_MAX_TIMEOUT_SECONDS,
                 choice_per_slice: Vec::new(),
@@ -401,9 +401,11 @@ impl Config {
         let (timeout, warn) = own
             .map(|o| (o.timeout_seconds, o.warn_seconds))
             .unwrap_or((self.idle.timeout_seconds, self.idle.warn_seconds));
+        // A size whose timeout comes first would never park: said as off.
         let park = own
             .and_then(|o| o.park_after_seconds)
             .unwrap_or(self.idle.park_after_seconds);
+        let park = if park < timeout { park } else { 0 };
         app::domain::idle::Policy {
             timeout_ms: timeout as i64 * 1000,
             warn_ms: warn.min(timeout) as i64 * 1000,
@@ -623,11 +625,6 @@ mod tests {
             "idle.park_after_seconds",
             "at least two samples",
         );
-        refused(
-            &|c| c.idle.park_after_seconds = 1800,
-            "idle.park_after_seconds",
-            "shorter than the idle timeout",
-        );
         // In a cluster nothing is pre-started: the default `pool.warm` does not have to fit.
         let mut config = Config {
             runtime: RuntimeKind::Kube,
@@ -666,11 +663,11 @@ mod tests {
                     slice_mib: 8192,
                     timeout_seconds: 600,
                     warn_seconds: 60,
-                    park_after_seconds: Some(600),
+                    park_after_seconds: Some(30),
                 })
             },
             "idle.per_slice[0].park_after_seconds",
-            "shorter than the idle timeout",
+            "at least two samples",
         );
         // Whole cards are sessions too; and a detected card's size is known only at start.
         let mut config = Config::default();
@@ -690,6 +687,22 @@ mod tests {
         assert_eq!(config.idle_policy(8192).park_ms, 300_000);
         config.idle.per_slice[0].park_after_seconds = Some(0);
         assert_eq!(config.idle_policy(49152).park_ms, 0);
+        // A size that ends sooner than the others park neither parks nor makes the file wrong.
+        config.idle.per_slice[0].park_after_seconds = None;
+        config.idle.per_slice[0].timeout_seconds = 300;
+        config.validate().unwrap();
+        assert_eq!(config.idle_policy(49152).park_ms, 0);
+        config.idle.per_slice[0].timeout_seconds = 301;
+        assert_eq!(config.idle_policy(49152).park_ms, 300_000);
+        config.idle.per_slice[0].timeout_seconds = 600;
+        // So does a park time the timeout comes before, wherever it is set.
+        config.idle.park_after_seconds = 1800;
+        config.validate().unwrap();
+        assert_eq!(config.idle_policy(8192).park_ms, 0);
+        config.idle.per_slice[0].park_after_seconds = Some(600);
+        config.validate().unwrap();
+        assert_eq!(config.idle_policy(49152).park_ms, 0);
+        config.idle.park_after_seconds = 300;
         config.pool.detect_nvidia = true;
         config.idle.per_slice[0].slice_mib = 81920;
         config.validate().unwrap();

@@ -19,18 +19,18 @@ use super::trace::{API, CPU, GPU, HIDDEN, INPUT, KERNEL, TAB};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Policy {
-    /// The product's reaper with its configured defaults.
+    /// The product's reaper with its configured defaults: sessions with no work parked after
+    /// `idle.park_after_seconds`, their GPU given back, their kernels kept; as the local runtime
+    /// does today, only those holding no GPU memory.
     Ours,
     /// Ours, with idle sessions of a size launches wait for ended after
     /// [`SOONER_SECONDS`] (`idle.pressure_timeout_seconds`).
     OursSooner,
-    /// Ours, with sessions that have no work parked after [`PARK_SECONDS`]
-    /// (`idle.park_after_seconds`): their GPU given back, their kernels kept; as the local
-    /// runtime does today, only those holding no GPU memory.
-    OursParking,
-    /// [`Policy::OursParking`] where editors holding GPU memory park too, their memory set
-    /// aside (CUDA checkpoint, which needs a GPU machine to build and test).
-    OursParkingCheckpoint,
+    /// Ours with parking off (`idle.park_after_seconds = 0`): only ends give slices back.
+    OursNoParking,
+    /// [`Policy::Ours`] where editors holding GPU memory park too, their memory set aside (CUDA
+    /// checkpoint, which needs a GPU machine to build and test).
+    OursCheckpoint,
     JupyterHub,
     Z2jh,
     Kubeflow,
@@ -41,9 +41,6 @@ pub enum Policy {
 /// The pressure timeout [`Policy::OursSooner`] runs with.
 pub const SOONER_SECONDS: u64 = 600;
 
-/// The park time [`Policy::OursParking`] runs with.
-pub const PARK_SECONDS: u64 = 300;
-
 /// SageMaker Studio's admin bounds on the idle timeout a user picks, in minutes.
 pub const SAGEMAKER_BOUNDS: (u32, u32) = (60, 240);
 
@@ -51,8 +48,8 @@ impl Policy {
     pub const ALL: [Policy; 9] = [
         Policy::Ours,
         Policy::OursSooner,
-        Policy::OursParking,
-        Policy::OursParkingCheckpoint,
+        Policy::OursNoParking,
+        Policy::OursCheckpoint,
         Policy::JupyterHub,
         Policy::Z2jh,
         Policy::Kubeflow,
@@ -64,7 +61,7 @@ impl Policy {
     pub fn is_ours(self) -> bool {
         matches!(
             self,
-            Policy::Ours | Policy::OursSooner | Policy::OursParking | Policy::OursParkingCheckpoint
+            Policy::Ours | Policy::OursSooner | Policy::OursNoParking | Policy::OursCheckpoint
         )
     }
 
@@ -72,8 +69,8 @@ impl Policy {
         match self {
             Policy::Ours => "ours",
             Policy::OursSooner => "ours, sooner while launches wait",
-            Policy::OursParking => "ours, parking",
-            Policy::OursParkingCheckpoint => "ours, parking with GPU checkpoint",
+            Policy::OursNoParking => "ours, no parking",
+            Policy::OursCheckpoint => "ours, with GPU checkpoint",
             Policy::JupyterHub => "jupyterhub-idle-culler",
             Policy::Z2jh => "z2jh",
             Policy::Kubeflow => "kubeflow",
@@ -87,10 +84,9 @@ impl Policy {
     pub fn counts(self, minute: u16) -> Option<bool> {
         let any = |flags: u16| minute & flags != 0;
         match self {
-            Policy::Ours
-            | Policy::OursSooner
-            | Policy::OursParking
-            | Policy::OursParkingCheckpoint => None,
+            Policy::Ours | Policy::OursSooner | Policy::OursNoParking | Policy::OursCheckpoint => {
+                None
+            }
             Policy::JupyterHub | Policy::Z2jh => Some(any(INPUT | TAB | HIDDEN | KERNEL | API)),
             Policy::Kubeflow => Some(any(KERNEL)),
             Policy::Coder => Some(any(INPUT | TAB | HIDDEN | API)),
@@ -102,10 +98,9 @@ impl Policy {
     /// policy lets them (SageMaker Studio).
     pub fn timing(self, user_min: u32) -> Option<(u32, u32)> {
         match self {
-            Policy::Ours
-            | Policy::OursSooner
-            | Policy::OursParking
-            | Policy::OursParkingCheckpoint => None,
+            Policy::Ours | Policy::OursSooner | Policy::OursNoParking | Policy::OursCheckpoint => {
+                None
+            }
             Policy::JupyterHub => Some((10, 5)),
             Policy::Z2jh => Some((60, 10)),
             Policy::Kubeflow => Some((1440, 1)),
@@ -128,10 +123,9 @@ impl Policy {
     /// wrongful-reclaim reasons): CPU or GPU work outside a kernel is not, for most peers.
     pub fn sees_job(self, minute: u16) -> bool {
         match self {
-            Policy::Ours
-            | Policy::OursSooner
-            | Policy::OursParking
-            | Policy::OursParkingCheckpoint => minute & (KERNEL | GPU | CPU | API | INPUT) != 0,
+            Policy::Ours | Policy::OursSooner | Policy::OursNoParking | Policy::OursCheckpoint => {
+                minute & (KERNEL | GPU | CPU | API | INPUT) != 0
+            }
             _ => self.counts(minute) == Some(true),
         }
     }

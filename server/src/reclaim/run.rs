@@ -267,8 +267,8 @@ pub fn config_for(personas: &Personas, policy: Policy, adjust: impl FnOnce(&mut 
     if policy == Policy::OursSooner {
         config.idle.pressure_timeout_seconds = super::peers::SOONER_SECONDS;
     }
-    if matches!(policy, Policy::OursParking | Policy::OursParkingCheckpoint) {
-        config.idle.park_after_seconds = super::peers::PARK_SECONDS;
+    if !policy.is_ours() || policy == Policy::OursNoParking {
+        config.idle.park_after_seconds = 0;
     }
     adjust(&mut config);
     config
@@ -322,7 +322,7 @@ pub async fn simulate(
         store.clone(),
         Arc::new(SimRuntime {
             holding: holding.clone(),
-            checkpoints: policy == Policy::OursParkingCheckpoint,
+            checkpoints: policy == Policy::OursCheckpoint,
         }),
         gpus,
         crate::gpu::Enforcement::None,

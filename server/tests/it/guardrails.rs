@@ -220,7 +220,7 @@ async fn an_open_tab_alone_does_not_hold_a_gpu_by_default() {
 
 #[tokio::test]
 async fn a_page_that_says_it_left_starts_the_away_timeout_at_once() {
-    // On a clock the test moves, with the defaults: 30 minutes at a page, 10 with none.
+    // On a clock the test moves, with the defaults: 30 minutes at a page, 15 with none.
     let app = TestApp::start_clocked(Some(FakeRuntime::new()), |_| {}).await;
     let (_, token) = app.user("lou").await;
     let id = app.launch_ready(&token, "jupyterlab").await;
@@ -242,7 +242,7 @@ async fn a_page_that_says_it_left_starts_the_away_timeout_at_once() {
     assert_eq!(idle_in(json!({"input": true})).await, 30);
     // A minute on, the tab goes into the background: the away timeout, from then.
     app.advance(Duration::from_secs(60));
-    assert_eq!(idle_in(json!({"left": true})).await, 10);
+    assert_eq!(idle_in(json!({"left": true})).await, 15);
     app.advance(Duration::from_secs(4 * 60));
     assert_eq!(idle_in(json!({"input": false})).await, 25, "back in sight");
     // Without a word on leaving, the page counts as there until a beat is overdue.

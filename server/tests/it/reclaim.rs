@@ -279,7 +279,11 @@ async fn under_pressure_idle_sessions_end_sooner_and_running_jobs_still_never() 
             p.work_h = [0.5, 0.6];
         }
     }
-    let sooner = month(&personas, Policy::OursSooner).await;
+    // Parking off: with it the tabs' slices go back after five minutes, and nobody waits.
+    let sooner = month_with(&personas, Policy::OursSooner, |c| {
+        c.idle.park_after_seconds = 0
+    })
+    .await;
     assert!(sooner.wait(1.0) > 0, "launches waited");
     let ended_sooner = sooner
         .sessions
@@ -302,9 +306,9 @@ async fn parking_gives_quiet_slices_back_and_takes_no_ones_work() {
         1,
         2,
     );
-    let park_min = (server::reclaim::peers::PARK_SECONDS / 60) as u32;
-    let plain = month(&personas, Policy::Ours).await;
-    let parking = month(&personas, Policy::OursParkingCheckpoint).await;
+    let park_min = (server::config::idle::DEFAULT_PARK_AFTER_SECONDS / 60) as u32;
+    let plain = month(&personas, Policy::OursNoParking).await;
+    let parking = month(&personas, Policy::OursCheckpoint).await;
     assert!(parking.parks > 0 && parking.resumes > 0, "{parking:#?}");
     assert_eq!(
         parking.waited_for_gpu_min, 0,
@@ -340,7 +344,7 @@ async fn parking_gives_quiet_slices_back_and_takes_no_ones_work() {
             .map(|s| s.parked_min)
             .sum()
     };
-    let no_checkpoint = month(&personas, Policy::OursParking).await;
+    let no_checkpoint = month(&personas, Policy::Ours).await;
     assert!(memory(&parking) > 0);
     assert_eq!(memory(&no_checkpoint), 0, "its model holds GPU memory");
 }
