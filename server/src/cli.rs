@@ -71,6 +71,9 @@ enum Command {
     GpuProbe {
         #[arg(long)]
         mib: u64,
+        /// Fill the memory, say so, wait for a line, then say whether it still holds.
+        #[arg(long)]
+        hold: bool,
     },
 }
 
@@ -197,8 +200,11 @@ pub fn main() -> ExitCode {
     init_logs();
     let cli = Cli::parse();
     // In a sandbox, with nothing of the server's: no configuration, no runtime.
-    if let Some(Command::GpuProbe { mib }) = cli.command {
-        let _ = print_probe(mib);
+    if let Some(Command::GpuProbe { mib, hold }) = cli.command {
+        match hold {
+            true => crate::runtime::gpu_park_check::hold(mib),
+            false => drop(print_probe(mib)),
+        }
         return ExitCode::SUCCESS;
     }
     let config = match Config::load(cli.config.as_deref()) {
@@ -285,7 +291,7 @@ async fn dispatch(command: Command, config: Config) -> Result<(), String> {
                 Err("the GPU check failed (see above)".into())
             }
         }
-        Command::GpuProbe { mib } => print_probe(mib),
+        Command::GpuProbe { mib, .. } => print_probe(mib),
         Command::CheckConfig => check_config(&config),
         Command::Migrate => {
             crate::util::private_dir(&config.data_dir).map_err(|e| {

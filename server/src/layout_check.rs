@@ -304,12 +304,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
         "one match arm per command-line command",
     ),
     (
-        "server/src/runtime/gpu_check.rs",
-        "run",
-        171,
-        "the GPU check's steps in order, each reported",
-    ),
-    (
         "server/src/runtime/kube/objects.rs",
         "UserPlan::session_pod",
         186,

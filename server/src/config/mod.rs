@@ -119,6 +119,7 @@ impl Default for Config {
                 detect_nvidia: true,
                 detected_slice_mib: 8192,
                 hami_core_library: String::new(),
+                cuda_checkpoint: pool::default_cuda_checkpoint(),
                 default_price_per_gib_hour: "0.125".into(),
                 gpus: vec![DeclaredGpu {
                     name: "virtual-0".into(),

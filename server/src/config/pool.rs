@@ -16,6 +16,10 @@ pub struct PoolConfig {
     pub detected_slice_mib: u64,
     /// HAMi-core's libvgpu.so; when set, slices on real GPUs are enforced through it.
     pub hami_core_library: String,
+    /// NVIDIA's `cuda-checkpoint` (a path, or a name on the PATH; empty: none), with which a
+    /// parked editor's GPU memory is set aside; without it, editors holding GPU memory never park.
+    #[serde(default = "default_cuda_checkpoint")]
+    pub cuda_checkpoint: String,
     /// Credits per slice-hour when no price below matches, per GiB of slice.
     #[serde(deserialize_with = "amount")]
     pub default_price_per_gib_hour: String,
@@ -153,4 +157,9 @@ pub(super) fn list_sizes(sizes: &[u64]) -> String {
         .map(u64::to_string)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Where NVIDIA's installs leave it.
+pub fn default_cuda_checkpoint() -> String {
+    "cuda-checkpoint".into()
 }

@@ -331,16 +331,7 @@ impl NvmlSampler {
             let Ok(device) = self.nvml.device_by_index(index) else {
                 continue;
             };
-            for process in device.running_compute_processes().unwrap_or_default() {
-                if let nvml_wrapper::enums::device::UsedGpuMemory::Used(bytes) =
-                    process.used_gpu_memory
-                {
-                    memory.push(ProcessMemory {
-                        pid: process.pid,
-                        bytes,
-                    });
-                }
-            }
+            memory.extend(memory_of(&device));
             let since = last_seen.get(&index).copied();
             // NotFound means no sample since then: nothing ran.
             for sample in device.process_utilization_stats(since).unwrap_or_default() {
@@ -355,6 +346,31 @@ impl NvmlSampler {
         }
         (memory, samples)
     }
+
+    /// The GPU memory each process holds now, on every card; no utilization sample is taken,
+    /// so the next [`NvmlSampler::sample`] still sees them all.
+    pub fn memory(&self) -> Vec<ProcessMemory> {
+        let count = self.nvml.device_count().unwrap_or(0);
+        (0..count)
+            .filter_map(|index| self.nvml.device_by_index(index).ok())
+            .flat_map(|device| memory_of(&device))
+            .collect()
+    }
+}
+
+fn memory_of(device: &nvml_wrapper::Device<'_>) -> Vec<ProcessMemory> {
+    device
+        .running_compute_processes()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|process| match process.used_gpu_memory {
+            nvml_wrapper::enums::device::UsedGpuMemory::Used(bytes) => Some(ProcessMemory {
+                pid: process.pid,
+                bytes,
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -6,6 +6,8 @@
 //! request without the sandbox's preload shows what the slice would be without it. The program
 //! in the sandbox is this binary (`server gpu-probe`), which finds the driver as every CUDA
 //! program does (`dlopen`), so HAMi-core's hooks see it as they would a notebook's kernel.
+//! Before the sandbox, where `pool.cuda_checkpoint` runs, a process holding GPU memory is parked
+//! and brought back as an editor's kernel is (`gpu_park_check`).
 
 use super::gpu::{self, Enforcement};
 use super::sandbox::{self, Sandbox, Spec};
@@ -88,14 +90,13 @@ pub enum Outcome {
     Failed(String),
 }
 
-/// The check, for a slice of `slice_mib` on the first card NVML finds.
-pub fn run(config: &Config, slice_mib: Option<u64>, exe: &Path) -> Report {
-    let mut report = Report::default();
+/// The cards NVML lists, said as the first step; None (the step failed) without any.
+fn cards(config: &Config, report: &mut Report) -> Option<Vec<app::domain::pool::GpuSpec>> {
     let gpus = match gpu::detect_nvidia(config.pool.detected_slice_mib, true) {
         Ok(gpus) if !gpus.is_empty() => gpus,
         Ok(_) => {
             report.step("NVML", Some(false), "the driver lists no card".into());
-            return report;
+            return None;
         }
         Err(e) => {
             report.step(
@@ -103,7 +104,7 @@ pub fn run(config: &Config, slice_mib: Option<u64>, exe: &Path) -> Report {
                 Some(false),
                 format!("no NVIDIA driver answered ({e})"),
             );
-            return report;
+            return None;
         }
     };
     let listed: Vec<String> = gpus
@@ -127,7 +128,22 @@ pub fn run(config: &Config, slice_mib: Option<u64>, exe: &Path) -> Report {
             listed.join(", ")
         ),
     );
-    report.step("cuda-checkpoint", None, cuda_checkpoint());
+    Some(gpus)
+}
+
+/// The check, for a slice of `slice_mib` on the first card NVML finds.
+pub fn run(config: &Config, slice_mib: Option<u64>, exe: &Path) -> Report {
+    let mut report = Report::default();
+    let Some(gpus) = cards(config, &mut report) else {
+        return report;
+    };
+    let (passed, seen) =
+        super::gpu_park_check::round_trip(exe, &config.pool.cuda_checkpoint, PARKED_MIB);
+    report.step(
+        "a parked kernel's GPU memory set aside and back",
+        passed,
+        seen,
+    );
     let sandbox = match Sandbox::prepare(config, &[exe]) {
         Ok(sandbox) => sandbox,
         Err(why) => {
@@ -266,19 +282,8 @@ fn launch_devices_of(slice: super::SliceBinding) -> Result<Vec<PathBuf>, String>
     super::EditorLaunch::of_slice(slice).slice_devices()
 }
 
-/// Whether NVIDIA's `cuda-checkpoint` is on the PATH and answers: a figure for later work
-/// (suspending an idle session's GPU state instead of ending it).
-fn cuda_checkpoint() -> String {
-    match std::process::Command::new("cuda-checkpoint")
-        .arg("--help")
-        .stdin(std::process::Stdio::null())
-        .output()
-    {
-        Ok(out) if out.status.success() => "present, answers --help".into(),
-        Ok(out) => format!("present, --help exited {}", out.status),
-        Err(_) => "not on the PATH".into(),
-    }
-}
+/// What the parking step holds: a kernel's model, small enough for any card.
+const PARKED_MIB: u64 = 1024;
 
 /// The probe ran with HAMi-core loaded and came to `outcome`.
 fn preloaded_and(tried: &Result<Probe, String>, outcome: Outcome) -> bool {

@@ -11,6 +11,7 @@ pub mod editors;
 pub mod egress;
 pub mod gpu;
 pub mod gpu_check;
+pub mod gpu_park_check;
 pub mod idmap;
 pub mod kube;
 mod local;

@@ -41,6 +41,7 @@
 //! from the same origin as the dashboard (as JupyterHub's default): a user's own editor can act
 //! as that user in their browser; per-session origins would remove that.
 
+pub mod checkpoint;
 mod handle;
 mod network;
 mod plan;
@@ -70,6 +71,11 @@ pub struct LocalRuntime {
     cpu_seen: std::sync::Mutex<std::collections::HashMap<String, (Instant, u64)>>,
     /// The sandbox every editor runs in, or why there is none.
     sandbox: Result<super::sandbox::Sandbox, String>,
+    /// `pool.cuda_checkpoint`, looked for when an editor holding GPU memory first parks.
+    cuda_checkpoint: (
+        String,
+        std::sync::OnceLock<Option<checkpoint::CudaCheckpoint>>,
+    ),
 }
 
 impl LocalRuntime {
@@ -102,6 +108,7 @@ impl LocalRuntime {
         }
         LocalRuntime {
             sandbox,
+            cuda_checkpoint: (config.pool.cuda_checkpoint.clone(), Default::default()),
             ..LocalRuntime::new(tools, &config.data_dir)
         }
     }
@@ -125,7 +132,22 @@ impl LocalRuntime {
             nvml: std::sync::OnceLock::new(),
             cpu_seen: Default::default(),
             sandbox: Err("not asked for".into()),
+            cuda_checkpoint: Default::default(),
         }
+    }
+
+    /// NVIDIA's `cuda-checkpoint`, where it is configured and runs.
+    async fn cuda_checkpoint(&self) -> Option<checkpoint::CudaCheckpoint> {
+        let (configured, found) = &self.cuda_checkpoint;
+        if let Some(found) = found.get() {
+            return found.clone();
+        }
+        let configured = configured.clone();
+        let tool =
+            tokio::task::spawn_blocking(move || checkpoint::CudaCheckpoint::find(&configured))
+                .await
+                .unwrap_or(None);
+        found.get_or_init(|| tool).clone()
     }
 
     fn sandbox(&self) -> Option<&super::sandbox::Sandbox> {
@@ -261,12 +283,32 @@ impl Runtime for LocalRuntime {
 
     async fn park(&self, handle: &str) -> Result<(), RuntimeError> {
         let group = frozen_group(handle)?;
+        // Set aside while its processes still run: the tool works through each one's driver.
+        let holding = usage::gpu_memory_pids(self, group.pids()).await;
+        let tool = match holding.is_empty() {
+            true => None,
+            false => Some(self.cuda_checkpoint().await.ok_or_else(|| {
+                RuntimeError::Unavailable(
+                    "it holds GPU memory, and this server has no cuda-checkpoint to set it aside"
+                        .into(),
+                )
+            })?),
+        };
+        if let Some(tool) = tool.clone() {
+            let pids = holding.clone();
+            tokio::task::spawn_blocking(move || checkpoint::set_aside(&tool, &pids))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()))
+                .map_err(|why| {
+                    RuntimeError::Unavailable(format!("its GPU memory was not set aside: {why}"))
+                })?;
+        }
         let freezing = group.clone();
         if !tokio::task::spawn_blocking(move || freezing.freeze())
             .await
             .unwrap_or(false)
         {
-            let _ = tokio::task::spawn_blocking(move || group.thaw()).await;
+            undo_park(group, tool, holding).await;
             return Err(RuntimeError::Unavailable(
                 "its processes did not freeze".into(),
             ));
@@ -275,9 +317,9 @@ impl Runtime for LocalRuntime {
         // holds would stay taken with its slot given to someone else.
         let usage = self.gpu_usage(&[handle.to_string()]).await;
         if usage.get(handle).is_some_and(|u| u.memory_used_mib > 0) {
-            let _ = tokio::task::spawn_blocking(move || group.thaw()).await;
+            undo_park(group, tool, holding).await;
             return Err(RuntimeError::Unavailable(
-                "it holds GPU memory, which this server cannot set aside".into(),
+                "it still holds GPU memory once frozen".into(),
             ));
         }
         Ok(())
@@ -285,16 +327,29 @@ impl Runtime for LocalRuntime {
 
     async fn resume(&self, handle: &str) -> Result<(), RuntimeError> {
         let group = frozen_group(handle)?;
-        if tokio::task::spawn_blocking(move || group.thaw())
+        let thawing = group.clone();
+        if !tokio::task::spawn_blocking(move || thawing.thaw())
             .await
             .unwrap_or(false)
         {
-            Ok(())
-        } else {
-            Err(RuntimeError::Unavailable(
+            return Err(RuntimeError::Unavailable(
                 "its processes did not thaw".into(),
-            ))
+            ));
         }
+        // Whatever was set aside, by this server or the one before a restart, comes back.
+        if self.cuda_checkpoint.0.is_empty() {
+            return Ok(());
+        }
+        let Some(tool) = self.cuda_checkpoint().await else {
+            return Ok(());
+        };
+        let pids: Vec<u32> = group.pids().into_iter().map(|p| p as u32).collect();
+        tokio::task::spawn_blocking(move || checkpoint::bring_back(&tool, &pids))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()))
+            .map_err(|why| {
+                RuntimeError::Unavailable(format!("its GPU memory did not come back: {why}"))
+            })
     }
 
     async fn sweep(&self, owned: &std::collections::HashSet<String>) -> usize {
@@ -344,6 +399,23 @@ impl Runtime for LocalRuntime {
     async fn memory_used(&self, handles: &[String]) -> std::collections::HashMap<String, u64> {
         usage::memory(handles).await
     }
+}
+
+/// A park that failed half way: the editor runs again, with its GPU memory back.
+async fn undo_park(
+    group: crate::runtime::cgroup::Group,
+    tool: Option<checkpoint::CudaCheckpoint>,
+    holding: Vec<u32>,
+) {
+    let _ = tokio::task::spawn_blocking(move || {
+        group.thaw();
+        if let Some(tool) = tool
+            && let Err(why) = checkpoint::bring_back(&tool, &holding)
+        {
+            tracing::error!(%why, "a parked editor's GPU memory did not come back");
+        }
+    })
+    .await;
 }
 
 /// The control group of the editor `handle` names, which parking freezes.

@@ -18,12 +18,26 @@ pub(super) fn leaders_of(handles: &[String]) -> std::collections::HashMap<u32, S
         .collect()
 }
 
-/// Each editor's GPU use (see [`crate::runtime::Runtime::gpu_usage`]).
-pub(super) async fn gpu(
-    rt: &LocalRuntime,
-    handles: &[String],
-) -> HashMap<String, crate::runtime::GpuUsage> {
-    let sampler = match rt.nvml.get() {
+/// Which of `pids` (an editor's processes) hold GPU memory now.
+pub(super) async fn gpu_memory_pids(rt: &LocalRuntime, pids: Vec<i32>) -> Vec<u32> {
+    let Some(sampler) = sampler(rt).await else {
+        return Vec::new();
+    };
+    tokio::task::spawn_blocking(move || {
+        sampler
+            .memory()
+            .iter()
+            .filter(|p| p.bytes > 0 && pids.contains(&(p.pid as i32)))
+            .map(|p| p.pid)
+            .collect()
+    })
+    .await
+    .unwrap_or_default()
+}
+
+/// The NVML sampler, opened on first use; None where there is no NVIDIA driver.
+async fn sampler(rt: &LocalRuntime) -> Option<std::sync::Arc<crate::runtime::gpu::NvmlSampler>> {
+    match rt.nvml.get() {
         Some(sampler) => sampler.clone(),
         None => {
             // Loading the driver can take seconds: off the async threads.
@@ -34,8 +48,15 @@ pub(super) async fn gpu(
             .unwrap_or(None);
             rt.nvml.get_or_init(|| opened).clone()
         }
-    };
-    let Some(sampler) = sampler else {
+    }
+}
+
+/// Each editor's GPU use (see [`crate::runtime::Runtime::gpu_usage`]).
+pub(super) async fn gpu(
+    rt: &LocalRuntime,
+    handles: &[String],
+) -> HashMap<String, crate::runtime::GpuUsage> {
+    let Some(sampler) = sampler(rt).await else {
         return Default::default();
     };
     let leaders = leaders_of(handles);
