@@ -173,6 +173,9 @@ pub struct SessionView {
     pub held: i64,
     /// Milli-credits per hour on the card it got.
     pub price_per_hour: i64,
+    /// Its time parked, which is not charged.
+    #[serde(default)]
+    pub parked: crate::domain::credits::Parked,
     /// Place in line while queued (1 = next).
     pub queue_position: Option<u32>,
     /// While queued: when it should start, from the running sessions' end times (`None`: after
@@ -464,6 +467,9 @@ pub struct AdminSession {
     pub held: i64,
     #[serde(default)]
     pub charged: i64,
+    /// Its time parked, which is not charged.
+    #[serde(default)]
+    pub parked: crate::domain::credits::Parked,
     /// When the server read it: a running session's time and cost so far count to here.
     #[serde(default)]
     pub as_of_ms: i64,

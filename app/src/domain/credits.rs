@@ -26,6 +26,21 @@ pub fn settle(hold: i64, per_hour: i64, elapsed_ms: i64) -> (i64, i64) {
     (charge, hold - charge)
 }
 
+/// The time a session spent parked (its GPU slice given back while it had no work), which is
+/// not charged: `before_ms` of parks that ended, and the one that runs `since` then, if any.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Parked {
+    pub before_ms: i64,
+    pub since: Option<i64>,
+}
+
+impl Parked {
+    /// Parked time up to `at`.
+    pub fn until(self, at: i64) -> i64 {
+        self.before_ms + self.since.map_or(0, |since| (at - since).max(0))
+    }
+}
+
 /// What a session's end writes to the ledger.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Settlement {
@@ -38,19 +53,20 @@ pub struct Settlement {
 }
 
 /// Settles a session that ends at `now`: the whole `hold` is released, then the time from
-/// `ready_at` to `charge_until` (never past `now`) is charged by the minute at `per_hour`,
-/// unless the session never became ready or its `reason` charges no time (a failed launch).
-/// `charge_until` is set when nobody watched the session to its end (a server that died):
-/// its user pays until the last moment a server saw it alive.
+/// `ready_at` to `charge_until` (never past `now`), less the time it was `parked`, is charged by
+/// the minute at `per_hour`, unless the session never became ready or its `reason` charges no
+/// time (a failed launch). `charge_until` is set when nobody watched the session to its end (a
+/// server that died): its user pays until the last moment a server saw it alive.
 pub fn settlement(
     hold: i64,
     per_hour: i64,
     ready_at: Option<i64>,
     charge_until: Option<i64>,
     reason: Option<EndReason>,
+    parked: Parked,
     now: i64,
 ) -> Settlement {
-    let elapsed = charged_ms(ready_at, charge_until, reason, now);
+    let elapsed = charged_ms(ready_at, charge_until, reason, parked, now);
     let (charge, _) = settle(hold, per_hour, elapsed);
     Settlement {
         released: hold,
@@ -60,19 +76,21 @@ pub fn settlement(
 }
 
 /// The time a session is charged for, by [`settlement`]'s rule: from `ready_at` to
-/// `charge_until` (never past `now`), none if it never became ready or its `reason` charges no
-/// time. For a session still running, `reason` is None and `now` the moment asked about.
+/// `charge_until` (never past `now`) less the time it was `parked` by then, none if it never
+/// became ready or its `reason` charges no time. For a session still running, `reason` is None
+/// and `now` the moment asked about.
 pub fn charged_ms(
     ready_at: Option<i64>,
     charge_until: Option<i64>,
     reason: Option<EndReason>,
+    parked: Parked,
     now: i64,
 ) -> i64 {
     let charged = reason.is_none_or(EndReason::charges_time);
     let until = charge_until.map_or(now, |until| until.min(now));
     ready_at
         .filter(|_| charged)
-        .map_or(0, |ready| (until - ready).max(0))
+        .map_or(0, |ready| (until - ready - parked.until(until)).max(0))
 }
 
 /// The minutes a session is charged for, rounded up as the charge rounds them: what its card
@@ -81,15 +99,23 @@ pub fn charged_minutes(
     ready_at: Option<i64>,
     charge_until: Option<i64>,
     reason: Option<EndReason>,
+    parked: Parked,
     now: i64,
 ) -> i64 {
-    minutes_used(charged_ms(ready_at, charge_until, reason, now))
+    minutes_used(charged_ms(ready_at, charge_until, reason, parked, now))
 }
 
 /// What a running session has cost so far: the charge [`settlement`] would write were it to
-/// end at `now` (the minutes begun, at its price, never more than its hold).
-pub fn cost_so_far(hold: i64, per_hour: i64, ready_at: Option<i64>, now: i64) -> i64 {
-    settlement(hold, per_hour, ready_at, None, None, now).charge
+/// end at `now` (the minutes begun, parked time left out, at its price, never more than its
+/// hold).
+pub fn cost_so_far(
+    hold: i64,
+    per_hour: i64,
+    ready_at: Option<i64>,
+    parked: Parked,
+    now: i64,
+) -> i64 {
+    settlement(hold, per_hour, ready_at, None, None, parked, now).charge
 }
 
 /// Minutes as a card says them: "1 min", "59 min", "2 h 05 min" (a begun minute is charged,
@@ -282,10 +308,60 @@ mod tests {
 
     const NOW: i64 = 1_800_000_000_000;
     const MINUTE: i64 = 60_000;
+    /// Never parked.
+    const P: Parked = Parked {
+        before_ms: 0,
+        since: None,
+    };
+
+    #[test]
+    fn parked_time_is_not_charged() {
+        let ready = Some(NOW - 60 * MINUTE);
+        // Parked 20 minutes earlier, and again for the last 10.
+        let parked = Parked {
+            before_ms: 20 * MINUTE,
+            since: Some(NOW - 10 * MINUTE),
+        };
+        assert_eq!(parked.until(NOW), 30 * MINUTE);
+        let s = settlement(
+            10_000,
+            6_000,
+            ready,
+            None,
+            Some(EndReason::Idle),
+            parked,
+            NOW,
+        );
+        assert_eq!((s.minutes, s.charge), (30, 3_000));
+        assert_eq!(
+            charged_minutes(ready, None, Some(EndReason::Idle), parked, NOW),
+            30
+        );
+        assert_eq!(cost_so_far(10_000, 6_000, ready, parked, NOW), 3_000);
+        // A server that died while it was parked charges until it last saw it: the park from
+        // then on is not counted twice.
+        let watched = Some(NOW - 5 * MINUTE);
+        let s = settlement(
+            10_000,
+            6_000,
+            ready,
+            watched,
+            Some(EndReason::Crash),
+            parked,
+            NOW,
+        );
+        assert_eq!(s.minutes, 30);
+        // Never more parked than it ran.
+        let always = Parked {
+            before_ms: 0,
+            since: ready,
+        };
+        assert_eq!(cost_so_far(10_000, 6_000, ready, always, NOW), 0);
+    }
 
     #[test]
     fn a_session_pays_for_the_minutes_since_it_was_ready_and_gets_the_rest_back() {
-        let s = settlement(1000, 1000, Some(NOW - 30 * MINUTE - 1), None, None, NOW);
+        let s = settlement(1000, 1000, Some(NOW - 30 * MINUTE - 1), None, None, P, NOW);
         assert_eq!(s.released, 1000);
         assert_eq!(s.minutes, 31, "a started minute counts");
         assert_eq!(s.charge, price_for_minutes(1000, 31));
@@ -294,9 +370,9 @@ mod tests {
     #[test]
     fn a_launch_that_failed_or_never_became_ready_pays_nothing() {
         let ready = Some(NOW - 10 * MINUTE);
-        let failed = settlement(500, 1000, ready, None, Some(EndReason::Failed), NOW);
+        let failed = settlement(500, 1000, ready, None, Some(EndReason::Failed), P, NOW);
         assert_eq!((failed.released, failed.charge), (500, 0));
-        let never_ready = settlement(500, 1000, None, None, Some(EndReason::User), NOW);
+        let never_ready = settlement(500, 1000, None, None, Some(EndReason::User), P, NOW);
         assert_eq!((never_ready.released, never_ready.charge), (500, 0));
         for reason in [
             EndReason::User,
@@ -306,7 +382,7 @@ mod tests {
             EndReason::Admin,
             EndReason::Lost,
         ] {
-            let s = settlement(500, 1000, ready, None, Some(reason), NOW);
+            let s = settlement(500, 1000, ready, None, Some(reason), P, NOW);
             assert_eq!(s.charge, price_for_minutes(1000, 10), "{reason}");
         }
     }
@@ -321,20 +397,21 @@ mod tests {
             ready,
             watched_until,
             Some(EndReason::Crash),
+            P,
             NOW,
         );
         assert_eq!(s.minutes, 10);
         // A mark in the future (a clock ahead on another replica) never charges past now.
-        let ahead = settlement(2000, 1000, ready, Some(NOW + MINUTE), None, NOW);
+        let ahead = settlement(2000, 1000, ready, Some(NOW + MINUTE), None, P, NOW);
         assert_eq!(ahead.minutes, 60);
         // Nor does a mark before the session was ready charge anything.
-        let before = settlement(2000, 1000, ready, Some(NOW - 90 * MINUTE), None, NOW);
+        let before = settlement(2000, 1000, ready, Some(NOW - 90 * MINUTE), None, P, NOW);
         assert_eq!((before.minutes, before.charge), (0, 0));
     }
 
     #[test]
     fn the_charge_never_exceeds_the_hold() {
-        let s = settlement(100, 1000, Some(NOW - 120 * MINUTE), None, None, NOW);
+        let s = settlement(100, 1000, Some(NOW - 120 * MINUTE), None, None, P, NOW);
         assert_eq!((s.released, s.charge), (100, 100));
     }
 
@@ -388,22 +465,31 @@ mod tests {
     fn the_minutes_shown_are_the_minutes_charged() {
         // A session ready for 7 min 20 s pays for 8 minutes; its card says 8 min.
         let ready = Some(NOW - 7 * MINUTE - 20_000);
-        let s = settlement(10_000, 6_000, ready, None, Some(EndReason::User), NOW);
-        let shown = charged_minutes(ready, None, Some(EndReason::User), NOW);
+        let s = settlement(10_000, 6_000, ready, None, Some(EndReason::User), P, NOW);
+        let shown = charged_minutes(ready, None, Some(EndReason::User), P, NOW);
         assert_eq!((s.minutes, shown), (8, 8));
         assert_eq!(s.charge, price_for_minutes(6_000, shown));
         assert_eq!(minutes_words(shown), "8 min");
         // Time nobody watched is neither charged nor shown; a failure charges and shows none.
         let watched = Some(NOW - 3 * MINUTE);
         assert_eq!(
-            charged_minutes(ready, watched, Some(EndReason::Crash), NOW),
-            settlement(10_000, 6_000, ready, watched, Some(EndReason::Crash), NOW).minutes
+            charged_minutes(ready, watched, Some(EndReason::Crash), P, NOW),
+            settlement(
+                10_000,
+                6_000,
+                ready,
+                watched,
+                Some(EndReason::Crash),
+                P,
+                NOW
+            )
+            .minutes
         );
         assert_eq!(
-            charged_minutes(ready, None, Some(EndReason::Failed), NOW),
+            charged_minutes(ready, None, Some(EndReason::Failed), P, NOW),
             0
         );
-        assert_eq!(charged_minutes(None, None, None, NOW), 0);
+        assert_eq!(charged_minutes(None, None, None, P, NOW), 0);
         assert_eq!(minutes_words(1), "1 min");
         assert_eq!(minutes_words(125), "2 h 05 min");
     }
@@ -413,17 +499,17 @@ mod tests {
         let ready = Some(NOW - 90 * MINUTE - 1);
         // 91 minutes begun at 1 credit an hour, under its 2-credit hold.
         assert_eq!(
-            cost_so_far(2_000, 1_000, ready, NOW),
+            cost_so_far(2_000, 1_000, ready, P, NOW),
             price_for_minutes(1_000, 91)
         );
         assert_eq!(
-            cost_so_far(2_000, 1_000, ready, NOW),
-            settlement(2_000, 1_000, ready, None, Some(EndReason::User), NOW).charge
+            cost_so_far(2_000, 1_000, ready, P, NOW),
+            settlement(2_000, 1_000, ready, None, Some(EndReason::User), P, NOW).charge
         );
         // Never more than the hold; nothing before it was ready.
-        assert_eq!(cost_so_far(1_000, 1_000, ready, NOW), 1_000);
-        assert_eq!(cost_so_far(1_000, 1_000, None, NOW), 0);
-        assert_eq!(cost_so_far(1_000, 1_000, Some(NOW + MINUTE), NOW), 0);
+        assert_eq!(cost_so_far(1_000, 1_000, ready, P, NOW), 1_000);
+        assert_eq!(cost_so_far(1_000, 1_000, None, P, NOW), 0);
+        assert_eq!(cost_so_far(1_000, 1_000, Some(NOW + MINUTE), P, NOW), 0);
     }
 
     #[test]

@@ -164,8 +164,11 @@ pub(crate) fn in_use(
 ) -> String {
     match (ready_at_ms, ended_at_ms) {
         (Some(ready), Some(ended)) => {
+            // Without the server's count (a session settled before it kept one), nothing was
+            // parked: parking came later.
             let minutes = charged_minutes.unwrap_or_else(|| {
-                crate::domain::credits::charged_minutes(Some(ready), None, None, ended)
+                let never = crate::domain::credits::Parked::default();
+                crate::domain::credits::charged_minutes(Some(ready), None, None, never, ended)
             });
             format!("in use {}", crate::domain::credits::minutes_words(minutes))
         }

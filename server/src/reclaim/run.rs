@@ -756,10 +756,10 @@ impl Sim<'_> {
                     .iter()
                     .filter(|t| t.person == p)
                     .map(|t| {
-                        // Parked minutes are charged as booked (the slice waits for its return).
+                        // Parked minutes are not charged: the slice went back.
                         app::domain::credits::price_for_minutes(
                             t.price_per_hour,
-                            i64::from(t.allocated + t.parked),
+                            i64::from(t.allocated),
                         )
                     })
                     .sum::<i64>();
@@ -791,10 +791,8 @@ impl Sim<'_> {
         let idle_min: u64 = sessions.iter().map(|s| u64::from(s.idle_min)).sum();
         let idle_charged_milli = sessions
             .iter()
-            .filter(|s| s.allocated_min + s.parked_min > 0)
-            .map(|s| {
-                s.charged_milli * i64::from(s.idle_min) / i64::from(s.allocated_min + s.parked_min)
-            })
+            .filter(|s| s.allocated_min > 0)
+            .map(|s| s.charged_milli * i64::from(s.idle_min) / i64::from(s.allocated_min))
             .sum();
         let waits_min = self
             .tracked

@@ -254,6 +254,7 @@ impl Lifecycle {
                 0
             },
             price_per_hour: record.price_per_hour,
+            parked: record.parked(),
             queue_position,
             queue_eta_ms: None,
             queue_why: None,
@@ -401,6 +402,7 @@ pub(in crate::service) fn cost_of(
         record.ready_at,
         record.charge_until,
         record.end_reason,
+        record.parked(),
         record.ended_at.unwrap_or(now),
     );
     SessionCost::of(held, charged, minutes)

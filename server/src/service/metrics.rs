@@ -554,6 +554,7 @@ mod tests {
             charge_until: None,
             idle_timeout_ms: None,
             parked_at: None,
+            parked_ms: 0,
         }
     }
 

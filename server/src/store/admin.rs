@@ -70,7 +70,7 @@ const USER_COLUMNS: &str =
       WHERE s.user_id = u.id AND s.state <> 'ended') AS live";
 const ADMIN_SESSION_COLUMNS: &str = "s.id, s.user_id, u.name AS user_name, s.editor, s.slice_mib, \
     g.model AS gpu_model, s.state, s.end_reason, s.detail, s.created_at, s.ends_at, s.ended_at, s.price_per_hour, \
-    s.ready_at, \
+    s.ready_at, s.parked_ms, s.parked_at, \
     (SELECT CAST(COALESCE(SUM(-l.amount), 0) AS BIGINT) FROM credit_ledger l \
       WHERE l.session_id = s.id AND l.kind = 'hold') AS held, \
     (SELECT CAST(COALESCE(SUM(-l.amount), 0) AS BIGINT) FROM credit_ledger l \
@@ -102,6 +102,10 @@ fn admin_session_from_row(r: &AnyRow, now: i64) -> Result<AdminSession> {
         ready_at_ms: r.try_get("ready_at")?,
         held: r.try_get("held")?,
         charged: r.try_get("charged")?,
+        parked: app::domain::credits::Parked {
+            before_ms: r.try_get("parked_ms")?,
+            since: r.try_get("parked_at")?,
+        },
         as_of_ms: now,
     })
 }
@@ -723,7 +727,15 @@ fn legacy_grant_in_credits(action: &str, detail: String) -> String {
 fn running_charged_sql(at: &str) -> String {
     let held = "(SELECT COALESCE(SUM(-h.amount), 0) FROM credit_ledger h \
                 WHERE h.session_id = r.id AND h.kind = 'hold')";
-    let fee = format!("(r.price_per_hour * (({at} - r.ready_at + 59999) / 60000) + 59) / 60");
+    // Parked time is not charged: the parks that ended, and the one that runs.
+    let parked = format!(
+        "(r.parked_ms + CASE WHEN r.parked_at IS NOT NULL AND r.parked_at < {at} \
+          THEN {at} - r.parked_at ELSE 0 END)"
+    );
+    let used = format!("({at} - r.ready_at - {parked})");
+    let fee = format!(
+        "(CASE WHEN {used} > 0 THEN (r.price_per_hour * (({used} + 59999) / 60000) + 59) / 60 ELSE 0 END)"
+    );
     format!(
         "(SELECT CAST(COALESCE(SUM(CASE WHEN {fee} < {held} THEN {fee} ELSE {held} END), 0) AS BIGINT) \
           FROM sessions r WHERE r.user_id = u.id AND r.ended_at IS NULL \

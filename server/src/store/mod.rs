@@ -528,12 +528,27 @@ async fn let_go_in(w: &mut WriteTx, session_id: &str, column: &str, now: i64) ->
 async fn settle_in(w: &mut WriteTx, session_id: &str, now: i64) -> Result<()> {
     let_go_in(w, session_id, "ended_at", now).await?;
     let row = sqlx::query(
-        "SELECT user_id, price_per_hour, ready_at, end_reason, charge_until FROM sessions WHERE id = $1",
+        "SELECT user_id, price_per_hour, ready_at, end_reason, charge_until, parked_ms, parked_at \
+         FROM sessions WHERE id = $1",
     )
     .bind(session_id)
     .fetch_one(&mut *w.tx)
     .await?;
     let user_id: String = row.try_get("user_id")?;
+    let parked = app::domain::credits::Parked {
+        before_ms: row.try_get("parked_ms")?,
+        since: row.try_get("parked_at")?,
+    };
+    let charge_until: Option<i64> = row.try_get("charge_until")?;
+    // A park that runs to the end is kept as ended there, as the charge counts it.
+    if parked.since.is_some() {
+        let until = charge_until.map_or(now, |until| until.min(now));
+        sqlx::query("UPDATE sessions SET parked_ms = $1, parked_at = NULL WHERE id = $2")
+            .bind(parked.until(until))
+            .bind(session_id)
+            .execute(&mut *w.tx)
+            .await?;
+    }
     let hold_row = sqlx::query(
         "SELECT CAST(COALESCE(SUM(-amount), 0) AS BIGINT) AS held FROM credit_ledger WHERE session_id = $1 AND kind = 'hold'",
     )
@@ -544,10 +559,11 @@ async fn settle_in(w: &mut WriteTx, session_id: &str, now: i64) -> Result<()> {
         hold_row.try_get("held")?,
         row.try_get("price_per_hour")?,
         row.try_get("ready_at")?,
-        row.try_get("charge_until")?,
+        charge_until,
         row.try_get::<Option<String>, _>("end_reason")?
             .as_deref()
             .and_then(EndReason::parse),
+        parked,
         now,
     );
     if settled.released > 0 {

@@ -87,11 +87,16 @@ impl Store {
         let evicted = evict_in(&mut w, "sl.id = $1", &slot).await?;
         let next = transition(state, Event::Resume)?;
         set_state(&mut w, session_id, next).await?;
-        sqlx::query("UPDATE sessions SET parked_at = NULL, slot_id = $1 WHERE id = $2")
-            .bind(&slot)
-            .bind(session_id)
-            .execute(&mut *w.tx)
-            .await?;
+        // The park's time is kept, not charged (`credits::Parked`).
+        sqlx::query(
+            "UPDATE sessions SET parked_ms = parked_ms + ($1 - parked_at), parked_at = NULL, \
+             slot_id = $2 WHERE id = $3",
+        )
+        .bind(now)
+        .bind(&slot)
+        .bind(session_id)
+        .execute(&mut *w.tx)
+        .await?;
         let step = insert_event(
             &mut w,
             session_id,

@@ -15,7 +15,7 @@ pub(super) const SLOT_COLUMNS: &str = "id, gpu_id, slice_mib, cores_pct, session
 pub(super) const SESSION_COLUMNS: &str = "s.id, s.user_id, s.editor, s.slice_mib, s.duration_minutes, s.price_per_hour, \
     s.slot_id, s.state, s.end_reason, s.detail, s.upstream, s.editor_token, s.runtime_handle, s.created_at, s.ready_at, \
     s.ends_at, s.ended_at, s.last_activity_at, s.queued_at, s.burst, s.last_api_at, s.last_heartbeat_at, s.page_left_at, \
-    s.last_input_at, s.last_busy_at, s.gpu_used_mib, s.driver, s.image, s.charge_until, s.idle_timeout_ms, s.parked_at, g.model AS gpu_model, g.id AS gpu_id, sl.cores_pct AS cores_pct";
+    s.last_input_at, s.last_busy_at, s.gpu_used_mib, s.driver, s.image, s.charge_until, s.idle_timeout_ms, s.parked_at, s.parked_ms, g.model AS gpu_model, g.id AS gpu_id, sl.cores_pct AS cores_pct";
 
 /// The tables a [`SESSION_COLUMNS`] read names.
 pub(super) const SESSION_FROM: &str =
@@ -190,9 +190,19 @@ pub struct SessionRecord {
     pub idle_timeout_ms: Option<i64>,
     /// When it was parked (its slot given back, its editor frozen), while it is.
     pub parked_at: Option<i64>,
+    /// How long it was parked before that: time not charged.
+    pub parked_ms: i64,
 }
 
 impl SessionRecord {
+    /// Its time parked, which is not charged.
+    pub fn parked(&self) -> app::domain::credits::Parked {
+        app::domain::credits::Parked {
+            before_ms: self.parked_ms,
+            since: self.parked_at,
+        }
+    }
+
     /// What the idle policy looks at.
     pub fn signals(&self) -> app::domain::idle::Signals {
         app::domain::idle::Signals {
@@ -268,6 +278,7 @@ impl SessionRecord {
             charge_until: row.try_get("charge_until")?,
             idle_timeout_ms: row.try_get("idle_timeout_ms")?,
             parked_at: row.try_get("parked_at")?,
+            parked_ms: row.try_get("parked_ms")?,
         })
     }
 }

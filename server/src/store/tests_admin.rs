@@ -519,20 +519,34 @@ async fn usage_counts_what_running_sessions_cost_so_far(store: Store) {
         x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
         elapsed.push((x >> 33).rem_euclid(70 * 60_000));
     }
-    for elapsed in elapsed {
-        sqlx::query("UPDATE sessions SET ready_at = $1 WHERE id = $2")
-            .bind(now - elapsed)
-            .bind(&s.id)
-            .execute(store.pool_handle())
-            .await
-            .unwrap();
+    for (n, elapsed) in elapsed.into_iter().enumerate() {
+        // Every other one parked for some of it, before and now (not charged), by the rule.
+        let parked = app::domain::credits::Parked {
+            before_ms: (n as i64 % 2) * elapsed / 3,
+            since: (n % 4 == 1).then_some(now - elapsed / 4),
+        };
+        sqlx::query(
+            "UPDATE sessions SET ready_at = $1, parked_ms = $2, parked_at = $3 WHERE id = $4",
+        )
+        .bind(now - elapsed)
+        .bind(parked.before_ms)
+        .bind(parked.since)
+        .bind(&s.id)
+        .execute(store.pool_handle())
+        .await
+        .unwrap();
         let page = store.admin_usage(&eves, now).await.unwrap();
         assert_eq!(
             page.items[0].charged,
-            app::domain::credits::cost_so_far(1_234, 1_234, Some(now - elapsed), now),
-            "after {elapsed} ms: the SQL and the rule agree"
+            app::domain::credits::cost_so_far(1_234, 1_234, Some(now - elapsed), parked, now),
+            "after {elapsed} ms, {parked:?}: the SQL and the rule agree"
         );
     }
+    sqlx::query("UPDATE sessions SET parked_ms = 0, parked_at = NULL WHERE id = $1")
+        .bind(&s.id)
+        .execute(store.pool_handle())
+        .await
+        .unwrap();
     // Once it ends, the ledger's charge stands for it, and nothing more is counted.
     store
         .begin_stop(&s.id, app::domain::session::EndReason::User, None)

@@ -173,7 +173,67 @@ async fn a_parked_session_resumes_on_its_own_card_only(store: Store) {
     assert_eq!(state_of(&store, &a).await, SessionState::Parked);
 }
 
+/// Time parked is not charged: a session ready for an hour, parked for 50 minutes of it and
+/// again from its resume to its end, pays for the 10 it held its slice.
+async fn parked_time_is_not_charged(store: Store) {
+    one_slot(&store).await;
+    let alice = user(&store, "alice", 100_000).await;
+    let a = store.launch(plan(&alice.id)).await.unwrap().record.id;
+    store.mark_ready(&a, "ready").await.unwrap();
+    let set = |sql: &'static str, at: i64| {
+        let (store, a) = (store.clone(), a.clone());
+        async move {
+            sqlx::query(sql)
+                .bind(at)
+                .bind(&a)
+                .execute(store.pool_handle())
+                .await
+                .unwrap();
+        }
+    };
+    let start = now_ms();
+    set(
+        "UPDATE sessions SET ready_at = $1 WHERE id = $2",
+        start - 60 * 60_000,
+    )
+    .await;
+    store.park(&a).await.unwrap().unwrap();
+    set(
+        "UPDATE sessions SET parked_at = $1 WHERE id = $2",
+        start - 50 * 60_000,
+    )
+    .await;
+    assert!(matches!(
+        store.resume(&a).await.unwrap(),
+        Resumed::Ready { .. }
+    ));
+    let resumed = store.session(&a).await.unwrap().unwrap();
+    assert!(resumed.parked_ms >= 50 * 60_000, "{}", resumed.parked_ms);
+    store.park(&a).await.unwrap().unwrap();
+    let resumed_at = start - 50 * 60_000 + resumed.parked_ms;
+    set(
+        "UPDATE sessions SET parked_at = $1 WHERE id = $2",
+        resumed_at,
+    )
+    .await;
+    store.begin_stop(&a, EndReason::User, None).await.unwrap();
+    store.finish(&a).await.unwrap();
+    let charges: Vec<_> = store
+        .ledger(&alice.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "charge")
+        .collect();
+    assert_eq!(charges.len(), 1, "{charges:?}");
+    assert_eq!(charges[0].note, "10 min used", "{charges:?}");
+    let ended = store.session(&a).await.unwrap().unwrap();
+    assert_eq!(ended.parked_at, None, "the last park is kept as ended");
+    assert!(ended.parked_ms > resumed.parked_ms);
+}
+
 on_both_fns! {
+    parked_time_is_not_charged => parked_time_is_not_charged_sqlite, parked_time_is_not_charged_postgres;
     a_parked_session_resumes_on_its_own_card_only => a_parked_session_resumes_on_its_own_card_only_sqlite, a_parked_session_resumes_on_its_own_card_only_postgres;
     a_parked_session_lends_its_slot_and_takes_it_back => a_parked_session_lends_its_slot_and_takes_it_back_sqlite, a_parked_session_lends_its_slot_and_takes_it_back_postgres;
     resuming_pushes_a_prestarted_editor_off_and_a_parked_session_can_end => resuming_pushes_a_prestarted_editor_off_and_a_parked_session_can_end_sqlite, resuming_pushes_a_prestarted_editor_off_and_a_parked_session_can_end_postgres;

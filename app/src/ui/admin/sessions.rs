@@ -254,9 +254,16 @@ fn time_and_cost(session: &AdminSession) -> (String, String) {
     // The minutes and the cost so far by the settlement's own rule (`credits`), as the user's
     // card and the usage tab count them.
     let until = session.ended_at_ms.unwrap_or(session.as_of_ms);
-    let minutes = credits::charged_minutes(Some(ready), None, session.end_reason, until);
+    let parked = session.parked;
+    let minutes = credits::charged_minutes(Some(ready), None, session.end_reason, parked, until);
     let cost = if session.state.is_live() {
-        let so_far = credits::cost_so_far(session.held, session.price_per_hour, Some(ready), until);
+        let so_far = credits::cost_so_far(
+            session.held,
+            session.price_per_hour,
+            Some(ready),
+            parked,
+            until,
+        );
         format!("{} so far", credits::with_unit(so_far))
     } else {
         credits::with_unit(session.charged)
@@ -289,6 +296,7 @@ mod tests {
             held: 6_000,
             charged: 0,
             as_of_ms: 60_000 + 10 * 60_000 + 1,
+            parked: Default::default(),
         }
     }
 
@@ -298,6 +306,13 @@ mod tests {
         assert_eq!(
             time_and_cost(&session(SessionState::Ready)),
             ("11 min".to_string(), "1.1 credits so far".to_string())
+        );
+        // Parked for the last 5 of them: its slice given back, those minutes are not charged.
+        let mut parked = session(SessionState::Parked);
+        parked.parked.since = Some(parked.as_of_ms - 5 * 60_000);
+        assert_eq!(
+            time_and_cost(&parked),
+            ("6 min".to_string(), "0.6 credits so far".to_string())
         );
     }
 

@@ -705,6 +705,7 @@ mod tests {
             url: None,
             held: 0,
             price_per_hour: 0,
+            parked: Default::default(),
             queue_position: None,
             queue_eta_ms: None,
             waits_for: None,

@@ -38,7 +38,7 @@ pub(super) fn ParkedBanner(
     let id = session.with_untracked(|s| s.id.clone());
     view! {
         <div class="banner" role="status" data-testid="parked-banner">
-            "Parked: with no work for a while, its GPU slice went back to the pool. Your kernels and files are kept; it resumes when you type in it."
+            "Parked: with no work for a while, its GPU slice went back to the pool, and this time is not charged. Your kernels and files are kept; it resumes when you type in it."
             <button
                 disabled=move || here.pending().get()
                 on:click=move |_| {
@@ -63,7 +63,10 @@ pub(super) fn SessionUsage(session: RwSignal<SessionView>, now: ReadSignal<i64>)
     );
     let spent = move || {
         session.with(|s| {
-            let elapsed = s.ready_at_ms.map_or(0, |ready| now.get() - ready);
+            let at = now.get();
+            let elapsed = s
+                .ready_at_ms
+                .map_or(0, |ready| at - ready - s.parked.until(at));
             (
                 credits::settle(s.held, s.price_per_hour, elapsed).0,
                 s.price_per_hour,
