@@ -475,42 +475,16 @@ pub fn probe(mib: u64) -> Probe {
 }
 
 fn driver_probe(mib: u64) -> Result<(u64, Outcome), String> {
-    type Init = unsafe extern "C" fn(u32) -> i32;
-    type DeviceGet = unsafe extern "C" fn(*mut i32, i32) -> i32;
-    type CtxCreate = unsafe extern "C" fn(*mut *mut libc::c_void, u32, i32) -> i32;
+    use super::cuda::check;
     type MemInfo = unsafe extern "C" fn(*mut usize, *mut usize) -> i32;
     type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> i32;
     const OUT_OF_MEMORY: i32 = 2;
-    // SAFETY: dlopen/dlsym with NUL-terminated names; each symbol is cast to the signature the
-    // CUDA driver API documents for it, and called with pointers to live locals.
+    let driver = super::cuda::Driver::on_card_0()?;
+    // SAFETY: each symbol has the signature the CUDA driver API documents for it, and is called
+    // with pointers to live locals.
     unsafe {
-        let library = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW);
-        if library.is_null() {
-            return Err("libcuda.so.1 is not installed".into());
-        }
-        let symbol = |name: &std::ffi::CStr| {
-            let f = libc::dlsym(library, name.as_ptr());
-            (!f.is_null())
-                .then_some(f)
-                .ok_or_else(|| format!("libcuda has no {}", name.to_string_lossy()))
-        };
-        let init: Init = std::mem::transmute(symbol(c"cuInit")?);
-        let device_get: DeviceGet = std::mem::transmute(symbol(c"cuDeviceGet")?);
-        let ctx_create: CtxCreate = std::mem::transmute(symbol(c"cuCtxCreate_v2")?);
-        let mem_info: MemInfo = std::mem::transmute(symbol(c"cuMemGetInfo_v2")?);
-        let mem_alloc: MemAlloc = std::mem::transmute(symbol(c"cuMemAlloc_v2")?);
-        let check = |what: &str, code: i32| {
-            if code == 0 {
-                Ok(())
-            } else {
-                Err(format!("{what} failed (CUDA error {code})"))
-            }
-        };
-        check("cuInit", init(0))?;
-        let mut device = 0;
-        check("cuDeviceGet", device_get(&mut device, 0))?;
-        let mut context = std::ptr::null_mut();
-        check("cuCtxCreate", ctx_create(&mut context, 0, device))?;
+        let mem_info: MemInfo = driver.symbol(c"cuMemGetInfo_v2")?;
+        let mem_alloc: MemAlloc = driver.symbol(c"cuMemAlloc_v2")?;
         let (mut free, mut total) = (0usize, 0usize);
         check("cuMemGetInfo", mem_info(&mut free, &mut total))?;
         let mut pointer = 0u64;

@@ -150,13 +150,12 @@ pub fn hold(mib: u64) {
 const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
 
 mod driver {
-    //! The CUDA driver API, found as every CUDA program finds it (`dlopen`).
+    //! The memory the probe holds, through the CUDA driver API (`runtime::cuda`).
+
+    use crate::runtime::cuda::{Driver, check};
 
     const PATTERN: u32 = 0x5EED_CAFE;
 
-    type Init = unsafe extern "C" fn(u32) -> i32;
-    type DeviceGet = unsafe extern "C" fn(*mut i32, i32) -> i32;
-    type CtxCreate = unsafe extern "C" fn(*mut *mut libc::c_void, u32, i32) -> i32;
     type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> i32;
     type MemsetD32 = unsafe extern "C" fn(u64, u32, usize) -> i32;
     type Synchronize = unsafe extern "C" fn() -> i32;
@@ -169,40 +168,16 @@ mod driver {
         copy: MemcpyDtoH,
     }
 
-    fn check(what: &str, code: i32) -> Result<(), String> {
-        match code {
-            0 => Ok(()),
-            code => Err(format!("{what} failed (CUDA error {code})")),
-        }
-    }
-
     /// `mib` MiB of card 0, filled.
     pub fn fill(mib: u64) -> Result<Filled, String> {
-        // SAFETY: dlopen/dlsym with NUL-terminated names; each symbol is cast to the signature
-        // the CUDA driver API documents for it, and called with pointers to live locals.
+        let driver = Driver::on_card_0()?;
+        // SAFETY: each symbol has the signature the CUDA driver API documents for it, and is
+        // called with pointers to live locals.
         unsafe {
-            let library = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW);
-            if library.is_null() {
-                return Err("libcuda.so.1 is not installed".into());
-            }
-            let symbol = |name: &std::ffi::CStr| {
-                let f = libc::dlsym(library, name.as_ptr());
-                (!f.is_null())
-                    .then_some(f)
-                    .ok_or_else(|| format!("libcuda has no {}", name.to_string_lossy()))
-            };
-            let init: Init = std::mem::transmute(symbol(c"cuInit")?);
-            let device_get: DeviceGet = std::mem::transmute(symbol(c"cuDeviceGet")?);
-            let ctx_create: CtxCreate = std::mem::transmute(symbol(c"cuCtxCreate_v2")?);
-            let alloc: MemAlloc = std::mem::transmute(symbol(c"cuMemAlloc_v2")?);
-            let memset: MemsetD32 = std::mem::transmute(symbol(c"cuMemsetD32_v2")?);
-            let sync: Synchronize = std::mem::transmute(symbol(c"cuCtxSynchronize")?);
-            let copy: MemcpyDtoH = std::mem::transmute(symbol(c"cuMemcpyDtoH_v2")?);
-            check("cuInit", init(0))?;
-            let mut device = 0;
-            check("cuDeviceGet", device_get(&mut device, 0))?;
-            let mut context = std::ptr::null_mut();
-            check("cuCtxCreate", ctx_create(&mut context, 0, device))?;
+            let alloc: MemAlloc = driver.symbol(c"cuMemAlloc_v2")?;
+            let memset: MemsetD32 = driver.symbol(c"cuMemsetD32_v2")?;
+            let sync: Synchronize = driver.symbol(c"cuCtxSynchronize")?;
+            let copy: MemcpyDtoH = driver.symbol(c"cuMemcpyDtoH_v2")?;
             let bytes = (mib as usize) << 20;
             let mut pointer = 0u64;
             check("cuMemAlloc", alloc(&mut pointer, bytes))?;

@@ -6,6 +6,7 @@ pub mod accounts;
 pub mod activity;
 pub mod archive;
 pub mod cgroup;
+pub mod cuda;
 pub mod disk;
 pub mod editors;
 pub mod egress;
