@@ -76,6 +76,10 @@ pub struct LocalRuntime {
         String,
         std::sync::OnceLock<Option<checkpoint::CudaCheckpoint>>,
     ),
+    /// The processes whose GPU memory this server set aside, per editor it parked (none for
+    /// most): a resume brings back these, and asks the tool about every process only for an
+    /// editor an earlier server parked.
+    set_aside: std::sync::Mutex<std::collections::HashMap<String, Vec<u32>>>,
 }
 
 impl LocalRuntime {
@@ -133,7 +137,15 @@ impl LocalRuntime {
             cpu_seen: Default::default(),
             sandbox: Err("not asked for".into()),
             cuda_checkpoint: Default::default(),
+            set_aside: Default::default(),
         }
+    }
+
+    /// What this server set aside of `handle`'s editor, forgotten as it is told; None where it
+    /// did not park it.
+    fn take_set_aside(&self, handle: &str) -> Option<Vec<u32>> {
+        let mut set_aside = self.set_aside.lock().unwrap_or_else(|e| e.into_inner());
+        set_aside.remove(handle)
     }
 
     /// NVIDIA's `cuda-checkpoint`, where it is configured and runs.
@@ -261,6 +273,7 @@ impl Runtime for LocalRuntime {
     }
 
     async fn stop(&self, handle: &str) -> Result<(), RuntimeError> {
+        let raw = handle;
         let handle: Handle =
             serde_json::from_str(handle).map_err(|e| RuntimeError::Handle(e.to_string()))?;
         // A parked editor is frozen: thawed first, so that it stops as gracefully as any.
@@ -268,6 +281,7 @@ impl Runtime for LocalRuntime {
             let _ = tokio::task::spawn_blocking(move || group.is_frozen() && group.thaw()).await;
         }
         stop::stop_editor(&handle).await;
+        self.take_set_aside(raw);
         let lent = handle.sandbox.as_ref().and_then(|s| s.lent);
         if let (Some(uid), Some(accounts)) =
             (lent, self.sandbox().and_then(|s| s.accounts.as_ref()))
@@ -322,6 +336,8 @@ impl Runtime for LocalRuntime {
                 "it still holds GPU memory once frozen".into(),
             ));
         }
+        let mut set_aside = self.set_aside.lock().unwrap_or_else(|e| e.into_inner());
+        set_aside.insert(handle.to_string(), holding);
         Ok(())
     }
 
@@ -336,14 +352,18 @@ impl Runtime for LocalRuntime {
                 "its processes did not thaw".into(),
             ));
         }
-        // Whatever was set aside, by this server or the one before a restart, comes back.
-        if self.cuda_checkpoint.0.is_empty() {
-            return Ok(());
-        }
+        // What this server set aside comes back; of an editor parked by the server before a
+        // restart, whatever of its group the tool says is set aside.
+        let in_group: Vec<u32> = group.pids().into_iter().map(|p| p as u32).collect();
+        let pids = match self.take_set_aside(handle) {
+            Some(pids) if pids.is_empty() => return Ok(()),
+            // Still its own: a pid another process took since is not touched.
+            Some(pids) => pids.into_iter().filter(|p| in_group.contains(p)).collect(),
+            None => in_group,
+        };
         let Some(tool) = self.cuda_checkpoint().await else {
             return Ok(());
         };
-        let pids: Vec<u32> = group.pids().into_iter().map(|p| p as u32).collect();
         tokio::task::spawn_blocking(move || checkpoint::bring_back(&tool, &pids))
             .await
             .unwrap_or_else(|e| Err(e.to_string()))
